@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/server"
+	"github.com/gantry-build/gantry/internal/version"
+)
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "gantry",
+		Short:         "Gantry: a remote build execution service for REAPI clients such as Bazel",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newServeCommand(), newVersionCommand())
+	return root
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version and build information",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprint(cmd.OutOrStdout(), version.String())
+		},
+	}
+}
+
+func newServeCommand() *cobra.Command {
+	var configPath, listen, httpListen, dataDir string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the all-in-one server (REAPI storage and execution, metrics)",
+		Long: `Run Gantry as one process. With no --config it needs nothing else:
+gRPC on --listen, stores under --data-dir, /metrics and /healthz on --http-listen.
+Flags given on the command line override the config file.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := config.Default()
+			if configPath != "" {
+				var err error
+				if cfg, err = config.Load(configPath); err != nil {
+					return err
+				}
+			}
+			flags := cmd.Flags()
+			if flags.Changed("listen") {
+				cfg.Listen = listen
+			}
+			if flags.Changed("http-listen") {
+				cfg.HTTPListen = httpListen
+			}
+			if flags.Changed("data-dir") {
+				cfg.DataDir = dataDir
+			}
+			log := newLogger(cfg.Log)
+			srv, err := server.New(cfg, log)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return srv.Run(ctx)
+		},
+	}
+	def := config.Default()
+	cmd.Flags().StringVar(&configPath, "config", "", "YAML config file (see docs/CONFIGURATION.md)")
+	cmd.Flags().StringVar(&listen, "listen", def.Listen, "gRPC listen address")
+	cmd.Flags().StringVar(&httpListen, "http-listen", def.HTTPListen, "HTTP listen address for /metrics and /healthz (empty: off)")
+	cmd.Flags().StringVar(&dataDir, "data-dir", def.DataDir, "directory for stored data")
+	return cmd
+}
+
+func newLogger(c config.LogConfig) *slog.Logger {
+	var level slog.Level
+	level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}

@@ -1,0 +1,132 @@
+// Package blobstore stores content-addressed blobs. A Store is an interface
+// so that caching, metrics and sharding can wrap it as decorators.
+package blobstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+
+	"github.com/gantry-build/gantry/internal/digest"
+)
+
+// ErrNotFound is returned when a blob is not in the store.
+var ErrNotFound = errors.New("blob not found")
+
+// MismatchError is returned by Writer.Commit when the data written does not
+// have the digest it was announced with. Nothing is stored.
+type MismatchError struct {
+	Want digest.Digest
+	Got  digest.Digest
+}
+
+func (e *MismatchError) Error() string {
+	if e.Got.Size != e.Want.Size {
+		return fmt.Sprintf("blob %s: received %d bytes, but the digest says %d; nothing was stored, upload the blob again", e.Want, e.Got.Size, e.Want.Size)
+	}
+	return fmt.Sprintf("blob %s: the data hashes to %s, not to the digest it was sent with; nothing was stored, upload the blob again", e.Want, e.Got.Hash)
+}
+
+// Store is a content-addressable blob store.
+type Store interface {
+	// FindMissing returns those of ds that the store does not hold. Blobs
+	// that are present have their lifetime extended. The empty blob is
+	// always present.
+	FindMissing(ctx context.Context, ds []digest.Digest) ([]digest.Digest, error)
+	// Open returns a reader of the blob from byte offset on. It returns
+	// ErrNotFound when the blob is absent.
+	Open(ctx context.Context, d digest.Digest, offset int64) (io.ReadCloser, error)
+	// Create starts writing blob d. The blob becomes visible only when
+	// Commit verifies that what was written has digest d.
+	Create(ctx context.Context, d digest.Digest) (Writer, error)
+}
+
+// Writer receives a blob's bytes. Close without Commit discards them.
+type Writer interface {
+	io.Writer
+	// Written is the number of bytes written so far.
+	Written() int64
+	// Commit verifies the data and makes the blob visible. It returns a
+	// *MismatchError if the data does not match the digest.
+	Commit() error
+	// Close releases the writer; after a successful Commit it is a no-op.
+	Close() error
+}
+
+// Get reads a whole blob into memory.
+func Get(ctx context.Context, s Store, d digest.Digest) ([]byte, error) {
+	if d.IsEmpty() {
+		return []byte{}, nil
+	}
+	r, err := s.Open(ctx, d, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	buf := make([]byte, d.Size)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, fmt.Errorf("reading blob %s: %w", d, err)
+	}
+	return buf, nil
+}
+
+// Put stores data as blob d, verifying it.
+func Put(ctx context.Context, s Store, d digest.Digest, data []byte) error {
+	if d.IsEmpty() && len(data) == 0 {
+		return nil
+	}
+	w, err := s.Create(ctx, d)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if _, err := w.Write(data); err != nil {
+		return err
+	}
+	return w.Commit()
+}
+
+// Has reports whether the store holds d.
+func Has(ctx context.Context, s Store, d digest.Digest) (bool, error) {
+	missing, err := s.FindMissing(ctx, []digest.Digest{d})
+	return len(missing) == 0, err
+}
+
+// verifier hashes and counts bytes as they are written.
+type verifier struct {
+	want digest.Digest
+	h    hash.Hash
+	n    int64
+}
+
+func newVerifier(d digest.Digest) verifier {
+	return verifier{want: d, h: digest.NewHasher(d.Function)}
+}
+
+func (v *verifier) write(p []byte) error {
+	if v.n+int64(len(p)) > v.want.Size {
+		return &MismatchError{Want: v.want, Got: digest.Digest{Function: v.want.Function, Size: v.n + int64(len(p))}}
+	}
+	v.h.Write(p)
+	v.n += int64(len(p))
+	return nil
+}
+
+func (v *verifier) check() error {
+	got := digest.Digest{Function: v.want.Function, Size: v.n}
+	if v.n != v.want.Size {
+		return &MismatchError{Want: v.want, Got: got}
+	}
+	var sum [64]byte
+	got.Hash = digest.HexOf(v.h.Sum(sum[:0]))
+	if got.Hash != v.want.Hash {
+		return &MismatchError{Want: v.want, Got: got}
+	}
+	return nil
+}
+
+// emptyReader serves the empty blob.
+func emptyReader() io.ReadCloser { return io.NopCloser(bytes.NewReader(nil)) }

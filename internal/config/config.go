@@ -1,0 +1,243 @@
+// Package config defines Gantry's one YAML configuration file, its defaults
+// and its validation. Every error names the key's path.
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the whole configuration. docs/CONFIGURATION.md documents every key.
+type Config struct {
+	// Listen is the gRPC address for REAPI clients and workers.
+	Listen string `yaml:"listen"`
+	// HTTPListen serves /metrics and /healthz.
+	HTTPListen string `yaml:"http_listen"`
+	// DataDir holds the stores' files.
+	DataDir string    `yaml:"data_dir"`
+	Storage Storage   `yaml:"storage"`
+	GRPC    GRPC      `yaml:"grpc"`
+	Log     LogConfig `yaml:"log"`
+}
+
+// Storage configures the CAS and the ActionCache.
+type Storage struct {
+	CAS         CASConfig `yaml:"cas"`
+	ActionCache ACConfig  `yaml:"action_cache"`
+	// MaxBatchSize bounds the total size of blobs in one BatchUpdateBlobs or
+	// BatchReadBlobs call; the gRPC message limit is raised to fit it.
+	MaxBatchSize ByteSize `yaml:"max_batch_size"`
+	// ReadChunkSize is the size of the chunks ByteStream Read sends.
+	ReadChunkSize ByteSize `yaml:"read_chunk_size"`
+	// InlineLimit bounds the bytes GetActionResult inlines in one response.
+	InlineLimit ByteSize `yaml:"inline_limit"`
+	// CompletenessCheck makes GetActionResult serve only results whose
+	// output blobs are all in the CAS.
+	CompletenessCheck bool `yaml:"completeness_check"`
+}
+
+// CASConfig configures the content-addressable store.
+type CASConfig struct {
+	// Backend is "disk" or "memory".
+	Backend string `yaml:"backend"`
+	// MaxSize bounds the stored bytes; least recently used blobs are evicted.
+	MaxSize ByteSize `yaml:"max_size"`
+	// Fsync flushes each blob to stable storage before it becomes visible.
+	Fsync bool `yaml:"fsync"`
+}
+
+// ACConfig configures the action cache.
+type ACConfig struct {
+	// Backend is "disk" or "memory".
+	Backend string `yaml:"backend"`
+	// MaxSize bounds the stored bytes (disk) or, divided by 1 KiB, the
+	// number of entries (memory).
+	MaxSize ByteSize `yaml:"max_size"`
+}
+
+// GRPC tunes the gRPC server.
+type GRPC struct {
+	// MaxMessageSize is the largest gRPC message accepted; 0 derives it
+	// from storage.max_batch_size.
+	MaxMessageSize ByteSize `yaml:"max_message_size"`
+}
+
+// LogConfig configures logging.
+type LogConfig struct {
+	// Level is debug, info, warn or error.
+	Level string `yaml:"level"`
+	// Format is text or json.
+	Format string `yaml:"format"`
+}
+
+// Default returns the configuration `gantry serve` uses with no file.
+func Default() Config {
+	return Config{
+		Listen:     "127.0.0.1:8980",
+		HTTPListen: "127.0.0.1:9090",
+		DataDir:    "./gantry-data",
+		Storage: Storage{
+			CAS:               CASConfig{Backend: "disk", MaxSize: 10 << 30},
+			ActionCache:       ACConfig{Backend: "disk", MaxSize: 1 << 30},
+			MaxBatchSize:      4 << 20,
+			ReadChunkSize:     1 << 20,
+			InlineLimit:       1 << 20,
+			CompletenessCheck: true,
+		},
+		Log: LogConfig{Level: "info", Format: "text"},
+	}
+}
+
+// Load reads a YAML file over the defaults.
+func Load(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("reading config: %w", err)
+	}
+	cfg := Default()
+	if err := Parse(data, &cfg); err != nil {
+		return Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse decodes YAML into cfg (which holds the defaults), rejecting unknown
+// keys and bad values with the key's path, then validates the result.
+func Parse(data []byte, cfg *Config) error {
+	var root yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&root); err != nil {
+		if err.Error() == "EOF" {
+			return cfg.Validate()
+		}
+		return fmt.Errorf("not valid YAML: %w", err)
+	}
+	if len(root.Content) == 0 {
+		return cfg.Validate()
+	}
+	if err := decodeStrict(root.Content[0], reflect.ValueOf(cfg).Elem(), ""); err != nil {
+		return err
+	}
+	return cfg.Validate()
+}
+
+// decodeStrict walks a mapping node against a struct, decoding each known
+// key into its field and reporting unknown keys and bad values by path.
+func decodeStrict(n *yaml.Node, v reflect.Value, path string) error {
+	if v.Kind() != reflect.Struct {
+		if err := n.Decode(v.Addr().Interface()); err != nil {
+			return fmt.Errorf("%s (line %d): %s", displayPath(path), n.Line, cleanYAMLError(err))
+		}
+		return nil
+	}
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("%s (line %d): expected a mapping of keys to values", displayPath(path), n.Line)
+	}
+	fields := map[string]int{}
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if name != "" && name != "-" {
+			fields[name] = i
+		}
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		p := join(path, k.Value)
+		idx, ok := fields[k.Value]
+		if !ok {
+			known := make([]string, 0, len(fields))
+			for name := range fields {
+				known = append(known, name)
+			}
+			sort.Strings(known)
+			return fmt.Errorf("%s (line %d): unknown key; known keys here are: %s", p, k.Line, strings.Join(known, ", "))
+		}
+		if seen[k.Value] {
+			return fmt.Errorf("%s (line %d): key given twice", p, k.Line)
+		}
+		seen[k.Value] = true
+		if err := decodeStrict(val, v.Field(idx), p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func displayPath(p string) string {
+	if p == "" {
+		return "(top level)"
+	}
+	return p
+}
+
+func cleanYAMLError(err error) string {
+	s := err.Error()
+	s = strings.TrimPrefix(s, "yaml: unmarshal errors:\n")
+	return strings.TrimSpace(s)
+}
+
+// Validate checks values that parse but make no sense.
+func (c *Config) Validate() error {
+	var errs []string
+	bad := func(path, format string, args ...any) {
+		errs = append(errs, path+": "+fmt.Sprintf(format, args...))
+	}
+	if c.Listen == "" {
+		bad("listen", "must be an address such as 127.0.0.1:8980")
+	}
+	if c.DataDir == "" {
+		bad("data_dir", "must be a directory path")
+	}
+	for path, b := range map[string]string{"storage.cas.backend": c.Storage.CAS.Backend, "storage.action_cache.backend": c.Storage.ActionCache.Backend} {
+		if b != "disk" && b != "memory" {
+			bad(path, "%q is not a backend; use disk or memory", b)
+		}
+	}
+	if c.Storage.MaxBatchSize < 64<<10 {
+		bad("storage.max_batch_size", "%d bytes is too small; use at least 64KiB", c.Storage.MaxBatchSize)
+	}
+	if c.Storage.ReadChunkSize < 1<<10 || c.Storage.ReadChunkSize > 4<<20-1<<10 {
+		bad("storage.read_chunk_size", "must be between 1KiB and 4MiB-1KiB (clients accept 4 MiB messages)")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", "%q is not a level; use debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		bad("log.format", "%q is not a format; use text or json", c.Log.Format)
+	}
+	if len(errs) > 0 {
+		sort.Strings(errs)
+		return fmt.Errorf("invalid configuration:\n  %s", strings.Join(errs, "\n  "))
+	}
+	return nil
+}
+
+// GRPCMaxMessageSize is the effective gRPC message limit.
+func (c *Config) GRPCMaxMessageSize() int {
+	if c.GRPC.MaxMessageSize > 0 {
+		return int(c.GRPC.MaxMessageSize)
+	}
+	return int(max(c.Storage.MaxBatchSize+1<<20, 4<<20))
+}

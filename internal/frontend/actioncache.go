@@ -1,0 +1,223 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gantry-build/gantry/internal/actioncache"
+	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/digest"
+)
+
+// GetActionResult implements REAPI ActionCache. A result is served only
+// when every blob it references is in the CAS, so a client never gets a
+// hit it cannot download.
+func (s *Server) GetActionResult(ctx context.Context, req *repb.GetActionResultRequest) (*repb.ActionResult, error) {
+	if err := checkInstance(req.InstanceName); err != nil {
+		return nil, err
+	}
+	fn, err := requestFunction(req.DigestFunction)
+	if err != nil {
+		return nil, err
+	}
+	ad, err := parseDigest(fn, req.ActionDigest, "action_digest")
+	if err != nil {
+		return nil, err
+	}
+	ar, err := s.LookupActionResult(ctx, req.InstanceName, ad)
+	if err != nil {
+		return nil, err
+	}
+	s.inline(ctx, ad.Function, ar, req.InlineStdout, req.InlineStderr, req.InlineOutputFiles)
+	return ar, nil
+}
+
+// LookupActionResult returns the cached result for an action if it is
+// complete, or NOT_FOUND. The Execution service shares it.
+func (s *Server) LookupActionResult(ctx context.Context, instance string, ad digest.Digest) (*repb.ActionResult, error) {
+	ar, err := s.ac.Get(ctx, instance, ad)
+	if errors.Is(err, actioncache.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "no cached result for action %s", ad)
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "reading the action cache: %v", err)
+	}
+	if s.opts.CompletenessCheck {
+		missing, err := s.missingOutputs(ctx, ad.Function, ar)
+		if err != nil {
+			return nil, err
+		}
+		if len(missing) > 0 {
+			return nil, status.Errorf(codes.NotFound, "the cached result for action %s references %d blobs no longer in the CAS (first: %s); the action must run again", ad, len(missing), missing[0])
+		}
+	}
+	return ar, nil
+}
+
+// referencedBlobs lists the blobs an ActionResult points at, reading
+// output directory trees from the CAS. A tree that cannot be read is
+// reported as missing itself.
+func (s *Server) missingOutputs(ctx context.Context, fn digest.Function, ar *repb.ActionResult) ([]digest.Digest, error) {
+	var ds []digest.Digest
+	add := func(pd *repb.Digest) {
+		if pd == nil {
+			return
+		}
+		if d, err := digest.FromProto(fn, pd); err == nil {
+			ds = append(ds, d)
+		}
+	}
+	add(ar.StdoutDigest)
+	add(ar.StderrDigest)
+	for _, f := range ar.OutputFiles {
+		add(f.Digest)
+	}
+	var missing []digest.Digest
+	for _, od := range ar.OutputDirectories {
+		td, err := digest.FromProto(fn, od.TreeDigest)
+		if err != nil {
+			continue
+		}
+		data, err := blobstore.Get(ctx, s.cas, td)
+		if errors.Is(err, blobstore.ErrNotFound) {
+			missing = append(missing, td)
+			continue
+		}
+		if err != nil {
+			return nil, storeError(err, "tree "+td.String())
+		}
+		tree := &repb.Tree{}
+		if err := proto.Unmarshal(data, tree); err != nil {
+			missing = append(missing, td) // unusable: treat as absent
+			continue
+		}
+		for _, dir := range append([]*repb.Directory{tree.Root}, tree.Children...) {
+			for _, f := range dir.GetFiles() {
+				add(f.Digest)
+			}
+		}
+	}
+	more, err := s.cas.FindMissing(ctx, ds)
+	if err != nil {
+		return nil, storeError(err, "checking outputs")
+	}
+	return append(missing, more...), nil
+}
+
+// inline fills raw contents the client asked for, within the inline budget.
+func (s *Server) inline(ctx context.Context, fn digest.Function, ar *repb.ActionResult, stdout, stderr bool, files []string) {
+	budget := s.opts.InlineLimit
+	fetch := func(pd *repb.Digest) []byte {
+		if pd == nil || pd.SizeBytes > budget {
+			return nil
+		}
+		d, err := digest.FromProto(fn, pd)
+		if err != nil {
+			return nil
+		}
+		data, err := blobstore.Get(ctx, s.cas, d)
+		if err != nil {
+			return nil
+		}
+		budget -= int64(len(data))
+		return data
+	}
+	if stdout && len(ar.StdoutRaw) == 0 {
+		ar.StdoutRaw = fetch(ar.StdoutDigest)
+	}
+	if stderr && len(ar.StderrRaw) == 0 {
+		ar.StderrRaw = fetch(ar.StderrDigest)
+	}
+	if len(files) > 0 {
+		want := make(map[string]bool, len(files))
+		for _, f := range files {
+			want[f] = true
+		}
+		for _, f := range ar.OutputFiles {
+			if want[f.Path] && len(f.Contents) == 0 {
+				f.Contents = fetch(f.Digest)
+			}
+		}
+	}
+}
+
+// UpdateActionResult implements REAPI ActionCache. Inline contents the
+// client sent are moved into the CAS, so stored results only hold digests.
+func (s *Server) UpdateActionResult(ctx context.Context, req *repb.UpdateActionResultRequest) (*repb.ActionResult, error) {
+	if err := checkInstance(req.InstanceName); err != nil {
+		return nil, err
+	}
+	fn, err := requestFunction(req.DigestFunction)
+	if err != nil {
+		return nil, err
+	}
+	ad, err := parseDigest(fn, req.ActionDigest, "action_digest")
+	if err != nil {
+		return nil, err
+	}
+	if req.ActionResult == nil {
+		return nil, invalid("action_result is missing")
+	}
+	ar := proto.Clone(req.ActionResult).(*repb.ActionResult)
+	if err := s.normalizeResult(ctx, ad.Function, ar); err != nil {
+		return nil, err
+	}
+	if err := s.ac.Put(ctx, req.InstanceName, ad, ar); err != nil {
+		return nil, status.Errorf(codes.Internal, "writing the action cache: %v", err)
+	}
+	return ar, nil
+}
+
+// normalizeResult validates every digest in ar and moves inline data into
+// the CAS.
+func (s *Server) normalizeResult(ctx context.Context, fn digest.Function, ar *repb.ActionResult) error {
+	moveRaw := func(raw *[]byte, pd **repb.Digest, field string) error {
+		if len(*raw) > 0 {
+			d := digest.Compute(fn, *raw)
+			if *pd != nil && ((*pd).Hash != d.Hash || (*pd).SizeBytes != d.Size) {
+				return invalid("%s: the inline contents do not match the digest given", field)
+			}
+			if err := blobstore.Put(ctx, s.cas, d, *raw); err != nil {
+				return storeError(err, field)
+			}
+			*pd = d.Proto()
+			*raw = nil
+		}
+		if *pd != nil {
+			if _, err := parseDigest(fn, *pd, field); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := moveRaw(&ar.StdoutRaw, &ar.StdoutDigest, "action_result.stdout_digest"); err != nil {
+		return err
+	}
+	if err := moveRaw(&ar.StderrRaw, &ar.StderrDigest, "action_result.stderr_digest"); err != nil {
+		return err
+	}
+	for i, f := range ar.OutputFiles {
+		field := fmt.Sprintf("action_result.output_files[%d]", i)
+		if f.Path == "" {
+			return invalid("%s.path is empty", field)
+		}
+		if f.Digest == nil && len(f.Contents) == 0 {
+			return invalid("%s.digest is missing", field)
+		}
+		if err := moveRaw(&f.Contents, &f.Digest, field+".digest"); err != nil {
+			return err
+		}
+	}
+	for i, od := range ar.OutputDirectories {
+		if _, err := parseDigest(fn, od.TreeDigest, fmt.Sprintf("action_result.output_directories[%d].tree_digest", i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

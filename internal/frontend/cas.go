@@ -1,0 +1,314 @@
+package frontend
+
+import (
+	"context"
+	"encoding/base64"
+	"runtime"
+	"strconv"
+	"sync"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/klauspost/compress/zstd"
+	"google.golang.org/genproto/googleapis/rpc/code"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/digest"
+)
+
+// FindMissingBlobs implements REAPI ContentAddressableStorage.
+func (s *Server) FindMissingBlobs(ctx context.Context, req *repb.FindMissingBlobsRequest) (*repb.FindMissingBlobsResponse, error) {
+	if err := checkInstance(req.InstanceName); err != nil {
+		return nil, err
+	}
+	fn, err := requestFunction(req.DigestFunction)
+	if err != nil {
+		return nil, err
+	}
+	ds := make([]digest.Digest, len(req.BlobDigests))
+	for i, pd := range req.BlobDigests {
+		if ds[i], err = parseDigest(fn, pd, "blob_digests["+strconv.Itoa(i)+"]"); err != nil {
+			return nil, err
+		}
+	}
+	missing, err := s.cas.FindMissing(ctx, ds)
+	if err != nil {
+		return nil, storeError(err, "finding missing blobs")
+	}
+	resp := &repb.FindMissingBlobsResponse{MissingBlobDigests: make([]*repb.Digest, len(missing))}
+	for i, d := range missing {
+		resp.MissingBlobDigests[i] = d.Proto()
+	}
+	return resp, nil
+}
+
+func rpcStatus(err error) *rpcstatus.Status {
+	if err == nil {
+		return &rpcstatus.Status{Code: int32(code.Code_OK)}
+	}
+	return status.Convert(err).Proto()
+}
+
+var zstdEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+
+// BatchUpdateBlobs implements REAPI ContentAddressableStorage. Each blob is
+// verified; a blob whose data does not match its digest gets
+// INVALID_ARGUMENT in its own status and is not stored.
+func (s *Server) BatchUpdateBlobs(ctx context.Context, req *repb.BatchUpdateBlobsRequest) (*repb.BatchUpdateBlobsResponse, error) {
+	if err := checkInstance(req.InstanceName); err != nil {
+		return nil, err
+	}
+	fn, err := requestFunction(req.DigestFunction)
+	if err != nil {
+		return nil, err
+	}
+	var total int64
+	for _, r := range req.Requests {
+		total += int64(len(r.Data))
+	}
+	if total > s.opts.MaxBatchSize {
+		return nil, invalid("batch holds %d bytes, more than max_batch_total_size_bytes (%d); split it or use ByteStream Write for large blobs", total, s.opts.MaxBatchSize)
+	}
+	resp := &repb.BatchUpdateBlobsResponse{Responses: make([]*repb.BatchUpdateBlobsResponse_Response, len(req.Requests))}
+	ds := make([]digest.Digest, len(req.Requests))
+	errs := make([]error, len(req.Requests))
+	for i, r := range req.Requests {
+		ds[i], errs[i] = parseDigest(fn, r.Digest, "requests["+strconv.Itoa(i)+"].digest")
+		if errs[i] == nil && r.Compressor != repb.Compressor_IDENTITY && r.Compressor != repb.Compressor_ZSTD {
+			errs[i] = invalid("requests[%d]: compressor %s is not supported; use identity or zstd", i, r.Compressor)
+		}
+	}
+	// Skip blobs already present: re-uploads then cost a lookup, not a write.
+	var candidates []digest.Digest
+	for i := range ds {
+		if errs[i] == nil {
+			candidates = append(candidates, ds[i])
+		}
+	}
+	missing, err := s.cas.FindMissing(ctx, candidates)
+	if err != nil {
+		return nil, storeError(err, "finding missing blobs")
+	}
+	need := make(map[digest.Digest]bool, len(missing))
+	for _, d := range missing {
+		need[d] = true
+	}
+	// Write in parallel: hashing and file creation dominate, and they scale
+	// with cores.
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < runtime.GOMAXPROCS(0)*2; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				errs[i] = s.putBatchBlob(ctx, ds[i], req.Requests[i])
+			}
+		}()
+	}
+	for i := range ds {
+		if errs[i] == nil && need[ds[i]] {
+			need[ds[i]] = false // the same digest twice in one batch is written once
+			work <- i
+		} else if errs[i] == nil && !need[ds[i]] {
+			errs[i] = verifyPresentCopy(ds[i], req.Requests[i])
+		}
+	}
+	close(work)
+	wg.Wait()
+	for i, r := range req.Requests {
+		resp.Responses[i] = &repb.BatchUpdateBlobsResponse_Response{Digest: r.Digest, Status: rpcStatus(errs[i])}
+	}
+	return resp, nil
+}
+
+// verifyPresentCopy checks data sent for a blob that is already stored, so
+// that a client sending wrong bytes hears about it even when nothing is
+// written. Only the cheap size check is done for compressed data.
+func verifyPresentCopy(d digest.Digest, r *repb.BatchUpdateBlobsRequest_Request) error {
+	if r.Compressor == repb.Compressor_IDENTITY && int64(len(r.Data)) != d.Size {
+		return invalid("blob %s: received %d bytes, but the digest says %d; nothing was stored", d, len(r.Data), d.Size)
+	}
+	return nil
+}
+
+func (s *Server) putBatchBlob(ctx context.Context, d digest.Digest, r *repb.BatchUpdateBlobsRequest_Request) error {
+	data := r.Data
+	if r.Compressor == repb.Compressor_ZSTD {
+		var err error
+		data, err = decodeZstd(data, d.Size)
+		if err != nil {
+			return invalid("blob %s: %v", d, err)
+		}
+	}
+	return storeError(blobstore.Put(ctx, s.cas, d, data), "blob "+d.String())
+}
+
+// decodeZstd decompresses a whole zstd frame, refusing output larger than
+// the announced size (a zip bomb must not exhaust memory).
+func decodeZstd(data []byte, size int64) ([]byte, error) {
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(size)+1))
+	if err != nil {
+		return nil, err
+	}
+	defer dec.Close()
+	out, err := dec.DecodeAll(data, make([]byte, 0, size))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(out)) != size {
+		return nil, &digestSizeError{got: int64(len(out)), want: size}
+	}
+	return out, nil
+}
+
+type digestSizeError struct{ got, want int64 }
+
+func (e *digestSizeError) Error() string {
+	return "decompressed data is " + strconv.FormatInt(e.got, 10) + " bytes, but the digest says " + strconv.FormatInt(e.want, 10)
+}
+
+// BatchReadBlobs implements REAPI ContentAddressableStorage.
+func (s *Server) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlobsRequest) (*repb.BatchReadBlobsResponse, error) {
+	if err := checkInstance(req.InstanceName); err != nil {
+		return nil, err
+	}
+	fn, err := requestFunction(req.DigestFunction)
+	if err != nil {
+		return nil, err
+	}
+	ds := make([]digest.Digest, len(req.Digests))
+	var total int64
+	for i, pd := range req.Digests {
+		if ds[i], err = parseDigest(fn, pd, "digests["+strconv.Itoa(i)+"]"); err != nil {
+			return nil, err
+		}
+		total += ds[i].Size
+	}
+	if total > s.opts.MaxBatchSize {
+		return nil, invalid("the requested blobs total %d bytes, more than max_batch_total_size_bytes (%d); request fewer at once or use ByteStream Read", total, s.opts.MaxBatchSize)
+	}
+	zstdOK := false
+	for _, c := range req.AcceptableCompressors {
+		if c == repb.Compressor_ZSTD {
+			zstdOK = true
+		}
+	}
+	resp := &repb.BatchReadBlobsResponse{Responses: make([]*repb.BatchReadBlobsResponse_Response, len(ds))}
+	for i, d := range ds {
+		r := &repb.BatchReadBlobsResponse_Response{Digest: req.Digests[i]}
+		data, err := blobstore.Get(ctx, s.cas, d)
+		if err == nil && zstdOK && len(data) > 0 {
+			r.Compressor = repb.Compressor_ZSTD
+			data = zstdEncoder.EncodeAll(data, nil)
+		}
+		r.Data = data
+		r.Status = rpcStatus(storeError(err, "blob "+d.String()))
+		resp.Responses[i] = r
+	}
+	return resp, nil
+}
+
+// maxTreePage bounds the directories returned per GetTree response.
+const maxTreePage = 1000
+
+// GetTree implements REAPI ContentAddressableStorage. Directories are
+// listed breadth first, each distinct digest once; the page token is the
+// offset into that order, so a retry resumes where it left off.
+func (s *Server) GetTree(req *repb.GetTreeRequest, stream repb.ContentAddressableStorage_GetTreeServer) error {
+	ctx := stream.Context()
+	if err := checkInstance(req.InstanceName); err != nil {
+		return err
+	}
+	fn, err := requestFunction(req.DigestFunction)
+	if err != nil {
+		return err
+	}
+	root, err := parseDigest(fn, req.RootDigest, "root_digest")
+	if err != nil {
+		return err
+	}
+	pageSize := int(req.PageSize)
+	if pageSize <= 0 || pageSize > maxTreePage {
+		pageSize = maxTreePage
+	}
+	offset := 0
+	if req.PageToken != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(req.PageToken)
+		if err == nil {
+			offset, err = strconv.Atoi(string(raw))
+		}
+		if err != nil || offset < 0 {
+			return invalid("page_token %q was not issued by this server; pass a next_page_token from a previous GetTree response, or none", req.PageToken)
+		}
+	}
+	if _, err := s.readDirectory(ctx, root); err != nil {
+		if status.Code(err) == codes.NotFound {
+			return status.Errorf(codes.NotFound, "root directory %s is not in the CAS", root)
+		}
+		return err
+	}
+	// Walk breadth first from the root, skipping `offset` directories.
+	queue := []digest.Digest{root}
+	seen := map[digest.Digest]bool{root: true}
+	index := 0
+	sent := false
+	var page []*repb.Directory
+	for len(queue) > 0 {
+		d := queue[0]
+		queue = queue[1:]
+		dir, err := s.readDirectory(ctx, d)
+		if status.Code(err) == codes.NotFound {
+			continue // missing parts of the tree are omitted, as the spec says
+		}
+		if err != nil {
+			return err
+		}
+		for _, sub := range dir.Directories {
+			sd, err := parseDigest(d.Function, sub.Digest, "directory "+sub.Name)
+			if err != nil {
+				return status.Errorf(codes.FailedPrecondition, "directory %s holds an invalid child digest: %v", d, status.Convert(err).Message())
+			}
+			if !seen[sd] {
+				seen[sd] = true
+				queue = append(queue, sd)
+			}
+		}
+		if index >= offset {
+			page = append(page, dir)
+		}
+		index++
+		if len(page) == pageSize {
+			next := ""
+			if len(queue) > 0 {
+				next = base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(index)))
+			}
+			if err := stream.Send(&repb.GetTreeResponse{Directories: page, NextPageToken: next}); err != nil {
+				return err
+			}
+			page, sent = nil, true
+			if next == "" {
+				return nil
+			}
+		}
+	}
+	if len(page) > 0 || !sent {
+		return stream.Send(&repb.GetTreeResponse{Directories: page})
+	}
+	return nil
+}
+
+func (s *Server) readDirectory(ctx context.Context, d digest.Digest) (*repb.Directory, error) {
+	data, err := blobstore.Get(ctx, s.cas, d)
+	if err != nil {
+		return nil, storeError(err, "directory "+d.String())
+	}
+	dir := &repb.Directory{}
+	if err := proto.Unmarshal(data, dir); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "blob %s is not a Directory message: %v", d, err)
+	}
+	return dir, nil
+}

@@ -1,0 +1,185 @@
+// Package server assembles Gantry's roles into one process: stores, gRPC
+// services, and the HTTP port with /metrics and /healthz.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/gantry-build/gantry/internal/actioncache"
+	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/frontend"
+	"github.com/gantry-build/gantry/internal/metrics"
+)
+
+// Server is a running all-in-one Gantry.
+type Server struct {
+	cfg      config.Config
+	log      *slog.Logger
+	grpc     *grpc.Server
+	http     *http.Server
+	grpcLis  net.Listener
+	httpLis  net.Listener
+	Frontend *frontend.Server
+}
+
+// New builds a server from cfg and binds its ports.
+func New(cfg config.Config, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cas, err := openCAS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ac, err := openAC(cfg)
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	gm := metrics.NewGRPC(reg)
+	registerStoreMetrics(reg, cas)
+
+	fe := frontend.New(cas, ac, frontend.Options{
+		MaxBatchSize:      int64(cfg.Storage.MaxBatchSize),
+		ReadChunkSize:     int(cfg.Storage.ReadChunkSize),
+		InlineLimit:       int64(cfg.Storage.InlineLimit),
+		CompletenessCheck: cfg.Storage.CompletenessCheck,
+		Logger:            log,
+	})
+	maxMsg := cfg.GRPCMaxMessageSize()
+	g := grpc.NewServer(
+		grpc.MaxRecvMsgSize(maxMsg),
+		grpc.MaxSendMsgSize(maxMsg),
+		// Large windows let one ByteStream stream fill a fast link.
+		grpc.InitialWindowSize(8<<20),
+		grpc.InitialConnWindowSize(16<<20),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.ChainUnaryInterceptor(gm.Unary),
+		grpc.ChainStreamInterceptor(gm.Stream),
+	)
+	fe.Register(g)
+
+	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe}
+	if s.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("listen (gRPC) on %s: %w; pick a free address with --listen", cfg.Listen, err)
+	}
+	if cfg.HTTPListen != "" {
+		if s.httpLis, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
+			s.grpcLis.Close()
+			return nil, fmt.Errorf("listen (HTTP) on %s: %w; pick a free address with --http-listen", cfg.HTTPListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			fmt.Fprintln(w, "ok")
+		})
+		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
+	return s, nil
+}
+
+// GRPCAddr is the bound gRPC address.
+func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr is the bound HTTP address, or "" if disabled.
+func (s *Server) HTTPAddr() string {
+	if s.httpLis == nil {
+		return ""
+	}
+	return s.httpLis.Addr().String()
+}
+
+// Run serves until ctx is cancelled, then stops gracefully.
+func (s *Server) Run(ctx context.Context) error {
+	errc := make(chan error, 2)
+	go func() { errc <- s.grpc.Serve(s.grpcLis) }()
+	if s.http != nil {
+		go func() {
+			if err := s.http.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	s.log.Info("gantry serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "data_dir", s.cfg.DataDir)
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	s.Stop()
+	return err
+}
+
+// Stop shuts the server down, giving in-flight calls a few seconds.
+func (s *Server) Stop() {
+	if s.http != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		s.http.Shutdown(sctx)
+		cancel()
+	}
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		s.grpc.Stop()
+	}
+}
+
+func openCAS(cfg config.Config) (blobstore.Store, error) {
+	c := cfg.Storage.CAS
+	if c.Backend == "memory" {
+		return blobstore.NewMemory(int64(c.MaxSize)), nil
+	}
+	s, err := blobstore.NewDisk(filepath.Join(cfg.DataDir, "cas"), blobstore.DiskOptions{MaxBytes: int64(c.MaxSize), Fsync: c.Fsync})
+	if err != nil {
+		return nil, fmt.Errorf("opening the CAS under %s: %w", cfg.DataDir, err)
+	}
+	return s, nil
+}
+
+func openAC(cfg config.Config) (actioncache.Store, error) {
+	c := cfg.Storage.ActionCache
+	if c.Backend == "memory" {
+		return actioncache.NewMemory(int(c.MaxSize / 1024)), nil
+	}
+	s, err := actioncache.NewDisk(filepath.Join(cfg.DataDir, "ac"), int64(c.MaxSize))
+	if err != nil {
+		return nil, fmt.Errorf("opening the action cache under %s: %w", cfg.DataDir, err)
+	}
+	return s, nil
+}
+
+// statser is implemented by stores that can report their size.
+type statser interface {
+	Stats() (blobs int, bytes int64)
+}
+
+func registerStoreMetrics(reg prometheus.Registerer, cas blobstore.Store) {
+	st, ok := cas.(statser)
+	if !ok {
+		return
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "gantry_cas_blobs", Help: "Blobs held in the CAS.",
+	}, func() float64 { n, _ := st.Stats(); return float64(n) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "gantry_cas_bytes", Help: "Bytes held in the CAS.",
+	}, func() float64 { _, b := st.Stats(); return float64(b) }))
+}

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Installs the tools Gantry's real-client end-to-end tests need:
+#   - Bazel 4.2.3 (Debian's bazel-bootstrap, /usr/bin/bazel)
+#   - Bazel 2.1.0 (npm package @bazel/bazel-linux_x64@2.1.0 under $REPO/.tools/npm)
+#   - protobuf-compiler, bubblewrap, postgresql (server binaries)
+#
+# Idempotent and non-interactive: it installs only what is missing, so a second run
+# returns in well under a second. Runs as root (as CI does), or through sudo when not
+# root and sudo exists.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export DEBIAN_FRONTEND=noninteractive
+
+log() { echo "install-test-deps: $*" >&2; }
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo -n env DEBIAN_FRONTEND=noninteractive)
+  else
+    SUDO=()
+    log "not root and no sudo: apt-get installs will likely fail"
+  fi
+fi
+
+# --- Debian packages -------------------------------------------------------------
+# Each entry: package name and a command that tells whether it is installed already.
+missing=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
+# bazel-bootstrap provides /usr/bin/bazel (4.2.3).
+if ! [ -x /usr/bin/bazel ] || ! have_pkg bazel-bootstrap; then
+  missing+=(bazel-bootstrap)
+fi
+if ! command -v protoc >/dev/null 2>&1; then
+  missing+=(protobuf-compiler)
+fi
+if ! command -v bwrap >/dev/null 2>&1; then
+  missing+=(bubblewrap)
+fi
+# postgresql: we need the server binaries (initdb, postgres) under /usr/lib/postgresql/*/bin.
+if ! compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null; then
+  missing+=(postgresql)
+fi
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  "${SUDO[@]}" apt-get update -q
+  "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+else
+  log "Debian packages present"
+fi
+
+# --- Bazel 2.1.0 from npm --------------------------------------------------------
+BAZEL2="$REPO/.tools/npm/node_modules/@bazel/bazel-linux_x64/bazel-2.1.0-linux-x86_64"
+if ! [ -x "$BAZEL2" ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    log "npm missing: installing Debian's npm"
+    "${SUDO[@]}" apt-get update -q
+    "${SUDO[@]}" apt-get install -y -q --no-install-recommends npm </dev/null
+  fi
+  log "installing Bazel 2.1.0 into $REPO/.tools/npm"
+  mkdir -p "$REPO/.tools/npm"
+  npm install --no-audit --no-fund --prefix "$REPO/.tools/npm" @bazel/bazel-linux_x64@2.1.0 </dev/null
+  chmod +x "$BAZEL2"
+else
+  log "Bazel 2.1.0 present"
+fi
+
+# --- .gitignore ------------------------------------------------------------------
+GI="$REPO/.gitignore"
+touch "$GI"
+for line in '.tools/' 'gantry-data/' 'bazel-*'; do
+  grep -qxF -- "$line" "$GI" || echo "$line" >>"$GI"
+done
+
+log "done: bazel4=/usr/bin/bazel bazel2=$BAZEL2"

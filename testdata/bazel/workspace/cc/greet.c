@@ -1,0 +1,5 @@
+#include "cc/greet.h"
+
+void greet(FILE *out, const char *name) {
+  fprintf(out, "hello, %s (from C)\n", name);
+}
