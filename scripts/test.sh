@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs Gantry's whole test suite. Installs what the tests need (Bazel 4.2.3
+# and 2.1.0, protoc, PostgreSQL, bubblewrap) when it is missing, then runs
+# gofmt, go vet and every test under the race detector, including the
+# end-to-end tests with real Bazel clients.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-test-deps.sh
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tools/*'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change these files (run gofmt -w):"; echo "$unformatted"; exit 1
+fi
+echo "== go vet"
+go vet ./...
+echo "== go test -race"
+go test -race -timeout 60m "$@" ./...
