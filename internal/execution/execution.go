@@ -1,0 +1,320 @@
+// Package execution implements the REAPI Execution and Operations
+// services, and Gantry's worker protocol, as adapters over the scheduler.
+package execution
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/platform"
+	"github.com/gantry-build/gantry/internal/scheduler"
+)
+
+// ResultLookup returns a complete cached result or a NOT_FOUND status.
+type ResultLookup func(ctx context.Context, instance string, action digest.Digest) (*repb.ActionResult, error)
+
+// Service implements Execution and Operations.
+type Service struct {
+	repb.UnimplementedExecutionServer
+	longrunningpb.UnimplementedOperationsServer
+
+	sched  *scheduler.Scheduler
+	cas    blobstore.Store
+	lookup ResultLookup
+	log    *slog.Logger
+}
+
+// New returns the service.
+func New(sched *scheduler.Scheduler, cas blobstore.Store, lookup ResultLookup, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Service{sched: sched, cas: cas, lookup: lookup, log: log}
+}
+
+// Register adds Execution and Operations to a gRPC server.
+func (s *Service) Register(g *grpc.Server) {
+	repb.RegisterExecutionServer(g, s)
+	longrunningpb.RegisterOperationsServer(g, s)
+}
+
+func operation(name string, st scheduler.OperationState, fn digest.Function) *longrunningpb.Operation {
+	md, _ := anypb.New(&repb.ExecuteOperationMetadata{
+		Stage:          st.Stage,
+		ActionDigest:   st.ActionDigest.Proto(),
+		DigestFunction: fn,
+	})
+	op := &longrunningpb.Operation{Name: name, Metadata: md, Done: st.Done}
+	if st.Done {
+		resp, _ := anypb.New(st.Response)
+		op.Result = &longrunningpb.Operation_Response{Response: resp}
+	}
+	return op
+}
+
+// Execute implements REAPI Execution. Problems with the request (bad or
+// missing action, command or inputs) fail the call; problems while running
+// go in ExecuteResponse.status.
+func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_ExecuteServer) error {
+	ctx := stream.Context()
+	if err := digest.ValidateInstanceName(req.InstanceName); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	fn, _, err := digest.ResolveFunction(req.DigestFunction)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	if req.ActionDigest == nil {
+		return status.Error(codes.InvalidArgument, "action_digest is missing")
+	}
+	ad, err := digest.FromProto(fn, req.ActionDigest)
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "action_digest: %v", err)
+	}
+	name := uuid.NewString()
+	st := scheduler.OperationState{Name: name, Instance: req.InstanceName, ActionDigest: ad, Stage: repb.ExecutionStage_CACHE_CHECK}
+	if err := stream.Send(operation(name, st, ad.Function)); err != nil {
+		return err
+	}
+	if !req.SkipCacheLookup {
+		ar, err := s.lookup(ctx, req.InstanceName, ad)
+		if err == nil {
+			st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
+			st.Response = &repb.ExecuteResponse{Result: ar, CachedResult: true, Status: status.New(codes.OK, "").Proto()}
+			return stream.Send(operation(name, st, ad.Function))
+		}
+		if status.Code(err) != codes.NotFound {
+			return err
+		}
+	}
+	sub, err := s.prepare(ctx, req, ad)
+	if err != nil {
+		return err
+	}
+	sub.Name = name
+	if _, err := s.sched.Submit(sub); err != nil {
+		return err
+	}
+	return s.follow(ctx, name, ad.Function, stream)
+}
+
+// prepare loads and validates everything the action needs.
+func (s *Service) prepare(ctx context.Context, req *repb.ExecuteRequest, ad digest.Digest) (scheduler.SubmitRequest, error) {
+	action := &repb.Action{}
+	actionBytes, err := readProto(ctx, s.cas, ad, action, "action")
+	if err != nil {
+		return scheduler.SubmitRequest{}, err
+	}
+	cd, err := digest.FromProto(ad.Function, action.CommandDigest)
+	if err != nil {
+		return scheduler.SubmitRequest{}, status.Errorf(codes.InvalidArgument, "action.command_digest: %v", err)
+	}
+	rd, err := digest.FromProto(ad.Function, action.InputRootDigest)
+	if err != nil {
+		return scheduler.SubmitRequest{}, status.Errorf(codes.InvalidArgument, "action.input_root_digest: %v", err)
+	}
+	if t := action.Timeout; t != nil && (t.Seconds < 0 || t.Nanos < 0) {
+		return scheduler.SubmitRequest{}, status.Errorf(codes.InvalidArgument, "action.timeout %v is negative", t.AsDuration())
+	}
+	cmd := &repb.Command{}
+	cmdBytes, err := readProto(ctx, s.cas, cd, cmd, "command")
+	if err != nil {
+		return scheduler.SubmitRequest{}, err
+	}
+	if err := validateCommand(cmd); err != nil {
+		return scheduler.SubmitRequest{}, status.Errorf(codes.InvalidArgument, "command %s: %v", cd, err)
+	}
+	if err := checkInputRoot(ctx, s.cas, rd); err != nil {
+		return scheduler.SubmitRequest{}, err
+	}
+	plat := action.Platform
+	if plat == nil || len(plat.Properties) == 0 {
+		plat = cmd.Platform // Bazel 2.x sets only the Command's platform
+	}
+	if err := validatePlatform(plat); err != nil {
+		return scheduler.SubmitRequest{}, status.Errorf(codes.InvalidArgument, "platform: %v", err)
+	}
+	var priority int32
+	if req.ExecutionPolicy != nil {
+		priority = req.ExecutionPolicy.Priority
+	}
+	return scheduler.SubmitRequest{
+		Instance: req.InstanceName, ActionDigest: ad, Action: action,
+		ActionBytes: actionBytes, CommandBytes: cmdBytes,
+		Platform: platform.FromProto(plat), Priority: priority, DoNotCache: action.DoNotCache,
+	}, nil
+}
+
+func validateCommand(cmd *repb.Command) error {
+	if len(cmd.Arguments) == 0 || cmd.Arguments[0] == "" {
+		return errors.New("arguments are empty; the first argument must name the program to run")
+	}
+	for i, ev := range cmd.EnvironmentVariables {
+		if ev.Name == "" {
+			return fmt.Errorf("environment_variables[%d] has an empty name", i)
+		}
+		if i > 0 && ev.Name <= cmd.EnvironmentVariables[i-1].Name {
+			return fmt.Errorf("environment_variables are not sorted by name or repeat %q; the spec requires sorted, unique names", ev.Name)
+		}
+	}
+	if cmd.WorkingDirectory != "" {
+		if err := CheckRelativePath("working_directory", cmd.WorkingDirectory); err != nil {
+			return err
+		}
+	}
+	for field, paths := range map[string][]string{"output_paths": cmd.OutputPaths, "output_files": cmd.OutputFiles, "output_directories": cmd.OutputDirectories} {
+		for _, p := range paths {
+			if err := CheckRelativePath(field, p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func validatePlatform(p *repb.Platform) error {
+	if p == nil {
+		return nil
+	}
+	for i, pp := range p.Properties {
+		if pp.Name == "" {
+			return fmt.Errorf("properties[%d] has an empty name", i)
+		}
+		if i > 0 {
+			prev := p.Properties[i-1]
+			if pp.Name < prev.Name || (pp.Name == prev.Name && pp.Value <= prev.Value) {
+				return fmt.Errorf("properties are not sorted by name and value (or repeat %s=%s); the spec requires sorted, unique properties", pp.Name, pp.Value)
+			}
+		}
+	}
+	return nil
+}
+
+// follow streams an operation's changes until it is done or the caller
+// leaves. While streaming, the caller counts as waiting for the result.
+func (s *Service) follow(ctx context.Context, name string, fn digest.Function, stream grpc.ServerStreamingServer[longrunningpb.Operation]) error {
+	if err := s.sched.AddWatcher(name); err != nil {
+		return status.Errorf(codes.NotFound, "operation %s is not known (it finished long ago or the server restarted); call Execute again", name)
+	}
+	defer s.sched.RemoveWatcher(name)
+	lastStage := repb.ExecutionStage_UNKNOWN
+	for {
+		st, changed, err := s.sched.Watch(name)
+		if err != nil {
+			return status.Errorf(codes.NotFound, "operation %s is no longer known; call Execute again", name)
+		}
+		if st.Stage != lastStage || st.Done {
+			if err := stream.Send(operation(name, st, fn)); err != nil {
+				return err
+			}
+			lastStage = st.Stage
+		}
+		if st.Done {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
+// WaitExecution implements REAPI Execution.
+func (s *Service) WaitExecution(req *repb.WaitExecutionRequest, stream repb.Execution_WaitExecutionServer) error {
+	st, _, err := s.sched.Watch(req.Name)
+	if err != nil {
+		return status.Errorf(codes.NotFound, "operation %q is not known (it finished long ago, or the server restarted); call Execute again", req.Name)
+	}
+	return s.follow(stream.Context(), req.Name, st.ActionDigest.Function, stream)
+}
+
+// GetOperation implements longrunning Operations.
+func (s *Service) GetOperation(_ context.Context, req *longrunningpb.GetOperationRequest) (*longrunningpb.Operation, error) {
+	st, _, err := s.sched.Watch(req.Name)
+	if err != nil {
+		return nil, status.Errorf(codes.NotFound, "operation %q is not known", req.Name)
+	}
+	return operation(req.Name, st, st.ActionDigest.Function), nil
+}
+
+// ListOperations implements longrunning Operations, paging by name.
+func (s *Service) ListOperations(_ context.Context, req *longrunningpb.ListOperationsRequest) (*longrunningpb.ListOperationsResponse, error) {
+	all := s.sched.List()
+	sort.Slice(all, func(i, j int) bool { return all[i].Name < all[j].Name })
+	start := 0
+	if req.PageToken != "" {
+		start = sort.Search(len(all), func(i int) bool { return all[i].Name > req.PageToken })
+	}
+	size := int(req.PageSize)
+	if size <= 0 || size > 1000 {
+		size = 1000
+	}
+	resp := &longrunningpb.ListOperationsResponse{}
+	for i := start; i < len(all) && len(resp.Operations) < size; i++ {
+		resp.Operations = append(resp.Operations, operation(all[i].Name, all[i], all[i].ActionDigest.Function))
+		if len(resp.Operations) == size && i+1 < len(all) {
+			resp.NextPageToken = all[i].Name
+		}
+	}
+	return resp, nil
+}
+
+// CancelOperation implements longrunning Operations.
+func (s *Service) CancelOperation(_ context.Context, req *longrunningpb.CancelOperationRequest) (*emptypb.Empty, error) {
+	if err := s.sched.Cancel(req.Name); err != nil {
+		return nil, status.Errorf(codes.NotFound, "operation %q is not known", req.Name)
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// DeleteOperation implements longrunning Operations: the client no longer
+// cares about the result, which Gantry forgets on its own schedule.
+func (s *Service) DeleteOperation(_ context.Context, req *longrunningpb.DeleteOperationRequest) (*emptypb.Empty, error) {
+	if _, _, err := s.sched.Watch(req.Name); err != nil {
+		return nil, status.Errorf(codes.NotFound, "operation %q is not known", req.Name)
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// WaitOperation implements longrunning Operations.
+func (s *Service) WaitOperation(ctx context.Context, req *longrunningpb.WaitOperationRequest) (*longrunningpb.Operation, error) {
+	timeout := time.Minute
+	if req.Timeout != nil {
+		timeout = req.Timeout.AsDuration()
+	}
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		st, changed, err := s.sched.Watch(req.Name)
+		if err != nil {
+			return nil, status.Errorf(codes.NotFound, "operation %q is not known", req.Name)
+		}
+		if st.Done {
+			return operation(req.Name, st, st.ActionDigest.Function), nil
+		}
+		select {
+		case <-changed:
+		case <-tctx.Done():
+			if ctx.Err() != nil {
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			return operation(req.Name, st, st.ActionDigest.Function), nil
+		}
+	}
+}

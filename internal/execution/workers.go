@@ -1,0 +1,143 @@
+package execution
+
+import (
+	"context"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
+	"github.com/gantry-build/gantry/internal/platform"
+	"github.com/gantry-build/gantry/internal/scheduler"
+)
+
+// WorkerService implements Gantry's worker protocol over the scheduler.
+type WorkerService struct {
+	workerpb.UnimplementedWorkersServer
+	sched *scheduler.Scheduler
+	// MaxPollWait bounds how long a Poll is held.
+	MaxPollWait time.Duration
+}
+
+// NewWorkerService returns the worker protocol service.
+func NewWorkerService(sched *scheduler.Scheduler) *WorkerService {
+	return &WorkerService{sched: sched, MaxPollWait: 30 * time.Second}
+}
+
+// Attach adds the service to a gRPC server.
+func (s *WorkerService) Attach(g *grpc.Server) { workerpb.RegisterWorkersServer(g, s) }
+
+// Register implements the worker protocol's Register.
+func (s *WorkerService) Register(_ context.Context, req *workerpb.RegisterRequest) (*workerpb.RegisterResponse, error) {
+	if req.WorkerId == "" {
+		return nil, status.Error(codes.InvalidArgument, "worker_id is empty; give each worker a stable, unique id")
+	}
+	props := make(platform.Properties, 0, len(req.Properties))
+	for _, p := range req.Properties {
+		props = append(props, platform.Property{Name: p.Name, Value: p.Value})
+	}
+	props.Sort()
+	s.sched.RegisterWorker(scheduler.WorkerInfo{
+		ID:          req.WorkerId,
+		Match:       platform.WorkerMatch{Properties: props, AcceptUnknown: req.AcceptUnknownProperties},
+		Cores:       int(req.Cores),
+		MemoryBytes: req.MemoryBytes,
+		Resources:   req.Resources,
+		Slots:       int(req.Slots),
+		Queues:      req.Queues,
+		Version:     req.Version,
+	})
+	cfg := s.sched.Config()
+	return &workerpb.RegisterResponse{
+		HeartbeatIntervalMs: cfg.HeartbeatInterval.Milliseconds(),
+		HeartbeatTimeoutMs:  cfg.HeartbeatTimeout.Milliseconds(),
+	}, nil
+}
+
+// Poll implements the worker protocol.
+func (s *WorkerService) Poll(ctx context.Context, req *workerpb.PollRequest) (*workerpb.PollResponse, error) {
+	wait := time.Duration(req.WaitMs) * time.Millisecond
+	if wait <= 0 || wait > s.MaxPollWait {
+		wait = s.MaxPollWait
+	}
+	pctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	a, err := s.sched.Poll(pctx, req.WorkerId, scheduler.Capacity{Cores: int(req.FreeCores)})
+	if err == scheduler.ErrUnknownWorker {
+		return &workerpb.PollResponse{Reregister: true}, nil
+	}
+	if err != nil || a == nil {
+		return &workerpb.PollResponse{}, err
+	}
+	t := a.Task
+	return &workerpb.PollResponse{Assignment: &workerpb.Assignment{
+		LeaseId:      a.LeaseID,
+		TaskId:       t.ID,
+		InstanceName: t.Instance,
+		ActionDigest: &workerpb.Digest{Hash: t.ActionDigest.Hash, SizeBytes: t.ActionDigest.Size, DigestFunction: int32(t.ActionDigest.Function)},
+		Action:       t.ActionBytes,
+		Command:      t.CommandBytes,
+		Cores:        int32(t.Cores),
+		Cacheable:    t.Cacheable,
+		Attempt:      int32(a.Attempt),
+	}}, nil
+}
+
+// Heartbeat implements the worker protocol.
+func (s *WorkerService) Heartbeat(_ context.Context, req *workerpb.HeartbeatRequest) (*workerpb.HeartbeatResponse, error) {
+	reports := make([]scheduler.LeaseReport, len(req.Leases))
+	for i, l := range req.Leases {
+		stage := repb.ExecutionStage_QUEUED
+		if l.Stage == workerpb.Stage_EXECUTING || l.Stage == workerpb.Stage_REPORTING {
+			stage = repb.ExecutionStage_EXECUTING
+		}
+		reports[i] = scheduler.LeaseReport{LeaseID: l.LeaseId, Stage: stage}
+	}
+	cmds, err := s.sched.Heartbeat(req.WorkerId, reports)
+	if err == scheduler.ErrUnknownWorker {
+		return &workerpb.HeartbeatResponse{Reregister: true}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	resp := &workerpb.HeartbeatResponse{}
+	for _, c := range cmds {
+		kind := workerpb.Command_CANCEL
+		switch c.Kind {
+		case scheduler.CommandSuspend:
+			kind = workerpb.Command_SUSPEND
+		case scheduler.CommandResume:
+			kind = workerpb.Command_RESUME
+		}
+		resp.Commands = append(resp.Commands, &workerpb.LeaseCommand{LeaseId: c.LeaseID, Command: kind, Reason: c.Reason})
+	}
+	return resp, nil
+}
+
+// Complete implements the worker protocol.
+func (s *WorkerService) Complete(_ context.Context, req *workerpb.CompleteRequest) (*workerpb.CompleteResponse, error) {
+	resp := &repb.ExecuteResponse{Message: req.Message}
+	if len(req.ActionResult) > 0 {
+		resp.Result = &repb.ActionResult{}
+		if err := proto.Unmarshal(req.ActionResult, resp.Result); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "action_result is not a valid ActionResult: %v", err)
+		}
+	}
+	st := status.New(codes.Code(req.StatusCode), req.StatusMessage)
+	if len(req.MissingBlobs) > 0 {
+		pf := &errdetails.PreconditionFailure{}
+		for _, subj := range req.MissingBlobs {
+			pf.Violations = append(pf.Violations, &errdetails.PreconditionFailure_Violation{Type: "MISSING", Subject: subj, Description: "input is not in the CAS"})
+		}
+		if d, err := st.WithDetails(pf); err == nil {
+			st = d
+		}
+	}
+	resp.Status = st.Proto()
+	return &workerpb.CompleteResponse{Accepted: s.sched.Complete(req.WorkerId, req.LeaseId, resp)}, nil
+}

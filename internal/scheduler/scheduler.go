@@ -1,0 +1,411 @@
+// Package scheduler is Gantry's queue core: operations and the tasks
+// (executions) behind them, in-flight deduplication, priorities, leases to
+// workers, and the timers that requeue work from lost workers and cancel
+// work nobody waits for. It has no gRPC in it; the services are adapters.
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/platform"
+)
+
+// Clock tells the time. Tests inject a fake one to run in virtual time.
+type Clock interface{ Now() time.Time }
+
+// RealClock is the system clock.
+type RealClock struct{}
+
+// Now implements Clock.
+func (RealClock) Now() time.Time { return time.Now() }
+
+// Config tunes the scheduler.
+type Config struct {
+	// HeartbeatInterval is how often workers must heartbeat.
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout is how long a lease survives without its worker
+	// reporting it; then the action goes back to the front of the queue.
+	HeartbeatTimeout time.Duration
+	// MaxAttempts bounds how often an action is handed out after workers
+	// are lost; then it fails with UNAVAILABLE.
+	MaxAttempts int
+	// CallerGrace is how long a task runs on after every caller waiting
+	// for it went away; then it is cancelled.
+	CallerGrace time.Duration
+	// Retention is how long a finished operation stays queryable.
+	Retention time.Duration
+}
+
+// DefaultConfig returns the defaults documented in docs/CONFIGURATION.md.
+func DefaultConfig() Config {
+	return Config{
+		HeartbeatInterval: 2 * time.Second,
+		HeartbeatTimeout:  20 * time.Second,
+		MaxAttempts:       3,
+		CallerGrace:       time.Minute,
+		Retention:         10 * time.Minute,
+	}
+}
+
+// ErrNotFound is returned for an unknown operation name.
+var ErrNotFound = errors.New("operation not found")
+
+type taskState int
+
+const (
+	stateQueued taskState = iota
+	stateLeased
+	stateDone
+)
+
+// Task is one execution of an action. Several operations may share it.
+type Task struct {
+	ID           string
+	Instance     string
+	ActionDigest digest.Digest
+	Platform     platform.Properties
+	ActionBytes  []byte
+	CommandBytes []byte
+	Cacheable    bool
+	Cores        int
+
+	platformKey string
+	priority    int32
+	seq         int64
+	heapIndex   int
+	state       taskState
+	stage       repb.ExecutionStage_Value
+	attempts    int
+	lease       *lease
+	ops         []*Operation
+	response    *repb.ExecuteResponse
+	queuedAt    time.Time
+	dedupKey    dedupKey
+	lastWorker  string
+}
+
+type dedupKey struct {
+	instance string
+	action   digest.Digest
+}
+
+type lease struct {
+	id       string
+	worker   *worker
+	task     *Task
+	lastSeen time.Time
+	stage    repb.ExecutionStage_Value
+}
+
+// Operation is what a client sees: a name bound to a task.
+type Operation struct {
+	Name string
+	task *Task
+
+	watchers  int
+	goneSince time.Time
+	done      bool
+	response  *repb.ExecuteResponse
+	doneAt    time.Time
+	changed   chan struct{}
+}
+
+// OperationState is a snapshot of an operation.
+type OperationState struct {
+	Name         string
+	Instance     string
+	ActionDigest digest.Digest
+	Stage        repb.ExecutionStage_Value
+	Done         bool
+	// Response is set when Done.
+	Response *repb.ExecuteResponse
+}
+
+// Scheduler is safe for concurrent use. One mutex guards the state; every
+// operation under it is O(log n) or O(buckets), and nothing blocks under it.
+type Scheduler struct {
+	cfg   Config
+	clock Clock
+
+	mu        sync.Mutex
+	ops       map[string]*Operation
+	tasks     map[string]*Task
+	inflight  map[dedupKey]*Task
+	queue     *queue
+	workers   map[string]*worker
+	leases    map[string]*lease
+	waiters   []*waiter
+	nextSeq   int64
+	frontSeq  int64
+	listeners []func(Event)
+}
+
+// New returns a scheduler.
+func New(cfg Config, clock Clock) *Scheduler {
+	def := DefaultConfig()
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = def.HeartbeatInterval
+	}
+	if cfg.HeartbeatTimeout <= 0 {
+		cfg.HeartbeatTimeout = def.HeartbeatTimeout
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = def.MaxAttempts
+	}
+	if cfg.CallerGrace <= 0 {
+		cfg.CallerGrace = def.CallerGrace
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = def.Retention
+	}
+	if clock == nil {
+		clock = RealClock{}
+	}
+	return &Scheduler{
+		cfg: cfg, clock: clock,
+		ops: map[string]*Operation{}, tasks: map[string]*Task{}, inflight: map[dedupKey]*Task{},
+		queue: newQueue(), workers: map[string]*worker{}, leases: map[string]*lease{},
+	}
+}
+
+// Config returns the effective configuration.
+func (s *Scheduler) Config() Config { return s.cfg }
+
+// SubmitRequest describes an action to execute.
+type SubmitRequest struct {
+	// Name is the operation name to use; empty picks a new one.
+	Name         string
+	Instance     string
+	ActionDigest digest.Digest
+	Action       *repb.Action
+	ActionBytes  []byte
+	CommandBytes []byte
+	Platform     platform.Properties
+	Priority     int32
+	// DoNotCache: never merged with other executions, never cached.
+	DoNotCache bool
+}
+
+// Submit creates an operation for the action. An identical cacheable
+// action already in flight in the same instance is joined rather than run
+// again.
+func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
+	cores, err := req.Platform.Cores()
+	if err != nil {
+		return "", status.Error(codes.InvalidArgument, err.Error())
+	}
+	name := req.Name
+	if name == "" {
+		name = uuid.NewString()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, taken := s.ops[name]; taken {
+		return "", status.Errorf(codes.AlreadyExists, "operation name %s is taken", name)
+	}
+	now := s.clock.Now()
+	key := dedupKey{req.Instance, req.ActionDigest}
+	var t *Task
+	if !req.DoNotCache {
+		t = s.inflight[key]
+	}
+	if t != nil {
+		if req.Priority < t.priority && t.state == stateQueued {
+			t.priority = req.Priority
+			s.queue.fix(t)
+		}
+	} else {
+		s.nextSeq++
+		t = &Task{
+			ID: uuid.NewString(), Instance: req.Instance, ActionDigest: req.ActionDigest,
+			Platform: req.Platform, ActionBytes: req.ActionBytes, CommandBytes: req.CommandBytes,
+			Cacheable: !req.DoNotCache, Cores: cores,
+			platformKey: req.Platform.Key(), priority: req.Priority, seq: s.nextSeq,
+			heapIndex: -1, stage: repb.ExecutionStage_QUEUED, queuedAt: now, dedupKey: key,
+		}
+		s.tasks[t.ID] = t
+		if t.Cacheable {
+			s.inflight[key] = t
+		}
+		s.enqueueLocked(t)
+	}
+	op := &Operation{Name: name, task: t, goneSince: now, changed: make(chan struct{})}
+	t.ops = append(t.ops, op)
+	s.ops[op.Name] = op
+	s.emit(Event{Kind: EventSubmitted, Task: t.ID, Operation: op.Name})
+	return op.Name, nil
+}
+
+// enqueueLocked puts a task on the queue, or straight to a waiting worker.
+func (s *Scheduler) enqueueLocked(t *Task) {
+	t.state = stateQueued
+	t.stage = repb.ExecutionStage_QUEUED
+	for i, w := range s.waiters {
+		if w.accepts(t) {
+			s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
+			s.leaseLocked(t, w.worker, w)
+			return
+		}
+	}
+	s.queue.push(t)
+}
+
+// Watch returns the operation's state and a channel closed at its next change.
+func (s *Scheduler) Watch(name string) (OperationState, <-chan struct{}, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	op, ok := s.ops[name]
+	if !ok {
+		return OperationState{}, nil, ErrNotFound
+	}
+	return s.stateLocked(op), op.changed, nil
+}
+
+func (s *Scheduler) stateLocked(op *Operation) OperationState {
+	t := op.task
+	st := OperationState{Name: op.Name, Instance: t.Instance, ActionDigest: t.ActionDigest, Stage: t.stage}
+	if op.done {
+		st.Done, st.Stage, st.Response = true, repb.ExecutionStage_COMPLETED, op.response
+	}
+	return st
+}
+
+// List returns the states of all known operations.
+func (s *Scheduler) List() []OperationState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]OperationState, 0, len(s.ops))
+	for _, op := range s.ops {
+		out = append(out, s.stateLocked(op))
+	}
+	return out
+}
+
+// AddWatcher records that a caller is streaming the operation. Pair it
+// with RemoveWatcher; when no caller is left for CallerGrace, the work is
+// cancelled.
+func (s *Scheduler) AddWatcher(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	op, ok := s.ops[name]
+	if !ok {
+		return ErrNotFound
+	}
+	op.watchers++
+	return nil
+}
+
+// RemoveWatcher undoes AddWatcher.
+func (s *Scheduler) RemoveWatcher(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if op, ok := s.ops[name]; ok && op.watchers > 0 {
+		op.watchers--
+		if op.watchers == 0 {
+			op.goneSince = s.clock.Now()
+		}
+	}
+}
+
+// Cancel cancels one operation. The task behind it stops only when no
+// other operation shares it.
+func (s *Scheduler) Cancel(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	op, ok := s.ops[name]
+	if !ok {
+		return ErrNotFound
+	}
+	if op.done {
+		return nil
+	}
+	s.finishOpLocked(op, &repb.ExecuteResponse{Status: status.New(codes.Canceled, "operation cancelled by request").Proto()})
+	t := op.task
+	for _, other := range t.ops {
+		if !other.done {
+			return nil
+		}
+	}
+	s.abandonTaskLocked(t, "all operations waiting for it were cancelled")
+	return nil
+}
+
+// abandonTaskLocked stops a task nobody needs any more.
+func (s *Scheduler) abandonTaskLocked(t *Task, reason string) {
+	switch t.state {
+	case stateQueued:
+		s.queue.remove(t)
+	case stateLeased:
+		l := t.lease
+		l.worker.commands = append(l.worker.commands, LeaseCommand{LeaseID: l.id, Kind: CommandCancel, Reason: reason})
+		s.dropLeaseLocked(l)
+	}
+	t.state = stateDone
+	s.forgetInflightLocked(t)
+	s.emit(Event{Kind: EventCancelled, Task: t.ID, Reason: reason})
+}
+
+func (s *Scheduler) forgetInflightLocked(t *Task) {
+	if s.inflight[t.dedupKey] == t {
+		delete(s.inflight, t.dedupKey)
+	}
+}
+
+func (s *Scheduler) finishOpLocked(op *Operation, resp *repb.ExecuteResponse) {
+	op.done = true
+	op.response = resp
+	op.doneAt = s.clock.Now()
+	s.notifyOpLocked(op)
+}
+
+func (s *Scheduler) notifyOpLocked(op *Operation) {
+	close(op.changed)
+	op.changed = make(chan struct{})
+}
+
+func (s *Scheduler) notifyTaskLocked(t *Task) {
+	for _, op := range t.ops {
+		if !op.done {
+			s.notifyOpLocked(op)
+		}
+	}
+}
+
+// completeTaskLocked finishes a task and every operation on it.
+func (s *Scheduler) completeTaskLocked(t *Task, resp *repb.ExecuteResponse) {
+	t.state = stateDone
+	t.stage = repb.ExecutionStage_COMPLETED
+	t.response = resp
+	s.forgetInflightLocked(t)
+	for _, op := range t.ops {
+		if !op.done {
+			s.finishOpLocked(op, resp)
+		}
+	}
+}
+
+// Stats is a summary for metrics and status pages.
+type Stats struct {
+	Queued, Leased, Operations, Workers int
+}
+
+// Stats returns counts of the scheduler's state.
+func (s *Scheduler) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{Queued: s.queue.n, Leased: len(s.leases), Operations: len(s.ops), Workers: len(s.workers)}
+}
+
+func (s *Scheduler) String() string {
+	st := s.Stats()
+	return fmt.Sprintf("scheduler: %d queued, %d leased, %d operations, %d workers", st.Queued, st.Leased, st.Operations, st.Workers)
+}

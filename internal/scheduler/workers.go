@@ -1,0 +1,330 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gantry-build/gantry/internal/platform"
+)
+
+// WorkerInfo is what a worker registers.
+type WorkerInfo struct {
+	ID          string
+	Match       platform.WorkerMatch
+	Cores       int
+	MemoryBytes int64
+	Resources   map[string]int64
+	Slots       int
+	Queues      []string
+	Version     string
+}
+
+type worker struct {
+	info     WorkerInfo
+	lastSeen time.Time
+	leases   map[string]*lease
+	commands []LeaseCommand
+	// matchCache remembers per platform bucket whether the worker matches.
+	matchCache map[string]bool
+}
+
+func (w *worker) matches(key string, props platform.Properties) bool {
+	ok, known := w.matchCache[key]
+	if !known {
+		ok, _ = w.info.Match.Accepts(props)
+		w.matchCache[key] = ok
+	}
+	return ok
+}
+
+// Capacity is what a polling worker has free.
+type Capacity struct {
+	Cores int
+}
+
+type waiter struct {
+	worker *worker
+	free   Capacity
+	ch     chan *Assignment
+}
+
+func (w *waiter) accepts(t *Task) bool {
+	return t.Cores <= max(w.free.Cores, 1) && w.worker.matches(t.platformKey, t.Platform)
+}
+
+// Assignment is a leased task handed to a worker.
+type Assignment struct {
+	LeaseID string
+	Task    *Task
+	Attempt int
+}
+
+// CommandKind is an instruction for a running lease.
+type CommandKind int
+
+// Commands sent to workers in heartbeat responses.
+const (
+	CommandCancel CommandKind = iota + 1
+	CommandSuspend
+	CommandResume
+)
+
+// LeaseCommand tells a worker to act on one of its leases.
+type LeaseCommand struct {
+	LeaseID string
+	Kind    CommandKind
+	Reason  string
+}
+
+// ErrUnknownWorker means the worker must register (again).
+var ErrUnknownWorker = status.Error(codes.FailedPrecondition, "worker is not registered with this scheduler; register again")
+
+// RegisterWorker adds or replaces a worker. Leases of a previous
+// incarnation with the same id stay until they time out or are reported.
+func (s *Scheduler) RegisterWorker(info WorkerInfo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	if w, ok := s.workers[info.ID]; ok {
+		w.info = info
+		w.lastSeen = now
+		w.matchCache = map[string]bool{}
+		return
+	}
+	s.workers[info.ID] = &worker{info: info, lastSeen: now, leases: map[string]*lease{}, matchCache: map[string]bool{}}
+	s.emit(Event{Kind: EventWorkerAdded, Worker: info.ID})
+}
+
+// Poll leases the best task the worker can take, waiting until ctx ends
+// if there is none.
+func (s *Scheduler) Poll(ctx context.Context, workerID string, free Capacity) (*Assignment, error) {
+	s.mu.Lock()
+	w, ok := s.workers[workerID]
+	if !ok {
+		s.mu.Unlock()
+		return nil, ErrUnknownWorker
+	}
+	w.lastSeen = s.clock.Now()
+	wt := &waiter{worker: w, free: free, ch: make(chan *Assignment, 1)}
+	t := s.queue.best(func(b *bucket, t *Task) bool {
+		return wt.accepts(t)
+	})
+	if t != nil {
+		s.queue.remove(t)
+		a := s.leaseLocked(t, w, nil)
+		s.mu.Unlock()
+		return a, nil
+	}
+	s.waiters = append(s.waiters, wt)
+	s.mu.Unlock()
+
+	select {
+	case a := <-wt.ch:
+		return a, nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, x := range s.waiters {
+		if x == wt {
+			s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
+			return nil, nil
+		}
+	}
+	// A task was handed over as the wait ended: the caller can no longer
+	// deliver it, so give it back.
+	a := <-wt.ch
+	if l := s.leases[a.LeaseID]; l != nil {
+		t := l.task
+		s.dropLeaseLocked(l)
+		t.attempts--
+		s.requeueFrontLocked(t)
+	}
+	return nil, nil
+}
+
+// leaseLocked gives t to w. With a waiter, the assignment goes on its channel.
+func (s *Scheduler) leaseLocked(t *Task, w *worker, wt *waiter) *Assignment {
+	now := s.clock.Now()
+	l := &lease{id: uuid.NewString(), worker: w, task: t, lastSeen: now, stage: repb.ExecutionStage_QUEUED}
+	t.state = stateLeased
+	t.lease = l
+	t.attempts++
+	t.lastWorker = w.info.ID
+	s.leases[l.id] = l
+	w.leases[l.id] = l
+	a := &Assignment{LeaseID: l.id, Task: t, Attempt: t.attempts}
+	s.emit(Event{Kind: EventLeased, Task: t.ID, Worker: w.info.ID})
+	if wt != nil {
+		wt.ch <- a
+	}
+	return a
+}
+
+func (s *Scheduler) dropLeaseLocked(l *lease) {
+	delete(s.leases, l.id)
+	delete(l.worker.leases, l.id)
+	if l.task.lease == l {
+		l.task.lease = nil
+	}
+}
+
+// requeueFrontLocked puts a task back ahead of everything of its priority.
+func (s *Scheduler) requeueFrontLocked(t *Task) {
+	s.frontSeq--
+	t.seq = s.frontSeq
+	s.enqueueLocked(t)
+	s.notifyTaskLocked(t)
+}
+
+// LeaseReport is a worker's view of one of its leases.
+type LeaseReport struct {
+	LeaseID string
+	Stage   repb.ExecutionStage_Value
+}
+
+// Heartbeat refreshes a worker and the leases it reports, and returns the
+// commands for it: CANCEL for leases it reports that are no longer its own.
+func (s *Scheduler) Heartbeat(workerID string, reports []LeaseReport) ([]LeaseCommand, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.workers[workerID]
+	if !ok {
+		return nil, ErrUnknownWorker
+	}
+	now := s.clock.Now()
+	w.lastSeen = now
+	cmds := w.commands
+	w.commands = nil
+	for _, r := range reports {
+		l, ok := w.leases[r.LeaseID]
+		if !ok {
+			cmds = append(cmds, LeaseCommand{LeaseID: r.LeaseID, Kind: CommandCancel, Reason: "lease is no longer valid (it timed out or the operation was cancelled)"})
+			continue
+		}
+		l.lastSeen = now
+		if r.Stage > l.stage {
+			l.stage = r.Stage
+			if l.task.stage != r.Stage {
+				l.task.stage = r.Stage
+				s.notifyTaskLocked(l.task)
+			}
+		}
+	}
+	return cmds, nil
+}
+
+// Complete ends a lease with the task's outcome. It returns false when
+// the lease is no longer valid; the report is then ignored.
+func (s *Scheduler) Complete(workerID, leaseID string, resp *repb.ExecuteResponse) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w, ok := s.workers[workerID]; ok {
+		w.lastSeen = s.clock.Now()
+	}
+	l, ok := s.leases[leaseID]
+	if !ok || l.worker.info.ID != workerID {
+		s.emit(Event{Kind: EventLateReport, Worker: workerID, Reason: "lease " + leaseID + " is not held"})
+		return false
+	}
+	t := l.task
+	s.dropLeaseLocked(l)
+	s.completeTaskLocked(t, resp)
+	s.emit(Event{Kind: EventCompleted, Task: t.ID, Worker: workerID})
+	return true
+}
+
+// Tick runs the timers: leases whose worker stopped reporting go back on
+// the queue (or fail after MaxAttempts), tasks nobody waits for are
+// cancelled, silent workers are forgotten and old operations dropped.
+func (s *Scheduler) Tick() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	for _, l := range s.leases {
+		if now.Sub(l.lastSeen) <= s.cfg.HeartbeatTimeout {
+			continue
+		}
+		t := l.task
+		s.dropLeaseLocked(l)
+		s.emit(Event{Kind: EventWorkerLost, Task: t.ID, Worker: l.worker.info.ID})
+		if t.attempts >= s.cfg.MaxAttempts {
+			msg := fmt.Sprintf("the action was started %d times and each time its worker stopped responding (last: %s); giving up. Check the workers' health, or retry the build", t.attempts, l.worker.info.ID)
+			s.completeTaskLocked(t, &repb.ExecuteResponse{Status: status.New(codes.Unavailable, msg).Proto()})
+			s.emit(Event{Kind: EventGaveUp, Task: t.ID})
+			continue
+		}
+		s.requeueFrontLocked(t)
+		s.emit(Event{Kind: EventRequeued, Task: t.ID})
+	}
+	for id, w := range s.workers {
+		if len(w.leases) == 0 && now.Sub(w.lastSeen) > s.cfg.HeartbeatTimeout && !s.isWaitingLocked(w) {
+			delete(s.workers, id)
+		}
+	}
+	for name, op := range s.ops {
+		switch {
+		case op.done:
+			if now.Sub(op.doneAt) > s.cfg.Retention {
+				delete(s.ops, name)
+				s.dropOpFromTaskLocked(op)
+			}
+		case op.watchers == 0 && now.Sub(op.goneSince) > s.cfg.CallerGrace:
+			s.finishOpLocked(op, &repb.ExecuteResponse{Status: status.New(codes.Canceled, fmt.Sprintf("no client waited for the operation for %s", s.cfg.CallerGrace)).Proto()})
+			if allDone(op.task) {
+				s.abandonTaskLocked(op.task, "no client is waiting for the result")
+			}
+		}
+	}
+}
+
+func allDone(t *Task) bool {
+	for _, op := range t.ops {
+		if !op.done {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Scheduler) dropOpFromTaskLocked(op *Operation) {
+	t := op.task
+	for i, o := range t.ops {
+		if o == op {
+			t.ops = append(t.ops[:i], t.ops[i+1:]...)
+			break
+		}
+	}
+	if len(t.ops) == 0 && t.state == stateDone {
+		delete(s.tasks, t.ID)
+	}
+}
+
+func (s *Scheduler) isWaitingLocked(w *worker) bool {
+	for _, x := range s.waiters {
+		if x.worker == w {
+			return true
+		}
+	}
+	return false
+}
+
+// Run calls Tick every interval until ctx ends.
+func (s *Scheduler) Run(ctx context.Context, interval time.Duration) {
+	tk := time.NewTicker(interval)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tk.C:
+			s.Tick()
+		}
+	}
+}
