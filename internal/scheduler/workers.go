@@ -202,9 +202,16 @@ func (s *Scheduler) Heartbeat(workerID string, reports []LeaseReport) ([]LeaseCo
 	w.lastSeen = now
 	cmds := w.commands
 	w.commands = nil
+	pending := make(map[string]bool, len(cmds))
+	for _, c := range cmds {
+		pending[c.LeaseID] = true
+	}
 	for _, r := range reports {
 		l, ok := w.leases[r.LeaseID]
 		if !ok {
+			if pending[r.LeaseID] {
+				continue
+			}
 			cmds = append(cmds, LeaseCommand{LeaseID: r.LeaseID, Kind: CommandCancel, Reason: "lease is no longer valid (it timed out or the operation was cancelled)"})
 			continue
 		}
