@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -20,10 +21,58 @@ type Config struct {
 	// HTTPListen serves /metrics and /healthz.
 	HTTPListen string `yaml:"http_listen"`
 	// DataDir holds the stores' files.
-	DataDir string    `yaml:"data_dir"`
-	Storage Storage   `yaml:"storage"`
-	GRPC    GRPC      `yaml:"grpc"`
-	Log     LogConfig `yaml:"log"`
+	DataDir   string          `yaml:"data_dir"`
+	Storage   Storage         `yaml:"storage"`
+	Scheduler SchedulerConfig `yaml:"scheduler"`
+	Worker    WorkerConfig    `yaml:"worker"`
+	GRPC      GRPC            `yaml:"grpc"`
+	Log       LogConfig       `yaml:"log"`
+}
+
+// SchedulerConfig tunes the scheduler.
+type SchedulerConfig struct {
+	// HeartbeatInterval is how often workers must heartbeat.
+	HeartbeatInterval Duration `yaml:"heartbeat_interval"`
+	// HeartbeatTimeout is how long a worker may stay silent before its
+	// actions go back to the queue.
+	HeartbeatTimeout Duration `yaml:"heartbeat_timeout"`
+	// MaxAttempts bounds how often an action is handed out after lost
+	// workers before it fails with UNAVAILABLE.
+	MaxAttempts int `yaml:"max_attempts"`
+	// CallerGrace is how long an action runs on after every client waiting
+	// for it went away.
+	CallerGrace Duration `yaml:"caller_grace"`
+	// Retention is how long finished operations stay queryable.
+	Retention Duration `yaml:"retention"`
+}
+
+// WorkerConfig configures a worker: the one `gantry serve` embeds, or a
+// standalone `gantry worker`.
+type WorkerConfig struct {
+	// Enabled runs a worker inside `gantry serve`.
+	Enabled bool `yaml:"enabled"`
+	// ID names the worker; empty uses the host name.
+	ID string `yaml:"id"`
+	// Cores is the execute capacity; 0 uses the number of CPUs.
+	Cores int `yaml:"cores"`
+	// Memory is the memory offered to actions; 0 uses the machine's.
+	Memory ByteSize `yaml:"memory"`
+	// InputFetchSlots bounds concurrent input fetches; 0 means as many as cores.
+	InputFetchSlots int `yaml:"input_fetch_slots"`
+	// ReportSlots bounds concurrent output uploads; 0 means as many as cores.
+	ReportSlots int `yaml:"report_slots"`
+	// Properties are platform properties offered in addition to the
+	// host's OSFamily and ISA. A value "*" matches any value.
+	Properties map[string]string `yaml:"properties"`
+	// AcceptUnknownProperties lets the worker take actions with
+	// properties it does not list.
+	AcceptUnknownProperties bool `yaml:"accept_unknown_properties"`
+	// WorkDir holds exec roots and the file cache; empty uses data_dir/worker.
+	WorkDir string `yaml:"work_dir"`
+	// CacheMaxSize bounds the input file cache.
+	CacheMaxSize ByteSize `yaml:"cache_max_size"`
+	// Wrapper is an argv prefix every action runs under (e.g. a sandbox).
+	Wrapper []string `yaml:"wrapper"`
 }
 
 // Storage configures the CAS and the ActionCache.
@@ -89,6 +138,18 @@ func Default() Config {
 			ReadChunkSize:     1 << 20,
 			InlineLimit:       1 << 20,
 			CompletenessCheck: true,
+		},
+		Scheduler: SchedulerConfig{
+			HeartbeatInterval: Duration(2 * time.Second),
+			HeartbeatTimeout:  Duration(20 * time.Second),
+			MaxAttempts:       3,
+			CallerGrace:       Duration(time.Minute),
+			Retention:         Duration(10 * time.Minute),
+		},
+		Worker: WorkerConfig{
+			Enabled:                 true,
+			AcceptUnknownProperties: true,
+			CacheMaxSize:            10 << 30,
 		},
 		Log: LogConfig{Level: "info", Format: "text"},
 	}
@@ -216,6 +277,18 @@ func (c *Config) Validate() error {
 	}
 	if c.Storage.ReadChunkSize < 1<<10 || c.Storage.ReadChunkSize > 4<<20-1<<10 {
 		bad("storage.read_chunk_size", "must be between 1KiB and 4MiB-1KiB (clients accept 4 MiB messages)")
+	}
+	if c.Scheduler.HeartbeatInterval <= 0 {
+		bad("scheduler.heartbeat_interval", "must be positive")
+	}
+	if c.Scheduler.HeartbeatTimeout < 2*c.Scheduler.HeartbeatInterval {
+		bad("scheduler.heartbeat_timeout", "%s is less than twice heartbeat_interval (%s); one late heartbeat would lose work", c.Scheduler.HeartbeatTimeout, c.Scheduler.HeartbeatInterval)
+	}
+	if c.Scheduler.MaxAttempts < 1 {
+		bad("scheduler.max_attempts", "must be at least 1")
+	}
+	if c.Worker.Cores < 0 || c.Worker.InputFetchSlots < 0 || c.Worker.ReportSlots < 0 {
+		bad("worker", "cores, input_fetch_slots and report_slots must not be negative")
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

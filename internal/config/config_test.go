@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -64,7 +65,7 @@ func TestParseEmptyFileKeepsDefaults(t *testing.T) {
 		if err := Parse([]byte(doc), &cfg); err != nil {
 			t.Fatalf("%q: %v", doc, err)
 		}
-		if cfg != Default() {
+		if !reflect.DeepEqual(cfg, Default()) {
 			t.Errorf("%q changed the defaults", doc)
 		}
 	}
