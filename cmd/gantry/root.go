@@ -22,7 +22,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newVersionCommand())
+	root.AddCommand(newServeCommand(), newWorkerCommand(), newVersionCommand())
 	return root
 }
 

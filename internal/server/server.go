@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,20 +22,25 @@ import (
 
 	"github.com/gantry-build/gantry/internal/actioncache"
 	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/execution"
 	"github.com/gantry-build/gantry/internal/frontend"
 	"github.com/gantry-build/gantry/internal/metrics"
+	"github.com/gantry-build/gantry/internal/scheduler"
+	"github.com/gantry-build/gantry/internal/worker"
 )
 
 // Server is a running all-in-one Gantry.
 type Server struct {
-	cfg      config.Config
-	log      *slog.Logger
-	grpc     *grpc.Server
-	http     *http.Server
-	grpcLis  net.Listener
-	httpLis  net.Listener
-	Frontend *frontend.Server
+	cfg       config.Config
+	log       *slog.Logger
+	grpc      *grpc.Server
+	http      *http.Server
+	grpcLis   net.Listener
+	httpLis   net.Listener
+	Frontend  *frontend.Server
+	Scheduler *scheduler.Scheduler
 }
 
 // New builds a server from cfg and binds its ports.
@@ -59,8 +66,18 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		ReadChunkSize:     int(cfg.Storage.ReadChunkSize),
 		InlineLimit:       int64(cfg.Storage.InlineLimit),
 		CompletenessCheck: cfg.Storage.CompletenessCheck,
+		ExecEnabled:       true,
 		Logger:            log,
 	})
+	sc := cfg.Scheduler
+	sched := scheduler.New(scheduler.Config{
+		HeartbeatInterval: sc.HeartbeatInterval.D(),
+		HeartbeatTimeout:  sc.HeartbeatTimeout.D(),
+		MaxAttempts:       sc.MaxAttempts,
+		CallerGrace:       sc.CallerGrace.D(),
+		Retention:         sc.Retention.D(),
+	}, scheduler.RealClock{})
+	registerSchedulerMetrics(reg, sched)
 	maxMsg := cfg.GRPCMaxMessageSize()
 	g := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMsg),
@@ -73,8 +90,10 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		grpc.ChainStreamInterceptor(gm.Stream),
 	)
 	fe.Register(g)
+	execution.New(sched, cas, fe.LookupActionResult, log).Register(g)
+	execution.NewWorkerService(sched).Attach(g)
 
-	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe}
+	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched}
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen (gRPC) on %s: %w; pick a free address with --listen", cfg.Listen, err)
 	}
@@ -117,13 +136,84 @@ func (s *Server) Run(ctx context.Context) error {
 		}()
 	}
 	s.log.Info("gantry serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "data_dir", s.cfg.DataDir)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go s.Scheduler.Run(ctx, 250*time.Millisecond)
+	var workerDone chan error // nil (never ready) without an embedded worker
+	if s.cfg.Worker.Enabled {
+		workerDone = make(chan error, 1)
+		go func() { workerDone <- s.runEmbeddedWorker(ctx) }()
+	}
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
+	case err = <-workerDone:
+		workerDone = nil
+		if err != nil {
+			err = fmt.Errorf("embedded worker: %w", err)
+		}
+	}
+	cancel()
+	if workerDone != nil {
+		<-workerDone
 	}
 	s.Stop()
 	return err
+}
+
+// runEmbeddedWorker runs a worker in this process that reaches the
+// scheduler over the server's own gRPC port, like any other worker.
+func (s *Server) runEmbeddedWorker(ctx context.Context) error {
+	conn, err := client.Dial(dialAddr(s.GRPCAddr()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	wc := s.cfg.Worker
+	if wc.ID == "" {
+		host, _ := os.Hostname()
+		wc.ID = host + "-embedded"
+	}
+	if wc.WorkDir == "" {
+		wc.WorkDir = filepath.Join(s.cfg.DataDir, "worker")
+	}
+	w, err := worker.New(conn, WorkerConfig(wc, s.log))
+	if err != nil {
+		return err
+	}
+	return w.Run(ctx)
+}
+
+// WorkerConfig turns the config file's worker section into a worker.Config.
+func WorkerConfig(wc config.WorkerConfig, log *slog.Logger) worker.Config {
+	cores := wc.Cores
+	if cores <= 0 {
+		cores = runtime.NumCPU()
+	}
+	mem := int64(wc.Memory)
+	if mem <= 0 {
+		mem = worker.HostMemory()
+	}
+	return worker.Config{
+		ID: wc.ID, Cores: cores, MemoryBytes: mem,
+		InputFetchSlots: wc.InputFetchSlots, ReportSlots: wc.ReportSlots,
+		Properties: worker.Properties(wc.Properties), AcceptUnknownProperties: wc.AcceptUnknownProperties,
+		WorkDir: wc.WorkDir, CacheMaxBytes: int64(wc.CacheMaxSize), Wrapper: wc.Wrapper, Logger: log,
+	}
+}
+
+// dialAddr turns a listen address into one to dial: a wildcard host
+// becomes loopback.
+func dialAddr(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // Stop shuts the server down, giving in-flight calls a few seconds.
@@ -182,4 +272,19 @@ func registerStoreMetrics(reg prometheus.Registerer, cas blobstore.Store) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "gantry_cas_bytes", Help: "Bytes held in the CAS.",
 	}, func() float64 { _, b := st.Stats(); return float64(b) }))
+}
+
+func registerSchedulerMetrics(reg prometheus.Registerer, sched *scheduler.Scheduler) {
+	for _, g := range []struct {
+		name, help string
+		get        func(scheduler.Stats) int
+	}{
+		{"gantry_scheduler_queued_actions", "Actions waiting for a worker.", func(s scheduler.Stats) int { return s.Queued }},
+		{"gantry_scheduler_leased_actions", "Actions held by workers.", func(s scheduler.Stats) int { return s.Leased }},
+		{"gantry_scheduler_operations", "Operations known (running and recently finished).", func(s scheduler.Stats) int { return s.Operations }},
+		{"gantry_scheduler_workers", "Registered workers.", func(s scheduler.Stats) int { return s.Workers }},
+	} {
+		get := g.get
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, func() float64 { return float64(get(sched.Stats())) }))
+	}
 }

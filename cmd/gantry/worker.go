@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gantry-build/gantry/internal/client"
+	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/server"
+	"github.com/gantry-build/gantry/internal/worker"
+)
+
+func newWorkerCommand() *cobra.Command {
+	var (
+		configPath, schedulerAddr, workDir, id string
+		cores                                  int
+		props                                  []string
+		acceptUnknown                          bool
+	)
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run a standalone worker that takes actions from a Gantry scheduler",
+		Long: `Run a worker. It registers with the scheduler at --scheduler, offers this
+host's platform (OSFamily, ISA) plus --property values, and runs actions in
+exec roots under --work-dir. The worker section of --config sets the rest.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := config.Default()
+			if configPath != "" {
+				var err error
+				if cfg, err = config.Load(configPath); err != nil {
+					return err
+				}
+			}
+			wc := cfg.Worker
+			flags := cmd.Flags()
+			if flags.Changed("work-dir") || wc.WorkDir == "" {
+				wc.WorkDir = workDir
+			}
+			if flags.Changed("cores") {
+				wc.Cores = cores
+			}
+			if flags.Changed("id") || wc.ID == "" {
+				wc.ID = id
+			}
+			if flags.Changed("accept-unknown-properties") {
+				wc.AcceptUnknownProperties = acceptUnknown
+			}
+			if len(props) > 0 && wc.Properties == nil {
+				wc.Properties = map[string]string{}
+			}
+			for _, p := range props {
+				k, v, ok := strings.Cut(p, "=")
+				if !ok || k == "" {
+					return fmt.Errorf("--property %q: write it as name=value", p)
+				}
+				wc.Properties[k] = v
+			}
+			if wc.ID == "" {
+				host, _ := os.Hostname()
+				wc.ID = host
+			}
+			conn, err := client.Dial(schedulerAddr)
+			if err != nil {
+				return fmt.Errorf("connecting to the scheduler at %s: %w", schedulerAddr, err)
+			}
+			defer conn.Close()
+			log := newLogger(cfg.Log)
+			w, err := worker.New(conn, server.WorkerConfig(wc, log))
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			log.Info("worker starting", "id", wc.ID, "scheduler", schedulerAddr, "work_dir", wc.WorkDir)
+			return w.Run(ctx)
+		},
+	}
+	cmd.Flags().StringVar(&configPath, "config", "", "YAML config file; its worker section applies (see docs/CONFIGURATION.md)")
+	cmd.Flags().StringVar(&schedulerAddr, "scheduler", "127.0.0.1:8980", "address of the Gantry server to take work from")
+	cmd.Flags().StringVar(&workDir, "work-dir", "./gantry-worker", "directory for exec roots and the input file cache")
+	cmd.Flags().IntVar(&cores, "cores", 0, "execute capacity in cores (0: number of CPUs)")
+	cmd.Flags().StringVar(&id, "id", "", "worker id (default: host name)")
+	cmd.Flags().StringArrayVar(&props, "property", nil, "platform property name=value to offer (repeatable; value * matches anything)")
+	cmd.Flags().BoolVar(&acceptUnknown, "accept-unknown-properties", true, "take actions with properties this worker does not list")
+	return cmd
+}

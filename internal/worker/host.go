@@ -1,0 +1,62 @@
+package worker
+
+import (
+	"bufio"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
+)
+
+// HostProperties returns the platform properties of this machine, spelled
+// as Bazel users write them: OSFamily=linux, ISA=x86-64 (or aarch64).
+func HostProperties() map[string]string {
+	isa := runtime.GOARCH
+	switch isa {
+	case "amd64":
+		isa = "x86-64"
+	case "arm64":
+		isa = "aarch64"
+	}
+	return map[string]string{"OSFamily": runtime.GOOS, "ISA": isa}
+}
+
+// Properties merges the host's properties with configured ones (which win)
+// into a sorted list for registration.
+func Properties(configured map[string]string) []*workerpb.Property {
+	all := HostProperties()
+	for k, v := range configured {
+		all[k] = v
+	}
+	names := make([]string, 0, len(all))
+	for k := range all {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	out := make([]*workerpb.Property, 0, len(names))
+	for _, k := range names {
+		out = append(out, &workerpb.Property{Name: k, Value: all[k]})
+	}
+	return out
+}
+
+// HostMemory returns the machine's memory in bytes, or 0 if unknown.
+func HostMemory() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "MemTotal:" {
+			kb, _ := strconv.ParseInt(fields[1], 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}

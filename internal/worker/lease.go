@@ -1,0 +1,216 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
+	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/worker/execroot"
+	"github.com/gantry-build/gantry/internal/worker/outputs"
+	"github.com/gantry-build/gantry/internal/worker/runner"
+)
+
+// runLease takes one assignment through InputFetch, Execute and Report.
+// It is called holding an input fetch slot.
+func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assignment) {
+	defer w.endLease(l)
+	fetchHeld := true
+	releaseFetch := func() {
+		if fetchHeld {
+			w.fetch.Release(1)
+			fetchHeld = false
+		}
+	}
+	defer releaseFetch()
+	md := &repb.ExecutedActionMetadata{Worker: w.cfg.ID, WorkerStartTimestamp: timestamppb.Now()}
+
+	ad, err := actionDigest(a)
+	if err != nil {
+		w.complete(l, failure(codes.Internal, "worker received a bad assignment: %v", err))
+		return
+	}
+	fn := ad.Function
+	action, cmd := &repb.Action{}, &repb.Command{}
+	if err := proto.Unmarshal(a.Action, action); err != nil {
+		w.complete(l, failure(codes.InvalidArgument, "action %s does not parse: %v", ad, err))
+		return
+	}
+	if err := proto.Unmarshal(a.Command, cmd); err != nil {
+		w.complete(l, failure(codes.InvalidArgument, "command of action %s does not parse: %v", ad, err))
+		return
+	}
+	release, err := w.exclusive(ctx, a.TaskId)
+	if err != nil {
+		return
+	}
+	defer release()
+	ctx = withInstance(ctx, a.InstanceName)
+	cas := w.cas.For(a.InstanceName, fn)
+
+	// InputFetch.
+	md.InputFetchStartTimestamp = timestamppb.Now()
+	rootDigest, err := digest.FromProto(fn, action.InputRootDigest)
+	if err != nil {
+		w.complete(l, failure(codes.InvalidArgument, "action %s: input_root_digest: %v", ad, err))
+		return
+	}
+	rootDir := filepath.Join(w.roots, l.id)
+	root, err := execroot.Build(ctx, w.cache, cas, fn, rootDigest, rootDir, cmd)
+	if err != nil {
+		os.RemoveAll(rootDir)
+		if ctx.Err() != nil {
+			return // cancelled: the scheduler already knows
+		}
+		w.complete(l, inputFailure(ad, err))
+		return
+	}
+	defer root.Destroy()
+	md.InputFetchCompletedTimestamp = timestamppb.Now()
+
+	// Claim execute cores before letting go of the fetch slot.
+	cores := int64(min(max(int(a.Cores), 1), w.cfg.Cores))
+	if err := w.exec.Acquire(ctx, cores); err != nil {
+		return
+	}
+	w.addFree(-int(cores))
+	releaseFetch()
+	execHeld := true
+	releaseExec := func() {
+		if execHeld {
+			w.exec.Release(cores)
+			w.addFree(int(cores))
+			execHeld = false
+		}
+	}
+	defer releaseExec()
+	w.setStage(l, workerpb.Stage_EXECUTING)
+
+	stdoutPath := filepath.Join(w.logs, l.id+".stdout")
+	stderrPath := filepath.Join(w.logs, l.id+".stderr")
+	defer os.Remove(stdoutPath)
+	defer os.Remove(stderrPath)
+	env := make([]string, len(cmd.EnvironmentVariables))
+	for i, ev := range cmd.EnvironmentVariables {
+		env[i] = ev.Name + "=" + ev.Value
+	}
+	spec := runner.Spec{
+		Args: cmd.Arguments, Env: env, Dir: filepath.Join(rootDir, filepath.FromSlash(cmd.WorkingDirectory)),
+		Stdout: stdoutPath, Stderr: stderrPath, Wrapper: w.cfg.Wrapper,
+	}
+	if action.Timeout != nil {
+		spec.Timeout = action.Timeout.AsDuration()
+	}
+	md.ExecutionStartTimestamp = timestamppb.Now()
+	proc, err := runner.Start(spec)
+	if err != nil {
+		w.complete(l, failure(codes.InvalidArgument, "action %s could not start: %v", ad, err))
+		return
+	}
+	w.mu.Lock()
+	l.proc = proc
+	w.mu.Unlock()
+	stop := context.AfterFunc(ctx, proc.Cancel)
+	res := proc.Wait()
+	stop()
+	md.ExecutionCompletedTimestamp = timestamppb.Now()
+	if ctx.Err() != nil {
+		return // cancelled or shutting down: nobody wants the result
+	}
+
+	// Claim a report slot before letting go of the cores.
+	if err := w.report.Acquire(ctx, 1); err != nil {
+		return
+	}
+	defer w.report.Release(1)
+	releaseExec()
+	w.setStage(l, workerpb.Stage_REPORTING)
+
+	md.OutputUploadStartTimestamp = timestamppb.Now()
+	ar, err := outputs.Collect(ctx, cas, fn, rootDir, cmd, outputs.Options{})
+	if err != nil {
+		w.complete(l, outputFailure(ad, err))
+		return
+	}
+	if ar.StdoutDigest, err = outputs.UploadLog(ctx, cas, fn, stdoutPath); err == nil {
+		ar.StderrDigest, err = outputs.UploadLog(ctx, cas, fn, stderrPath)
+	}
+	if err != nil {
+		w.complete(l, failure(codes.Internal, "uploading stdout/stderr of action %s failed: %v", ad, err))
+		return
+	}
+	ar.ExitCode = int32(res.ExitCode)
+	md.OutputUploadCompletedTimestamp = timestamppb.Now()
+	md.WorkerCompletedTimestamp = timestamppb.Now()
+	ar.ExecutionMetadata = md
+
+	if res.TimedOut {
+		req := failure(codes.DeadlineExceeded, "action %s exceeded its timeout of %s and was killed; stdout and stderr so far are in the result", ad, spec.Timeout)
+		req.ActionResult = marshalResult(ar)
+		w.complete(l, req)
+		return
+	}
+	req := &workerpb.CompleteRequest{ActionResult: marshalResult(ar)}
+	if ar.ExitCode == 0 && a.Cacheable && !action.DoNotCache {
+		actx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, err := w.ac.UpdateActionResult(actx, &repb.UpdateActionResultRequest{
+			InstanceName: a.InstanceName, ActionDigest: ad.Proto(), ActionResult: ar, DigestFunction: fn,
+		})
+		cancel()
+		if err != nil {
+			w.log.Warn("writing the action cache failed", "action", ad.String(), "err", err)
+		} else {
+			req.Cached = true
+		}
+	}
+	w.complete(l, req)
+}
+
+func (w *Worker) addFree(n int) {
+	w.mu.Lock()
+	w.freeCPU += n
+	w.mu.Unlock()
+}
+
+// inputFailure maps an input materialization error to a result.
+func inputFailure(ad digest.Digest, err error) *workerpb.CompleteRequest {
+	var missing *execroot.MissingError
+	var invalid *execroot.InvalidError
+	switch {
+	case errors.As(err, &missing):
+		req := failure(codes.FailedPrecondition, "%d input blob(s) of action %s are missing from the CAS; upload them and retry", len(missing.Digests), ad)
+		for _, d := range missing.Digests {
+			req.MissingBlobs = append(req.MissingBlobs, "blobs/"+d.ResourceSegment())
+		}
+		return req
+	case errors.As(err, &invalid):
+		return failure(codes.InvalidArgument, "action %s: %v", ad, err)
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "no space left") {
+		return failure(codes.ResourceExhausted, "worker ran out of disk space preparing action %s: %v", ad, err)
+	}
+	return failure(codes.Internal, "preparing the inputs of action %s failed: %v", ad, err)
+}
+
+// outputFailure maps an output collection error to a result.
+func outputFailure(ad digest.Digest, err error) *workerpb.CompleteRequest {
+	var pre *outputs.PreconditionError
+	var invalid *outputs.InvalidError
+	switch {
+	case errors.As(err, &pre):
+		return failure(codes.FailedPrecondition, "action %s: %v", ad, err)
+	case errors.As(err, &invalid):
+		return failure(codes.InvalidArgument, "action %s: %v", ad, err)
+	}
+	return failure(codes.Internal, "uploading the outputs of action %s failed: %v", ad, err)
+}

@@ -1,0 +1,361 @@
+// Package worker runs actions for the scheduler. A worker is a pipeline of
+// stages with bounded slots: Match (polls for work once it holds an input
+// fetch slot), InputFetch (materializes the input root from the file
+// cache), Execute (holds as many cores as the action asks for) and Report
+// (uploads outputs, writes the ActionCache, completes the lease). Each
+// stage claims its successor before it lets go of its own slot, so work
+// never piles up between stages.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"golang.org/x/sync/semaphore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
+	"github.com/gantry-build/gantry/internal/client"
+	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/worker/filecache"
+)
+
+// Config describes a worker.
+type Config struct {
+	ID                      string
+	Cores                   int
+	MemoryBytes             int64
+	InputFetchSlots         int
+	ReportSlots             int
+	Properties              []*workerpb.Property
+	AcceptUnknownProperties bool
+	WorkDir                 string
+	CacheMaxBytes           int64
+	Wrapper                 []string
+	// PollWait is how long one Poll may be held by the scheduler.
+	PollWait time.Duration
+	Logger   *slog.Logger
+}
+
+// Worker is a running worker.
+type Worker struct {
+	cfg    Config
+	conn   *grpc.ClientConn
+	sched  workerpb.WorkersClient
+	ac     repb.ActionCacheClient
+	cache  *filecache.Cache
+	cas    *instanceCAS
+	log    *slog.Logger
+	roots  string
+	logs   string
+	fetch  *semaphore.Weighted
+	exec   *semaphore.Weighted
+	report *semaphore.Weighted
+
+	heartbeatEvery time.Duration
+	kick           chan struct{} // asks the heartbeat loop to report now
+
+	mu      sync.Mutex
+	leases  map[string]*activeLease
+	running map[string]chan struct{} // task id -> closed when it leaves
+	freeCPU int
+}
+
+type activeLease struct {
+	id     string
+	taskID string
+	stage  workerpb.Stage
+	cancel context.CancelFunc
+	proc   processControl
+	reason string
+}
+
+// processControl is what the heartbeat loop may do to a running action.
+type processControl interface {
+	Suspend() error
+	Resume() error
+}
+
+// New prepares a worker that talks to the scheduler (and its CAS and
+// ActionCache) over conn.
+func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
+	if cfg.Cores <= 0 {
+		return nil, errors.New("worker cores must be positive")
+	}
+	if cfg.InputFetchSlots <= 0 {
+		cfg.InputFetchSlots = cfg.Cores
+	}
+	if cfg.ReportSlots <= 0 {
+		cfg.ReportSlots = cfg.Cores
+	}
+	if cfg.PollWait <= 0 {
+		cfg.PollWait = 20 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	w := &Worker{
+		cfg: cfg, conn: conn, log: cfg.Logger.With("worker", cfg.ID),
+		sched: workerpb.NewWorkersClient(conn), ac: repb.NewActionCacheClient(conn),
+		roots: filepath.Join(cfg.WorkDir, "roots"), logs: filepath.Join(cfg.WorkDir, "logs"),
+		fetch: semaphore.NewWeighted(int64(cfg.InputFetchSlots)), exec: semaphore.NewWeighted(int64(cfg.Cores)),
+		report: semaphore.NewWeighted(int64(cfg.ReportSlots)),
+		kick:   make(chan struct{}, 1), leases: map[string]*activeLease{}, running: map[string]chan struct{}{},
+		freeCPU: cfg.Cores,
+	}
+	// Exec roots and logs of a previous run are garbage.
+	for _, d := range []string{w.roots, w.logs} {
+		if err := os.RemoveAll(d); err != nil {
+			return nil, fmt.Errorf("clearing %s: %w", d, err)
+		}
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("creating %s: %w", d, err)
+		}
+	}
+	w.cas = newInstanceCAS(conn)
+	cache, err := filecache.New(filepath.Join(cfg.WorkDir, "cache"), cfg.CacheMaxBytes, w.cas)
+	if err != nil {
+		return nil, err
+	}
+	w.cache = cache
+	return w, nil
+}
+
+// Run works until ctx ends. Running actions are cancelled on the way out.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := w.register(ctx); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); w.heartbeatLoop(ctx) }()
+	err := w.matchLoop(ctx, &wg)
+	wg.Wait()
+	return err
+}
+
+func (w *Worker) register(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		resp, err := w.sched.Register(ctx, &workerpb.RegisterRequest{
+			WorkerId: w.cfg.ID, Properties: w.cfg.Properties, AcceptUnknownProperties: w.cfg.AcceptUnknownProperties,
+			Cores: int32(w.cfg.Cores), MemoryBytes: w.cfg.MemoryBytes, Slots: int32(w.cfg.InputFetchSlots + w.cfg.Cores + w.cfg.ReportSlots),
+		})
+		if err == nil {
+			w.heartbeatEvery = time.Duration(resp.HeartbeatIntervalMs) * time.Millisecond
+			if w.heartbeatEvery <= 0 {
+				w.heartbeatEvery = 2 * time.Second
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if attempt%10 == 0 {
+			w.log.Warn("cannot register with the scheduler; retrying", "err", err)
+		}
+		sleep(ctx, min(time.Duration(attempt+1)*200*time.Millisecond, 5*time.Second))
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// matchLoop is the Match stage: it claims an input fetch slot, then asks
+// for one action, and hands it on holding that slot.
+func (w *Worker) matchLoop(ctx context.Context, wg *sync.WaitGroup) error {
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		if err := w.fetch.Acquire(ctx, 1); err != nil {
+			break
+		}
+		w.mu.Lock()
+		free := w.freeCPU
+		w.mu.Unlock()
+		resp, err := w.sched.Poll(ctx, &workerpb.PollRequest{WorkerId: w.cfg.ID, FreeCores: int32(max(free, 1)), WaitMs: w.cfg.PollWait.Milliseconds()})
+		if err != nil || resp.Assignment == nil {
+			w.fetch.Release(1)
+			if err != nil && ctx.Err() == nil {
+				backoff = min(max(backoff*2, 100*time.Millisecond), 5*time.Second)
+				w.log.Warn("poll failed; retrying", "err", err, "in", backoff)
+				sleep(ctx, backoff)
+			}
+			if resp != nil && resp.Reregister {
+				if err := w.register(ctx); err != nil {
+					break
+				}
+			}
+			continue
+		}
+		backoff = 0
+		a := resp.Assignment
+		lctx, cancel := context.WithCancel(ctx)
+		l := &activeLease{id: a.LeaseId, taskID: a.TaskId, stage: workerpb.Stage_INPUT_FETCH, cancel: cancel}
+		w.mu.Lock()
+		w.leases[l.id] = l
+		w.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer cancel()
+			w.runLease(lctx, l, a)
+		}()
+	}
+	return nil
+}
+
+// setStage records a lease's stage and makes the heartbeat loop report it.
+func (w *Worker) setStage(l *activeLease, st workerpb.Stage) {
+	w.mu.Lock()
+	l.stage = st
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Worker) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(w.heartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-w.kick:
+		}
+		w.mu.Lock()
+		req := &workerpb.HeartbeatRequest{WorkerId: w.cfg.ID}
+		for _, l := range w.leases {
+			req.Leases = append(req.Leases, &workerpb.LeaseState{LeaseId: l.id, Stage: l.stage})
+		}
+		w.mu.Unlock()
+		resp, err := w.sched.Heartbeat(ctx, req)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("heartbeat failed", "err", err)
+			}
+			continue
+		}
+		if resp.Reregister {
+			if err := w.register(ctx); err != nil {
+				return
+			}
+		}
+		for _, c := range resp.Commands {
+			w.apply(c)
+		}
+	}
+}
+
+func (w *Worker) apply(c *workerpb.LeaseCommand) {
+	w.mu.Lock()
+	l, ok := w.leases[c.LeaseId]
+	var proc processControl
+	if ok {
+		proc = l.proc
+	}
+	w.mu.Unlock()
+	if !ok {
+		return
+	}
+	switch c.Command {
+	case workerpb.Command_CANCEL:
+		w.log.Info("cancelling action", "lease", c.LeaseId, "reason", c.Reason)
+		w.mu.Lock()
+		l.reason = c.Reason
+		w.mu.Unlock()
+		l.cancel()
+	case workerpb.Command_SUSPEND:
+		if proc != nil {
+			proc.Suspend()
+		}
+	case workerpb.Command_RESUME:
+		if proc != nil {
+			proc.Resume()
+		}
+	}
+}
+
+// exclusive waits until no other lease of the same task runs here, so the
+// same operation never runs twice at once on this worker.
+func (w *Worker) exclusive(ctx context.Context, taskID string) (release func(), err error) {
+	for {
+		w.mu.Lock()
+		ch, busy := w.running[taskID]
+		if !busy {
+			done := make(chan struct{})
+			w.running[taskID] = done
+			w.mu.Unlock()
+			return func() {
+				w.mu.Lock()
+				delete(w.running, taskID)
+				w.mu.Unlock()
+				close(done)
+			}, nil
+		}
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (w *Worker) endLease(l *activeLease) {
+	w.mu.Lock()
+	delete(w.leases, l.id)
+	w.mu.Unlock()
+}
+
+// complete reports a lease's outcome to the scheduler.
+func (w *Worker) complete(l *activeLease, req *workerpb.CompleteRequest) {
+	req.WorkerId, req.LeaseId = w.cfg.ID, l.id
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for attempt := 0; attempt < 5; attempt++ {
+		resp, err := w.sched.Complete(ctx, req)
+		if err == nil {
+			if !resp.Accepted {
+				w.log.Info("scheduler ignored the result of a lease it no longer holds", "lease", l.id)
+			}
+			return
+		}
+		w.log.Warn("reporting a result failed; retrying", "lease", l.id, "err", err)
+		sleep(ctx, time.Duration(attempt+1)*200*time.Millisecond)
+	}
+}
+
+func failure(code codes.Code, format string, args ...any) *workerpb.CompleteRequest {
+	return &workerpb.CompleteRequest{StatusCode: int32(code), StatusMessage: fmt.Sprintf(format, args...)}
+}
+
+func marshalResult(ar *repb.ActionResult) []byte {
+	b, _ := proto.Marshal(ar)
+	return b
+}
+
+func actionDigest(a *workerpb.Assignment) (digest.Digest, error) {
+	if a.ActionDigest == nil {
+		return digest.Digest{}, errors.New("assignment has no action digest")
+	}
+	return digest.Parse(digest.Function(a.ActionDigest.DigestFunction), a.ActionDigest.Hash, a.ActionDigest.SizeBytes)
+}
+
+var _ = client.Dial
