@@ -22,7 +22,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newWorkerCommand(), newVersionCommand())
+	root.AddCommand(newServeCommand(), newWorkerCommand(), newBenchCommand(), newVersionCommand())
 	return root
 }
 

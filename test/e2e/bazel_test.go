@@ -37,6 +37,8 @@ type bazelClient struct {
 	Version string
 	// Path is the Bazel binary.
 	Path string
+	// StartupFlags go before the command of every invocation.
+	StartupFlags []string
 	// Flags go after the command of every build and test invocation.
 	Flags []string
 }
@@ -64,6 +66,9 @@ func bazelClients(t testing.TB) []*bazelClient {
 			Name:    "bazel2",
 			Version: "2.1.0",
 			Path:    bazel2,
+			// One install base for the whole test process instead of one per output
+			// root saves extracting the binary (a few seconds) in every test.
+			StartupFlags: []string{"--install_base=" + filepath.Join(tmpRoot, "bazel2-install")},
 		},
 	}
 }
@@ -161,8 +166,9 @@ func (w *bazelWorkspace) runWithTimeout(timeout time.Duration, command string, a
 		// A developer's ~/.bazelrc must not change what is tested; Debian's system
 		// bazelrc stays, since Bazel 4.2.3 needs its install_base.
 		"--nohome_rc",
-		command,
 	}
+	argv = append(argv, w.client.StartupFlags...)
+	argv = append(argv, command)
 	switch command {
 	case "build", "test":
 		argv = append(argv, "--color=no", "--curses=no", "--incompatible_strict_action_env")
@@ -200,7 +206,7 @@ func (w *bazelWorkspace) runWithTimeout(timeout time.Duration, command string, a
 	if s, ok := lastProcessSummary(res.Output); ok {
 		summary = " | " + s.Line
 	}
-	w.t.Logf("%s %s %s: exit %d in %v%s", w.client.Name, command, strings.Join(args, " "),
+	w.t.Logf("%s: exit %d in %v%s", strings.Join(append([]string{w.client.Name, command}, args...), " "),
 		res.ExitCode, res.Duration.Round(10*time.Millisecond), summary)
 	return res
 }

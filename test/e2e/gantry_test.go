@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -147,6 +148,9 @@ func (g *gantryProc) stop(t *testing.T) {
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 			<-g.exited
 		}
+	}
+	if b, err := os.ReadFile(g.LogPath); err == nil && strings.Contains(string(b), "WARNING: DATA RACE") {
+		t.Errorf("gantry (built with -race) reported a data race; see its log")
 	}
 	if t.Failed() {
 		t.Logf("gantry log (%s):\n%s", g.LogPath, readTail(g.LogPath, gantryLogTail))

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -110,13 +111,18 @@ func gantryBin(t testing.TB) string {
 		}
 		out := filepath.Join(tmpRoot, "gantry")
 		start := time.Now()
-		cmd := exec.Command("go", "build", "-o", out, "./cmd/gantry")
+		args := []string{"build", "-o", out}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		args = append(args, "./cmd/gantry")
+		cmd := exec.Command("go", args...)
 		cmd.Dir = root
 		if b, err := cmd.CombinedOutput(); err != nil {
-			gantryBuildErr = fmt.Errorf("go build ./cmd/gantry: %v\n%s", err, b)
+			gantryBuildErr = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, b)
 			return
 		}
-		fmt.Fprintf(os.Stderr, "e2e: built gantry in %v\n", time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(os.Stderr, "e2e: go %s took %v\n", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
 		gantryBinary = out
 	})
 	if gantryBuildErr != nil {

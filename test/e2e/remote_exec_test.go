@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"os"
 	"strings"
 	"testing"
 )
@@ -12,12 +11,7 @@ const expectedFailureMarker = "GANTRY_EXPECTED_FAILURE"
 // TestBazelRemoteExecution uses Gantry as remote executor: every action of
 // `bazel test //...` must run remotely; a failing action must fail the build with its
 // stderr shown; after `bazel clean` everything must come from the action cache.
-//
-// Gated behind GANTRY_E2E_EXEC=1 (even in CI) until `gantry serve` executes actions.
 func TestBazelRemoteExecution(t *testing.T) {
-	if os.Getenv("GANTRY_E2E_EXEC") != "1" {
-		t.Skip("remote execution end-to-end test: set GANTRY_E2E_EXEC=1 to run it")
-	}
 	forEachBazel(t, func(t *testing.T, c *bazelClient) {
 		g := startGantry(t)
 		w := newBazelWorkspace(t, c)

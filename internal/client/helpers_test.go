@@ -1,0 +1,108 @@
+package client
+
+import (
+	"context"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/gantry-build/gantry/internal/actioncache"
+	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/frontend"
+)
+
+func TestMain(m *testing.M) {
+	// Retries must not slow the tests down; no test depends on the delay.
+	retryDelay = func(int) time.Duration { return 0 }
+	os.Exit(m.Run())
+}
+
+// calls counts the gRPC methods a test server was called with.
+type calls struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *calls) add(method string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[method]++
+}
+
+// get returns how often the method with the short name (e.g.
+// "BatchUpdateBlobs") was called.
+func (c *calls) get(short string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	total := 0
+	for m, n := range c.n {
+		if len(m) > len(short) && m[len(m)-len(short)-1:] == "/"+short {
+			total += n
+		}
+	}
+	return total
+}
+
+// startServer serves the services that register adds on 127.0.0.1:0 and
+// returns a connection to it made with Dial, and the call counts.
+func startServer(t *testing.T, register func(*grpc.Server)) (*grpc.ClientConn, *calls) {
+	t.Helper()
+	c := &calls{}
+	g := grpc.NewServer(
+		grpc.MaxRecvMsgSize(64<<20),
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			c.add(info.FullMethod)
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			c.add(info.FullMethod)
+			return h(srv, ss)
+		}),
+	)
+	register(g)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); g.Serve(lis) }()
+	conn, err := Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		g.Stop()
+		<-done
+	})
+	return conn, c
+}
+
+// startFrontend serves Gantry's storage services over an in-memory CAS.
+func startFrontend(t *testing.T, opts frontend.Options) (*grpc.ClientConn, *blobstore.Memory, *calls) {
+	t.Helper()
+	mem := blobstore.NewMemory(0)
+	fe := frontend.New(mem, actioncache.NewMemory(0), opts)
+	conn, c := startServer(t, fe.Register)
+	return conn, mem, c
+}
+
+// testData returns n bytes that differ with seed.
+func testData(n int, seed byte) []byte {
+	b := make([]byte, n)
+	x := uint32(seed)*2654435761 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x)
+	}
+	return b
+}

@@ -1,0 +1,306 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
+	"github.com/gantry-build/gantry/internal/digest"
+)
+
+// Defaults of a NoopWorker.
+const (
+	// DefaultPollWait is how long a NoopWorker's Poll may wait for work.
+	DefaultPollWait = 5 * time.Second
+	// defaultHeartbeat is used if the scheduler names no interval.
+	defaultHeartbeat = 5 * time.Second
+)
+
+// NoopWorker is a worker for Gantry's worker protocol
+// (gantry.worker.v1.Workers) that runs nothing: it completes every action
+// it is leased at once with exit code 0 and, for each declared output file
+// (output_paths, or else output_files), an OutputFile holding the empty
+// blob. It measures the scheduler and Execute path without any execution
+// cost. It only works against a Gantry scheduler.
+//
+// It registers with one core and one slot, properties OSFamily=linux (or
+// Properties) and accept_unknown_properties, and heartbeats at the
+// interval the scheduler asks for.
+type NoopWorker struct {
+	// ID is the worker id sent to the scheduler; it must be unique.
+	ID string
+	// Properties are the platform properties offered; nil means
+	// OSFamily=linux.
+	Properties []*workerpb.Property
+	// PollWait is how long one Poll may wait for work; 0 means
+	// DefaultPollWait.
+	PollWait time.Duration
+	// Logger receives warnings; nil means slog.Default().
+	Logger *slog.Logger
+
+	client     workerpb.WorkersClient
+	completed  atomic.Int64
+	rejected   atomic.Int64
+	heartbeats atomic.Int64
+	interval   atomic.Int64 // heartbeat interval in ms
+	reregister atomic.Bool
+
+	mu    sync.Mutex
+	lease string // the lease being completed, for heartbeats
+}
+
+// NewNoopWorker returns a NoopWorker with id that talks to the scheduler
+// behind conn.
+func NewNoopWorker(conn grpc.ClientConnInterface, id string) *NoopWorker {
+	return &NoopWorker{ID: id, client: workerpb.NewWorkersClient(conn)}
+}
+
+// Completed is the number of results the scheduler accepted.
+func (w *NoopWorker) Completed() int64 { return w.completed.Load() }
+
+// Rejected is the number of results the scheduler refused because the
+// lease was no longer valid.
+func (w *NoopWorker) Rejected() int64 { return w.rejected.Load() }
+
+// Heartbeats is the number of heartbeats the scheduler answered.
+func (w *NoopWorker) Heartbeats() int64 { return w.heartbeats.Load() }
+
+// Run registers the worker and serves leases until ctx is cancelled, when
+// it returns nil. Transient errors (UNAVAILABLE, e.g. a scheduler restart)
+// are retried; other errors end Run, for example UNIMPLEMENTED from a
+// server that is not a Gantry scheduler.
+func (w *NoopWorker) Run(ctx context.Context) error {
+	if w.Logger == nil {
+		w.Logger = slog.Default()
+	}
+	if err := w.register(ctx); err != nil {
+		return ignoreCancel(ctx, err)
+	}
+	hbCtx, stopHeartbeats := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); w.heartbeatLoop(hbCtx) }()
+	defer func() { stopHeartbeats(); wg.Wait() }()
+
+	wait := w.PollWait
+	if wait <= 0 {
+		wait = DefaultPollWait
+	}
+	failures := 0
+	for ctx.Err() == nil {
+		if w.reregister.Swap(false) {
+			if err := w.register(ctx); err != nil {
+				return ignoreCancel(ctx, err)
+			}
+		}
+		resp, err := w.client.Poll(ctx, &workerpb.PollRequest{WorkerId: w.ID, FreeCores: 1, WaitMs: wait.Milliseconds()})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !transient(err) {
+				return w.protocolError("Poll", err)
+			}
+			failures++
+			w.Logger.Warn("noop worker: Poll failed; retrying", "worker", w.ID, "err", err)
+			sleep(ctx, retryDelay(min(failures, 6)))
+			continue
+		}
+		failures = 0
+		if resp.Reregister {
+			w.reregister.Store(true)
+			continue
+		}
+		if resp.Assignment != nil {
+			if err := w.complete(ctx, resp.Assignment); err != nil {
+				return ignoreCancel(ctx, err)
+			}
+		}
+	}
+	return nil
+}
+
+// register announces the worker, retrying transient errors.
+func (w *NoopWorker) register(ctx context.Context) error {
+	props := w.Properties
+	if props == nil {
+		props = []*workerpb.Property{{Name: "OSFamily", Value: "linux"}}
+	}
+	req := &workerpb.RegisterRequest{
+		WorkerId:                w.ID,
+		Properties:              props,
+		AcceptUnknownProperties: true,
+		Cores:                   1,
+		Slots:                   1,
+		Version:                 "gantry-noop-worker",
+	}
+	for failures := 1; ; failures++ {
+		resp, err := w.client.Register(ctx, req)
+		if err == nil {
+			w.interval.Store(resp.HeartbeatIntervalMs)
+			return nil
+		}
+		if ctx.Err() != nil || !transient(err) {
+			return w.protocolError("Register", err)
+		}
+		w.Logger.Warn("noop worker: Register failed; retrying", "worker", w.ID, "err", err)
+		sleep(ctx, retryDelay(min(failures, 6)))
+	}
+}
+
+// complete reports an immediate success for assignment a.
+func (w *NoopWorker) complete(ctx context.Context, a *workerpb.Assignment) error {
+	w.setLease(a.LeaseId)
+	defer w.setLease("")
+	req := &workerpb.CompleteRequest{WorkerId: w.ID, LeaseId: a.LeaseId}
+	result, err := noopResult(a, w.ID)
+	if err != nil {
+		req.StatusCode = int32(codes.InvalidArgument)
+		req.StatusMessage = err.Error()
+	} else if req.ActionResult, err = proto.Marshal(result); err != nil {
+		return fmt.Errorf("encoding the ActionResult: %w", err)
+	}
+	for failures := 1; ; failures++ {
+		resp, err := w.client.Complete(ctx, req)
+		if err == nil {
+			if resp.Accepted {
+				w.completed.Add(1)
+			} else {
+				w.rejected.Add(1)
+			}
+			return nil
+		}
+		if ctx.Err() != nil || !transient(err) || failures > ExecuteRetries {
+			return w.protocolError("Complete", err)
+		}
+		sleep(ctx, retryDelay(failures))
+	}
+}
+
+// noopResult is the ActionResult of a successful run of a that produced
+// every declared output file, empty.
+func noopResult(a *workerpb.Assignment, workerID string) (*repb.ActionResult, error) {
+	cmd := &repb.Command{}
+	if err := proto.Unmarshal(a.Command, cmd); err != nil {
+		return nil, fmt.Errorf("the assignment's command is not a valid Command message: %v", err)
+	}
+	paths := cmd.OutputPaths
+	if len(paths) == 0 {
+		paths = cmd.OutputFiles
+	}
+	empty := digest.Empty(assignmentFunction(a.ActionDigest)).Proto()
+	now := timestamppb.Now()
+	res := &repb.ActionResult{
+		ExecutionMetadata: &repb.ExecutedActionMetadata{
+			Worker:                         workerID,
+			WorkerStartTimestamp:           now,
+			InputFetchStartTimestamp:       now,
+			InputFetchCompletedTimestamp:   now,
+			ExecutionStartTimestamp:        now,
+			ExecutionCompletedTimestamp:    now,
+			OutputUploadStartTimestamp:     now,
+			OutputUploadCompletedTimestamp: now,
+			WorkerCompletedTimestamp:       now,
+		},
+	}
+	for _, p := range paths {
+		res.OutputFiles = append(res.OutputFiles, &repb.OutputFile{Path: p, Digest: empty})
+	}
+	return res, nil
+}
+
+// assignmentFunction is the digest function of an assignment's action:
+// the one it names, else the one its hash length implies, else SHA256.
+func assignmentFunction(d *workerpb.Digest) digest.Function {
+	if fn := digest.Function(d.GetDigestFunction()); digest.IsSupported(fn) {
+		return fn
+	}
+	if pd, err := digest.Parse(repb.DigestFunction_UNKNOWN, d.GetHash(), d.GetSizeBytes()); err == nil {
+		return pd.Function
+	}
+	return digest.SHA256
+}
+
+func (w *NoopWorker) setLease(id string) {
+	w.mu.Lock()
+	w.lease = id
+	w.mu.Unlock()
+}
+
+// heartbeatLoop sends heartbeats at the registered interval until ctx ends.
+func (w *NoopWorker) heartbeatLoop(ctx context.Context) {
+	for {
+		interval := time.Duration(w.interval.Load()) * time.Millisecond
+		if interval <= 0 {
+			interval = defaultHeartbeat
+		}
+		if !sleep(ctx, interval) {
+			return
+		}
+		req := &workerpb.HeartbeatRequest{WorkerId: w.ID}
+		w.mu.Lock()
+		if w.lease != "" {
+			req.Leases = []*workerpb.LeaseState{{LeaseId: w.lease, Stage: workerpb.Stage_EXECUTING}}
+		}
+		w.mu.Unlock()
+		resp, err := w.client.Heartbeat(ctx, req)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.Logger.Warn("noop worker: Heartbeat failed", "worker", w.ID, "err", err)
+			}
+			continue
+		}
+		w.heartbeats.Add(1)
+		if resp.Reregister {
+			w.reregister.Store(true)
+		}
+	}
+}
+
+// protocolError describes a failed worker-protocol call.
+func (w *NoopWorker) protocolError(call string, err error) error {
+	if status.Code(err) == codes.Unimplemented {
+		return fmt.Errorf("noop worker %s: %s: the server does not implement Gantry's worker protocol (gantry.worker.v1.Workers); no-op workers work only against a Gantry scheduler: %w", w.ID, call, err)
+	}
+	return fmt.Errorf("noop worker %s: %s: %w", w.ID, call, err)
+}
+
+// transient reports whether a call may succeed if retried.
+func transient(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+// ignoreCancel turns an error caused by ctx's end into nil.
+func ignoreCancel(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// sleep waits for d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

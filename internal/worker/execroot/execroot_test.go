@@ -1,0 +1,618 @@
+package execroot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/worker/filecache"
+)
+
+const fn = digest.SHA256
+
+// treeBuilder uploads files and Directory messages to a CAS.
+type treeBuilder struct {
+	t   *testing.T
+	cas blobstore.Store
+}
+
+func (b treeBuilder) blob(data []byte) *repb.Digest {
+	b.t.Helper()
+	d := digest.Compute(fn, data)
+	if err := blobstore.Put(context.Background(), b.cas, d, data); err != nil {
+		b.t.Fatal(err)
+	}
+	return d.Proto()
+}
+
+func (b treeBuilder) file(content string) *repb.Digest { return b.blob([]byte(content)) }
+
+func (b treeBuilder) dir(msg *repb.Directory) *repb.Digest {
+	b.t.Helper()
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return b.blob(data)
+}
+
+// absent returns the digest of content without uploading it.
+func absent(content string) *repb.Digest { return digest.Compute(fn, []byte(content)).Proto() }
+
+func dirDigest(msg *repb.Directory) *repb.Digest {
+	data, _ := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	return digest.Compute(fn, data).Proto()
+}
+
+func fnode(name string, d *repb.Digest, exec bool) *repb.FileNode {
+	return &repb.FileNode{Name: name, Digest: d, IsExecutable: exec}
+}
+
+func dnode(name string, d *repb.Digest) *repb.DirectoryNode {
+	return &repb.DirectoryNode{Name: name, Digest: d}
+}
+
+func snode(name, target string) *repb.SymlinkNode {
+	return &repb.SymlinkNode{Name: name, Target: target}
+}
+
+func mustDigest(t *testing.T, d *repb.Digest) digest.Digest {
+	t.Helper()
+	dd, err := digest.FromProto(fn, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dd
+}
+
+type env struct {
+	cas   *blobstore.Memory
+	cache *filecache.Cache
+	tb    treeBuilder
+}
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	cas := blobstore.NewMemory(0)
+	cache, err := filecache.New(t.TempDir(), 0, cas)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env{cas: cas, cache: cache, tb: treeBuilder{t, cas}}
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestBuildMaterializesTree(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	deep := e.tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode("c", e.tb.file("deep"), false)}})
+	sub := e.tb.dir(&repb.Directory{
+		Files:       []*repb.FileNode{fnode("b", e.tb.file("hello"), false)},
+		Directories: []*repb.DirectoryNode{dnode("deep", deep)},
+		Symlinks:    []*repb.SymlinkNode{snode("up", "../a.txt")},
+	})
+	root := e.tb.dir(&repb.Directory{
+		Files: []*repb.FileNode{
+			fnode("a.txt", e.tb.file("hello"), false),
+			fnode("empty", digest.Empty(fn).Proto(), false),
+			fnode("run.sh", e.tb.file("#!/bin/sh\necho hi\n"), true),
+		},
+		Directories: []*repb.DirectoryNode{dnode("sub", sub), dnode("sub2", sub)},
+		Symlinks:    []*repb.SymlinkNode{snode("dirlink", "sub"), snode("link", "sub/b")},
+	})
+	cmd := &repb.Command{
+		WorkingDirectory:  "sub",
+		OutputFiles:       []string{"out/x/y.o", "top.o"},
+		OutputDirectories: []string{"gen/d", "deep/new"},
+	}
+	dir := filepath.Join(t.TempDir(), "exec", "1")
+	r, err := Build(ctx, e.cache, e.cas, fn, mustDigest(t, root), dir, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if r.Dir != dir || r.WorkDir != filepath.Join(dir, "sub") {
+		t.Errorf("Dir, WorkDir = %s, %s", r.Dir, r.WorkDir)
+	}
+	if r.Files != 7 || r.Directories != 4 || r.Symlinks != 4 {
+		t.Errorf("counts files=%d dirs=%d symlinks=%d, want 7, 4, 4", r.Files, r.Directories, r.Symlinks)
+	}
+	files := []struct {
+		path, content string
+		mode          os.FileMode
+	}{
+		{"a.txt", "hello", 0o444},
+		{"empty", "", 0o444},
+		{"run.sh", "#!/bin/sh\necho hi\n", 0o555},
+		{"sub/b", "hello", 0o444},
+		{"sub/deep/c", "deep", 0o444},
+		{"sub2/deep/c", "deep", 0o444},
+		{"link", "hello", 0o444},       // through the symlink
+		{"dirlink/up", "hello", 0o444}, // through two symlinks
+	}
+	for _, f := range files {
+		p := filepath.Join(dir, f.path)
+		if got := readFile(t, p); got != f.content {
+			t.Errorf("%s = %q, want %q", f.path, got, f.content)
+		}
+		info, _ := os.Stat(p)
+		if info.Mode().Perm() != f.mode {
+			t.Errorf("%s mode = %v, want %v", f.path, info.Mode().Perm(), f.mode)
+		}
+	}
+	for p, want := range map[string]string{"link": "sub/b", "dirlink": "sub", "sub/up": "../a.txt", "sub2/up": "../a.txt"} {
+		if got, err := os.Readlink(filepath.Join(dir, p)); err != nil || got != want {
+			t.Errorf("readlink %s = %q, %v; want %q", p, got, err, want)
+		}
+	}
+	// Identical blobs share the cache's inode.
+	a, _ := os.Stat(filepath.Join(dir, "a.txt"))
+	b, _ := os.Stat(filepath.Join(dir, "sub2/b"))
+	if !os.SameFile(a, b) {
+		t.Error("a.txt and sub2/b are not hardlinks of one cached file")
+	}
+	// Output parents exist; output directories themselves do not.
+	for p, want := range map[string]bool{
+		"sub/out/x": true, "sub/gen": true, "sub/gen/d": false, "sub/deep/new": false, "sub/out/x/y.o": false, "sub/top.o": false,
+	} {
+		info, err := os.Stat(filepath.Join(dir, p))
+		if got := err == nil && info.IsDir(); got != want {
+			t.Errorf("directory %s exists = %v, want %v", p, got, want)
+		}
+	}
+	if s := e.cache.Stats(); s.Referenced != 4 {
+		t.Errorf("cache references = %d, want 4 (hello, deep, script, empty)", s.Referenced)
+	}
+
+	if err := r.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Destroy(); err != nil {
+		t.Errorf("second Destroy: %v", err)
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Errorf("root still exists after Destroy: %v", err)
+	}
+	if s := e.cache.Stats(); s.Referenced != 0 || s.Entries != 4 {
+		t.Errorf("after Destroy stats = %+v, want 4 unreferenced entries", s)
+	}
+}
+
+func TestBuildOutputPathsAndEmptyRoot(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		name     string
+		cmd      *repb.Command
+		wantDirs []string
+		noDirs   []string
+	}{
+		{
+			name:     "output_paths supersede legacy fields",
+			cmd:      &repb.Command{OutputPaths: []string{"bin/tool", "gen"}, OutputFiles: []string{"/ignored"}},
+			wantDirs: []string{"bin"},
+			noDirs:   []string{"gen", "bin/tool", "ignored"},
+		},
+		{
+			name:     "output directory of the whole working directory",
+			cmd:      &repb.Command{OutputDirectories: []string{""}},
+			wantDirs: []string{"."},
+		},
+		{
+			name:     "dot dot inside the root",
+			cmd:      &repb.Command{OutputPaths: []string{"a/../b/c"}},
+			wantDirs: []string{"a", "b"},
+		},
+		{
+			name:     "deep legacy output file",
+			cmd:      &repb.Command{OutputFiles: []string{"x/y/z/f"}},
+			wantDirs: []string{"x/y/z"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir() // exists and is empty: allowed
+			r, err := Build(context.Background(), e.cache, e.cas, fn, digest.Empty(fn), dir, tt.cmd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Destroy()
+			for _, p := range tt.wantDirs {
+				if info, err := os.Stat(filepath.Join(dir, p)); err != nil || !info.IsDir() {
+					t.Errorf("%s is not a directory: %v", p, err)
+				}
+			}
+			for _, p := range tt.noDirs {
+				if _, err := os.Lstat(filepath.Join(dir, p)); err == nil {
+					t.Errorf("%s exists", p)
+				}
+			}
+		})
+	}
+}
+
+func TestBuildRejectsNonEmptyDir(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "leftover"), nil, 0o644)
+	_, err := Build(context.Background(), e.cache, e.cas, fn, digest.Empty(fn), dir, &repb.Command{})
+	if err == nil || !strings.Contains(err.Error(), "not empty") {
+		t.Fatalf("got %v, want a 'not empty' error", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "leftover")); err != nil {
+		t.Error("Build removed a file it did not create")
+	}
+}
+
+func TestBuildInvalid(t *testing.T) {
+	e := newEnv(t)
+	tb := e.tb
+	hello := tb.file("hello")
+	empty := &repb.Directory{}
+	emptyD := tb.dir(empty)
+	subFile := tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode("f", hello, false)}})
+	// A directory whose symlink is fine at depth 2 but escapes at depth 1.
+	shared := tb.dir(&repb.Directory{Symlinks: []*repb.SymlinkNode{snode("up", "../..")}})
+	sharedHolder := tb.dir(&repb.Directory{Directories: []*repb.DirectoryNode{dnode("S", shared)}})
+	garbage := tb.blob([]byte("\xff\xff\xff not a proto"))
+	dlink := tb.dir(&repb.Directory{Symlinks: []*repb.SymlinkNode{snode("l", "..")}})
+
+	tests := []struct {
+		name     string
+		root     *repb.Directory
+		rootD    *repb.Digest // used instead of root when set
+		cmd      *repb.Command
+		wantPath string
+		wantRule string
+	}{
+		{name: "slash in name", root: &repb.Directory{Files: []*repb.FileNode{fnode("a/b", hello, false)}}, wantPath: "a/b", wantRule: "contains '/'"},
+		{name: "dot name", root: &repb.Directory{Directories: []*repb.DirectoryNode{dnode(".", emptyD)}}, wantPath: ".", wantRule: "not allowed"},
+		{name: "dot dot name", root: &repb.Directory{Symlinks: []*repb.SymlinkNode{snode("..", "x")}}, wantPath: "..", wantRule: "not allowed"},
+		{name: "empty name", root: &repb.Directory{Files: []*repb.FileNode{fnode("", hello, false)}}, wantPath: "", wantRule: "empty name"},
+		{name: "nested bad name", root: &repb.Directory{Directories: []*repb.DirectoryNode{dnode("d", tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode("x/y", hello, false)}}))}}, wantPath: "d/x/y", wantRule: "contains '/'"},
+		{name: "duplicate files", root: &repb.Directory{Files: []*repb.FileNode{fnode("a", hello, false), fnode("a", hello, true)}}, wantPath: "a", wantRule: "appears twice"},
+		{name: "unsorted files", root: &repb.Directory{Files: []*repb.FileNode{fnode("b", hello, false), fnode("a", hello, false)}}, wantPath: "a", wantRule: "not sorted"},
+		{name: "unsorted directories", root: &repb.Directory{Directories: []*repb.DirectoryNode{dnode("z", emptyD), dnode("y", emptyD)}}, wantPath: "y", wantRule: "not sorted"},
+		{name: "unsorted symlinks", root: &repb.Directory{Symlinks: []*repb.SymlinkNode{snode("b", "x"), snode("B", "x")}}, wantPath: "B", wantRule: "not sorted"},
+		{name: "file and directory share a name", root: &repb.Directory{Files: []*repb.FileNode{fnode("x", hello, false)}, Directories: []*repb.DirectoryNode{dnode("x", emptyD)}}, wantPath: "x", wantRule: "more than one"},
+		{name: "directory and symlink share a name", root: &repb.Directory{Directories: []*repb.DirectoryNode{dnode("x", emptyD)}, Symlinks: []*repb.SymlinkNode{snode("x", "y")}}, wantPath: "x", wantRule: "more than one"},
+		{name: "bad file digest", root: &repb.Directory{Files: []*repb.FileNode{fnode("f", &repb.Digest{Hash: "abc", SizeBytes: 3}, false)}}, wantPath: "f", wantRule: "file digest"},
+		{name: "missing file digest", root: &repb.Directory{Files: []*repb.FileNode{fnode("f", nil, false)}}, wantPath: "f", wantRule: "digest is missing"},
+		{name: "bad directory digest", root: &repb.Directory{Directories: []*repb.DirectoryNode{dnode("d", &repb.Digest{Hash: strings.Repeat("A", 64)})}}, wantPath: "d", wantRule: "directory digest"},
+		{name: "not a Directory message", rootD: garbage, wantPath: "", wantRule: "not a valid Directory"},
+		{name: "absolute symlink", root: &repb.Directory{Symlinks: []*repb.SymlinkNode{snode("l", "/etc/passwd")}}, wantPath: "l", wantRule: "absolute"},
+		{name: "empty symlink target", root: &repb.Directory{Symlinks: []*repb.SymlinkNode{snode("l", "")}}, wantPath: "l", wantRule: "empty target"},
+		{name: "symlink to parent of root", root: &repb.Directory{Symlinks: []*repb.SymlinkNode{snode("l", "..")}}, wantPath: "l", wantRule: "outside the input root"},
+		{name: "nested symlink with too many dot dots", root: &repb.Directory{Directories: []*repb.DirectoryNode{dnode("d", tb.dir(&repb.Directory{Symlinks: []*repb.SymlinkNode{snode("x", "../../etc")}}))}}, wantPath: "d/x", wantRule: "outside the input root"},
+		{name: "symlink chain escapes", root: &repb.Directory{Directories: []*repb.DirectoryNode{dnode("d", dlink)}, Symlinks: []*repb.SymlinkNode{snode("x", "d/l/..")}}, wantPath: "x", wantRule: "outside the input root"},
+		{name: "symlink through a missing name escapes", root: &repb.Directory{Symlinks: []*repb.SymlinkNode{snode("x", "nope/../../y")}}, wantPath: "x", wantRule: "outside the input root"},
+		{name: "shared directory escapes at one place", root: &repb.Directory{Directories: []*repb.DirectoryNode{dnode("S", shared), dnode("a", sharedHolder)}}, wantPath: "S/up", wantRule: "outside the input root"},
+		{name: "absolute working directory", root: empty, cmd: &repb.Command{WorkingDirectory: "/tmp"}, wantPath: "/tmp", wantRule: "absolute"},
+		{name: "working directory escapes", root: empty, cmd: &repb.Command{WorkingDirectory: ".."}, wantPath: "..", wantRule: "outside the input root"},
+		{name: "working directory missing", root: empty, cmd: &repb.Command{WorkingDirectory: "nope"}, wantPath: "nope", wantRule: "not a directory of the input tree"},
+		{name: "working directory is a file", root: &repb.Directory{Files: []*repb.FileNode{fnode("f", hello, false)}}, cmd: &repb.Command{WorkingDirectory: "f"}, wantPath: "f", wantRule: "not a directory"},
+		{name: "working directory trailing slash", root: empty, cmd: &repb.Command{WorkingDirectory: "a/"}, wantPath: "a/", wantRule: "trailing slash"},
+		{name: "absolute output file", root: empty, cmd: &repb.Command{OutputFiles: []string{"/out"}}, wantPath: "/out", wantRule: "absolute"},
+		{name: "empty output file", root: empty, cmd: &repb.Command{OutputFiles: []string{""}}, wantPath: "", wantRule: "empty"},
+		{name: "output directory trailing slash", root: empty, cmd: &repb.Command{OutputDirectories: []string{"out/"}}, wantPath: "out/", wantRule: "trailing slash"},
+		{name: "output path double slash", root: empty, cmd: &repb.Command{OutputPaths: []string{"a//b"}}, wantPath: "a//b", wantRule: "empty segment"},
+		{name: "output path ending in dot dot", root: empty, cmd: &repb.Command{OutputPaths: []string{"a/.."}}, wantPath: "a/..", wantRule: "must end with a name"},
+		{name: "output escapes", root: empty, cmd: &repb.Command{OutputPaths: []string{"../../x"}}, wantPath: "../../x", wantRule: "outside the input root"},
+		{name: "output escapes from working directory", root: &repb.Directory{Directories: []*repb.DirectoryNode{dnode("w", emptyD)}}, cmd: &repb.Command{WorkingDirectory: "w", OutputFiles: []string{"../../x"}}, wantPath: "../../x", wantRule: "outside the input root"},
+		{name: "output escapes physically through a symlink", root: &repb.Directory{Symlinks: []*repb.SymlinkNode{snode("l", ".")}}, cmd: &repb.Command{OutputPaths: []string{"l/../x"}}, wantPath: "l/../x", wantRule: "outside the input root"},
+		{name: "output under an input file", root: &repb.Directory{Directories: []*repb.DirectoryNode{dnode("d", subFile)}}, cmd: &repb.Command{OutputFiles: []string{"d/f/out"}}, wantPath: "d/f/out", wantRule: "input file"},
+		{name: "duplicate output paths", root: empty, cmd: &repb.Command{OutputPaths: []string{"a", "a"}}, wantPath: "a", wantRule: "twice"},
+		{name: "duplicate output files", root: empty, cmd: &repb.Command{OutputFiles: []string{"a", "a"}}, wantPath: "a", wantRule: "twice"},
+		{name: "output file is also a directory", root: empty, cmd: &repb.Command{OutputFiles: []string{"a"}, OutputDirectories: []string{"a"}}, wantPath: "a", wantRule: "both"},
+		{name: "output file contains an output", root: empty, cmd: &repb.Command{OutputFiles: []string{"a", "a/b"}}, wantPath: "a", wantRule: "parent of output"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rootD := tt.rootD
+			if rootD == nil {
+				rootD = tb.dir(tt.root)
+			}
+			cmd := tt.cmd
+			if cmd == nil {
+				cmd = &repb.Command{}
+			}
+			dir := filepath.Join(t.TempDir(), "root")
+			r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, rootD), dir, cmd)
+			if err == nil {
+				r.Destroy()
+				t.Fatal("Build succeeded, want an InvalidError")
+			}
+			var ie *InvalidError
+			if !errors.As(err, &ie) {
+				t.Fatalf("got %T %v, want *InvalidError", err, err)
+			}
+			if ie.Path != tt.wantPath || !strings.Contains(ie.Rule, tt.wantRule) {
+				t.Errorf("got path %q rule %q, want path %q and a rule containing %q", ie.Path, ie.Rule, tt.wantPath, tt.wantRule)
+			}
+			if !strings.Contains(err.Error(), tt.wantRule) {
+				t.Errorf("message %q lacks the rule", err)
+			}
+			if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+				t.Errorf("Build left %s behind", dir)
+			}
+		})
+	}
+	if s := e.cache.Stats(); s.Referenced != 0 {
+		t.Errorf("%d cache references leaked", s.Referenced)
+	}
+}
+
+func TestBuildAcceptsInsideSymlinks(t *testing.T) {
+	e := newEnv(t)
+	tb := e.tb
+	hello := tb.file("hello")
+	inner := tb.dir(&repb.Directory{
+		Files:    []*repb.FileNode{fnode("f", hello, false)},
+		Symlinks: []*repb.SymlinkNode{snode("loop1", "loop2"), snode("loop2", "loop1"), snode("toroot", "../.."), snode("up", "..")},
+	})
+	mid := tb.dir(&repb.Directory{Directories: []*repb.DirectoryNode{dnode("in", inner)}})
+	root := tb.dir(&repb.Directory{
+		Directories: []*repb.DirectoryNode{dnode("m", mid)},
+		Symlinks: []*repb.SymlinkNode{
+			snode("a", "m/in/up/in/f"),
+			snode("dangling", "nothing/here"),
+			snode("dot", "."),
+			snode("into", "m/in/toroot/m"),
+		},
+	})
+	dir := filepath.Join(t.TempDir(), "root")
+	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{WorkingDirectory: "into/in", OutputPaths: []string{"out/o"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Destroy()
+	if got := readFile(t, filepath.Join(dir, "a")); got != "hello" {
+		t.Errorf("a = %q", got)
+	}
+	if info, err := os.Stat(filepath.Join(dir, "m/in/out")); err != nil || !info.IsDir() {
+		t.Errorf("output parent under a symlinked working directory: %v", err)
+	}
+}
+
+func TestBuildMissingBlobs(t *testing.T) {
+	e := newEnv(t)
+	tb := e.tb
+	missingFile1 := absent("not uploaded 1")
+	missingFile2 := absent("not uploaded 2")
+	missingDirMsg := &repb.Directory{Files: []*repb.FileNode{fnode("x", tb.file("x"), false)}}
+	missingDir := dirDigest(missingDirMsg)
+	sub2 := tb.dir(&repb.Directory{Files: []*repb.FileNode{
+		fnode("f2", missingFile2, false),
+		fnode("f2dup", missingFile2, true),
+		fnode("present", tb.file("present"), false),
+	}})
+	root := tb.dir(&repb.Directory{
+		Files:       []*repb.FileNode{fnode("f1", missingFile1, false)},
+		Directories: []*repb.DirectoryNode{dnode("sub", missingDir), dnode("sub2", sub2)},
+	})
+	dir := filepath.Join(t.TempDir(), "root")
+	_, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{})
+	var me *MissingError
+	if !errors.As(err, &me) {
+		t.Fatalf("got %v, want *MissingError", err)
+	}
+	want := []digest.Digest{mustDigest(t, missingFile1), mustDigest(t, missingFile2), mustDigest(t, missingDir)}
+	if !sameSet(me.Digests, want) {
+		t.Errorf("missing = %v, want %v", me.Digests, want)
+	}
+	if !strings.Contains(err.Error(), "3 input blob(s) missing") || !strings.Contains(err.Error(), "upload") {
+		t.Errorf("message %q", err)
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Error("Build created the directory despite missing inputs")
+	}
+
+	// The root Directory itself missing.
+	_, err = Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, missingDir), dir, &repb.Command{})
+	if !errors.As(err, &me) || len(me.Digests) != 1 || me.Digests[0] != mustDigest(t, missingDir) {
+		t.Errorf("missing root: got %v", err)
+	}
+}
+
+func sameSet(a, b []digest.Digest) bool {
+	key := func(d digest.Digest) string { return d.String() }
+	x, y := make([]string, len(a)), make([]string, len(b))
+	for i := range a {
+		x[i] = key(a[i])
+	}
+	for i := range b {
+		y[i] = key(b[i])
+	}
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(x, y)
+}
+
+// lyingStore claims to hold every blob but cannot open the ones in gone.
+type lyingStore struct {
+	blobstore.Store
+	gone map[digest.Digest]bool
+}
+
+func (s *lyingStore) FindMissing(context.Context, []digest.Digest) ([]digest.Digest, error) {
+	return nil, nil
+}
+
+func (s *lyingStore) Open(ctx context.Context, d digest.Digest, off int64) (io.ReadCloser, error) {
+	if s.gone[d] {
+		return nil, blobstore.ErrNotFound
+	}
+	return s.Store.Open(ctx, d, off)
+}
+
+func TestBuildBlobVanishesAfterFindMissing(t *testing.T) {
+	mem := blobstore.NewMemory(0)
+	tb := treeBuilder{t, mem}
+	g1, g2 := absent("gone 1"), absent("gone 2")
+	var files []*repb.FileNode
+	for i := range 50 {
+		files = append(files, fnode(fmt.Sprintf("f%02d", i), tb.file(fmt.Sprint("present ", i)), i%3 == 0))
+	}
+	files = append(files, fnode("g1", g1, false), fnode("g2", g2, false))
+	root := tb.dir(&repb.Directory{Files: files})
+	ls := &lyingStore{Store: mem, gone: map[digest.Digest]bool{mustDigest(t, g1): true, mustDigest(t, g2): true}}
+	cache, err := filecache.New(t.TempDir(), 0, ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "root")
+	_, err = Build(context.Background(), cache, ls, fn, mustDigest(t, root), dir, &repb.Command{})
+	var me *MissingError
+	if !errors.As(err, &me) || !sameSet(me.Digests, []digest.Digest{mustDigest(t, g1), mustDigest(t, g2)}) {
+		t.Fatalf("got %v, want a MissingError for both vanished blobs", err)
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Error("a failed Build left its directory behind")
+	}
+	if s := cache.Stats(); s.Referenced != 0 {
+		t.Errorf("%d cache references leaked", s.Referenced)
+	}
+}
+
+func TestBuildCancelled(t *testing.T) {
+	e := newEnv(t)
+	root := e.tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode("f", e.tb.file("x"), false)}})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	dir := filepath.Join(t.TempDir(), "root")
+	if _, err := Build(ctx, e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{}); err == nil {
+		t.Fatal("Build with a cancelled context succeeded")
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Error("a cancelled Build left its directory behind")
+	}
+}
+
+func TestDestroyReadOnlyDirectories(t *testing.T) {
+	e := newEnv(t)
+	hello := e.tb.file("hello")
+	root := e.tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode("in", hello, false)}})
+	dir := filepath.Join(t.TempDir(), "root")
+	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What an action might leave behind.
+	ro := filepath.Join(dir, "ro", "deeper")
+	os.MkdirAll(ro, 0o755)
+	os.WriteFile(filepath.Join(ro, "f"), []byte("x"), 0o400)
+	os.Chmod(ro, 0o500)
+	os.Chmod(filepath.Join(dir, "ro"), 0o000)
+	os.Symlink("/etc", filepath.Join(dir, "abs"))
+	if err := r.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Error("root survived Destroy")
+	}
+	// The cached file keeps its read-only mode: Destroy never chmods files.
+	p, release, err := e.cache.Acquire(context.Background(), mustDigest(t, hello), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if info, _ := os.Stat(p); info.Mode().Perm() != 0o444 {
+		t.Errorf("cached file mode = %v after Destroy, want 0444", info.Mode().Perm())
+	}
+}
+
+func TestBuildLargeTree(t *testing.T) {
+	e := newEnv(t)
+	var dirs []*repb.DirectoryNode
+	for i := range 20 {
+		var files []*repb.FileNode
+		for j := range 30 {
+			files = append(files, fnode(fmt.Sprintf("f%02d", j), e.tb.file(fmt.Sprintf("content %d", (i*30+j)%97)), j%2 == 0))
+		}
+		dirs = append(dirs, dnode(fmt.Sprintf("d%02d", i), e.tb.dir(&repb.Directory{Files: files})))
+	}
+	root := e.tb.dir(&repb.Directory{Directories: dirs})
+	dir := filepath.Join(t.TempDir(), "root")
+	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Destroy()
+	if r.Files != 600 || r.Directories != 20 {
+		t.Errorf("files=%d dirs=%d, want 600, 20", r.Files, r.Directories)
+	}
+	if got := readFile(t, filepath.Join(dir, "d19", "f29")); got != fmt.Sprintf("content %d", (19*30+29)%97) {
+		t.Errorf("d19/f29 = %q", got)
+	}
+}
+
+func TestErrorMessages(t *testing.T) {
+	d := digest.Compute(fn, []byte("x"))
+	tests := []struct {
+		err  error
+		want []string
+	}{
+		{&InvalidError{Path: "a/b", Rule: "names must be unique"}, []string{`"a/b"`, "names must be unique"}},
+		{&MissingError{Digests: []digest.Digest{d}}, []string{"1 input blob(s)", d.String(), "upload"}},
+	}
+	for _, tt := range tests {
+		for _, w := range tt.want {
+			if !strings.Contains(tt.err.Error(), w) {
+				t.Errorf("%q lacks %q", tt.err, w)
+			}
+		}
+	}
+	var many []digest.Digest
+	for i := range 15 {
+		many = append(many, digest.Compute(fn, []byte{byte(i)}))
+	}
+	if msg := newMissing(many).Error(); !strings.Contains(msg, "and 5 more") {
+		t.Errorf("long list not abbreviated: %s", msg)
+	}
+}
+
+func TestWorkingDirectoryDotDotAfterSymlink(t *testing.T) {
+	e := newEnv(t)
+	eDir := e.tb.dir(&repb.Directory{})
+	d := e.tb.dir(&repb.Directory{Directories: []*repb.DirectoryNode{dnode("e", eDir)}})
+	root := e.tb.dir(&repb.Directory{
+		Directories: []*repb.DirectoryNode{dnode("d", d)},
+		Symlinks:    []*repb.SymlinkNode{snode("l", "d/e")},
+	})
+	dir := filepath.Join(t.TempDir(), "root")
+	// Physically l/.. is d (a lexical clean would say the root).
+	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{WorkingDirectory: "l/..", OutputFiles: []string{"o/f"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Destroy()
+	wd, err := os.Stat(r.WorkDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.Stat(filepath.Join(dir, "d"))
+	if !os.SameFile(wd, want) {
+		t.Errorf("WorkDir %s is not the directory d", r.WorkDir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "d", "o")); err != nil {
+		t.Errorf("output parent not created under d: %v", err)
+	}
+}

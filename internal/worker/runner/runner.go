@@ -1,0 +1,452 @@
+// Package runner runs an action's command as a child process in its own
+// process group, with exactly the environment the action specifies, its
+// output streamed to files, and a timeout.
+//
+// Every signal the runner sends (cancel, timeout, suspend, resume) goes to
+// the whole process group, so background processes the command starts are
+// stopped or killed with it. When the command's main process exits, any
+// processes it left running in its group are killed too. Processes that
+// leave the group (setsid, setpgid, or a wrapper that makes new namespaces
+// without killing its children) escape this; use a sandboxing Wrapper that
+// kills its descendants if that matters.
+//
+// Timeouts measure execution only: time spent suspended (between Suspend
+// and Resume) does not count, so a scheduler that pauses an action to free
+// resources does not make it time out. Result.WallTime still includes the
+// suspended time, reported separately as Result.SuspendedTime.
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// DefaultPath is the search path used to resolve an unqualified program
+// name when the Command sets no PATH variable (the REAPI leaves this to the
+// implementation; the worker's own PATH is deliberately not used).
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// ErrNotFound matches (errors.Is) the error Start returns when the program
+// to run does not exist or is not executable.
+var ErrNotFound = errors.New("program not found")
+
+// Spec describes a command to run.
+type Spec struct {
+	// Args is the command line; Args[0] is resolved as the REAPI says: an
+	// absolute path is used as is, a path containing '/' is relative to
+	// Dir, and a bare name is looked up in the PATH of Env (DefaultPath if
+	// Env has none), whose relative entries are relative to Dir.
+	Args []string
+	// Env is the complete environment, as "NAME=value" strings. Nothing is
+	// inherited from the worker.
+	Env []string
+	// Dir is the working directory.
+	Dir string
+	// Stdout and Stderr are files to create (truncating) for the
+	// process's output; "" discards it. They may be the same path, in
+	// which case both streams share one file. Output is written straight
+	// to the files, so whatever the process wrote survives a kill.
+	Stdout, Stderr string
+	// Timeout bounds the execution time, excluding time suspended; 0
+	// means no limit. On expiry the process group is killed (SIGKILL).
+	Timeout time.Duration
+	// Wrapper is prepended to the command line, e.g. a sandbox that runs
+	// its arguments. Wrapper[0] is looked up in the worker's PATH (it is
+	// the worker's configuration, not the action's); the action's program
+	// is passed to it resolved, as an absolute path.
+	Wrapper []string
+}
+
+// Result describes how a process ended.
+type Result struct {
+	// ExitCode is the exit status, or 128+signal if a signal killed the
+	// process (the shell convention).
+	ExitCode int
+	// Signal is the signal that killed the process, or 0.
+	Signal syscall.Signal
+	// TimedOut and Cancelled say that the runner killed the process
+	// because the timeout expired or Cancel was called (whichever came
+	// first; at most one is set).
+	TimedOut  bool
+	Cancelled bool
+	// StartTime and EndTime bracket the run; WallTime is their
+	// difference, including SuspendedTime.
+	StartTime, EndTime time.Time
+	WallTime           time.Duration
+	SuspendedTime      time.Duration
+	// UserTime and SystemTime are the CPU time of the process and of the
+	// descendants it waited for (getrusage semantics: orphans killed with
+	// the group are not included). MaxRSS is the peak resident set size
+	// in bytes of the largest of those processes.
+	UserTime, SystemTime time.Duration
+	MaxRSS               int64
+	// Err is set if waiting for the process failed (not for a non-zero
+	// exit).
+	Err error
+}
+
+// Process is a running command. Its methods are safe for concurrent use.
+type Process struct {
+	cmd  *exec.Cmd
+	pid  int
+	done chan struct{}
+
+	mu            sync.Mutex
+	exited        bool // the leader has exited: the group may no longer be signalled
+	cancelled     bool
+	timedOut      bool
+	suspended     bool
+	suspendedAt   time.Time
+	suspendedTime time.Duration
+	timeout       time.Duration
+	remaining     time.Duration // timeout left, valid while suspended
+	deadline      time.Time     // valid while running with a timeout
+	timer         *time.Timer
+	timerGen      int
+	start         time.Time
+	result        Result
+}
+
+// Start starts the command described by spec.
+func Start(spec Spec) (*Process, error) {
+	if len(spec.Args) == 0 || spec.Args[0] == "" {
+		return nil, errors.New("runner: the command has no arguments; Command.arguments must name a program")
+	}
+	if spec.Timeout < 0 {
+		return nil, fmt.Errorf("runner: negative timeout %v", spec.Timeout)
+	}
+	// An absolute Dir is used as given: cleaning it would change what a
+	// ".." after a symlink means.
+	dir := spec.Dir
+	if !filepath.IsAbs(dir) {
+		var err error
+		if dir, err = filepath.Abs(dir); err != nil {
+			return nil, fmt.Errorf("runner: resolving working directory %q: %w", spec.Dir, err)
+		}
+	}
+	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
+		return nil, fmt.Errorf("runner: working directory %s is not a directory (%v)", dir, err)
+	}
+	env := append([]string{}, spec.Env...) // non-nil: exec.Cmd would inherit on nil
+	prog, err := resolveProgram(spec.Args[0], dir, env)
+	if err != nil {
+		return nil, err
+	}
+	path, argv := prog, append([]string{spec.Args[0]}, spec.Args[1:]...)
+	if len(spec.Wrapper) > 0 {
+		w, err := exec.LookPath(spec.Wrapper[0])
+		if err != nil {
+			return nil, fmt.Errorf("runner: wrapper %q: %w; fix the worker's wrapper configuration", spec.Wrapper[0], err)
+		}
+		path = w
+		argv = append(append(append([]string{}, spec.Wrapper...), prog), spec.Args[1:]...)
+	}
+
+	stdout, stderr, err := openOutputs(spec.Stdout, spec.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	defer stdout.Close()
+	if stderr != stdout {
+		defer stderr.Close()
+	}
+
+	cmd := &exec.Cmd{
+		Path:        path,
+		Args:        argv,
+		Env:         env,
+		Dir:         dir,
+		Stdout:      stdout,
+		Stderr:      stderr,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	p := &Process{cmd: cmd, done: make(chan struct{}), timeout: spec.Timeout}
+	// Hold the lock across Start so the timer cannot fire before pid is set.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("runner: starting %s: %w", path, err)
+	}
+	p.pid = cmd.Process.Pid
+	p.start = time.Now()
+	if spec.Timeout > 0 {
+		p.armLocked(spec.Timeout)
+	}
+	go p.wait()
+	return p, nil
+}
+
+// openOutputs creates the stdout and stderr files; "" means /dev/null and
+// equal paths share one file.
+func openOutputs(outPath, errPath string) (stdout, stderr *os.File, err error) {
+	open := func(p string) (*os.File, error) {
+		if p == "" {
+			return os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("runner: creating output file: %w", err)
+		}
+		return f, nil
+	}
+	if stdout, err = open(outPath); err != nil {
+		return nil, nil, err
+	}
+	if errPath == outPath && outPath != "" {
+		return stdout, stdout, nil
+	}
+	if stderr, err = open(errPath); err != nil {
+		stdout.Close()
+		return nil, nil, err
+	}
+	return stdout, stderr, nil
+}
+
+// resolveProgram finds the program named by arg0 as the REAPI prescribes.
+func resolveProgram(arg0, dir string, env []string) (string, error) {
+	if strings.Contains(arg0, "/") {
+		p := arg0
+		if !filepath.IsAbs(p) {
+			p = dir + "/" + p
+		}
+		if err := checkExecutable(p); err != nil {
+			return "", fmt.Errorf("runner: program %q (%s): %w", arg0, p, err)
+		}
+		return p, nil
+	}
+	search, ok := lookupEnv(env, "PATH")
+	if !ok {
+		search = DefaultPath
+	}
+	for _, d := range strings.Split(search, ":") {
+		if d == "" {
+			d = "." // POSIX: an empty entry is the working directory
+		}
+		p := filepath.Join(d, arg0)
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		if checkExecutable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("runner: program %q not found in the action's PATH %q: %w; set PATH in the Command's environment or use a path", arg0, search, ErrNotFound)
+}
+
+// checkExecutable reports whether p is a regular file the worker may execute.
+func checkExecutable(p string) error {
+	info, err := os.Stat(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("no such file: %w", ErrNotFound)
+		}
+		return err
+	}
+	if !info.Mode().IsRegular() {
+		return fmt.Errorf("not a regular file: %w", ErrNotFound)
+	}
+	// Root passes access(2) X_OK only if some execute bit is set.
+	if err := syscall.Access(p, 1 /* X_OK */); err != nil {
+		return fmt.Errorf("not executable (%v): %w", err, ErrNotFound)
+	}
+	return nil
+}
+
+func lookupEnv(env []string, name string) (string, bool) {
+	val, found := "", false
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			val, found = v, true // the last one wins, as in exec.Cmd
+		}
+	}
+	return val, found
+}
+
+// Pid returns the process id of the command (also its process group id).
+func (p *Process) Pid() int { return p.pid }
+
+// Done is closed when the process has ended and Wait will not block.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Wait waits for the process to end and returns how it ended. It may be
+// called any number of times.
+func (p *Process) Wait() Result {
+	<-p.done
+	return p.result
+}
+
+// Cancel kills the process group with SIGKILL; Wait then reports
+// Cancelled (unless the process had already ended or timed out). It works
+// on a suspended process too.
+func (p *Process) Cancel() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exited || p.cancelled || p.timedOut {
+		return
+	}
+	p.cancelled = true
+	p.stopTimerLocked()
+	p.signalLocked(syscall.SIGKILL)
+}
+
+// Suspend stops the process group with SIGSTOP and pauses the timeout. It
+// is a no-op if the process is already suspended or has ended.
+func (p *Process) Suspend() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exited || p.suspended || p.cancelled || p.timedOut {
+		return nil
+	}
+	if err := p.signalLocked(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	now := time.Now()
+	p.suspended = true
+	p.suspendedAt = now
+	if p.timer != nil {
+		p.remaining = p.deadline.Sub(now)
+		p.stopTimerLocked()
+	}
+	return nil
+}
+
+// Resume continues a suspended process group with SIGCONT and restarts
+// the timeout with the time that was left. It is a no-op if the process is
+// not suspended.
+func (p *Process) Resume() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.suspended {
+		return nil
+	}
+	now := time.Now()
+	p.suspended = false
+	p.suspendedTime += now.Sub(p.suspendedAt)
+	if p.exited {
+		return nil
+	}
+	if p.timeout > 0 && !p.cancelled && !p.timedOut {
+		p.armLocked(max(p.remaining, 0))
+	}
+	return p.signalLocked(syscall.SIGCONT)
+}
+
+// armLocked starts the timeout timer to fire after d.
+func (p *Process) armLocked(d time.Duration) {
+	p.timerGen++
+	gen := p.timerGen
+	p.deadline = time.Now().Add(d)
+	p.timer = time.AfterFunc(d, func() { p.expire(gen) })
+}
+
+func (p *Process) stopTimerLocked() {
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
+	}
+	p.timerGen++ // a callback already running must not act
+}
+
+// expire kills the process group when the current timer fires.
+func (p *Process) expire(gen int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if gen != p.timerGen || p.exited || p.suspended || p.cancelled || p.timedOut {
+		return
+	}
+	p.timedOut = true
+	p.timer = nil
+	p.signalLocked(syscall.SIGKILL)
+}
+
+// signalLocked sends sig to the process group. The leader is not reaped
+// while exited is false, so the group id cannot have been reused.
+func (p *Process) signalLocked(sig syscall.Signal) error {
+	if p.exited {
+		return nil
+	}
+	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("runner: sending %v to process group %d: %w", sig, p.pid, err)
+	}
+	return nil
+}
+
+// wait waits for the leader to exit without reaping it, kills what is left
+// of its group, then reaps it and records the result.
+func (p *Process) wait() {
+	waitErr := waitExitNoReap(p.pid)
+
+	p.mu.Lock()
+	// Kill stragglers while the zombie leader still pins the group id.
+	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	p.exited = true
+	p.stopTimerLocked()
+	if p.suspended {
+		p.suspended = false
+		p.suspendedTime += time.Since(p.suspendedAt)
+	}
+	p.mu.Unlock()
+
+	err := p.cmd.Wait()
+	end := time.Now()
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := Result{
+		TimedOut:      p.timedOut,
+		Cancelled:     p.cancelled,
+		StartTime:     p.start,
+		EndTime:       end,
+		WallTime:      end.Sub(p.start),
+		SuspendedTime: p.suspendedTime,
+	}
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		r.Err = fmt.Errorf("runner: waiting for process %d: %w", p.pid, err)
+	} else if waitErr != nil {
+		r.Err = fmt.Errorf("runner: waiting for process %d: %w", p.pid, waitErr)
+	}
+	if st := p.cmd.ProcessState; st != nil {
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			r.Signal = ws.Signal()
+			r.ExitCode = 128 + int(r.Signal)
+		} else {
+			r.ExitCode = st.ExitCode()
+		}
+		if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
+			r.UserTime = time.Duration(ru.Utime.Nano())
+			r.SystemTime = time.Duration(ru.Stime.Nano())
+			r.MaxRSS = ru.Maxrss * 1024
+		}
+	}
+	p.result = r
+	close(p.done)
+}
+
+// waitExitNoReap blocks until process pid has exited, leaving it a zombie
+// (waitid with WNOWAIT), so its pid and process group id stay reserved.
+func waitExitNoReap(pid int) error {
+	const pPID = 1     // idtype_t P_PID
+	var info [128]byte // siginfo_t
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid),
+			uintptr(unsafe.Pointer(&info[0])), syscall.WEXITED|syscall.WNOWAIT, 0, 0)
+		switch errno {
+		case 0:
+			return nil
+		case syscall.EINTR:
+			continue
+		default:
+			return errno
+		}
+	}
+}
