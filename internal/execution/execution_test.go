@@ -48,6 +48,7 @@ func newEnv(t *testing.T) *env {
 	New(sched, cas, fe.LookupActionResult, nil).Register(g)
 	ws := NewWorkerService(sched)
 	ws.MaxPollWait = 2 * time.Second
+	ws.UpdateActionCache = fe.StoreActionResult
 	ws.Attach(g)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -506,5 +507,50 @@ func TestCancelOperation(t *testing.T) {
 	}
 	if w.complete(a, &repb.ActionResult{}, codes.OK, "") {
 		t.Fatal("result of a cancelled lease accepted")
+	}
+}
+
+func TestCompleteWritesActionCacheOnlyForValidLeases(t *testing.T) {
+	e := newEnv(t)
+	w := e.worker("w1")
+	ctx := context.Background()
+	run := func(ad digest.Digest) (*workerpb.Assignment, chan struct{}) {
+		done := make(chan struct{})
+		go func() { e.execute(ctx, &repb.ExecuteRequest{ActionDigest: ad.Proto()}); close(done) }()
+		return w.poll(), done
+	}
+	complete := func(a *workerpb.Assignment, lease string, exit int32) bool {
+		b, _ := proto.Marshal(&repb.ActionResult{ExitCode: exit})
+		resp, err := e.wk.Complete(ctx, &workerpb.CompleteRequest{WorkerId: "w1", LeaseId: lease, ActionResult: b, UpdateActionCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Accepted
+	}
+	cached := func(ad digest.Digest) bool {
+		_, err := e.ac.Get(ctx, "", ad)
+		return err == nil
+	}
+	good := e.action(emptyRoot(), simpleCmd("true"))
+	a, done := run(good)
+	if complete(a, "not-"+a.LeaseId, 0) {
+		t.Fatal("completion with a wrong lease accepted")
+	}
+	if cached(good) {
+		t.Fatal("a result from an invalid lease was cached")
+	}
+	if !complete(a, a.LeaseId, 0) {
+		t.Fatal("valid completion refused")
+	}
+	<-done
+	if !cached(good) {
+		t.Fatal("successful result not cached")
+	}
+	failing := e.action(emptyRoot(), simpleCmd("false"))
+	a, done = run(failing)
+	complete(a, a.LeaseId, 1)
+	<-done
+	if cached(failing) {
+		t.Fatal("a non-zero exit code was cached")
 	}
 }

@@ -2,6 +2,7 @@ package execution
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
+	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/platform"
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
@@ -20,6 +22,8 @@ import (
 type WorkerService struct {
 	workerpb.UnimplementedWorkersServer
 	sched *scheduler.Scheduler
+	// UpdateActionCache writes results workers ask to cache; nil refuses.
+	UpdateActionCache func(ctx context.Context, instance string, action digest.Digest, ar *repb.ActionResult) error
 	// MaxPollWait bounds how long a Poll is held.
 	MaxPollWait time.Duration
 }
@@ -120,9 +124,11 @@ func (s *WorkerService) Heartbeat(_ context.Context, req *workerpb.HeartbeatRequ
 }
 
 // Complete implements the worker protocol.
-func (s *WorkerService) Complete(_ context.Context, req *workerpb.CompleteRequest) (*workerpb.CompleteResponse, error) {
+func (s *WorkerService) Complete(ctx context.Context, req *workerpb.CompleteRequest) (*workerpb.CompleteResponse, error) {
 	resp := &repb.ExecuteResponse{Message: req.Message}
-	if len(req.ActionResult) > 0 {
+	// An OK completion always has a result, though a result with only
+	// default fields marshals to no bytes at all.
+	if len(req.ActionResult) > 0 || req.StatusCode == int32(codes.OK) {
 		resp.Result = &repb.ActionResult{}
 		if err := proto.Unmarshal(req.ActionResult, resp.Result); err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "action_result is not a valid ActionResult: %v", err)
@@ -139,5 +145,17 @@ func (s *WorkerService) Complete(_ context.Context, req *workerpb.CompleteReques
 		}
 	}
 	resp.Status = st.Proto()
+	if req.UpdateActionCache && resp.Result != nil && st.Code() == codes.OK && resp.Result.ExitCode == 0 {
+		t, ok := s.sched.LeaseTask(req.WorkerId, req.LeaseId)
+		if !ok {
+			return &workerpb.CompleteResponse{Accepted: false}, nil
+		}
+		if t.Cacheable && s.UpdateActionCache != nil {
+			if err := s.UpdateActionCache(ctx, t.Instance, t.ActionDigest, resp.Result); err != nil {
+				// The result still reaches the callers; only caching failed.
+				resp.Message = strings.TrimSpace(resp.Message + " (the result could not be cached: " + status.Convert(err).Message() + ")")
+			}
+		}
+	}
 	return &workerpb.CompleteResponse{Accepted: s.sched.Complete(req.WorkerId, req.LeaseId, resp)}, nil
 }

@@ -335,3 +335,15 @@ func (s *Scheduler) Run(ctx context.Context, interval time.Duration) {
 		}
 	}
 }
+
+// LeaseTask returns the task a worker's lease is for, if the lease is
+// still valid.
+func (s *Scheduler) LeaseTask(workerID, leaseID string) (*Task, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.leases[leaseID]
+	if !ok || l.worker.info.ID != workerID {
+		return nil, false
+	}
+	return l.task, true
+}

@@ -229,7 +229,7 @@ func TestWorkerLossMovesActionToAnotherWorker(t *testing.T) {
 	}
 	stop1 := startWorker("first")
 	marker := filepath.Join(f.dir, "started-on")
-	cmd := shCmd("echo $WORKER_HINT >> " + marker + "; sleep 2; echo finished > out", "out")
+	cmd := shCmd("echo $WORKER_HINT >> "+marker+"; sleep 2; echo finished > out", "out")
 	type result struct {
 		resp *repb.ExecuteResponse
 	}

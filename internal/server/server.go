@@ -92,7 +92,9 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	)
 	fe.Register(g)
 	execution.New(sched, cas, fe.LookupActionResult, log).Register(g)
-	execution.NewWorkerService(sched).Attach(g)
+	ws := execution.NewWorkerService(sched)
+	ws.UpdateActionCache = fe.StoreActionResult
+	ws.Attach(g)
 
 	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched}
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc/codes"
@@ -160,18 +159,7 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 		return
 	}
 	req := &workerpb.CompleteRequest{ActionResult: marshalResult(ar)}
-	if ar.ExitCode == 0 && a.Cacheable && !action.DoNotCache {
-		actx, cancel := context.WithTimeout(ctx, time.Minute)
-		_, err := w.ac.UpdateActionResult(actx, &repb.UpdateActionResultRequest{
-			InstanceName: a.InstanceName, ActionDigest: ad.Proto(), ActionResult: ar, DigestFunction: fn,
-		})
-		cancel()
-		if err != nil {
-			w.log.Warn("writing the action cache failed", "action", ad.String(), "err", err)
-		} else {
-			req.Cached = true
-		}
-	}
+	req.UpdateActionCache = ar.ExitCode == 0 && a.Cacheable && !action.DoNotCache
 	w.complete(l, req)
 }
 

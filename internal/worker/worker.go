@@ -24,7 +24,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
-	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/worker/filecache"
 )
@@ -51,7 +50,6 @@ type Worker struct {
 	cfg    Config
 	conn   *grpc.ClientConn
 	sched  workerpb.WorkersClient
-	ac     repb.ActionCacheClient
 	cache  *filecache.Cache
 	cas    *instanceCAS
 	log    *slog.Logger
@@ -105,7 +103,7 @@ func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{
 		cfg: cfg, conn: conn, log: cfg.Logger.With("worker", cfg.ID),
-		sched: workerpb.NewWorkersClient(conn), ac: repb.NewActionCacheClient(conn),
+		sched: workerpb.NewWorkersClient(conn),
 		roots: filepath.Join(cfg.WorkDir, "roots"), logs: filepath.Join(cfg.WorkDir, "logs"),
 		fetch: semaphore.NewWeighted(int64(cfg.InputFetchSlots)), exec: semaphore.NewWeighted(int64(cfg.Cores)),
 		report: semaphore.NewWeighted(int64(cfg.ReportSlots)),
@@ -218,11 +216,15 @@ func (w *Worker) matchLoop(ctx context.Context, wg *sync.WaitGroup) error {
 	return nil
 }
 
-// setStage records a lease's stage and makes the heartbeat loop report it.
+// setStage records a lease's stage. The start of execution is reported at
+// once (clients see EXECUTING); other stages ride on the next heartbeat.
 func (w *Worker) setStage(l *activeLease, st workerpb.Stage) {
 	w.mu.Lock()
 	l.stage = st
 	w.mu.Unlock()
+	if st != workerpb.Stage_EXECUTING {
+		return
+	}
 	select {
 	case w.kick <- struct{}{}:
 	default:
@@ -357,5 +359,3 @@ func actionDigest(a *workerpb.Assignment) (digest.Digest, error) {
 	}
 	return digest.Parse(digest.Function(a.ActionDigest.DigestFunction), a.ActionDigest.Hash, a.ActionDigest.SizeBytes)
 }
-
-var _ = client.Dial

@@ -900,10 +900,14 @@ type CompleteRequest struct {
 	MissingBlobs []string `protobuf:"bytes,6,rep,name=missing_blobs,json=missingBlobs,proto3" json:"missing_blobs,omitempty"`
 	// Free-form message for ExecuteResponse.message (e.g. where logs are).
 	Message string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
-	// The result was written to the ActionCache by the worker.
-	Cached        bool `protobuf:"varint,8,opt,name=cached,proto3" json:"cached,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Write action_result to the ActionCache (under the lease's instance
+	// name and action digest) before the operation completes. The worker
+	// sets it for successful results of cacheable actions; the scheduler
+	// writes the entry only while the lease is still valid, so a stale
+	// result never lands in the cache.
+	UpdateActionCache bool `protobuf:"varint,8,opt,name=update_action_cache,json=updateActionCache,proto3" json:"update_action_cache,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CompleteRequest) Reset() {
@@ -985,9 +989,9 @@ func (x *CompleteRequest) GetMessage() string {
 	return ""
 }
 
-func (x *CompleteRequest) GetCached() bool {
+func (x *CompleteRequest) GetUpdateActionCache() bool {
 	if x != nil {
-		return x.Cached
+		return x.UpdateActionCache
 	}
 	return false
 }
@@ -1111,7 +1115,7 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"\bcommands\x18\x01 \x03(\v2\x1e.gantry.worker.v1.LeaseCommandR\bcommands\x12\x1e\n" +
 	"\n" +
 	"reregister\x18\x02 \x01(\bR\n" +
-	"reregister\"\x8d\x02\n" +
+	"reregister\"\xa5\x02\n" +
 	"\x0fCompleteRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12#\n" +
@@ -1120,8 +1124,8 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"statusCode\x12%\n" +
 	"\x0estatus_message\x18\x05 \x01(\tR\rstatusMessage\x12#\n" +
 	"\rmissing_blobs\x18\x06 \x03(\tR\fmissingBlobs\x12\x18\n" +
-	"\amessage\x18\a \x01(\tR\amessage\x12\x16\n" +
-	"\x06cached\x18\b \x01(\bR\x06cached\".\n" +
+	"\amessage\x18\a \x01(\tR\amessage\x12.\n" +
+	"\x13update_action_cache\x18\b \x01(\bR\x11updateActionCache\".\n" +
 	"\x10CompleteResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted*M\n" +
 	"\x05Stage\x12\x15\n" +

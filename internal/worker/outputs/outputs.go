@@ -551,18 +551,29 @@ func (c *collector) encodeTree(decl string, root *dirNode) (*repb.OutputDirector
 	}, nil
 }
 
+// askFirstAbove is the size above which a blob is uploaded only after
+// FindMissing says the CAS lacks it. Smaller blobs are sent at once: one
+// call that may carry a few redundant bytes is cheaper than two calls.
+var askFirstAbove int64 = 16 << 10
+
 // upload sends the registered blobs the CAS does not have.
 func (c *collector) upload(ctx context.Context) error {
 	all := make([]digest.Digest, 0, len(c.blobs))
+	var missing []digest.Digest
 	for d := range c.blobs {
-		if !d.IsEmpty() {
+		switch {
+		case d.IsEmpty():
+		case d.Size <= askFirstAbove:
+			missing = append(missing, d)
+		default:
 			all = append(all, d)
 		}
 	}
-	missing, err := findMissing(ctx, c.cas, all)
+	large, err := findMissing(ctx, c.cas, all)
 	if err != nil {
 		return err
 	}
+	missing = append(missing, large...)
 	return parallel(ctx, c.opts.Concurrency, len(missing), func(i int) error {
 		return put(ctx, c.cas, missing[i], c.blobs[missing[i]])
 	})
@@ -664,6 +675,9 @@ func UploadLog(ctx context.Context, cas blobstore.Store, fn digest.Function, pat
 	}
 	if d.IsEmpty() {
 		return d.Proto(), nil
+	}
+	if d.Size <= askFirstAbove {
+		return d.Proto(), put(ctx, cas, d, source{path: path})
 	}
 	missing, err := cas.FindMissing(ctx, []digest.Digest{d})
 	if err != nil {

@@ -353,7 +353,32 @@ func TestAllowAbsoluteSymlinks(t *testing.T) {
 	}
 }
 
+// alwaysAskFirst makes every upload wait for FindMissing, as large blobs do.
+func alwaysAskFirst(t *testing.T) {
+	old := askFirstAbove
+	askFirstAbove = -1
+	t.Cleanup(func() { askFirstAbove = old })
+}
+
+func TestSmallBlobsAreSentWithoutAsking(t *testing.T) {
+	root := setup(t)
+	cas := &countingStore{Store: blobstore.NewMemory(0)}
+	cmd := &repb.Command{WorkingDirectory: "w", OutputPaths: []string{"out/a.o"}}
+	res, err := Collect(context.Background(), cas, fn, root, cmd, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := cas.findMissing.Load(); n != 0 {
+		t.Errorf("%d FindMissing calls for a small output, want 0", n)
+	}
+	if n := cas.creates.Load(); n != 1 {
+		t.Errorf("%d uploads, want 1", n)
+	}
+	get(t, cas, res.OutputFiles[0].Digest)
+}
+
 func TestCollectSkipsBlobsTheCASHas(t *testing.T) {
+	alwaysAskFirst(t)
 	root := setup(t)
 	cas := &countingStore{Store: blobstore.NewMemory(0)}
 	ctx := context.Background()
@@ -392,6 +417,7 @@ func TestCollectSkipsBlobsTheCASHas(t *testing.T) {
 }
 
 func TestFileChangedDuringUpload(t *testing.T) {
+	alwaysAskFirst(t)
 	root := setup(t)
 	p := filepath.Join(root, "w", "out", "a.o")
 	cas := &countingStore{Store: blobstore.NewMemory(0), hook: func() { os.WriteFile(p, []byte("object A"), 0o644) }}
@@ -425,6 +451,7 @@ func TestUnreadableOutputs(t *testing.T) {
 }
 
 func TestUploadLog(t *testing.T) {
+	alwaysAskFirst(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	cas := &countingStore{Store: blobstore.NewMemory(0)}
