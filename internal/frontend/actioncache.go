@@ -221,3 +221,16 @@ func (s *Server) normalizeResult(ctx context.Context, fn digest.Function, ar *re
 	}
 	return nil
 }
+
+// StoreActionResult validates ar, moves inline data into the CAS and writes
+// it to the ActionCache. Workers' results arrive here.
+func (s *Server) StoreActionResult(ctx context.Context, instance string, ad digest.Digest, ar *repb.ActionResult) error {
+	ar = proto.Clone(ar).(*repb.ActionResult)
+	if err := s.normalizeResult(ctx, ad.Function, ar); err != nil {
+		return err
+	}
+	if err := s.ac.Put(ctx, instance, ad, ar); err != nil {
+		return status.Errorf(codes.Internal, "writing the action cache: %v", err)
+	}
+	return nil
+}
