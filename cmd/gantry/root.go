@@ -22,7 +22,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newWorkerCommand(), newBenchCommand(), newVersionCommand())
+	root.AddCommand(newServeCommand(), newWorkerCommand(), newBenchCommand(), newQueuesCommand(), newVersionCommand())
 	return root
 }
 
@@ -71,6 +71,7 @@ Flags given on the command line override the config file.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			go reloadOnHangup(ctx, configPath, srv, log)
 			return srv.Run(ctx)
 		},
 	}
@@ -90,4 +91,30 @@ func newLogger(c config.LogConfig) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// reloadOnHangup re-reads the config file on SIGHUP and applies what can
+// change while running (the provision queues).
+func reloadOnHangup(ctx context.Context, configPath string, srv *server.Server, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		if configPath == "" {
+			log.Warn("SIGHUP ignored: gantry serve was started without --config")
+			continue
+		}
+		cfg, err := config.Load(configPath)
+		if err == nil {
+			err = srv.Reload(cfg)
+		}
+		if err != nil {
+			log.Error("reloading the configuration failed; keeping the old one", "err", err)
+		}
+	}
 }

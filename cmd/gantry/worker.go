@@ -20,7 +20,7 @@ func newWorkerCommand() *cobra.Command {
 	var (
 		configPath, schedulerAddr, workDir, id string
 		cores                                  int
-		props                                  []string
+		props, queues                          []string
 		acceptUnknown                          bool
 	)
 	cmd := &cobra.Command{
@@ -53,14 +53,21 @@ exec roots under --work-dir. The worker section of --config sets the rest.`,
 				wc.AcceptUnknownProperties = acceptUnknown
 			}
 			if len(props) > 0 && wc.Properties == nil {
-				wc.Properties = map[string]string{}
+				wc.Properties = map[string]config.Values{}
 			}
+			flagProps := map[string]config.Values{}
 			for _, p := range props {
 				k, v, ok := strings.Cut(p, "=")
 				if !ok || k == "" {
-					return fmt.Errorf("--property %q: write it as name=value", p)
+					return fmt.Errorf("--property %q: write it as name=value (repeat a name to offer several values)", p)
 				}
-				wc.Properties[k] = v
+				flagProps[k] = append(flagProps[k], v)
+			}
+			for k, vs := range flagProps {
+				wc.Properties[k] = vs
+			}
+			if flags.Changed("queue") {
+				wc.Queues = queues
 			}
 			if wc.ID == "" {
 				host, _ := os.Hostname()
@@ -88,6 +95,7 @@ exec roots under --work-dir. The worker section of --config sets the rest.`,
 	cmd.Flags().IntVar(&cores, "cores", 0, "execute capacity in cores (0: number of CPUs)")
 	cmd.Flags().StringVar(&id, "id", "", "worker id (default: host name)")
 	cmd.Flags().StringArrayVar(&props, "property", nil, "platform property name=value to offer (repeatable; value * matches anything)")
+	cmd.Flags().StringArrayVar(&queues, "queue", nil, "provision queue to serve (repeatable; default: all)")
 	cmd.Flags().BoolVar(&acceptUnknown, "accept-unknown-properties", true, "take actions with properties this worker does not list")
 	return cmd
 }

@@ -44,6 +44,13 @@ type SchedulerConfig struct {
 	CallerGrace Duration `yaml:"caller_grace"`
 	// Retention is how long finished operations stay queryable.
 	Retention Duration `yaml:"retention"`
+	// Queues are the provision queues, in matching order.
+	Queues []QueueConfig `yaml:"queues"`
+	// UnsatisfiableWait is how long an action no worker could ever run
+	// stays queued before it fails with an explanation.
+	UnsatisfiableWait Duration `yaml:"unsatisfiable_wait"`
+	// StartupGrace delays that verdict after a start.
+	StartupGrace Duration `yaml:"startup_grace"`
 }
 
 // WorkerConfig configures a worker: the one `gantry serve` embeds, or a
@@ -62,8 +69,14 @@ type WorkerConfig struct {
 	// ReportSlots bounds concurrent output uploads; 0 means as many as cores.
 	ReportSlots int `yaml:"report_slots"`
 	// Properties are platform properties offered in addition to the
-	// host's OSFamily and ISA. A value "*" matches any value.
-	Properties map[string]string `yaml:"properties"`
+	// host's OSFamily and ISA. A value "*" matches any value; a list
+	// offers several values.
+	Properties map[string]Values `yaml:"properties"`
+	// Queues are the provision queues the worker serves; empty serves all.
+	Queues []string `yaml:"queues"`
+	// ProcessWrappers are named command prefixes that actions select with
+	// the process-wrapper platform property.
+	ProcessWrappers map[string][]string `yaml:"process_wrappers"`
 	// AcceptUnknownProperties lets the worker take actions with
 	// properties it does not list.
 	AcceptUnknownProperties bool `yaml:"accept_unknown_properties"`
@@ -145,6 +158,8 @@ func Default() Config {
 			MaxAttempts:       3,
 			CallerGrace:       Duration(time.Minute),
 			Retention:         Duration(10 * time.Minute),
+			UnsatisfiableWait: Duration(10 * time.Minute),
+			StartupGrace:      Duration(time.Minute),
 		},
 		Worker: WorkerConfig{
 			Enabled:                 true,
@@ -286,6 +301,26 @@ func (c *Config) Validate() error {
 	}
 	if c.Scheduler.MaxAttempts < 1 {
 		bad("scheduler.max_attempts", "must be at least 1")
+	}
+	seenQueue := map[string]bool{}
+	for i, q := range c.Scheduler.Queues {
+		path := fmt.Sprintf("scheduler.queues[%d]", i)
+		if q.Name == "" {
+			bad(path+".name", "every queue needs a name")
+		} else if seenQueue[q.Name] {
+			bad(path+".name", "queue %q is defined twice", q.Name)
+		}
+		seenQueue[q.Name] = true
+		for k, vs := range q.Properties {
+			if k == "" || len(vs) == 0 {
+				bad(path+".properties", "property %q needs a name and at least one value", k)
+			}
+		}
+	}
+	for name, argv := range c.Worker.ProcessWrappers {
+		if name == "" || len(argv) == 0 || argv[0] == "" {
+			bad("worker.process_wrappers."+name, "a wrapper needs a name and a command, e.g. {nice: [/usr/bin/nice, -n, \"10\"]}")
+		}
 	}
 	if c.Worker.Cores < 0 || c.Worker.InputFetchSlots < 0 || c.Worker.ReportSlots < 0 {
 		bad("worker", "cores, input_fetch_slots and report_slots must not be negative")

@@ -13,6 +13,7 @@ import (
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/google/uuid"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -108,6 +109,10 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	}
 	sub.Name = name
 	if _, err := s.sched.Submit(sub); err != nil {
+		var nq *scheduler.NoQueueError
+		if errors.As(err, &nq) {
+			return noQueueStatus(nq)
+		}
 		return err
 	}
 	return s.follow(ctx, name, ad.Function, stream)
@@ -317,4 +322,22 @@ func (s *Service) WaitOperation(ctx context.Context, req *longrunningpb.WaitOper
 			return operation(req.Name, st, st.ActionDigest.Function), nil
 		}
 	}
+}
+
+// noQueueStatus is FAILED_PRECONDITION with one violation per reason a
+// provision queue refused the action, so tools can show the analysis.
+func noQueueStatus(e *scheduler.NoQueueError) error {
+	pf := &errdetails.PreconditionFailure{}
+	for _, v := range e.Analysis.Verdicts {
+		for _, r := range v.Reasons {
+			pf.Violations = append(pf.Violations, &errdetails.PreconditionFailure_Violation{
+				Type: "PLATFORM", Subject: "queue:" + v.Queue + "/" + r.Property, Description: r.String(),
+			})
+		}
+	}
+	st := status.New(codes.FailedPrecondition, e.Error()+"; change the action's platform properties or the scheduler's queues (gantry queues explain shows this analysis)")
+	if d, err := st.WithDetails(pf); err == nil {
+		st = d
+	}
+	return st.Err()
 }

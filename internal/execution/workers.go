@@ -47,14 +47,14 @@ func (s *WorkerService) Register(_ context.Context, req *workerpb.RegisterReques
 	}
 	props.Sort()
 	s.sched.RegisterWorker(scheduler.WorkerInfo{
-		ID:          req.WorkerId,
-		Match:       platform.WorkerMatch{Properties: props, AcceptUnknown: req.AcceptUnknownProperties},
-		Cores:       int(req.Cores),
-		MemoryBytes: req.MemoryBytes,
-		Resources:   req.Resources,
-		Slots:       int(req.Slots),
-		Queues:      req.Queues,
-		Version:     req.Version,
+		ID: req.WorkerId,
+		Platform: platform.Worker{
+			Properties: props, AllowUnmatched: req.AcceptUnknownProperties,
+			Cores: int(req.Cores), MemoryBytes: req.MemoryBytes, Resources: req.Resources,
+			Wrappers: req.ProcessWrappers, Queues: req.Queues,
+		},
+		Slots:   int(req.Slots),
+		Version: req.Version,
 	})
 	cfg := s.sched.Config()
 	return &workerpb.RegisterResponse{
@@ -86,7 +86,7 @@ func (s *WorkerService) Poll(ctx context.Context, req *workerpb.PollRequest) (*w
 		ActionDigest: &workerpb.Digest{Hash: t.ActionDigest.Hash, SizeBytes: t.ActionDigest.Size, DigestFunction: int32(t.ActionDigest.Function)},
 		Action:       t.ActionBytes,
 		Command:      t.CommandBytes,
-		Cores:        int32(t.Cores),
+		Cores:        int32(t.Req.Cores),
 		Cacheable:    t.Cacheable,
 		Attempt:      int32(a.Attempt),
 	}}, nil

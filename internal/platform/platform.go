@@ -3,9 +3,7 @@
 package platform
 
 import (
-	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -23,12 +21,15 @@ type Properties []Property
 // Wildcard as a worker's value matches any value of the action.
 const Wildcard = "*"
 
-// Properties with these names describe resources an action needs, not
-// labels to match: the scheduler compares them with a worker's capacity.
+// Properties with these names are not labels to match: they ask for
+// capacity, pin a worker or name a process wrapper.
 const (
-	MinCores = "min-cores"
-	MaxCores = "max-cores"
-	MinMem   = "min-mem"
+	MinCores       = "min-cores"
+	MaxCores       = "max-cores"
+	MinMem         = "min-mem"
+	ResourcePrefix = "resource:"
+	WorkerName     = "Worker"
+	ProcessWrapper = "process-wrapper"
 )
 
 // FromProto converts and sorts REAPI platform properties.
@@ -85,61 +86,4 @@ func (ps Properties) Values(name string) []string {
 		}
 	}
 	return out
-}
-
-// Cores returns the cores an action asks for with min-cores (at least 1).
-func (ps Properties) Cores() (int, error) {
-	vs := ps.Values(MinCores)
-	if len(vs) == 0 {
-		return 1, nil
-	}
-	n, err := strconv.Atoi(vs[0])
-	if err != nil || n < 0 || len(vs) > 1 {
-		return 0, fmt.Errorf("platform property min-cores=%q must be one non-negative integer", strings.Join(vs, ","))
-	}
-	return max(n, 1), nil
-}
-
-// IsResource reports whether a property name is a resource request rather
-// than a label.
-func IsResource(name string) bool {
-	return name == MinCores || name == MaxCores || name == MinMem || strings.HasPrefix(name, "resource:")
-}
-
-// WorkerMatch describes what a worker offers.
-type WorkerMatch struct {
-	// Properties the worker offers; a value of "*" matches any value.
-	Properties Properties
-	// AcceptUnknown lets the worker take actions with properties it does
-	// not list.
-	AcceptUnknown bool
-}
-
-// Accepts reports whether a worker offering w can run an action asking for
-// want; if not, the reason says which property failed and why.
-// Multi-valued properties: every value the action asks for must be offered.
-func (w WorkerMatch) Accepts(want Properties) (bool, string) {
-	for _, p := range want {
-		if IsResource(p.Name) {
-			continue
-		}
-		offered := w.Properties.Values(p.Name)
-		if len(offered) == 0 {
-			if w.AcceptUnknown {
-				continue
-			}
-			return false, fmt.Sprintf("worker does not offer property %q", p.Name)
-		}
-		ok := false
-		for _, v := range offered {
-			if v == Wildcard || v == p.Value {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			return false, fmt.Sprintf("property %s=%q does not match the worker's %s", p.Name, p.Value, strings.Join(offered, ","))
-		}
-	}
-	return true, ""
 }

@@ -9,8 +9,9 @@ import (
 // bucket holds the queued tasks of one platform, best first: lower
 // priority value, then lower sequence number (FIFO among equals).
 type bucket struct {
-	key   string
-	props platform.Properties
+	key   string // queue name and canonical platform
+	queue string
+	req   platform.Request
 	tasks taskHeap
 }
 
@@ -52,17 +53,17 @@ type queue struct {
 func newQueue() *queue { return &queue{buckets: map[string]*bucket{}} }
 
 func (q *queue) push(t *Task) {
-	b := q.buckets[t.platformKey]
+	b := q.buckets[t.bucketKey]
 	if b == nil {
-		b = &bucket{key: t.platformKey, props: t.Platform}
-		q.buckets[t.platformKey] = b
+		b = &bucket{key: t.bucketKey, queue: t.Queue, req: t.Req}
+		q.buckets[t.bucketKey] = b
 	}
 	heap.Push(&b.tasks, t)
 	q.n++
 }
 
 func (q *queue) remove(t *Task) {
-	b := q.buckets[t.platformKey]
+	b := q.buckets[t.bucketKey]
 	if b == nil || t.heapIndex < 0 || t.heapIndex >= len(b.tasks) || b.tasks[t.heapIndex] != t {
 		return
 	}
@@ -74,7 +75,7 @@ func (q *queue) remove(t *Task) {
 }
 
 func (q *queue) fix(t *Task) {
-	if b := q.buckets[t.platformKey]; b != nil && t.heapIndex >= 0 {
+	if b := q.buckets[t.bucketKey]; b != nil && t.heapIndex >= 0 {
 		heap.Fix(&b.tasks, t.heapIndex)
 	}
 }

@@ -7,6 +7,9 @@ package scheduler
 import (
 	"errors"
 	"fmt"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +46,15 @@ type Config struct {
 	CallerGrace time.Duration
 	// Retention is how long a finished operation stays queryable.
 	Retention time.Duration
+	// Queues are the provision queues in order; none means one default
+	// queue that takes everything.
+	Queues []platform.Queue
+	// UnsatisfiableWait is how long an action that no known worker could
+	// ever run stays queued before it fails with an explanation.
+	UnsatisfiableWait time.Duration
+	// StartupGrace delays that verdict after the scheduler starts, so
+	// workers have time to register again after a restart.
+	StartupGrace time.Duration
 }
 
 // DefaultConfig returns the defaults documented in docs/CONFIGURATION.md.
@@ -53,6 +65,8 @@ func DefaultConfig() Config {
 		MaxAttempts:       3,
 		CallerGrace:       time.Minute,
 		Retention:         10 * time.Minute,
+		UnsatisfiableWait: 10 * time.Minute,
+		StartupGrace:      time.Minute,
 	}
 }
 
@@ -76,21 +90,24 @@ type Task struct {
 	ActionBytes  []byte
 	CommandBytes []byte
 	Cacheable    bool
-	Cores        int
+	// Queue is the provision queue the task waits in; Req what it asks of
+	// a worker.
+	Queue string
+	Req   platform.Request
 
-	platformKey string
-	priority    int32
-	seq         int64
-	heapIndex   int
-	state       taskState
-	stage       repb.ExecutionStage_Value
-	attempts    int
-	lease       *lease
-	ops         []*Operation
-	response    *repb.ExecuteResponse
-	queuedAt    time.Time
-	dedupKey    dedupKey
-	lastWorker  string
+	bucketKey  string
+	priority   int32
+	seq        int64
+	heapIndex  int
+	state      taskState
+	stage      repb.ExecutionStage_Value
+	attempts   int
+	lease      *lease
+	ops        []*Operation
+	response   *repb.ExecuteResponse
+	queuedAt   time.Time
+	dedupKey   dedupKey
+	lastWorker string
 }
 
 type dedupKey struct {
@@ -147,6 +164,16 @@ type Scheduler struct {
 	nextSeq   int64
 	frontSeq  int64
 	listeners []func(Event)
+	queues    []platform.Queue
+	// seen remembers every worker registered recently, for deciding that
+	// no worker could ever run an action.
+	seen    map[string]seenWorker
+	started time.Time
+}
+
+type seenWorker struct {
+	platform platform.Worker
+	at       time.Time
 }
 
 // New returns a scheduler.
@@ -167,6 +194,12 @@ func New(cfg Config, clock Clock) *Scheduler {
 	if cfg.Retention <= 0 {
 		cfg.Retention = def.Retention
 	}
+	if cfg.UnsatisfiableWait <= 0 {
+		cfg.UnsatisfiableWait = def.UnsatisfiableWait
+	}
+	if cfg.StartupGrace < 0 {
+		cfg.StartupGrace = 0
+	}
 	if clock == nil {
 		clock = RealClock{}
 	}
@@ -174,7 +207,68 @@ func New(cfg Config, clock Clock) *Scheduler {
 		cfg: cfg, clock: clock,
 		ops: map[string]*Operation{}, tasks: map[string]*Task{}, inflight: map[dedupKey]*Task{},
 		queue: newQueue(), workers: map[string]*worker{}, leases: map[string]*lease{},
+		queues: cfg.Queues, seen: map[string]seenWorker{}, started: clock.Now(),
 	}
+}
+
+// NoQueueError is returned by Submit when no provision queue is eligible
+// for the action's platform. Its Analysis says why, queue by queue.
+type NoQueueError struct {
+	Platform platform.Properties
+	Analysis platform.Analysis
+}
+
+func (e *NoQueueError) Error() string {
+	return fmt.Sprintf("no provision queue accepts an action with platform {%s}: %s", e.Platform, e.Analysis.Summary())
+}
+
+// SetQueues replaces the provision queues. Queued work stays where it is;
+// new actions are placed by the new queues.
+func (s *Scheduler) SetQueues(qs []platform.Queue) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queues = qs
+}
+
+// ExplainQueues analyses which queue an action with props would go to.
+func (s *Scheduler) ExplainQueues(props platform.Properties) platform.Analysis {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return platform.SelectQueue(s.queues, props)
+}
+
+// WorkerVerdict says whether one worker could ever run an action.
+type WorkerVerdict struct {
+	Worker  string
+	Reasons []platform.Reason
+}
+
+// ExplainWorkers lists, for every registered or recently seen worker,
+// why it could not run an action in queue with request r (no reasons: it
+// could). The closest worker comes first.
+func (s *Scheduler) ExplainWorkers(queue string, r platform.Request) []WorkerVerdict {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.explainWorkersLocked(queue, r)
+}
+
+func (s *Scheduler) explainWorkersLocked(queue string, r platform.Request) []WorkerVerdict {
+	out := make([]WorkerVerdict, 0, len(s.seen))
+	for id, sw := range s.seen {
+		reasons := sw.platform.Accepts(r, nil)
+		if !sw.platform.Serves(queue) {
+			reasons = append(reasons, platform.Reason{Kind: platform.ReasonQueue, Property: "queue", Want: queue, Have: strings.Join(sw.platform.Queues, ","),
+				Fix: "let the worker serve queue " + strconv.Quote(queue)})
+		}
+		out = append(out, WorkerVerdict{Worker: id, Reasons: reasons})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if len(out[i].Reasons) != len(out[j].Reasons) {
+			return len(out[i].Reasons) < len(out[j].Reasons)
+		}
+		return out[i].Worker < out[j].Worker
+	})
+	return out
 }
 
 // Config returns the effective configuration.
@@ -199,7 +293,7 @@ type SubmitRequest struct {
 // action already in flight in the same instance is joined rather than run
 // again.
 func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
-	cores, err := req.Platform.Cores()
+	preq, err := platform.ParseRequest(req.Platform)
 	if err != nil {
 		return "", status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -212,6 +306,11 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 	if _, taken := s.ops[name]; taken {
 		return "", status.Errorf(codes.AlreadyExists, "operation name %s is taken", name)
 	}
+	analysis := platform.SelectQueue(s.queues, req.Platform)
+	if analysis.Chosen < 0 {
+		return "", &NoQueueError{Analysis: analysis, Platform: req.Platform}
+	}
+	queueName := analysis.Verdicts[analysis.Chosen].Queue
 	now := s.clock.Now()
 	key := dedupKey{req.Instance, req.ActionDigest}
 	var t *Task
@@ -228,8 +327,8 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 		t = &Task{
 			ID: uuid.NewString(), Instance: req.Instance, ActionDigest: req.ActionDigest,
 			Platform: req.Platform, ActionBytes: req.ActionBytes, CommandBytes: req.CommandBytes,
-			Cacheable: !req.DoNotCache, Cores: cores,
-			platformKey: req.Platform.Key(), priority: req.Priority, seq: s.nextSeq,
+			Cacheable: !req.DoNotCache, Queue: queueName, Req: preq,
+			bucketKey: queueName + "\x00" + req.Platform.Key(), priority: req.Priority, seq: s.nextSeq,
 			heapIndex: -1, stage: repb.ExecutionStage_QUEUED, queuedAt: now, dedupKey: key,
 		}
 		s.tasks[t.ID] = t
@@ -249,8 +348,9 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 func (s *Scheduler) enqueueLocked(t *Task) {
 	t.state = stateQueued
 	t.stage = repb.ExecutionStage_QUEUED
+	b := &bucket{key: t.bucketKey, queue: t.Queue, req: t.Req}
 	for i, w := range s.waiters {
-		if w.accepts(t) {
+		if w.accepts(b, t) {
 			s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
 			s.leaseLocked(t, w.worker, w)
 			return

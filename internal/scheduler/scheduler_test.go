@@ -47,7 +47,7 @@ func submit(t *testing.T, s *Scheduler, name string, mod ...func(*SubmitRequest)
 }
 
 func register(s *Scheduler, id string, props ...platform.Property) {
-	s.RegisterWorker(WorkerInfo{ID: id, Match: platform.WorkerMatch{Properties: props, AcceptUnknown: len(props) == 0}, Cores: 4, Slots: 4})
+	s.RegisterWorker(WorkerInfo{ID: id, Platform: platform.Worker{Properties: props, AllowUnmatched: len(props) == 0, Cores: 4}, Slots: 4})
 }
 
 // pollNow polls without waiting.
@@ -163,7 +163,7 @@ func TestPlatformAndCoresMatching(t *testing.T) {
 	if a := pollNow(t, s, "any", 2); a != nil {
 		t.Fatal("action needing 3 cores given to a worker with 2 free")
 	}
-	if a := pollNow(t, s, "any", 3); a == nil || a.Task.Cores != 3 {
+	if a := pollNow(t, s, "any", 3); a == nil || a.Task.Req.Cores != 3 {
 		t.Fatalf("assignment = %+v, want the 3-core action", a)
 	}
 }

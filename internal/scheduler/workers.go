@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -15,14 +16,12 @@ import (
 
 // WorkerInfo is what a worker registers.
 type WorkerInfo struct {
-	ID          string
-	Match       platform.WorkerMatch
-	Cores       int
-	MemoryBytes int64
-	Resources   map[string]int64
-	Slots       int
-	Queues      []string
-	Version     string
+	ID string
+	// Platform is what the worker offers: labels, capacities, wrappers
+	// and queues. Platform.Name is the worker's public name (its ID).
+	Platform platform.Worker
+	Slots    int
+	Version  string
 }
 
 type worker struct {
@@ -30,17 +29,34 @@ type worker struct {
 	lastSeen time.Time
 	leases   map[string]*lease
 	commands []LeaseCommand
-	// matchCache remembers per platform bucket whether the worker matches.
+	// held are the resource:NAME amounts its leases hold.
+	held map[string]int64
+	// matchCache remembers per bucket whether the worker could take the
+	// bucket's actions at all (labels, totals, pin, wrappers, queue).
 	matchCache map[string]bool
 }
 
-func (w *worker) matches(key string, props platform.Properties) bool {
-	ok, known := w.matchCache[key]
+func (w *worker) matches(b *bucket) bool {
+	ok, known := w.matchCache[b.key]
 	if !known {
-		ok, _ = w.info.Match.Accepts(props)
-		w.matchCache[key] = ok
+		ok = w.info.Platform.Serves(b.queue) && len(w.info.Platform.Accepts(b.req, nil)) == 0
+		w.matchCache[b.key] = ok
 	}
 	return ok
+}
+
+// fits reports whether the worker has the capacity for r free now:
+// freeCores is what the worker reported, resources what its leases leave.
+func (w *worker) fits(r platform.Request, freeCores int) bool {
+	if r.Cores > max(freeCores, 1) {
+		return false
+	}
+	for name, n := range r.Resources {
+		if n > w.info.Platform.Resources[name]-w.held[name] {
+			return false
+		}
+	}
+	return true
 }
 
 // Capacity is what a polling worker has free.
@@ -54,8 +70,8 @@ type waiter struct {
 	ch     chan *Assignment
 }
 
-func (w *waiter) accepts(t *Task) bool {
-	return t.Cores <= max(w.free.Cores, 1) && w.worker.matches(t.platformKey, t.Platform)
+func (w *waiter) accepts(b *bucket, t *Task) bool {
+	return w.worker.matches(b) && w.worker.fits(t.Req, w.free.Cores)
 }
 
 // Assignment is a leased task handed to a worker.
@@ -91,13 +107,16 @@ func (s *Scheduler) RegisterWorker(info WorkerInfo) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
+	info.Platform.Name = info.ID
+	info.Platform.Properties.Sort()
+	s.seen[info.ID] = seenWorker{platform: info.Platform, at: now}
 	if w, ok := s.workers[info.ID]; ok {
 		w.info = info
 		w.lastSeen = now
 		w.matchCache = map[string]bool{}
 		return
 	}
-	s.workers[info.ID] = &worker{info: info, lastSeen: now, leases: map[string]*lease{}, matchCache: map[string]bool{}}
+	s.workers[info.ID] = &worker{info: info, lastSeen: now, leases: map[string]*lease{}, held: map[string]int64{}, matchCache: map[string]bool{}}
 	s.emit(Event{Kind: EventWorkerAdded, Worker: info.ID})
 }
 
@@ -112,9 +131,7 @@ func (s *Scheduler) Poll(ctx context.Context, workerID string, free Capacity) (*
 	}
 	w.lastSeen = s.clock.Now()
 	wt := &waiter{worker: w, free: free, ch: make(chan *Assignment, 1)}
-	t := s.queue.best(func(b *bucket, t *Task) bool {
-		return wt.accepts(t)
-	})
+	t := s.queue.best(wt.accepts)
 	if t != nil {
 		s.queue.remove(t)
 		a := s.leaseLocked(t, w, nil)
@@ -159,6 +176,9 @@ func (s *Scheduler) leaseLocked(t *Task, w *worker, wt *waiter) *Assignment {
 	t.lastWorker = w.info.ID
 	s.leases[l.id] = l
 	w.leases[l.id] = l
+	for name, n := range t.Req.Resources {
+		w.held[name] += n
+	}
 	a := &Assignment{LeaseID: l.id, Task: t, Attempt: t.attempts}
 	s.emit(Event{Kind: EventLeased, Task: t.ID, Worker: w.info.ID})
 	if wt != nil {
@@ -170,6 +190,9 @@ func (s *Scheduler) leaseLocked(t *Task, w *worker, wt *waiter) *Assignment {
 func (s *Scheduler) dropLeaseLocked(l *lease) {
 	delete(s.leases, l.id)
 	delete(l.worker.leases, l.id)
+	for name, n := range l.task.Req.Resources {
+		l.worker.held[name] -= n
+	}
 	if l.task.lease == l {
 		l.task.lease = nil
 	}
@@ -275,6 +298,12 @@ func (s *Scheduler) Tick() {
 			delete(s.workers, id)
 		}
 	}
+	for id, sw := range s.seen {
+		if _, live := s.workers[id]; !live && now.Sub(sw.at) > s.cfg.UnsatisfiableWait {
+			delete(s.seen, id)
+		}
+	}
+	s.failUnsatisfiableLocked(now)
 	for name, op := range s.ops {
 		switch {
 		case op.done:
@@ -346,4 +375,44 @@ func (s *Scheduler) LeaseTask(workerID, leaseID string) (*Task, bool) {
 		return nil, false
 	}
 	return l.task, true
+}
+
+// failUnsatisfiableLocked fails queued tasks that have waited longer than
+// UnsatisfiableWait for a worker that no registered or recently seen
+// worker could ever be, naming the closest worker and what kept it out.
+func (s *Scheduler) failUnsatisfiableLocked(now time.Time) {
+	notBefore := s.started.Add(s.cfg.StartupGrace)
+	if now.Before(notBefore.Add(s.cfg.UnsatisfiableWait)) {
+		return
+	}
+	for _, b := range s.queue.buckets {
+		var old []*Task
+		for _, t := range b.tasks {
+			if now.Sub(t.queuedAt) > s.cfg.UnsatisfiableWait {
+				old = append(old, t)
+			}
+		}
+		if len(old) == 0 {
+			continue
+		}
+		verdicts := s.explainWorkersLocked(b.queue, b.req)
+		if len(verdicts) > 0 && len(verdicts[0].Reasons) == 0 {
+			continue // some worker could run it: keep waiting
+		}
+		msg := fmt.Sprintf("no worker can run this action (queue %q, platform {%s}) and none appeared in %s; ", b.queue, b.req.Properties, s.cfg.UnsatisfiableWait)
+		if len(verdicts) == 0 {
+			msg += "no workers are registered"
+		} else {
+			rs := make([]string, len(verdicts[0].Reasons))
+			for i, r := range verdicts[0].Reasons {
+				rs[i] = r.String()
+			}
+			msg += fmt.Sprintf("the closest worker, %s, is kept out by: %s", verdicts[0].Worker, strings.Join(rs, "; "))
+		}
+		for _, t := range old {
+			s.queue.remove(t)
+			s.completeTaskLocked(t, &repb.ExecuteResponse{Status: status.New(codes.FailedPrecondition, msg).Proto()})
+			s.emit(Event{Kind: EventGaveUp, Task: t.ID, Reason: msg})
+		}
+	}
 }

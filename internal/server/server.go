@@ -28,6 +28,7 @@ import (
 	"github.com/gantry-build/gantry/internal/execution"
 	"github.com/gantry-build/gantry/internal/frontend"
 	"github.com/gantry-build/gantry/internal/metrics"
+	"github.com/gantry-build/gantry/internal/platform"
 	"github.com/gantry-build/gantry/internal/scheduler"
 	"github.com/gantry-build/gantry/internal/worker"
 )
@@ -77,6 +78,9 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		MaxAttempts:       sc.MaxAttempts,
 		CallerGrace:       sc.CallerGrace.D(),
 		Retention:         sc.Retention.D(),
+		Queues:            Queues(sc.Queues),
+		UnsatisfiableWait: sc.UnsatisfiableWait.D(),
+		StartupGrace:      sc.StartupGrace.D(),
 	}, scheduler.RealClock{})
 	registerSchedulerMetrics(reg, sched)
 	maxMsg := cfg.GRPCMaxMessageSize()
@@ -95,6 +99,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	ws := execution.NewWorkerService(sched)
 	ws.UpdateActionCache = fe.StoreActionResult
 	ws.Attach(g)
+	execution.NewAdminService(sched).Attach(g)
 
 	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched}
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
@@ -202,11 +207,16 @@ func WorkerConfig(wc config.WorkerConfig, log *slog.Logger) worker.Config {
 	if mem <= 0 {
 		mem = worker.HostMemory()
 	}
+	props := map[string][]string{}
+	for k, vs := range wc.Properties {
+		props[k] = vs
+	}
 	return worker.Config{
 		ID: wc.ID, Cores: cores, MemoryBytes: mem,
 		InputFetchSlots: wc.InputFetchSlots, ReportSlots: wc.ReportSlots,
-		Properties: worker.Properties(wc.Properties), AcceptUnknownProperties: wc.AcceptUnknownProperties,
+		Properties: worker.Properties(props), AcceptUnknownProperties: wc.AcceptUnknownProperties,
 		WorkDir: wc.WorkDir, CacheMaxBytes: int64(wc.CacheMaxSize), Wrapper: wc.Wrapper, Logger: log,
+		ProcessWrappers: wc.ProcessWrappers, Queues: wc.Queues,
 	}
 }
 
@@ -294,4 +304,31 @@ func registerSchedulerMetrics(reg prometheus.Registerer, sched *scheduler.Schedu
 		get := g.get
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, func() float64 { return float64(get(sched.Stats())) }))
 	}
+}
+
+// Queues converts configured provision queues.
+func Queues(qs []config.QueueConfig) []platform.Queue {
+	out := make([]platform.Queue, 0, len(qs))
+	for _, q := range qs {
+		pq := platform.Queue{Name: q.Name, AllowUnmatched: q.AllowUnmatched}
+		for k, vs := range q.Properties {
+			for _, v := range vs {
+				pq.Properties = append(pq.Properties, platform.Property{Name: k, Value: v})
+			}
+		}
+		pq.Properties.Sort()
+		out = append(out, pq)
+	}
+	return out
+}
+
+// Reload applies the parts of a new configuration that can change while
+// running: the provision queues. Queued work stays queued.
+func (s *Server) Reload(cfg config.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	s.Scheduler.SetQueues(Queues(cfg.Scheduler.Queues))
+	s.log.Info("configuration reloaded", "queues", len(cfg.Scheduler.Queues))
+	return nil
 }

@@ -24,21 +24,29 @@ func HostProperties() map[string]string {
 	return map[string]string{"OSFamily": runtime.GOOS, "ISA": isa}
 }
 
-// Properties merges the host's properties with configured ones (which win)
-// into a sorted list for registration.
-func Properties(configured map[string]string) []*workerpb.Property {
-	all := HostProperties()
-	for k, v := range configured {
-		all[k] = v
+// Properties merges the host's properties with configured ones (which
+// replace a host property of the same name) into a sorted list for
+// registration. A name with several values offers each of them.
+func Properties(configured map[string][]string) []*workerpb.Property {
+	all := map[string][]string{}
+	for k, v := range HostProperties() {
+		all[k] = []string{v}
+	}
+	for k, vs := range configured {
+		all[k] = vs
 	}
 	names := make([]string, 0, len(all))
 	for k := range all {
 		names = append(names, k)
 	}
 	sort.Strings(names)
-	out := make([]*workerpb.Property, 0, len(names))
+	var out []*workerpb.Property
 	for _, k := range names {
-		out = append(out, &workerpb.Property{Name: k, Value: all[k]})
+		vs := append([]string(nil), all[k]...)
+		sort.Strings(vs)
+		for _, v := range vs {
+			out = append(out, &workerpb.Property{Name: k, Value: v})
+		}
 	}
 	return out
 }

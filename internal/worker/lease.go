@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/platform"
 	"github.com/gantry-build/gantry/internal/worker/execroot"
 	"github.com/gantry-build/gantry/internal/worker/outputs"
 	"github.com/gantry-build/gantry/internal/worker/runner"
@@ -102,9 +104,14 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	for i, ev := range cmd.EnvironmentVariables {
 		env[i] = ev.Name + "=" + ev.Value
 	}
+	wrapper, env, err := w.wrap(action, cmd, env)
+	if err != nil {
+		w.complete(l, failure(codes.FailedPrecondition, "action %s: %v", ad, err))
+		return
+	}
 	spec := runner.Spec{
 		Args: cmd.Arguments, Env: env, Dir: filepath.Join(rootDir, filepath.FromSlash(cmd.WorkingDirectory)),
-		Stdout: stdoutPath, Stderr: stderrPath, Wrapper: w.cfg.Wrapper,
+		Stdout: stdoutPath, Stderr: stderrPath, Wrapper: wrapper,
 	}
 	if action.Timeout != nil {
 		spec.Timeout = action.Timeout.AsDuration()
@@ -201,4 +208,28 @@ func outputFailure(ad digest.Digest, err error) *workerpb.CompleteRequest {
 		return failure(codes.InvalidArgument, "action %s: %v", ad, err)
 	}
 	return failure(codes.Internal, "uploading the outputs of action %s failed: %v", ad, err)
+}
+
+// wrap applies the action's special platform properties: process-wrapper
+// names select configured command prefixes (in the order given), and
+// max-cores is passed to the action as GANTRY_MAX_CORES.
+func (w *Worker) wrap(action *repb.Action, cmd *repb.Command, env []string) ([]string, []string, error) {
+	p := action.Platform
+	if p == nil || len(p.Properties) == 0 {
+		p = cmd.Platform
+	}
+	wrapper := append([]string(nil), w.cfg.Wrapper...)
+	for _, prop := range p.GetProperties() {
+		switch prop.Name {
+		case platform.ProcessWrapper:
+			argv, ok := w.cfg.ProcessWrappers[prop.Value]
+			if !ok {
+				return nil, nil, fmt.Errorf("process wrapper %q is not configured on worker %s", prop.Value, w.cfg.ID)
+			}
+			wrapper = append(wrapper, argv...)
+		case platform.MaxCores:
+			env = append(env, "GANTRY_MAX_CORES="+prop.Value)
+		}
+	}
+	return wrapper, env, nil
 }

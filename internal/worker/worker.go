@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"time"
 
@@ -39,7 +40,13 @@ type Config struct {
 	AcceptUnknownProperties bool
 	WorkDir                 string
 	CacheMaxBytes           int64
-	Wrapper                 []string
+	// Wrapper is a command prefix for every action.
+	Wrapper []string
+	// ProcessWrappers are named prefixes actions select with the
+	// process-wrapper property, applied after Wrapper in the order given.
+	ProcessWrappers map[string][]string
+	// Queues are the provision queues served; empty serves all.
+	Queues []string
 	// PollWait is how long one Poll may be held by the scheduler.
 	PollWait time.Duration
 	Logger   *slog.Logger
@@ -146,6 +153,7 @@ func (w *Worker) register(ctx context.Context) error {
 		resp, err := w.sched.Register(ctx, &workerpb.RegisterRequest{
 			WorkerId: w.cfg.ID, Properties: w.cfg.Properties, AcceptUnknownProperties: w.cfg.AcceptUnknownProperties,
 			Cores: int32(w.cfg.Cores), MemoryBytes: w.cfg.MemoryBytes, Slots: int32(w.cfg.InputFetchSlots + w.cfg.Cores + w.cfg.ReportSlots),
+			Queues: w.cfg.Queues, ProcessWrappers: w.wrapperNames(),
 		})
 		if err == nil {
 			w.heartbeatEvery = time.Duration(resp.HeartbeatIntervalMs) * time.Millisecond
@@ -358,4 +366,13 @@ func actionDigest(a *workerpb.Assignment) (digest.Digest, error) {
 		return digest.Digest{}, errors.New("assignment has no action digest")
 	}
 	return digest.Parse(digest.Function(a.ActionDigest.DigestFunction), a.ActionDigest.Hash, a.ActionDigest.SizeBytes)
+}
+
+func (w *Worker) wrapperNames() []string {
+	names := make([]string, 0, len(w.cfg.ProcessWrappers))
+	for n := range w.cfg.ProcessWrappers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }

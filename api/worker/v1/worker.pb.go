@@ -267,9 +267,12 @@ type RegisterRequest struct {
 	// Queues the worker serves; empty means all.
 	Queues []string `protobuf:"bytes,8,rep,name=queues,proto3" json:"queues,omitempty"`
 	// Free-form version string for status pages.
-	Version       string `protobuf:"bytes,9,opt,name=version,proto3" json:"version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Version string `protobuf:"bytes,9,opt,name=version,proto3" json:"version,omitempty"`
+	// Names of the process wrappers the worker has; an action's
+	// process-wrapper properties must all be among them.
+	ProcessWrappers []string `protobuf:"bytes,10,rep,name=process_wrappers,json=processWrappers,proto3" json:"process_wrappers,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
@@ -363,6 +366,13 @@ func (x *RegisterRequest) GetVersion() string {
 		return x.Version
 	}
 	return ""
+}
+
+func (x *RegisterRequest) GetProcessWrappers() []string {
+	if x != nil {
+		return x.ProcessWrappers
+	}
+	return nil
 }
 
 type RegisterResponse struct {
@@ -1053,7 +1063,7 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"\x04hash\x18\x01 \x01(\tR\x04hash\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\x12'\n" +
-	"\x0fdigest_function\x18\x03 \x01(\x05R\x0edigestFunction\"\xb5\x03\n" +
+	"\x0fdigest_function\x18\x03 \x01(\x05R\x0edigestFunction\"\xe0\x03\n" +
 	"\x0fRegisterRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12:\n" +
 	"\n" +
@@ -1065,7 +1075,9 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"\tresources\x18\x06 \x03(\v20.gantry.worker.v1.RegisterRequest.ResourcesEntryR\tresources\x12\x14\n" +
 	"\x05slots\x18\a \x01(\x05R\x05slots\x12\x16\n" +
 	"\x06queues\x18\b \x03(\tR\x06queues\x12\x18\n" +
-	"\aversion\x18\t \x01(\tR\aversion\x1a<\n" +
+	"\aversion\x18\t \x01(\tR\aversion\x12)\n" +
+	"\x10process_wrappers\x18\n" +
+	" \x03(\tR\x0fprocessWrappers\x1a<\n" +
 	"\x0eResourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"x\n" +

@@ -1,0 +1,55 @@
+package execution
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+
+	adminpb "github.com/gantry-build/gantry/api/admin/v1"
+	"github.com/gantry-build/gantry/internal/platform"
+	"github.com/gantry-build/gantry/internal/scheduler"
+)
+
+// AdminService answers operators' questions about the scheduler.
+type AdminService struct {
+	adminpb.UnimplementedAdminServer
+	sched *scheduler.Scheduler
+}
+
+// NewAdminService returns the admin service.
+func NewAdminService(sched *scheduler.Scheduler) *AdminService { return &AdminService{sched: sched} }
+
+// Attach adds the service to a gRPC server.
+func (s *AdminService) Attach(g *grpc.Server) { adminpb.RegisterAdminServer(g, s) }
+
+// ExplainPlatform implements adminpb.AdminServer.
+func (s *AdminService) ExplainPlatform(_ context.Context, req *adminpb.ExplainPlatformRequest) (*adminpb.ExplainPlatformResponse, error) {
+	props := make(platform.Properties, 0, len(req.Properties))
+	for _, p := range req.Properties {
+		props = append(props, platform.Property{Name: p.Name, Value: p.Value})
+	}
+	props.Sort()
+	resp := &adminpb.ExplainPlatformResponse{}
+	r, err := platform.ParseRequest(props)
+	if err != nil {
+		resp.Invalid = err.Error()
+	}
+	a := s.sched.ExplainQueues(props)
+	for i, v := range a.Verdicts {
+		resp.Queues = append(resp.Queues, &adminpb.QueueVerdict{Queue: v.Queue, Eligible: v.Eligible, Chosen: i == a.Chosen, Reasons: reasonStrings(v.Reasons)})
+	}
+	if err == nil && a.Chosen >= 0 {
+		for _, wv := range s.sched.ExplainWorkers(a.Verdicts[a.Chosen].Queue, r) {
+			resp.Workers = append(resp.Workers, &adminpb.WorkerVerdict{Worker: wv.Worker, Reasons: reasonStrings(wv.Reasons)})
+		}
+	}
+	return resp, nil
+}
+
+func reasonStrings(rs []platform.Reason) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.String()
+	}
+	return out
+}
