@@ -82,6 +82,9 @@ type activeLease struct {
 	cancel context.CancelFunc
 	proc   processControl
 	reason string
+	// completing is set once the result is on its way to the scheduler;
+	// a CANCEL then only means the scheduler has already processed it.
+	completing bool
 }
 
 // processControl is what the heartbeat loop may do to a running action.
@@ -279,6 +282,7 @@ func (w *Worker) apply(c *workerpb.LeaseCommand) {
 	var proc processControl
 	if ok {
 		proc = l.proc
+		ok = !l.completing
 	}
 	w.mu.Unlock()
 	if !ok {
@@ -337,6 +341,9 @@ func (w *Worker) endLease(l *activeLease) {
 // complete reports a lease's outcome to the scheduler.
 func (w *Worker) complete(l *activeLease, req *workerpb.CompleteRequest) {
 	req.WorkerId, req.LeaseId = w.cfg.ID, l.id
+	w.mu.Lock()
+	l.completing = true
+	w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for attempt := 0; attempt < 5; attempt++ {

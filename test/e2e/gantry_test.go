@@ -192,3 +192,132 @@ func readTail(path string, n int64) string {
 	}
 	return prefix + string(b)
 }
+
+// workerProc is one standalone `gantry worker` subprocess started for a test.
+type workerProc struct {
+	// WorkDir is the worker's --work-dir.
+	WorkDir string
+	// LogPath is the file receiving the worker's stdout and stderr.
+	LogPath string
+
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when the process has exited
+	err    error         // Wait's result, valid once exited is closed
+}
+
+// startWorker starts `gantry worker --scheduler g --work-dir DIR` (the test's gantry
+// binary, a fresh work directory) with extraArgs appended, e.g. --id, --property,
+// --config. It does not wait for the worker to register (see waitWorkers). The worker
+// is stopped when the test ends; its output goes to a file that is printed if the test
+// fails, and a worker that exits on its own before the test ends fails the test.
+func startWorker(t *testing.T, g *gantryProc, extraArgs ...string) *workerProc {
+	t.Helper()
+	bin := gantryBin(t)
+	dir := testDir(t, "worker")
+	p := &workerProc{
+		WorkDir: filepath.Join(dir, "work"),
+		LogPath: filepath.Join(dir, "worker.log"),
+		exited:  make(chan struct{}),
+	}
+	logFile, err := os.Create(p.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"worker", "--scheduler", g.GRPCAddr, "--work-dir", p.WorkDir}, extraArgs...)
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Dir = dir
+	p.cmd.Stdout = logFile
+	p.cmd.Stderr = logFile
+	// Own process group, so stopping it also stops the actions it runs.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	t.Logf("starting %s %q", bin, args)
+	if err := p.cmd.Start(); err != nil {
+		logFile.Close()
+		t.Fatalf("starting gantry worker: %v", err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		logFile.Close()
+		close(p.exited)
+	}()
+	// Registered after testDir's cleanup (so it runs before the directory goes) and
+	// after the server's (so the worker stops before its scheduler does).
+	t.Cleanup(func() { p.stop(t) })
+	return p
+}
+
+// stop ends the worker like gantryProc.stop ends the server.
+func (p *workerProc) stop(t *testing.T) {
+	select {
+	case <-p.exited:
+		t.Errorf("gantry worker exited before the test ended: %v", p.err)
+	default:
+		pgid := p.cmd.Process.Pid
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(gantryStopTimeout):
+			t.Logf("gantry worker ignored SIGTERM for %v; killing it", gantryStopTimeout)
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			<-p.exited
+		}
+	}
+	if b, err := os.ReadFile(p.LogPath); err == nil && strings.Contains(string(b), "WARNING: DATA RACE") {
+		t.Errorf("gantry worker (built with -race) reported a data race; see its log")
+	}
+	if t.Failed() {
+		t.Logf("gantry worker log (%s):\n%s", p.LogPath, readTail(p.LogPath, gantryLogTail))
+	}
+}
+
+// waitWorkers polls the server's gantry_scheduler_workers metric until at least n
+// workers are registered, failing the test after timeout.
+func (g *gantryProc) waitWorkers(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	client := &http.Client{Timeout: 2 * time.Second}
+	url := "http://" + g.HTTPAddr + "/metrics"
+	start := time.Now()
+	deadline := start.Add(timeout)
+	last := "no answer yet"
+	for {
+		if got, err := scrapeGauge(client, url, "gantry_scheduler_workers"); err != nil {
+			last = err.Error()
+		} else if got >= float64(n) {
+			t.Logf("%v workers registered after %v", got, time.Since(start).Round(time.Millisecond))
+			return
+		} else {
+			last = fmt.Sprintf("%v registered", got)
+		}
+		select {
+		case <-g.exited:
+			t.Fatalf("gantry exited while waiting for %d workers: %v", n, g.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d workers did not register within %v (last: %s)", n, timeout, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// scrapeGauge returns the value of an unlabelled metric from a Prometheus text page.
+func scrapeGauge(client *http.Client, url, name string) (float64, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(rest), 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in %s", name, url)
+}
