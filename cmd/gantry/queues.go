@@ -49,13 +49,17 @@ known worker, whether it could run the action and what keeps it out.`,
 				if err != nil {
 					return err
 				}
-				if _, err := platform.ParseRequest(ps); err != nil {
-					fmt.Fprintf(out, "invalid properties: %v\n", err)
+				_, invalid := platform.ParseRequest(ps)
+				if invalid != nil {
+					fmt.Fprintf(out, "invalid properties: %v\n", invalid)
 				}
 				a := platform.SelectQueue(server.Queues(cfg.Scheduler.Queues), ps)
 				fmt.Fprint(out, a.String())
 				if a.Chosen < 0 {
 					return fmt.Errorf("no provision queue accepts these properties")
+				}
+				if invalid != nil {
+					return fmt.Errorf("Execute would reject these properties: %v", invalid)
 				}
 				return nil
 			}
@@ -134,6 +138,9 @@ func explainRemote(ctx context.Context, out io.Writer, addr string, ps platform.
 		for _, r := range w.Reasons {
 			fmt.Fprintf(out, "  - %s\n", r)
 		}
+	}
+	if resp.Invalid != "" {
+		return fmt.Errorf("Execute would reject these properties: %s", resp.Invalid)
 	}
 	return nil
 }

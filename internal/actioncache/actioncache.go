@@ -68,17 +68,24 @@ func NewMemory(maxEntries int) *Memory {
 
 // Get implements Store.
 func (m *Memory) Get(_ context.Context, instance string, d digest.Digest) (*repb.ActionResult, error) {
+	k := key(instance, d)
 	m.mu.Lock()
-	e, ok := m.index[key(instance, d)]
+	var data []byte
+	e, ok := m.index[k]
 	if ok {
 		m.lru.MoveToFront(e)
+		// Put replaces data under the lock, so read it under the lock too.
+		data = e.Value.(*memEntry).data
 	}
 	m.mu.Unlock()
 	if !ok {
 		return nil, ErrNotFound
 	}
 	ar := &repb.ActionResult{}
-	return ar, proto.Unmarshal(e.Value.(*memEntry).data, ar)
+	if err := proto.Unmarshal(data, ar); err != nil {
+		return nil, fmt.Errorf("decoding cached result for action %s: %w", d, err)
+	}
+	return ar, nil
 }
 
 // Put implements Store.
@@ -113,6 +120,7 @@ type Disk struct {
 	maxBytes  int64
 	mu        sync.Mutex
 	approx    int64 // bytes written since the last sweep plus the size then
+	sweeping  sync.Mutex
 }
 
 var _ Store = (*Disk)(nil)
@@ -185,16 +193,26 @@ func (s *Disk) Put(_ context.Context, instance string, d digest.Digest, ar *repb
 	s.approx += int64(len(data))
 	over := s.maxBytes > 0 && s.approx > s.maxBytes
 	s.mu.Unlock()
-	if over {
-		_, err := s.Sweep()
-		return err
+	// One sweep at a time is enough: others would only repeat its walk.
+	if over && s.sweeping.TryLock() {
+		defer s.sweeping.Unlock()
+		if _, err := s.sweep(); err != nil {
+			return fmt.Errorf("action result stored, but trimming the action cache failed: %w", err)
+		}
 	}
 	return nil
 }
 
-// Sweep removes the oldest entries until the store fits its bound, and
+// Sweep removes the least recently used entries until the store fits its
+// bound (down to 90% of it, so that sweeps are not back to back), and
 // returns how many it removed.
 func (s *Disk) Sweep() (int, error) {
+	s.sweeping.Lock()
+	defer s.sweeping.Unlock()
+	return s.sweep()
+}
+
+func (s *Disk) sweep() (int, error) {
 	type ent struct {
 		path  string
 		size  int64

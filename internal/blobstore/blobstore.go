@@ -32,9 +32,9 @@ func (e *MismatchError) Error() string {
 
 // Store is a content-addressable blob store.
 type Store interface {
-	// FindMissing returns those of ds that the store does not hold. Blobs
-	// that are present have their lifetime extended. The empty blob is
-	// always present.
+	// FindMissing returns those of ds that the store does not hold, in
+	// the order of ds. Blobs that are present have their lifetime
+	// extended. The empty blob is always present.
 	FindMissing(ctx context.Context, ds []digest.Digest) ([]digest.Digest, error)
 	// Open returns a reader of the blob from byte offset on. It returns
 	// ErrNotFound when the blob is absent.
@@ -100,6 +100,7 @@ type verifier struct {
 	want digest.Digest
 	h    hash.Hash
 	n    int64
+	err  error // a Write that overflowed poisons the blob for good
 }
 
 func newVerifier(d digest.Digest) verifier {
@@ -107,8 +108,12 @@ func newVerifier(d digest.Digest) verifier {
 }
 
 func (v *verifier) write(p []byte) error {
+	if v.err != nil {
+		return v.err
+	}
 	if v.n+int64(len(p)) > v.want.Size {
-		return &MismatchError{Want: v.want, Got: digest.Digest{Function: v.want.Function, Size: v.n + int64(len(p))}}
+		v.err = &MismatchError{Want: v.want, Got: digest.Digest{Function: v.want.Function, Size: v.n + int64(len(p))}}
+		return v.err
 	}
 	v.h.Write(p)
 	v.n += int64(len(p))
@@ -116,6 +121,9 @@ func (v *verifier) write(p []byte) error {
 }
 
 func (v *verifier) check() error {
+	if v.err != nil {
+		return v.err
+	}
 	got := digest.Digest{Function: v.want.Function, Size: v.n}
 	if v.n != v.want.Size {
 		return &MismatchError{Want: v.want, Got: got}
@@ -126,6 +134,13 @@ func (v *verifier) check() error {
 		return &MismatchError{Want: v.want, Got: got}
 	}
 	return nil
+}
+
+// errWriterDone is returned by a Writer used after Commit or Close.
+var errWriterDone = errors.New("blob writer already committed or closed; start a new one with Create")
+
+func negativeOffset(d digest.Digest, offset int64) error {
+	return fmt.Errorf("reading blob %s: offset %d is negative; offsets count bytes from the start of the blob", d, offset)
 }
 
 // emptyReader serves the empty blob.

@@ -62,6 +62,9 @@ func (m *Memory) Open(_ context.Context, d digest.Digest, offset int64) (io.Read
 	if !ok {
 		return nil, ErrNotFound
 	}
+	if offset < 0 {
+		return nil, negativeOffset(d, offset)
+	}
 	data := e.Value.(*memEntry).data
 	if offset > int64(len(data)) {
 		offset = int64(len(data))
@@ -75,12 +78,16 @@ func (m *Memory) Create(_ context.Context, d digest.Digest) (Writer, error) {
 }
 
 type memWriter struct {
-	m   *Memory
-	v   verifier
-	buf []byte
+	m    *Memory
+	v    verifier
+	buf  []byte
+	done bool // committed or closed
 }
 
 func (w *memWriter) Write(p []byte) (int, error) {
+	if w.done {
+		return 0, errWriterDone
+	}
 	if err := w.v.write(p); err != nil {
 		return 0, err
 	}
@@ -91,15 +98,18 @@ func (w *memWriter) Write(p []byte) (int, error) {
 func (w *memWriter) Written() int64 { return w.v.n }
 
 func (w *memWriter) Commit() error {
+	if w.done {
+		return errWriterDone
+	}
 	if err := w.v.check(); err != nil {
 		return err
 	}
 	w.m.insert(w.v.want, w.buf)
-	w.buf = nil
+	w.buf, w.done = nil, true
 	return nil
 }
 
-func (w *memWriter) Close() error { w.buf = nil; return nil }
+func (w *memWriter) Close() error { w.buf, w.done = nil, true; return nil }
 
 func (m *Memory) insert(d digest.Digest, data []byte) {
 	if d.IsEmpty() {

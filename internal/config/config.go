@@ -206,6 +206,16 @@ func Parse(data []byte, cfg *Config) error {
 // decodeStrict walks a mapping node against a struct, decoding each known
 // key into its field and reporting unknown keys and bad values by path.
 func decodeStrict(n *yaml.Node, v reflect.Value, path string) error {
+	if v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Struct && n.Kind == yaml.SequenceNode {
+		out := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			if err := decodeStrict(item, out.Index(i), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+		v.Set(out)
+		return nil
+	}
 	if v.Kind() != reflect.Struct {
 		if err := n.Decode(v.Addr().Interface()); err != nil {
 			return fmt.Errorf("%s (line %d): %s", displayPath(path), n.Line, cleanYAMLError(err))

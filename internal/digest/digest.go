@@ -65,8 +65,24 @@ func Name(fn Function) string {
 // NewHasher returns a new hash.Hash for fn. fn must be supported.
 func NewHasher(fn Function) hash.Hash { return functions[fn].newHash() }
 
-// HexLen is the length in hex characters of a hash made by fn.
-func HexLen(fn Function) int { return functions[fn].hexLen }
+// HexLen is the length in hex characters of a hash made by fn, or 0 if fn
+// is not supported.
+func HexLen(fn Function) int {
+	// A switch, not the map: Parse calls this once per digest.
+	switch fn {
+	case SHA256, BLAKE3:
+		return 64
+	case SHA1:
+		return 40
+	case MD5:
+		return 32
+	case SHA384:
+		return 96
+	case SHA512:
+		return 128
+	}
+	return 0
+}
 
 // functionByName maps resource-name segments to functions.
 func functionByName(s string) (Function, bool) {
@@ -182,21 +198,39 @@ func Parse(fn Function, hash string, size int64) (Digest, error) {
 		}
 		fn = inferred
 	}
-	fi, ok := functions[fn]
-	if !ok {
+	hexLen := HexLen(fn)
+	if hexLen == 0 {
 		return Digest{}, errorf("digest function %s is not supported; use one of %s", fn, SupportedNames)
 	}
-	if len(hash) != fi.hexLen {
-		return Digest{}, errorf("digest %q/%d: a %s hash has %d hex characters, this one has %d", truncate(hash), size, strings.ToUpper(fi.name), fi.hexLen, len(hash))
+	if len(hash) != hexLen {
+		return Digest{}, errorf("digest %q/%d: a %s hash has %d hex characters, this one has %d", truncate(hash), size, strings.ToUpper(Name(fn)), hexLen, len(hash))
 	}
+	// FindMissingBlobs parses thousands of digests per call: keep this
+	// loop cheap and report the culprit only on failure.
+	var bad byte
 	for i := 0; i < len(hash); i++ {
-		c := hash[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return Digest{}, errorf("digest %q/%d: hash must be lowercase hexadecimal (0-9, a-f); found %q at position %d", truncate(hash), size, c, i)
+		bad |= notLowerHex[hash[i]]
+	}
+	if bad != 0 {
+		i := 0
+		for notLowerHex[hash[i]] == 0 {
+			i++
 		}
+		return Digest{}, errorf("digest %q/%d: hash must be lowercase hexadecimal (0-9, a-f); found %q at position %d", truncate(hash), size, hash[i], i)
 	}
 	return Digest{Function: fn, Hash: hash, Size: size}, nil
 }
+
+// notLowerHex is 1 for the bytes not allowed in a hash.
+var notLowerHex = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 1
+	}
+	for _, c := range "0123456789abcdef" {
+		t[c] = 0
+	}
+	return t
+}()
 
 // FromProto validates a REAPI Digest message under fn (see Parse).
 func FromProto(fn Function, d *repb.Digest) (Digest, error) {

@@ -102,6 +102,9 @@ func indexOfAny(segs []string, words ...string) int {
 func parseBlobPart(name string, instSegs, part []string) (Resource, []string, error) {
 	var r Resource
 	r.Instance = strings.Join(instSegs, "/")
+	if len(instSegs) > 0 && r.Instance == "" {
+		return r, nil, errorf("resource name %q starts with '/'; with the default (empty) instance name the name starts with %s/", truncate(name), part[0])
+	}
 	if err := ValidateInstanceName(r.Instance); err != nil {
 		return r, nil, err
 	}
@@ -125,16 +128,17 @@ func parseBlobPart(name string, instSegs, part []string) (Resource, []string, er
 		if f, ok := functionByName(rest[0]); ok {
 			fn = f
 			rest = rest[1:]
-		} else if len(rest[0]) > 0 && !isHex(rest[0]) && len(rest) >= 3 {
-			return r, nil, errorf("resource name %q: digest function %q is not supported; use one of %s", truncate(name), rest[0], SupportedNames)
+		} else if len(rest) >= 3 && !isHex(rest[0]) && isDecimal(rest[2]) {
+			// Shaped like {function}/{hash}/{size}: an unknown function.
+			return r, nil, errorf("resource name %q: digest function %q is not supported; use one of %s", truncate(name), truncate(rest[0]), SupportedNames)
 		}
 	}
 	if len(rest) < 2 {
 		return r, nil, errorf("resource name %q: expected {hash}/{size} after %s/", truncate(name), part[0])
 	}
 	size, err := strconv.ParseInt(rest[1], 10, 64)
-	if err != nil || (len(rest[1]) > 1 && rest[1][0] == '0') || rest[1][0] == '+' {
-		return r, nil, errorf("resource name %q: size %q is not a non-negative decimal integer", truncate(name), truncate(rest[1]))
+	if err != nil || !isDecimal(rest[1]) || (len(rest[1]) > 1 && rest[1][0] == '0') {
+		return r, nil, errorf("resource name %q: size %q is not a decimal number of bytes (digits only, no sign or leading zeros)", truncate(name), truncate(rest[1]))
 	}
 	d, err := Parse(fn, rest[0], size)
 	if err != nil {
@@ -148,6 +152,19 @@ func isHex(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
+}
+
+// isDecimal reports whether s is a non-empty string of ASCII digits.
+func isDecimal(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
 			return false
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -45,7 +46,7 @@ func (s *Server) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) 
 	}
 	chunk := s.opts.ReadChunkSize
 	if res.Compressor == repb.Compressor_ZSTD {
-		cw := &chunkSender{stream: stream, buf: make([]byte, 0, chunk)}
+		cw := &chunkSender{stream: stream, size: chunk}
 		enc, err := zstd.NewWriter(cw, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
 		if err != nil {
 			return status.Errorf(codes.Internal, "starting zstd encoder: %v", err)
@@ -59,31 +60,67 @@ func (s *Server) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) 
 		}
 		return cw.flush()
 	}
-	buf := make([]byte, min(int64(chunk), max(remaining, 1)))
-	for remaining > 0 {
-		n, err := io.ReadFull(r, buf[:min(int64(len(buf)), remaining)])
-		if n > 0 {
-			if serr := stream.Send(&bspb.ReadResponse{Data: buf[:n]}); serr != nil {
-				return serr
-			}
-			remaining -= int64(n)
+	if remaining <= int64(chunk) {
+		if remaining == 0 {
+			return nil
 		}
-		if err != nil && remaining > 0 {
+		buf := make([]byte, remaining)
+		if _, err := io.ReadFull(r, buf); err != nil {
 			return status.Errorf(codes.Internal, "reading blob %s: %v", d, err)
 		}
+		return stream.Send(&bspb.ReadResponse{Data: buf})
+	}
+	// Several chunks: read the next one while this one is sent.
+	chunks := make(chan []byte, 2)
+	stop := make(chan struct{})
+	var readErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(chunks)
+		for left := remaining; left > 0; {
+			// A fresh buffer per message: gRPC forbids changing a
+			// message after Send, since stats handlers may read it later.
+			buf := make([]byte, min(int64(chunk), left))
+			if _, err := io.ReadFull(r, buf); err != nil {
+				readErr = err
+				return
+			}
+			left -= int64(len(buf))
+			select {
+			case chunks <- buf:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	defer wg.Wait() // before r is closed
+	defer close(stop)
+	for buf := range chunks {
+		if err := stream.Send(&bspb.ReadResponse{Data: buf}); err != nil {
+			return err
+		}
+	}
+	if readErr != nil {
+		return status.Errorf(codes.Internal, "reading blob %s: %v", d, readErr)
 	}
 	return nil
 }
 
-// chunkSender turns a byte stream into ReadResponses of bounded size.
+// chunkSender turns a byte stream into ReadResponses of at most size bytes.
 type chunkSender struct {
 	stream bspb.ByteStream_ReadServer
+	size   int
 	buf    []byte
 }
 
 func (c *chunkSender) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
+		if c.buf == nil {
+			c.buf = make([]byte, 0, c.size)
+		}
 		k := min(len(p), cap(c.buf)-len(c.buf))
 		c.buf = append(c.buf, p[:k]...)
 		p = p[k:]
@@ -101,20 +138,55 @@ func (c *chunkSender) flush() error {
 		return nil
 	}
 	err := c.stream.Send(&bspb.ReadResponse{Data: c.buf})
-	c.buf = c.buf[:0]
+	c.buf = nil // a sent message must not change: the next chunk gets new memory
 	return err
 }
 
 // upload is an unfinished uncompressed write kept for resumption.
 type upload struct {
-	mu       sync.Mutex // held by the stream writing to it
-	w        blobstore.Writer
-	lastUsed time.Time
+	// token holds one value; the stream writing to the upload takes it,
+	// so that streams with the same resource name take turns.
+	token chan struct{}
+	w     blobstore.Writer // guarded by token
+	// committed mirrors w.Written() for QueryWriteStatus, which must
+	// answer while a stream is still writing.
+	committed atomic.Int64
+	lastUsed  atomic.Int64 // unix nanoseconds
 }
+
+func (u *upload) lock(ctx context.Context) error {
+	select {
+	case <-u.token:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (u *upload) tryLock() bool {
+	select {
+	case <-u.token:
+		return true
+	default:
+		return false
+	}
+}
+
+func (u *upload) unlock() { u.token <- struct{}{} }
+
+func (u *upload) touch() { u.lastUsed.Store(time.Now().UnixNano()) }
+
+// errAlreadyPresent tells Write that the blob was stored while it waited.
+var errAlreadyPresent = errors.New("blob already present")
 
 // Write implements ByteStream Write for uploads/{uuid}/blobs/ and
 // uploads/{uuid}/compressed-blobs/zstd/. Data becomes visible only after
 // its size and hash are verified.
+//
+// An interrupted uncompressed upload is kept (see Options.UploadIdle):
+// QueryWriteStatus reports how many bytes it holds and a new stream may
+// resume from there. A resuming stream may also start earlier than that:
+// the bytes the server already has are skipped.
 func (s *Server) Write(stream bspb.ByteStream_WriteServer) error {
 	ctx := stream.Context()
 	req, err := stream.Recv()
@@ -130,11 +202,7 @@ func (s *Server) Write(stream bspb.ByteStream_WriteServer) error {
 		return storeError(err, "")
 	}
 	d := res.Digest
-	present, err := blobstore.Has(ctx, s.cas, d)
-	if err != nil {
-		return storeError(err, "blob "+d.String())
-	}
-	if present {
+	alreadyPresent := func() error {
 		// Someone else already stored it: finish at once, as the spec says.
 		committed := d.Size
 		if res.Compressor != repb.Compressor_IDENTITY {
@@ -143,54 +211,148 @@ func (s *Server) Write(stream bspb.ByteStream_WriteServer) error {
 		s.dropUpload(name)
 		return stream.SendAndClose(&bspb.WriteResponse{CommittedSize: committed})
 	}
+	present, err := blobstore.Has(ctx, s.cas, d)
+	if err != nil {
+		return storeError(err, "blob "+d.String())
+	}
+	if present {
+		return alreadyPresent()
+	}
 	if res.Compressor == repb.Compressor_ZSTD {
 		return s.writeCompressed(ctx, stream, req, d)
 	}
 	u, err := s.claimUpload(ctx, name, d)
+	if errors.Is(err, errAlreadyPresent) {
+		return alreadyPresent()
+	}
 	if err != nil {
 		return err
 	}
-	defer u.mu.Unlock()
+	defer u.unlock()
 	if req.WriteOffset == 0 && u.w.Written() > 0 {
 		// The client starts over rather than resuming: oblige it.
-		u.w.Close()
-		if u.w, err = s.cas.Create(ctx, d); err != nil {
+		w, err := s.cas.Create(ctx, d)
+		if err != nil {
 			s.dropUploadLocked(name, u)
 			return storeError(err, "blob "+d.String())
 		}
+		u.w.Close()
+		u.w = w
+		u.committed.Store(0)
 	}
-	if req.WriteOffset != u.w.Written() {
-		return invalid("write_offset %d does not match the %d bytes committed for %s; ask QueryWriteStatus and resume from there", req.WriteOffset, u.w.Written(), name)
+	if req.WriteOffset < 0 || req.WriteOffset > u.w.Written() {
+		return invalid("write_offset %d is beyond the %d bytes received for %s; ask QueryWriteStatus and resume from there", req.WriteOffset, u.w.Written(), name)
 	}
+	// Bytes before base are already held: a stream that resumes early
+	// resends them, and they are skipped.
+	base := u.w.Written()
+	pos := req.WriteOffset // where this stream is in the blob
+	p := newWritePipe(u.w, func(n int64) { u.committed.Store(n) })
+	defer p.close()
 	for {
 		if req.ResourceName != "" && req.ResourceName != name {
+			p.close()
 			return invalid("resource_name changed within one write stream, from %q to %q", name, req.ResourceName)
 		}
-		if req.WriteOffset != u.w.Written() {
+		if req.WriteOffset != pos {
+			p.close()
 			s.dropUploadLocked(name, u)
-			return invalid("write_offset %d is not the sum of the data sent before (%d)", req.WriteOffset, u.w.Written())
+			return invalid("write_offset %d is not the first offset plus the data sent before (%d); nothing was stored, upload the blob again", req.WriteOffset, pos)
 		}
-		if _, err := u.w.Write(req.Data); err != nil {
+		data := req.Data
+		if skip := base - pos; skip > 0 {
+			data = data[min(skip, int64(len(data))):]
+		}
+		pos += int64(len(req.Data))
+		if err := p.write(data); err != nil {
+			p.close()
 			s.dropUploadLocked(name, u)
 			return storeError(err, "blob "+d.String())
 		}
 		if req.FinishWrite {
-			err := u.w.Commit()
+			err := p.close()
+			if err == nil {
+				err = u.w.Commit()
+			}
 			s.dropUploadLocked(name, u)
 			if err != nil {
 				return storeError(err, "blob "+d.String())
 			}
 			return stream.SendAndClose(&bspb.WriteResponse{CommittedSize: d.Size})
 		}
-		u.lastUsed = time.Now()
+		u.touch()
 		req, err = stream.Recv()
 		if errors.Is(err, io.EOF) {
-			return invalid("write stream for %s ended without finish_write; %d bytes are kept, resume with QueryWriteStatus", name, u.w.Written())
+			if err := p.close(); err != nil {
+				s.dropUploadLocked(name, u)
+				return storeError(err, "blob "+d.String())
+			}
+			return invalid("write stream for %s ended without finish_write; the %d bytes received are kept, resume after QueryWriteStatus", name, u.w.Written())
 		}
 		if err != nil {
 			return err // cancelled: the bytes so far are kept for resumption
 		}
 	}
+}
+
+// writePipe feeds a blob writer from its own goroutine, so that receiving
+// the next message overlaps with hashing and storing the previous ones.
+type writePipe struct {
+	w       blobstore.Writer
+	written func(n int64) // called after each write with the total
+	ch      chan []byte
+	done    chan struct{} // closed when the goroutine has stopped
+	failed  chan struct{} // closed when a write fails
+	err     error         // the failure; read after failed or done
+	once    sync.Once
+}
+
+// writePipeDepth bounds the messages queued for the writer: enough to
+// ride out a slow write, few enough to bound memory.
+const writePipeDepth = 4
+
+func newWritePipe(w blobstore.Writer, written func(int64)) *writePipe {
+	p := &writePipe{
+		w: w, written: written,
+		ch:     make(chan []byte, writePipeDepth),
+		done:   make(chan struct{}),
+		failed: make(chan struct{}),
+	}
+	go p.run()
+	return p
+}
+
+func (p *writePipe) run() {
+	defer close(p.done)
+	for data := range p.ch {
+		if p.err != nil {
+			continue // drain
+		}
+		if _, err := p.w.Write(data); err != nil {
+			p.err = err
+			close(p.failed)
+			continue
+		}
+		p.written(p.w.Written())
+	}
+}
+
+// write queues data; it fails once an earlier write has failed.
+func (p *writePipe) write(data []byte) error {
+	select {
+	case p.ch <- data:
+		return nil
+	case <-p.failed:
+		return p.err
+	}
+}
+
+// close waits until all queued data is written and returns the first
+// write error. It may be called more than once.
+func (p *writePipe) close() error {
+	p.once.Do(func() { close(p.ch) })
+	<-p.done
+	return p.err
 }
 
 // writeCompressed handles compressed-blobs uploads: the zstd stream is
@@ -207,7 +369,7 @@ func (s *Server) writeCompressed(ctx context.Context, stream bspb.ByteStream_Wri
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		dec, err := zstd.NewReader(pr, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(d.Size)+1<<20))
+		dec, err := zstd.NewReader(pr, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(d.Size)+1<<20), zstd.WithDecoderMaxWindow(maxZstdWindow))
 		if err != nil {
 			pr.CloseWithError(err)
 			done <- err
@@ -265,28 +427,55 @@ func decodeErr(err error) error {
 	return status.Errorf(codes.InvalidArgument, "the compressed data is not a valid zstd stream: %v", err)
 }
 
-// claimUpload returns the upload state for name, locked, creating it if new.
+// claimUpload returns the upload state for name, locked, creating it if
+// new. If another stream writes to the same name, it waits its turn. It
+// returns errAlreadyPresent if the blob was stored meanwhile.
 func (s *Server) claimUpload(ctx context.Context, name string, d digest.Digest) (*upload, error) {
-	s.uploadsMu.Lock()
-	s.expireUploadsLocked()
-	u, ok := s.uploads[name]
-	if !ok {
-		w, err := s.cas.Create(ctx, d)
-		if err != nil {
+	for {
+		s.uploadsMu.Lock()
+		s.expireUploadsLocked()
+		u, ok := s.uploads[name]
+		s.uploadsMu.Unlock()
+		if !ok {
+			// Create the writer outside the map's lock: it may touch the disk.
+			w, err := s.cas.Create(ctx, d)
+			if err != nil {
+				return nil, storeError(err, "blob "+d.String())
+			}
+			u = &upload{token: make(chan struct{}, 1), w: w}
+			u.touch()
+			s.uploadsMu.Lock()
+			_, raced := s.uploads[name]
+			if !raced {
+				s.uploads[name] = u
+			}
 			s.uploadsMu.Unlock()
-			return nil, storeError(err, "blob "+d.String())
+			if raced {
+				w.Close()
+				continue
+			}
+			return u, nil // created locked: the token is not in the channel yet
 		}
-		u = &upload{w: w, lastUsed: time.Now()}
-		s.uploads[name] = u
+		if err := u.lock(ctx); err != nil {
+			return nil, storeError(err, "waiting for another write to "+name)
+		}
+		s.uploadsMu.Lock()
+		current := s.uploads[name] == u
+		s.uploadsMu.Unlock()
+		if current {
+			return u, nil
+		}
+		// The other stream finished or abandoned the upload while we waited.
+		u.unlock()
+		if present, err := blobstore.Has(ctx, s.cas, d); err != nil {
+			return nil, storeError(err, "blob "+d.String())
+		} else if present {
+			return nil, errAlreadyPresent
+		}
 	}
-	s.uploadsMu.Unlock()
-	if !u.mu.TryLock() {
-		return nil, status.Errorf(codes.Aborted, "another write to %s is in progress; use a new upload id for a concurrent upload", name)
-	}
-	return u, nil
 }
 
-// dropUploadLocked forgets an upload whose lock the caller holds.
+// dropUploadLocked forgets an upload whose token the caller holds.
 func (s *Server) dropUploadLocked(name string, u *upload) {
 	s.uploadsMu.Lock()
 	if s.uploads[name] == u {
@@ -301,19 +490,21 @@ func (s *Server) dropUpload(name string) {
 	s.uploadsMu.Lock()
 	u, ok := s.uploads[name]
 	s.uploadsMu.Unlock()
-	if ok && u.mu.TryLock() {
+	if ok && u.tryLock() {
 		s.dropUploadLocked(name, u)
-		u.mu.Unlock()
+		u.unlock()
 	}
 }
 
+// expireUploadsLocked drops uploads idle for longer than UploadIdle. The
+// caller holds uploadsMu.
 func (s *Server) expireUploadsLocked() {
-	now := time.Now()
+	cutoff := time.Now().Add(-s.opts.UploadIdle).UnixNano()
 	for name, u := range s.uploads {
-		if now.Sub(u.lastUsed) > s.opts.UploadIdle && u.mu.TryLock() {
+		if u.lastUsed.Load() < cutoff && u.tryLock() {
 			delete(s.uploads, name)
 			u.w.Close()
-			u.mu.Unlock()
+			u.unlock()
 		}
 	}
 }
@@ -334,13 +525,8 @@ func (s *Server) QueryWriteStatus(ctx context.Context, req *bspb.QueryWriteStatu
 	s.uploadsMu.Lock()
 	u, ok := s.uploads[req.ResourceName]
 	s.uploadsMu.Unlock()
-	if ok && u.mu.TryLock() {
-		n := u.w.Written()
-		u.mu.Unlock()
-		return &bspb.QueryWriteStatusResponse{CommittedSize: n}, nil
-	}
 	if ok {
-		return nil, status.Errorf(codes.Unavailable, "a write to %s is in progress; ask again when it has stopped", req.ResourceName)
+		return &bspb.QueryWriteStatusResponse{CommittedSize: u.committed.Load()}, nil
 	}
-	return nil, status.Errorf(codes.NotFound, "no upload named %s is in progress; start a new Write at offset 0", req.ResourceName)
+	return nil, status.Errorf(codes.NotFound, "no upload named %s is in progress (unknown, finished or expired); start a new Write at offset 0", req.ResourceName)
 }

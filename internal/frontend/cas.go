@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"runtime"
 	"strconv"
 	"sync"
@@ -30,7 +31,7 @@ func (s *Server) FindMissingBlobs(ctx context.Context, req *repb.FindMissingBlob
 	}
 	ds := make([]digest.Digest, len(req.BlobDigests))
 	for i, pd := range req.BlobDigests {
-		if ds[i], err = parseDigest(fn, pd, "blob_digests["+strconv.Itoa(i)+"]"); err != nil {
+		if ds[i], err = parseListDigest(fn, pd, "blob_digests[%d]", i); err != nil {
 			return nil, err
 		}
 	}
@@ -38,9 +39,18 @@ func (s *Server) FindMissingBlobs(ctx context.Context, req *repb.FindMissingBlob
 	if err != nil {
 		return nil, storeError(err, "finding missing blobs")
 	}
-	resp := &repb.FindMissingBlobsResponse{MissingBlobDigests: make([]*repb.Digest, len(missing))}
-	for i, d := range missing {
-		resp.MissingBlobDigests[i] = d.Proto()
+	// The store keeps the request's order, so the request's own messages
+	// can be sent back rather than new ones.
+	resp := &repb.FindMissingBlobsResponse{MissingBlobDigests: make([]*repb.Digest, 0, len(missing))}
+	j := 0
+	for i, d := range ds {
+		if j < len(missing) && d == missing[j] {
+			resp.MissingBlobDigests = append(resp.MissingBlobDigests, req.BlobDigests[i])
+			j++
+		}
+	}
+	for ; j < len(missing); j++ { // only if a store broke the order
+		resp.MissingBlobDigests = append(resp.MissingBlobDigests, missing[j].Proto())
 	}
 	return resp, nil
 }
@@ -76,7 +86,7 @@ func (s *Server) BatchUpdateBlobs(ctx context.Context, req *repb.BatchUpdateBlob
 	ds := make([]digest.Digest, len(req.Requests))
 	errs := make([]error, len(req.Requests))
 	for i, r := range req.Requests {
-		ds[i], errs[i] = parseDigest(fn, r.Digest, "requests["+strconv.Itoa(i)+"].digest")
+		ds[i], errs[i] = parseListDigest(fn, r.Digest, "requests[%d].digest", i)
 		if errs[i] == nil && r.Compressor != repb.Compressor_IDENTITY && r.Compressor != repb.Compressor_ZSTD {
 			errs[i] = invalid("requests[%d]: compressor %s is not supported; use identity or zstd", i, r.Compressor)
 		}
@@ -110,10 +120,13 @@ func (s *Server) BatchUpdateBlobs(ctx context.Context, req *repb.BatchUpdateBlob
 		}()
 	}
 	for i := range ds {
-		if errs[i] == nil && need[ds[i]] {
-			need[ds[i]] = false // the same digest twice in one batch is written once
+		switch {
+		case errs[i] != nil:
+		case need[ds[i]]:
+			// A digest sent twice in one batch is written twice: each copy
+			// gets the status of its own data, and the store keeps one.
 			work <- i
-		} else if errs[i] == nil && !need[ds[i]] {
+		default:
 			errs[i] = verifyPresentCopy(ds[i], req.Requests[i])
 		}
 	}
@@ -147,17 +160,24 @@ func (s *Server) putBatchBlob(ctx context.Context, d digest.Digest, r *repb.Batc
 	return storeError(blobstore.Put(ctx, s.cas, d, data), "blob "+d.String())
 }
 
-// decodeZstd decompresses a whole zstd frame, refusing output larger than
+// maxZstdWindow bounds the window a client's zstd stream may ask the
+// decoder to keep, and so the memory one upload can claim. 128 MiB is the
+// reference zstd tool's default limit, so streams it makes are accepted.
+const maxZstdWindow = 1 << 27
+
+// decodeZstd decompresses whole zstd frames, refusing output larger than
 // the announced size (a zip bomb must not exhaust memory).
 func decodeZstd(data []byte, size int64) ([]byte, error) {
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(size)+1))
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(size)+1), zstd.WithDecoderMaxWindow(maxZstdWindow))
 	if err != nil {
 		return nil, err
 	}
 	defer dec.Close()
-	out, err := dec.DecodeAll(data, make([]byte, 0, size))
+	// The announced size is the client's word: do not allocate more than a
+	// bounded multiple of what was actually received up front.
+	out, err := dec.DecodeAll(data, make([]byte, 0, min(size, int64(len(data))*8+4096)))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the data is not a valid zstd stream of at most %d bytes: %w", size, err)
 	}
 	if int64(len(out)) != size {
 		return nil, &digestSizeError{got: int64(len(out)), want: size}
@@ -183,7 +203,7 @@ func (s *Server) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlobsReq
 	ds := make([]digest.Digest, len(req.Digests))
 	var total int64
 	for i, pd := range req.Digests {
-		if ds[i], err = parseDigest(fn, pd, "digests["+strconv.Itoa(i)+"]"); err != nil {
+		if ds[i], err = parseListDigest(fn, pd, "digests[%d]", i); err != nil {
 			return nil, err
 		}
 		total += ds[i].Size

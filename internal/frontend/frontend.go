@@ -5,6 +5,7 @@ package frontend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -141,4 +142,16 @@ func parseDigest(fn digest.Function, d *repb.Digest, field string) (digest.Diges
 		return digest.Digest{}, invalid("%s: %v", field, err)
 	}
 	return out, nil
+}
+
+// parseListDigest validates element i of a list of digests; fieldFormat
+// names the field with a %d for i. The name is built only on error, since
+// lists hold thousands of digests.
+func parseListDigest(fn digest.Function, d *repb.Digest, fieldFormat string, i int) (digest.Digest, error) {
+	if d != nil {
+		if out, err := digest.FromProto(fn, d); err == nil {
+			return out, nil
+		}
+	}
+	return parseDigest(fn, d, fmt.Sprintf(fieldFormat, i))
 }

@@ -448,6 +448,7 @@ func (s *Scheduler) abandonTaskLocked(t *Task, reason string) {
 		l := t.lease
 		l.worker.commands = append(l.worker.commands, LeaseCommand{LeaseID: l.id, Kind: CommandCancel, Reason: reason})
 		s.dropLeaseLocked(l)
+		s.holdCancelledLocked(l)
 	}
 	t.state = stateDone
 	s.forgetInflightLocked(t)

@@ -31,6 +31,9 @@ type worker struct {
 	commands []LeaseCommand
 	// held are the resource:NAME amounts its leases hold.
 	held map[string]int64
+	// cancelled are the resources of leases the scheduler cancelled, by
+	// lease id: they stay in held until the worker stops running them.
+	cancelled map[string]map[string]int64
 	// matchCache remembers per bucket whether the worker could take the
 	// bucket's actions at all (labels, totals, pin, wrappers, queue).
 	matchCache map[string]bool
@@ -116,7 +119,7 @@ func (s *Scheduler) RegisterWorker(info WorkerInfo) {
 		w.matchCache = map[string]bool{}
 		return
 	}
-	s.workers[info.ID] = &worker{info: info, lastSeen: now, leases: map[string]*lease{}, held: map[string]int64{}, matchCache: map[string]bool{}}
+	s.workers[info.ID] = &worker{info: info, lastSeen: now, leases: map[string]*lease{}, held: map[string]int64{}, cancelled: map[string]map[string]int64{}, matchCache: map[string]bool{}}
 	s.emit(Event{Kind: EventWorkerAdded, Worker: info.ID})
 }
 
@@ -229,7 +232,9 @@ func (s *Scheduler) Heartbeat(workerID string, reports []LeaseReport) ([]LeaseCo
 	for _, c := range cmds {
 		pending[c.LeaseID] = true
 	}
+	reported := make(map[string]bool, len(reports))
 	for _, r := range reports {
+		reported[r.LeaseID] = true
 		l, ok := w.leases[r.LeaseID]
 		if !ok {
 			if pending[r.LeaseID] {
@@ -247,6 +252,16 @@ func (s *Scheduler) Heartbeat(workerID string, reports []LeaseReport) ([]LeaseCo
 			}
 		}
 	}
+	freed := false
+	for id := range w.cancelled {
+		if !reported[id] {
+			s.releaseCancelledLocked(w, id)
+			freed = true
+		}
+	}
+	if freed {
+		s.offerLocked(w)
+	}
 	return cmds, nil
 }
 
@@ -257,6 +272,10 @@ func (s *Scheduler) Complete(workerID, leaseID string, resp *repb.ExecuteRespons
 	defer s.mu.Unlock()
 	if w, ok := s.workers[workerID]; ok {
 		w.lastSeen = s.clock.Now()
+		if _, was := w.cancelled[leaseID]; was {
+			s.releaseCancelledLocked(w, leaseID)
+			s.offerLocked(w)
+		}
 	}
 	l, ok := s.leases[leaseID]
 	if !ok || l.worker.info.ID != workerID {
@@ -267,7 +286,50 @@ func (s *Scheduler) Complete(workerID, leaseID string, resp *repb.ExecuteRespons
 	s.dropLeaseLocked(l)
 	s.completeTaskLocked(t, resp)
 	s.emit(Event{Kind: EventCompleted, Task: t.ID, Worker: workerID})
+	if len(t.Req.Resources) > 0 {
+		s.offerLocked(l.worker)
+	}
 	return true
+}
+
+// holdCancelledLocked keeps the resources of a lease the scheduler just
+// dropped held until the worker, told to cancel it, stops running it.
+func (s *Scheduler) holdCancelledLocked(l *lease) {
+	if len(l.task.Req.Resources) == 0 {
+		return
+	}
+	for name, n := range l.task.Req.Resources {
+		l.worker.held[name] += n
+	}
+	l.worker.cancelled[l.id] = l.task.Req.Resources
+}
+
+func (s *Scheduler) releaseCancelledLocked(w *worker, leaseID string) {
+	for name, n := range w.cancelled[leaseID] {
+		w.held[name] -= n
+	}
+	delete(w.cancelled, leaseID)
+}
+
+// offerLocked hands queued work to the worker's parked polls, after
+// resources its leases held were freed: work that did not fit when the
+// polls started may fit now.
+func (s *Scheduler) offerLocked(w *worker) {
+	for i := 0; i < len(s.waiters); {
+		wt := s.waiters[i]
+		if wt.worker != w {
+			i++
+			continue
+		}
+		t := s.queue.best(wt.accepts)
+		if t == nil {
+			i++
+			continue
+		}
+		s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
+		s.queue.remove(t)
+		s.leaseLocked(t, w, wt)
+	}
 }
 
 // Tick runs the timers: leases whose worker stopped reporting go back on
@@ -296,6 +358,9 @@ func (s *Scheduler) Tick() {
 	for id, w := range s.workers {
 		if len(w.leases) == 0 && now.Sub(w.lastSeen) > s.cfg.HeartbeatTimeout && !s.isWaitingLocked(w) {
 			delete(s.workers, id)
+			// Remember it as seen when it was last heard from, not when
+			// it registered, so "recently seen" counts from then.
+			s.seen[id] = seenWorker{platform: w.info.Platform, at: w.lastSeen}
 		}
 	}
 	for id, sw := range s.seen {

@@ -1,0 +1,272 @@
+package frontend
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	bspb "google.golang.org/genproto/googleapis/bytestream"
+
+	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/digest"
+)
+
+// The benchmarks run the real gRPC server (with the production options,
+// see serverOptions) on a loopback port over the disk store, the default
+// backend. The client is a plain grpc-go client with default settings;
+// it behaves as a REAPI client would and is not tuned for the benchmark.
+// docs/PERFORMANCE.md records the figures and how to run them.
+
+const bigBlob = 256 << 20
+
+// benchEnv serves a disk store in a temporary directory. The bound keeps
+// the disk use of long runs in check; eviction is part of the cost.
+func benchEnv(b *testing.B) *env {
+	b.Helper()
+	// Flush what earlier benchmarks left dirty, so that their writeback
+	// is not charged to this one.
+	syscall.Sync()
+	store, err := blobstore.NewDisk(b.TempDir(), blobstore.DiskOptions{MaxBytes: 2 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return newEnv(b, store, defaultOptions())
+}
+
+// cpuMeter counts the CPU time (user and system, client and server: the
+// whole process) spent while a benchmark's timer runs. On a shared
+// machine it is a steadier measure of cost than wall time.
+type cpuMeter struct{ spent, started int64 }
+
+func cpuNow() int64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+func (m *cpuMeter) start() { m.started = cpuNow() }
+func (m *cpuMeter) stop()  { m.spent += cpuNow() - m.started }
+
+// report adds cpu-ms/op to the benchmark's output.
+func (m *cpuMeter) report(b *testing.B) {
+	b.ReportMetric(float64(m.spent)/float64(b.N)/1e6, "cpu-ms/op")
+}
+
+// runID makes the blobs of each benchmark run distinct, so that no
+// iteration finds its blobs already stored.
+var runID = uint64(time.Now().UnixNano())
+
+// stamp makes data a new blob: its first 16 bytes become the run and
+// iteration numbers.
+func stamp(data []byte, i int) {
+	binary.LittleEndian.PutUint64(data[0:], runID)
+	binary.LittleEndian.PutUint64(data[8:], uint64(i))
+}
+
+// BenchmarkByteStreamWrite256MiB uploads a new 256 MiB blob per iteration
+// in one Write stream. chunk is the size of each WriteRequest: 16 KiB is
+// what Bazel sends, 1 MiB what the Go remote-apis-sdks client sends.
+func BenchmarkByteStreamWrite256MiB(b *testing.B) {
+	for _, chunk := range []int{16 << 10, 1 << 20} {
+		b.Run(fmt.Sprintf("chunk=%dKiB", chunk>>10), func(b *testing.B) {
+			e := benchEnv(b)
+			data := randomBlob("write", bigBlob)
+			b.SetBytes(bigBlob)
+			var cpu cpuMeter
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				stamp(data, i)
+				// The client knows the digest before it uploads.
+				d := digest.Compute(digest.SHA256, data)
+				name := fmt.Sprintf("uploads/%d-%d/blobs/%s", runID, i, d.ResourceSegment())
+				b.StartTimer()
+				cpu.start()
+				w := e.newWriter(b, context.Background(), name, 0)
+				if err := w.send(data, chunk, true); err != nil {
+					b.Fatal(err)
+				}
+				resp, err := w.close()
+				if err != nil || resp.CommittedSize != bigBlob {
+					b.Fatalf("write: %v, %v", resp, err)
+				}
+				cpu.stop()
+			}
+			cpu.report(b)
+		})
+	}
+}
+
+// BenchmarkByteStreamRead256MiB downloads a 256 MiB blob per iteration in
+// one Read stream (chunks of the default read_chunk_size, 1 MiB).
+func BenchmarkByteStreamRead256MiB(b *testing.B) {
+	e := benchEnv(b)
+	data := randomBlob("read", bigBlob)
+	d := e.put(b, digest.SHA256, data)
+	req := &bspb.ReadRequest{ResourceName: "blobs/" + d.ResourceSegment()}
+	b.SetBytes(bigBlob)
+	var cpu cpuMeter
+	b.ResetTimer()
+	cpu.start()
+	for i := 0; i < b.N; i++ {
+		stream, err := e.bs.Read(context.Background(), req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		for {
+			resp, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += len(resp.Data)
+		}
+		if n != bigBlob {
+			b.Fatalf("read %d bytes, want %d", n, bigBlob)
+		}
+	}
+	cpu.stop()
+	cpu.report(b)
+}
+
+// batches splits blobs into BatchUpdateBlobs requests of at most limit
+// bytes, counting each entry's framing as a client must.
+func batches(blobs [][]byte, ds []digest.Digest, limit int) []*repb.BatchUpdateBlobsRequest {
+	var out []*repb.BatchUpdateBlobsRequest
+	cur := &repb.BatchUpdateBlobsRequest{}
+	size := 0
+	for i, data := range blobs {
+		r := &repb.BatchUpdateBlobsRequest_Request{Digest: ds[i].Proto(), Data: data}
+		n := len(data) + 100 // digest, tags and lengths
+		if size+n > limit && len(cur.Requests) > 0 {
+			out = append(out, cur)
+			cur, size = &repb.BatchUpdateBlobsRequest{}, 0
+		}
+		cur.Requests = append(cur.Requests, r)
+		size += n
+	}
+	if len(cur.Requests) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// BenchmarkBatchUpdateBlobs10k1KiB uploads 10,000 new 1 KiB blobs per
+// iteration, in batches of at most max_batch_total_size_bytes (4 MiB) sent
+// concurrently, and reports blobs/s.
+func BenchmarkBatchUpdateBlobs10k1KiB(b *testing.B) {
+	const n, size = 10000, 1 << 10
+	e := benchEnv(b)
+	limit := int(defaultOptions().MaxBatchSize)
+	blobs := make([][]byte, n)
+	for j := range blobs {
+		blobs[j] = randomBlob(fmt.Sprint("batch", j), size)
+	}
+	ds := make([]digest.Digest, n)
+	var cpu cpuMeter
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		for j, data := range blobs {
+			stamp(data, i)
+			ds[j] = digest.Compute(digest.SHA256, data)
+		}
+		reqs := batches(blobs, ds, limit)
+		b.StartTimer()
+		cpu.start()
+		var wg sync.WaitGroup
+		for _, req := range reqs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := e.cas.BatchUpdateBlobs(context.Background(), req)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				for _, r := range resp.Responses {
+					if r.Status.GetCode() != 0 {
+						b.Errorf("blob %v: %v", r.Digest, r.Status)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		cpu.stop()
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "blobs/s")
+	cpu.report(b)
+}
+
+// BenchmarkFindMissingBlobs10k asks about 10,000 digests per call, half of
+// them present, and reports digests/s: one call at a time, and with as
+// many calls in flight as there are cores, as a build client issuing them
+// for concurrent actions would.
+func BenchmarkFindMissingBlobs10k(b *testing.B) {
+	const n = 10000
+	e := benchEnv(b)
+	req := &repb.FindMissingBlobsRequest{}
+	for j := range n {
+		data := randomBlob(fmt.Sprint("find", j), 100)
+		stamp(data, j)
+		d := digest.Compute(digest.SHA256, data)
+		if j%2 == 0 {
+			e.put(b, digest.SHA256, data)
+		}
+		req.BlobDigests = append(req.BlobDigests, d.Proto())
+	}
+	call := func(b *testing.B) {
+		resp, err := e.cas.FindMissingBlobs(context.Background(), req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(resp.MissingBlobDigests) != n/2 {
+			b.Fatalf("%d missing, want %d", len(resp.MissingBlobDigests), n/2)
+		}
+	}
+	b.Run("sequential", func(b *testing.B) {
+		var cpu cpuMeter
+		cpu.start()
+		for i := 0; i < b.N; i++ {
+			call(b)
+		}
+		cpu.stop()
+		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "digests/s")
+		cpu.report(b)
+	})
+	b.Run("parallel", func(b *testing.B) {
+		var cpu cpuMeter
+		cpu.start()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				call(b)
+			}
+		})
+		cpu.stop()
+		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "digests/s")
+		cpu.report(b)
+	})
+}
+
+// BenchmarkSHA256 is the baseline: Go's crypto/sha256 on one core over
+// 256 MiB. ByteStream Write cannot beat it, since it hashes every byte.
+func BenchmarkSHA256(b *testing.B) {
+	data := randomBlob("sha", bigBlob)
+	b.SetBytes(bigBlob)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		sha256.Sum256(data)
+	}
+}
