@@ -74,6 +74,9 @@ type WorkerConfig struct {
 	Properties map[string]Values `yaml:"properties"`
 	// Queues are the provision queues the worker serves; empty serves all.
 	Queues []string `yaml:"queues"`
+	// Resources are named capacities (e.g. gpu: 2) that actions ask for
+	// with resource:NAME properties.
+	Resources map[string]int64 `yaml:"resources"`
 	// ProcessWrappers are named command prefixes that actions select with
 	// the process-wrapper platform property.
 	ProcessWrappers map[string][]string `yaml:"process_wrappers"`
@@ -325,6 +328,11 @@ func (c *Config) Validate() error {
 			if k == "" || len(vs) == 0 {
 				bad(path+".properties", "property %q needs a name and at least one value", k)
 			}
+		}
+	}
+	for name, n := range c.Worker.Resources {
+		if name == "" || n < 0 {
+			bad("worker.resources."+name, "a resource needs a name and a non-negative capacity")
 		}
 	}
 	for name, argv := range c.Worker.ProcessWrappers {

@@ -216,7 +216,7 @@ func WorkerConfig(wc config.WorkerConfig, log *slog.Logger) worker.Config {
 		InputFetchSlots: wc.InputFetchSlots, ReportSlots: wc.ReportSlots,
 		Properties: worker.Properties(props), AcceptUnknownProperties: wc.AcceptUnknownProperties,
 		WorkDir: wc.WorkDir, CacheMaxBytes: int64(wc.CacheMaxSize), Wrapper: wc.Wrapper, Logger: log,
-		ProcessWrappers: wc.ProcessWrappers, Queues: wc.Queues,
+		ProcessWrappers: wc.ProcessWrappers, Queues: wc.Queues, Resources: wc.Resources,
 	}
 }
 
