@@ -334,3 +334,30 @@ func TestCancelOperationKillsProcess(t *testing.T) {
 	}
 	waitGone(ctx, t, pid)
 }
+
+func TestWorkerResourcesAndWrappersFromConfig(t *testing.T) {
+	f := startFarm(t, func(c *config.Config) {
+		c.Worker.Resources = map[string]int64{"gpu": 1}
+		c.Worker.ProcessWrappers = map[string][]string{"tag": {"/usr/bin/env", "TAGGED=yes"}}
+		c.Scheduler.UnsatisfiableWait = config.Duration(2 * time.Second)
+		c.Scheduler.StartupGrace = 0
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := shCmd("echo $TAGGED $GANTRY_MAX_CORES > out", "out")
+	cmd.Platform = &repb.Platform{Properties: []*repb.Platform_Property{
+		{Name: "max-cores", Value: "2"}, {Name: "process-wrapper", Value: "tag"}, {Name: "resource:gpu", Value: "1"},
+	}}
+	resp := f.run(ctx, digest.Empty(digest.SHA256), cmd)
+	if err := client.CheckResponse(resp); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.read(resp.Result.OutputFiles[0].Digest); got != "yes 2\n" {
+		t.Errorf("wrapper or max-cores not applied: %q", got)
+	}
+	cmd.Platform.Properties[2].Value = "2" // more gpus than any worker has
+	resp = f.run(ctx, digest.Empty(digest.SHA256), cmd)
+	if codes.Code(resp.Status.GetCode()) != codes.FailedPrecondition || !strings.Contains(resp.Status.GetMessage(), "resource:gpu") {
+		t.Fatalf("unsatisfiable action: %v", resp.Status)
+	}
+}
