@@ -300,3 +300,30 @@ func TestGetActionResultErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestStoreActionResult covers the entry point workers' results take: it
+// validates like UpdateActionResult and moves inline data into the CAS.
+func TestStoreActionResult(t *testing.T) {
+	e := newEnv(t, nil, defaultOptions())
+	ad := digest.Compute(digest.SHA256, []byte("worker action"))
+	stdout := []byte("worker stdout")
+	if err := e.srv.StoreActionResult(testCtx(t), "pool", ad, &repb.ActionResult{ExitCode: 3, StdoutRaw: stdout}); err != nil {
+		t.Fatal(err)
+	}
+	if !e.has(t, digest.Compute(digest.SHA256, stdout)) {
+		t.Error("inline stdout was not moved into the CAS")
+	}
+	got, err := e.acc.GetActionResult(testCtx(t), &repb.GetActionResultRequest{InstanceName: "pool", ActionDigest: ad.Proto(), InlineStdout: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ExitCode != 3 || !bytes.Equal(got.StdoutRaw, stdout) {
+		t.Errorf("stored result: exit %d, stdout %q", got.ExitCode, got.StdoutRaw)
+	}
+
+	bad := digest.Compute(digest.SHA256, []byte("bad worker action"))
+	err = e.srv.StoreActionResult(testCtx(t), "pool", bad, &repb.ActionResult{OutputFiles: []*repb.OutputFile{{Path: "", Digest: ad.Proto()}}})
+	wantCode(t, err, codes.InvalidArgument, "path is empty")
+	_, err = e.acc.GetActionResult(testCtx(t), &repb.GetActionResultRequest{InstanceName: "pool", ActionDigest: bad.Proto()})
+	wantCode(t, err, codes.NotFound, "")
+}

@@ -73,7 +73,8 @@ func stamp(data []byte, i int) {
 
 // BenchmarkByteStreamWrite256MiB uploads a new 256 MiB blob per iteration
 // in one Write stream. chunk is the size of each WriteRequest: 16 KiB is
-// what Bazel sends, 1 MiB what the Go remote-apis-sdks client sends.
+// what Bazel sends (its Chunker's default); 1 MiB stands for clients that
+// send larger requests.
 func BenchmarkByteStreamWrite256MiB(b *testing.B) {
 	for _, chunk := range []int{16 << 10, 1 << 20} {
 		b.Run(fmt.Sprintf("chunk=%dKiB", chunk>>10), func(b *testing.B) {
