@@ -361,3 +361,25 @@ func TestWorkerResourcesAndWrappersFromConfig(t *testing.T) {
 		t.Fatalf("unsatisfiable action: %v", resp.Status)
 	}
 }
+
+func TestLargeStdoutSpillsAndSurvives(t *testing.T) {
+	f := startFarm(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// 3 MiB of output: more than the worker keeps in memory.
+	resp := f.run(ctx, digest.Empty(digest.SHA256), shCmd("head -c 3145728 /dev/zero | tr '\\0' x; echo small >&2"))
+	if err := client.CheckResponse(resp); err != nil {
+		t.Fatal(err)
+	}
+	out := f.read(resp.Result.StdoutDigest)
+	if len(out) != 3<<20 || strings.Trim(out, "x") != "" {
+		t.Fatalf("stdout has %d bytes, want 3 MiB of x", len(out))
+	}
+	if got := f.read(resp.Result.StderrDigest); got != "small\n" {
+		t.Errorf("stderr %q", got)
+	}
+	entries, _ := os.ReadDir(filepath.Join(f.dir, "worker", "logs"))
+	if len(entries) != 0 {
+		t.Errorf("log files left behind: %v", entries)
+	}
+}

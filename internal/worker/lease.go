@@ -96,10 +96,6 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	defer releaseExec()
 	w.setStage(l, workerpb.Stage_EXECUTING)
 
-	stdoutPath := filepath.Join(w.logs, l.id+".stdout")
-	stderrPath := filepath.Join(w.logs, l.id+".stderr")
-	defer os.Remove(stdoutPath)
-	defer os.Remove(stderrPath)
 	env := make([]string, len(cmd.EnvironmentVariables))
 	for i, ev := range cmd.EnvironmentVariables {
 		env[i] = ev.Name + "=" + ev.Value
@@ -109,16 +105,32 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 		w.complete(l, failure(codes.FailedPrecondition, "action %s: %v", ad, err))
 		return
 	}
+	stdout, stdoutW, err := newCapture(logPath(w.logs, l.id, "stdout"))
+	if err != nil {
+		w.complete(l, failure(codes.Internal, "worker cannot capture output: %v", err))
+		return
+	}
+	stderr, stderrW, err := newCapture(logPath(w.logs, l.id, "stderr"))
+	if err != nil {
+		stdoutW.Close()
+		stdout.discard()
+		w.complete(l, failure(codes.Internal, "worker cannot capture output: %v", err))
+		return
+	}
 	spec := runner.Spec{
 		Args: cmd.Arguments, Env: env, Dir: filepath.Join(rootDir, filepath.FromSlash(cmd.WorkingDirectory)),
-		Stdout: stdoutPath, Stderr: stderrPath, Wrapper: wrapper,
+		StdoutFile: stdoutW, StderrFile: stderrW, Wrapper: wrapper,
 	}
 	if action.Timeout != nil {
 		spec.Timeout = action.Timeout.AsDuration()
 	}
 	md.ExecutionStartTimestamp = timestamppb.Now()
 	proc, err := runner.Start(spec)
+	stdoutW.Close() // the process holds its own copies
+	stderrW.Close()
 	if err != nil {
+		stdout.discard()
+		stderr.discard()
 		w.complete(l, failure(codes.InvalidArgument, "action %s could not start: %v", ad, err))
 		return
 	}
@@ -128,6 +140,10 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	stop := context.AfterFunc(ctx, proc.Cancel)
 	res := proc.Wait()
 	stop()
+	stdout.finish()
+	stderr.finish()
+	defer stdout.discard()
+	defer stderr.discard()
 	md.ExecutionCompletedTimestamp = timestamppb.Now()
 	if ctx.Err() != nil {
 		return // cancelled or shutting down: nobody wants the result
@@ -147,8 +163,8 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 		w.complete(l, outputFailure(ad, err))
 		return
 	}
-	if ar.StdoutDigest, err = outputs.UploadLog(ctx, cas, fn, stdoutPath); err == nil {
-		ar.StderrDigest, err = outputs.UploadLog(ctx, cas, fn, stderrPath)
+	if ar.StdoutDigest, err = stdout.upload(ctx, cas, fn); err == nil {
+		ar.StderrDigest, err = stderr.upload(ctx, cas, fn)
 	}
 	if err != nil {
 		w.complete(l, failure(codes.Internal, "uploading stdout/stderr of action %s failed: %v", ad, err))

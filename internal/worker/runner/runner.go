@@ -56,6 +56,10 @@ type Spec struct {
 	// which case both streams share one file. Output is written straight
 	// to the files, so whatever the process wrote survives a kill.
 	Stdout, Stderr string
+	// StdoutFile and StderrFile, when set, receive the output instead of
+	// Stdout and Stderr (for example the write ends of pipes). The caller
+	// keeps ownership and closes them after Start.
+	StdoutFile, StderrFile *os.File
 	// Timeout bounds the execution time, excluding time suspended; 0
 	// means no limit. On expiry the process group is killed (SIGKILL).
 	Timeout time.Duration
@@ -158,6 +162,12 @@ func Start(spec Spec) (*Process, error) {
 	defer stdout.Close()
 	if stderr != stdout {
 		defer stderr.Close()
+	}
+	if spec.StdoutFile != nil {
+		stdout = spec.StdoutFile
+	}
+	if spec.StderrFile != nil {
+		stderr = spec.StderrFile
 	}
 
 	cmd := &exec.Cmd{
