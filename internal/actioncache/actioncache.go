@@ -3,19 +3,20 @@
 package actioncache
 
 import (
+	"bufio"
 	"container/list"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
+	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"sync"
-	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/protobuf/proto"
@@ -111,55 +112,181 @@ func (m *Memory) Put(_ context.Context, instance string, d digest.Digest, ar *re
 	return nil
 }
 
-// Disk is a Store of one small file per entry. Entries are written to a
-// temporary file and renamed into place. When the total size exceeds the
-// bound, the least recently used entries (by modification time, which a hit
-// refreshes) are removed by Sweep.
+// Disk is a Store kept in one append-only log file. Every Put appends a
+// record (one write, no file created); an in-memory index maps keys to
+// records and orders them least recently used first. When the live
+// entries exceed the bound, the least recently used are dropped from the
+// index, and when dead records make up more than half of a large log, the
+// log is rewritten with only the live ones. At start the index is rebuilt
+// by reading the log; a torn or corrupt tail (a crash mid-write) is cut
+// off. Recency after a restart is the order entries were written.
 type Disk struct {
-	root, tmp string
-	maxBytes  int64
-	mu        sync.Mutex
-	approx    int64 // bytes written since the last sweep plus the size then
-	sweeping  sync.Mutex
+	path     string
+	maxBytes int64
+
+	mu    sync.Mutex
+	f     *os.File
+	size  int64 // bytes in the log
+	live  int64 // bytes of the records the index points at
+	index map[[32]byte]*list.Element
+	lru   *list.List // of *diskEntry, most recently used at the front
+	// compactions counts log rewrites, for tests and metrics.
+	compactions int
+}
+
+type diskEntry struct {
+	key [32]byte
+	off int64 // of the record
+	n   int64 // record length
 }
 
 var _ Store = (*Disk)(nil)
 
-// NewDisk opens a Disk store in dir, bounded to maxBytes (0: unbounded).
+// Record layout: magic, data length, CRC-32C of key and data, reserved
+// (4 bytes each, little endian), the 32-byte key, then the data.
+const (
+	recordMagic  = 0x31434147 // "GAC1"
+	recordHeader = 16 + 32
+	// compactMin is the log size below which dead records are tolerated.
+	compactMin = 16 << 20
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// NewDisk opens (creating if needed) a Disk store in dir, bounded to
+// maxBytes of live entries (0: unbounded).
 func NewDisk(dir string, maxBytes int64) (*Disk, error) {
-	s := &Disk{root: dir, tmp: filepath.Join(dir, "tmp"), maxBytes: maxBytes}
-	if err := os.RemoveAll(s.tmp); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(s.tmp, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating action cache directory: %w", err)
 	}
-	if _, err := s.Sweep(); err != nil {
+	s := &Disk{path: filepath.Join(dir, "actioncache.log"), maxBytes: maxBytes}
+	os.Remove(s.path + ".tmp") // an interrupted compaction
+	if err := s.open(); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *Disk) path(k string) string { return filepath.Join(s.root, k[:2], k) }
+// open reads the log and rebuilds the index.
+func (s *Disk) open() error {
+	f, err := os.OpenFile(s.path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("opening the action cache log: %w", err)
+	}
+	s.f = f
+	s.index = map[[32]byte]*list.Element{}
+	s.lru = list.New()
+	s.size, s.live = 0, 0
+	r := bufio.NewReaderSize(io.NewSectionReader(f, 0, 1<<62), 1<<20)
+	var hdr [recordHeader]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			break // end of log, or a torn header
+		}
+		n := int64(binary.LittleEndian.Uint32(hdr[4:]))
+		if binary.LittleEndian.Uint32(hdr[0:]) != recordMagic || n > 64<<20 {
+			break
+		}
+		data := make([]byte, n)
+		if _, err := io.ReadFull(r, data); err != nil {
+			break
+		}
+		crc := crc32.Update(crc32.Checksum(hdr[16:], castagnoli), castagnoli, data)
+		if crc != binary.LittleEndian.Uint32(hdr[8:]) {
+			break
+		}
+		var k [32]byte
+		copy(k[:], hdr[16:])
+		s.indexLocked(k, s.size, recordHeader+n)
+		s.size += recordHeader + n
+	}
+	if info, err := f.Stat(); err == nil && info.Size() > s.size {
+		// Cut off what could not be read: the tail of an interrupted write.
+		if err := f.Truncate(s.size); err != nil {
+			return fmt.Errorf("repairing the action cache log: %w", err)
+		}
+	}
+	s.evictLocked()
+	return s.maybeCompactLocked()
+}
+
+// indexLocked points key at a record, replacing any older one.
+func (s *Disk) indexLocked(k [32]byte, off, n int64) {
+	if e, ok := s.index[k]; ok {
+		old := e.Value.(*diskEntry)
+		s.live -= old.n
+		old.off, old.n = off, n
+		s.lru.MoveToFront(e)
+	} else {
+		s.index[k] = s.lru.PushFront(&diskEntry{key: k, off: off, n: n})
+	}
+	s.live += n
+}
+
+func (s *Disk) evictLocked() {
+	for s.maxBytes > 0 && s.live > s.maxBytes && s.lru.Len() > 0 {
+		back := s.lru.Back()
+		e := back.Value.(*diskEntry)
+		s.lru.Remove(back)
+		delete(s.index, e.key)
+		s.live -= e.n
+	}
+}
+
+func rawKey(instance string, d digest.Digest) [32]byte {
+	var k [32]byte
+	hex.Decode(k[:], []byte(key(instance, d)))
+	return k
+}
 
 // Get implements Store.
 func (s *Disk) Get(_ context.Context, instance string, d digest.Digest) (*repb.ActionResult, error) {
-	p := s.path(key(instance, d))
-	data, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
+	k := rawKey(instance, d)
+	s.mu.Lock()
+	e, ok := s.index[k]
+	if !ok {
+		s.mu.Unlock()
 		return nil, ErrNotFound
 	}
-	if err != nil {
-		return nil, err
-	}
+	s.lru.MoveToFront(e)
+	ent := *e.Value.(*diskEntry)
+	f := s.f
+	s.mu.Unlock()
+	rec := make([]byte, ent.n)
+	_, err := f.ReadAt(rec, ent.off)
 	ar := &repb.ActionResult{}
-	if err := proto.Unmarshal(data, ar); err != nil {
-		os.Remove(p) // a damaged entry is a miss, not an error forever
-		return nil, ErrNotFound
+	if err == nil && validRecord(rec, k) && proto.Unmarshal(rec[recordHeader:], ar) == nil {
+		return ar, nil
 	}
-	now := time.Now()
-	os.Chtimes(p, now, now) // refresh for LRU; failure only ages the entry
-	return ar, nil
+	// The record moved (a compaction raced this read) or is damaged: a
+	// miss either way; drop a damaged entry so it is not read again.
+	s.mu.Lock()
+	if cur, ok := s.index[k]; ok && *cur.Value.(*diskEntry) == ent && s.f == f {
+		s.lru.Remove(cur)
+		delete(s.index, k)
+		s.live -= ent.n
+	}
+	s.mu.Unlock()
+	return nil, ErrNotFound
+}
+
+func validRecord(rec []byte, k [32]byte) bool {
+	if len(rec) < recordHeader || binary.LittleEndian.Uint32(rec[0:]) != recordMagic ||
+		int64(binary.LittleEndian.Uint32(rec[4:])) != int64(len(rec)-recordHeader) ||
+		[32]byte(rec[16:48]) != k {
+		return false
+	}
+	return crc32.Checksum(rec[16:], castagnoli) == binary.LittleEndian.Uint32(rec[8:])
+}
+
+func makeRecord(k [32]byte, data []byte) []byte {
+	rec := make([]byte, recordHeader+len(data))
+	binary.LittleEndian.PutUint32(rec[0:], recordMagic)
+	binary.LittleEndian.PutUint32(rec[4:], uint32(len(data)))
+	copy(rec[16:], k[:])
+	copy(rec[recordHeader:], data)
+	binary.LittleEndian.PutUint32(rec[8:], crc32.Checksum(rec[16:], castagnoli))
+	return rec
 }
 
 // Put implements Store.
@@ -168,95 +295,96 @@ func (s *Disk) Put(_ context.Context, instance string, d digest.Digest, ar *repb
 	if err != nil {
 		return err
 	}
-	p := s.path(key(instance, d))
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return err
+	if len(data) > 64<<20 {
+		return fmt.Errorf("action result of %d bytes is too large to cache", len(data))
 	}
-	f, err := os.CreateTemp(s.tmp, "ac")
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	if err := os.Rename(f.Name(), p); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
+	k := rawKey(instance, d)
+	rec := makeRecord(k, data)
 	s.mu.Lock()
-	s.approx += int64(len(data))
-	over := s.maxBytes > 0 && s.approx > s.maxBytes
-	s.mu.Unlock()
-	// One sweep at a time is enough: others would only repeat its walk.
-	if over && s.sweeping.TryLock() {
-		defer s.sweeping.Unlock()
-		if _, err := s.sweep(); err != nil {
-			return fmt.Errorf("action result stored, but trimming the action cache failed: %w", err)
-		}
+	defer s.mu.Unlock()
+	if _, err := s.f.WriteAt(rec, s.size); err != nil {
+		// Leave no partial record behind a later one.
+		s.f.Truncate(s.size)
+		return fmt.Errorf("writing the action cache log: %w", err)
 	}
+	s.indexLocked(k, s.size, int64(len(rec)))
+	s.size += int64(len(rec))
+	s.evictLocked()
+	return s.maybeCompactLocked()
+}
+
+// maybeCompactLocked rewrites the log when dead records dominate it.
+func (s *Disk) maybeCompactLocked() error {
+	if s.size < compactMin || s.size < 2*s.live {
+		return nil
+	}
+	return s.compactLocked()
+}
+
+// compactLocked writes the live records, least recently used first, to a
+// new log and switches to it.
+func (s *Disk) compactLocked() error {
+	tmp, err := os.Create(s.path + ".tmp")
+	if err != nil {
+		return fmt.Errorf("compacting the action cache: %w", err)
+	}
+	w := bufio.NewWriterSize(tmp, 1<<20)
+	var off int64
+	type moved struct {
+		e   *diskEntry
+		off int64
+	}
+	var order []moved
+	for el := s.lru.Back(); el != nil; el = el.Prev() {
+		e := el.Value.(*diskEntry)
+		rec := make([]byte, e.n)
+		if _, err := s.f.ReadAt(rec, e.off); err != nil || !validRecord(rec, e.key) {
+			continue // damaged: dropped below
+		}
+		if _, err := w.Write(rec); err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+			return fmt.Errorf("compacting the action cache: %w", err)
+		}
+		order = append(order, moved{e, off})
+		off += e.n
+	}
+	if err := w.Flush(); err == nil {
+		err = os.Rename(tmp.Name(), s.path)
+	} else {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return fmt.Errorf("compacting the action cache: %w", err)
+	}
+	s.f.Close()
+	s.f = tmp
+	s.index = make(map[[32]byte]*list.Element, len(order))
+	s.lru = list.New()
+	s.size, s.live = off, 0
+	for _, m := range order {
+		s.indexLocked(m.e.key, m.off, m.e.n)
+	}
+	s.compactions++
 	return nil
 }
 
-// Sweep removes the least recently used entries until the store fits its
-// bound (down to 90% of it, so that sweeps are not back to back), and
-// returns how many it removed.
-func (s *Disk) Sweep() (int, error) {
-	s.sweeping.Lock()
-	defer s.sweeping.Unlock()
-	return s.sweep()
+// Compact rewrites the log with only the live entries.
+func (s *Disk) Compact() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.compactLocked()
 }
 
-func (s *Disk) sweep() (int, error) {
-	type ent struct {
-		path  string
-		size  int64
-		mtime time.Time
-	}
-	var all []ent
-	var total int64
-	err := filepath.WalkDir(s.root, func(path string, de fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if de.IsDir() {
-			if path == s.tmp {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		info, err := de.Info()
-		if err != nil {
-			return nil // removed meanwhile
-		}
-		all = append(all, ent{path, info.Size(), info.ModTime()})
-		total += info.Size()
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("scanning action cache: %w", err)
-	}
-	removed := 0
-	if s.maxBytes > 0 && total > s.maxBytes {
-		sort.Slice(all, func(i, j int) bool { return all[i].mtime.Before(all[j].mtime) })
-		// Evict down to 90% so that sweeps are not back to back.
-		for _, e := range all {
-			if total <= s.maxBytes*9/10 {
-				break
-			}
-			if os.Remove(e.path) == nil {
-				total -= e.size
-				removed++
-			}
-		}
-	}
+// Stats reports the live entries and bytes, and the log's size.
+func (s *Disk) Stats() (entries int, live, logBytes int64) {
 	s.mu.Lock()
-	s.approx = total
-	s.mu.Unlock()
-	return removed, nil
+	defer s.mu.Unlock()
+	return len(s.index), s.live, s.size
+}
+
+// Close closes the log.
+func (s *Disk) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.f.Close()
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/protobuf/proto"
@@ -182,127 +180,164 @@ func TestMemoryBound(t *testing.T) {
 	}
 }
 
-func TestDiskReopen(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	s, err := NewDisk(dir, 0)
+func openDisk(t *testing.T, dir string, bound int64) *Disk {
+	t.Helper()
+	s, err := NewDisk(dir, bound)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestDiskReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openDisk(t, dir, 0)
 	want := result(5, "persisted")
 	if err := s.Put(ctx, "inst", action(1), want); err != nil {
 		t.Fatal(err)
 	}
-	// A write interrupted by a crash leaves a temporary file.
-	if err := os.WriteFile(filepath.Join(dir, "tmp", "ac123"), []byte("partial"), 0o644); err != nil {
+	// A later entry for the same key replaces the earlier one.
+	newer := result(0, "newer")
+	if err := s.Put(ctx, "inst", action(2), want); err != nil {
 		t.Fatal(err)
 	}
-	s2, err := NewDisk(dir, 0)
-	if err != nil {
+	if err := s.Put(ctx, "inst", action(2), newer); err != nil {
 		t.Fatal(err)
 	}
+	s.Close()
+	// A crash in the middle of an append leaves a torn record at the end.
+	log := filepath.Join(dir, "actioncache.log")
+	good, _ := os.Stat(log)
+	f, _ := os.OpenFile(log, os.O_WRONLY|os.O_APPEND, 0)
+	f.Write(makeRecord(rawKey("inst", action(3)), []byte("truncated record"))[:30])
+	f.Close()
+
+	s2 := openDisk(t, dir, 0)
 	if got := mustGet(t, s2, "inst", action(1)); !proto.Equal(got, want) {
 		t.Errorf("after reopen Get = %v, want %v", got, want)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(ents) != 0 {
-		t.Errorf("temporary files survived reopening: %v", ents)
+	if got := mustGet(t, s2, "inst", action(2)); !proto.Equal(got, newer) {
+		t.Errorf("after reopen the older value came back: %v", got)
 	}
+	if info, _ := os.Stat(log); info.Size() != good.Size() {
+		t.Errorf("torn tail not cut off: log is %d bytes, want %d", info.Size(), good.Size())
+	}
+	// Appends after the repair are readable after another reopen.
+	if err := s2.Put(ctx, "inst", action(4), want); err != nil {
+		t.Fatal(err)
+	}
+	s2.Close()
+	mustGet(t, openDisk(t, dir, 0), "inst", action(4))
 }
 
 func TestDiskCorruptEntry(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s, err := NewDisk(dir, 0)
-	if err != nil {
-		t.Fatal(err)
+	s := openDisk(t, dir, 0)
+	for i := range 3 {
+		if err := s.Put(ctx, "", action(i), result(1, "x")); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := s.Put(ctx, "", action(1), result(1, "x")); err != nil {
-		t.Fatal(err)
-	}
-	p := s.path(key("", action(1)))
-	if err := os.WriteFile(p, []byte{0xff, 0xff, 0xff}, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	// Flip a byte inside the second record's data.
+	e := s.index[rawKey("", action(1))].Value.(*diskEntry)
+	b := make([]byte, 1)
+	s.f.ReadAt(b, e.off+recordHeader+2)
+	b[0] ^= 0xff
+	s.f.WriteAt(b, e.off+recordHeader+2)
 	if _, err := s.Get(ctx, "", action(1)); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Get of a corrupt entry: %v, want ErrNotFound", err)
 	}
-	if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("corrupt entry was not removed: %v", err)
+	if n, _, _ := s.Stats(); n != 2 {
+		t.Errorf("corrupt entry still indexed: %d entries", n)
+	}
+	mustGet(t, s, "", action(0))
+	mustGet(t, s, "", action(2))
+	// At reopen the log is cut at the damaged record.
+	s.Close()
+	s2 := openDisk(t, dir, 0)
+	mustGet(t, s2, "", action(0))
+	if _, err := s2.Get(ctx, "", action(2)); !errors.Is(err, ErrNotFound) {
+		t.Errorf("record after a damaged one survived reopening: %v", err)
 	}
 }
 
-// diskBytes sums the sizes of the entries in a Disk store.
-func diskBytes(t *testing.T, s *Disk) (total int64, n int) {
-	t.Helper()
-	filepath.WalkDir(s.root, func(p string, de fs.DirEntry, err error) error {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if de.IsDir() && p == s.tmp {
-			return filepath.SkipDir
-		}
-		if !de.IsDir() {
-			info, _ := de.Info()
-			total += info.Size()
-			n++
-		}
-		return nil
-	})
-	return total, n
-}
-
-func TestDiskSweepBound(t *testing.T) {
+func TestDiskBoundAndCompaction(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	entry, _ := proto.Marshal(result(0, "x"))
-	size := int64(len(entry))
-	bound := 20 * size
-	s, err := NewDisk(dir, bound)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Entries get distinct, increasing modification times so the LRU order
-	// does not depend on the file system's timestamp resolution.
-	base := time.Now().Add(-time.Hour)
-	put := func(i int) {
-		t.Helper()
+	rec := int64(len(makeRecord([32]byte{}, mustMarshal(t, result(0, "x")))))
+	bound := 20 * rec
+	s := openDisk(t, dir, bound)
+	for i := range 20 {
 		if err := s.Put(ctx, "", action(i), result(0, "x")); err != nil {
 			t.Fatal(err)
 		}
-		mt := base.Add(time.Duration(i) * time.Second)
-		os.Chtimes(s.path(key("", action(i))), mt, mt)
 	}
-	for i := range 20 {
-		put(i)
+	if n, live, _ := s.Stats(); n != 20 || live > bound {
+		t.Fatalf("at the bound: %d entries, %d bytes; want 20, <= %d", n, live, bound)
 	}
-	if total, n := diskBytes(t, s); n != 20 || total > bound {
-		t.Fatalf("at the bound: %d entries, %d bytes; want 20, <= %d", n, total, bound)
-	}
-	// A hit refreshes entry 0, so the sweep spares it.
-	mustGet(t, s, "", action(0))
+	mustGet(t, s, "", action(0)) // a hit makes entry 0 the most recently used
 	for i := 20; i < 60; i++ {
-		put(i)
-		if total, _ := diskBytes(t, s); total > bound {
-			t.Fatalf("after %d puts the store holds %d bytes, over its bound %d", i+1, total, bound)
+		if err := s.Put(ctx, "", action(i), result(0, "x")); err != nil {
+			t.Fatal(err)
 		}
+		if _, live, _ := s.Stats(); live > bound {
+			t.Fatalf("after %d puts the store holds %d live bytes, over its bound %d", i+1, live, bound)
+		}
+		mustGet(t, s, "", action(0))
 	}
-	mustGet(t, s, "", action(0))
 	mustGet(t, s, "", action(59))
 	if _, err := s.Get(ctx, "", action(1)); !errors.Is(err, ErrNotFound) {
 		t.Errorf("the least recently used entry survived: %v", err)
 	}
+	// Compaction keeps exactly the live entries, in LRU order.
+	before, live, _ := s.Stats()
+	if err := s.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	after, live2, size := s.Stats()
+	if after != before || live2 != live || size != live {
+		t.Errorf("compaction changed the live set: %d/%d entries, %d/%d bytes, log %d", before, after, live, live2, size)
+	}
+	mustGet(t, s, "", action(0))
+	mustGet(t, s, "", action(59))
+	// Reopening with a smaller bound keeps the most recently used.
+	s.Close()
+	s2 := openDisk(t, dir, 5*rec)
+	if n, live, _ := s2.Stats(); n != 5 || live > 5*rec {
+		t.Errorf("after reopening with a bound of 5 entries: %d entries, %d bytes", n, live)
+	}
+	mustGet(t, s2, "", action(0)) // written last by the compaction: most recent
+}
 
-	// Reopening with a smaller bound sweeps at once.
-	s2, err := NewDisk(dir, 5*size)
+func TestDiskCompactsWhenDeadRecordsDominate(t *testing.T) {
+	ctx := context.Background()
+	s := openDisk(t, t.TempDir(), 0)
+	big := &repb.ActionResult{StdoutRaw: make([]byte, 256<<10)}
+	// Rewriting one key over and over leaves only dead records behind.
+	for i := 0; i < 2*compactMin/(256<<10)+2; i++ {
+		if err := s.Put(ctx, "", action(0), big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.compactions == 0 {
+		t.Fatal("the log was never compacted")
+	}
+	if _, live, size := s.Stats(); size > 2*max(live, compactMin) {
+		t.Errorf("log is %d bytes for %d live", size, live)
+	}
+	if got := mustGet(t, s, "", action(0)); len(got.StdoutRaw) != 256<<10 {
+		t.Error("entry lost by compaction")
+	}
+}
+
+func mustMarshal(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if total, _ := diskBytes(t, s2); total > 5*size {
-		t.Errorf("after reopening with a bound of %d, the store holds %d bytes", 5*size, total)
-	}
-	mustGet(t, s2, "", action(0)) // the most recently used survives
-	removed, err := s2.Sweep()
-	if err != nil || removed != 0 {
-		t.Errorf("Sweep of a store within its bound removed %d entries, %v", removed, err)
-	}
+	return b
 }
