@@ -65,7 +65,7 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 		w.complete(l, failure(codes.InvalidArgument, "action %s: input_root_digest: %v", ad, err))
 		return
 	}
-	rootDir := filepath.Join(w.roots, l.id)
+	rootDir := w.takeRoot()
 	root, err := execroot.Build(ctx, w.cache, cas, fn, rootDigest, rootDir, cmd)
 	if err != nil {
 		os.RemoveAll(rootDir)
@@ -75,7 +75,7 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 		w.complete(l, inputFailure(ad, err))
 		return
 	}
-	defer root.Destroy()
+	defer w.giveRoot(root)
 	md.InputFetchCompletedTimestamp = timestamppb.Now()
 
 	// Claim execute cores before letting go of the fetch slot.

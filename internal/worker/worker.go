@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/worker/execroot"
 	"github.com/gantry-build/gantry/internal/worker/filecache"
 )
 
@@ -71,10 +73,14 @@ type Worker struct {
 	heartbeatEvery time.Duration
 	kick           chan struct{} // asks the heartbeat loop to report now
 
-	mu      sync.Mutex
-	leases  map[string]*activeLease
-	running map[string]chan struct{} // task id -> closed when it leaves
-	freeCPU int
+	mu sync.Mutex
+	// emptyRoots are exec root directories left empty by earlier actions,
+	// reused so that an action does not pay for creating one.
+	emptyRoots []string
+	nextRoot   int
+	leases     map[string]*activeLease
+	running    map[string]chan struct{} // task id -> closed when it leaves
+	freeCPU    int
 }
 
 type activeLease struct {
@@ -384,4 +390,30 @@ func (w *Worker) wrapperNames() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// takeRoot returns an empty exec root directory path (not yet created
+// when new).
+func (w *Worker) takeRoot() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := len(w.emptyRoots); n > 0 {
+		dir := w.emptyRoots[n-1]
+		w.emptyRoots = w.emptyRoots[:n-1]
+		return dir
+	}
+	w.nextRoot++
+	return filepath.Join(w.roots, strconv.Itoa(w.nextRoot))
+}
+
+// giveRoot empties an exec root for reuse, or removes it if that fails.
+func (w *Worker) giveRoot(root *execroot.Root) {
+	if err := root.Recycle(); err != nil {
+		w.log.Warn("exec root not reusable", "dir", root.Dir, "err", err)
+		os.RemoveAll(root.Dir)
+		return
+	}
+	w.mu.Lock()
+	w.emptyRoots = append(w.emptyRoots, root.Dir)
+	w.mu.Unlock()
 }

@@ -191,6 +191,44 @@ func (r *Root) Destroy() error {
 	return nil
 }
 
+// Recycle is Destroy that keeps the (now empty) directory itself, so that
+// the next action can use it without creating a directory. On error the
+// directory may not be empty and must not be reused.
+func (r *Root) Recycle() error {
+	r.mu.Lock()
+	if r.destroyed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.destroyed = true
+	releases := r.releases
+	r.releases = nil
+	r.mu.Unlock()
+	defer func() {
+		for _, release := range releases {
+			release()
+		}
+	}()
+	// The action may have made the root itself read-only.
+	if err := os.Chmod(r.Dir, 0o755); err != nil {
+		return fmt.Errorf("execroot: emptying %s: %w", r.Dir, err)
+	}
+	entries, err := os.ReadDir(r.Dir)
+	if err != nil {
+		return fmt.Errorf("execroot: emptying %s: %w", r.Dir, err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(r.Dir, e.Name())
+		if err := os.RemoveAll(p); err != nil {
+			makeDirsWritable(p)
+			if err := os.RemoveAll(p); err != nil {
+				return fmt.Errorf("execroot: emptying %s: %w", r.Dir, err)
+			}
+		}
+	}
+	return nil
+}
+
 // makeDirsWritable gives the owner full access to every directory under p
 // (not following symlinks) so that their contents can be deleted.
 func makeDirsWritable(p string) {

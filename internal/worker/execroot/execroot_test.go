@@ -539,6 +539,34 @@ func TestDestroyReadOnlyDirectories(t *testing.T) {
 	}
 }
 
+func TestRecycleEmptiesForReuse(t *testing.T) {
+	e := newEnv(t)
+	hello := e.tb.file("hello")
+	root := e.tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode("in", hello, false)}})
+	dir := filepath.Join(t.TempDir(), "root")
+	for round := range 2 {
+		r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{OutputFiles: []string{"out/x"}})
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		ro := filepath.Join(dir, "ro")
+		os.MkdirAll(ro, 0o755)
+		os.WriteFile(filepath.Join(ro, "f"), []byte("x"), 0o400)
+		os.Chmod(ro, 0o000)
+		os.Chmod(dir, 0o500)
+		if err := r.Recycle(); err != nil {
+			t.Fatal(err)
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil || len(entries) != 0 {
+			t.Fatalf("round %d: after Recycle the root holds %v (%v)", round, entries, err)
+		}
+		if st := e.cache.Stats(); st.Referenced != 0 {
+			t.Fatalf("round %d: %d cache entries still referenced", round, st.Referenced)
+		}
+	}
+}
+
 func TestBuildLargeTree(t *testing.T) {
 	e := newEnv(t)
 	var dirs []*repb.DirectoryNode
