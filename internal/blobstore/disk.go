@@ -26,40 +26,71 @@ import (
 // temporary file and the rename.
 const smallBlob = 1 << 20
 
-// Disk is a Store of one file per blob under a directory, bounded in bytes
-// with LRU eviction. A blob's file appears under its final name only with
-// verified contents: small blobs are verified in memory before they are
-// written, large ones are written to a temporary file and renamed into
-// place. A file of the wrong size (a write cut short by a crash) is
-// dropped at start, when the index is rebuilt from the directory in
-// modification-time order.
+// Disk is a Store under a directory, bounded in bytes with (nearly) LRU
+// eviction. Blobs up to the pack threshold are appended as records to
+// segment files (see pack.go); larger ones get a file each. A blob's file
+// appears under its final name only with verified contents: small blobs
+// are verified in memory before they are written, large ones are written
+// to a temporary file and renamed into place. A file of the wrong size (a
+// write cut short by a crash) is dropped at start, when the index is
+// rebuilt from the directory and the segments in modification-time order.
 type Disk struct {
 	root     string
 	tmp      string
+	packDir  string
 	maxBytes int64
 	fsync    bool
+	packMax  int64 // blobs up to this size are packed; 0: none
+	segSize  int64
 	dirs     sync.Map // prefix dirs known to exist
 
 	mu      sync.Mutex
 	total   int64
-	lru     *list.List // of digest.Digest, most recently used at the front
-	index   map[digest.Digest]*list.Element
+	lru     *list.List // of *entry, most recently used at the front
+	index   map[digest.Digest]*entry
 	evicted int64
-	// busy marks digests whose file is being created or removed outside
-	// the lock; the channel is closed when that is over. A digest is never
-	// both indexed and busy.
+	// clock ticks on every store and use of a blob.
+	clock uint64
+	// busy marks digests whose file or record is being created, or whose
+	// file is being removed, outside the lock; the channel is closed when
+	// that is over. A digest is never both indexed and busy.
 	busy map[digest.Digest]chan struct{}
+
+	// pmu serialises appends to the current segment and guards the list
+	// of segments. Lock order: mu before pmu.
+	pmu     sync.Mutex
+	segs    []*segment // live segments, oldest first
+	cur     *segment   // the segment taking appends; nil until the first
+	nextSeg uint64
+}
+
+// entry is the index entry of a blob: where it is and when it was used.
+type entry struct {
+	d    digest.Digest
+	elem *list.Element
+	seg  *segment // nil: the blob has its own file
+	off  int64    // offset of the blob's record in seg
+	used uint64   // clock at the last store or use
 }
 
 var _ Store = (*Disk)(nil)
 
 // DiskOptions tune a Disk store.
 type DiskOptions struct {
-	// MaxBytes bounds the bytes held; 0 means unbounded.
+	// MaxBytes bounds the bytes of the blobs held (not counting the
+	// headers of packed records); 0 means unbounded.
 	MaxBytes int64
 	// Fsync makes Commit flush each blob to stable storage before it
 	// becomes visible (slower; protects against power loss, not just crashes).
 	Fsync bool
+	// PackThreshold is the size up to which blobs are appended to segment
+	// files instead of getting a file each: 0 means 64 KiB, a negative
+	// value disables packing. It is capped at 1 MiB.
+	PackThreshold int64
+	// SegmentSize is the size of a segment file: 0 means 64 MiB. When
+	// MaxBytes is set, segments are at most MaxBytes/16, so that evicting
+	// one frees a small part of the store.
+	SegmentSize int64
 }
 
 // NewDisk opens (creating if needed) a disk store rooted at dir.
@@ -67,16 +98,36 @@ func NewDisk(dir string, opts DiskOptions) (*Disk, error) {
 	s := &Disk{
 		root:     dir,
 		tmp:      filepath.Join(dir, "tmp"),
+		packDir:  filepath.Join(dir, "packs"),
 		maxBytes: opts.MaxBytes,
 		fsync:    opts.Fsync,
+		packMax:  opts.PackThreshold,
+		segSize:  opts.SegmentSize,
 		lru:      list.New(),
-		index:    make(map[digest.Digest]*list.Element),
+		index:    make(map[digest.Digest]*entry),
 		busy:     make(map[digest.Digest]chan struct{}),
+	}
+	switch {
+	case s.packMax == 0:
+		s.packMax = defaultPackThreshold
+	case s.packMax < 0:
+		s.packMax = 0
+	case s.packMax > smallBlob:
+		s.packMax = smallBlob
+	}
+	if s.segSize <= 0 {
+		s.segSize = defaultSegmentSize
+	}
+	if s.maxBytes > 0 {
+		s.segSize = min(s.segSize, s.maxBytes/minSegmentsPerBound)
 	}
 	if err := os.RemoveAll(s.tmp); err != nil {
 		return nil, fmt.Errorf("clearing %s: %w", s.tmp, err)
 	}
 	if err := os.MkdirAll(s.tmp, 0o755); err != nil {
+		return nil, fmt.Errorf("creating blob store directory: %w", err)
+	}
+	if err := os.MkdirAll(s.packDir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating blob store directory: %w", err)
 	}
 	if err := s.load(); err != nil {
@@ -85,11 +136,13 @@ func NewDisk(dir string, opts DiskOptions) (*Disk, error) {
 	return s, nil
 }
 
-// load rebuilds the index from the files on disk.
+// load rebuilds the index from the files and segments on disk.
 func (s *Disk) load() error {
 	type found struct {
 		d     digest.Digest
 		mtime time.Time
+		seg   *segment
+		off   int64
 	}
 	var all []found
 	for _, fn := range digest.Supported {
@@ -113,21 +166,57 @@ func (s *Disk) load() error {
 				// Not a blob this store wrote, or a damaged one: drop it.
 				return os.Remove(path)
 			}
-			all = append(all, found{d, info.ModTime()})
+			all = append(all, found{d: d, mtime: info.ModTime()})
 			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("scanning blob store %s: %w", base, err)
 		}
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].mtime.After(all[j].mtime) })
-	for _, f := range all {
-		s.index[f.d] = s.lru.PushBack(f.d)
-		s.total += f.d.Size
+	segs, recs, err := s.loadPacks()
+	if err != nil {
+		return err
 	}
-	for _, d := range s.evictLocked() {
+	s.segs = segs
+	// A segment's blobs take its modification time; within it, later
+	// records are newer (the sort below is stable).
+	mtimes := make(map[*segment]time.Time, len(segs))
+	for _, g := range segs {
+		mtimes[g] = segmentMTime(g)
+	}
+	for i := len(recs) - 1; i >= 0; i-- {
+		r := recs[i]
+		all = append(all, found{r.d, mtimes[r.seg], r.seg, r.off})
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].mtime.After(all[j].mtime) })
+	for _, f := range all {
+		if _, dup := s.index[f.d]; dup {
+			// An older copy: a record left behind (say, by a crash while
+			// its segment was evicted) stays as dead space; a file goes.
+			if f.seg == nil {
+				os.Remove(s.path(f.d))
+			}
+			continue
+		}
+		e := &entry{d: f.d, seg: f.seg, off: f.off}
+		e.elem = s.lru.PushBack(e)
+		s.index[f.d] = e
+		s.total += f.d.Size
+		if f.seg != nil {
+			f.seg.entries = append(f.seg.entries, e)
+		}
+	}
+	// Stamp the use clock, oldest first.
+	for el := s.lru.Back(); el != nil; el = el.Prev() {
+		el.Value.(*entry).used = s.tick()
+	}
+	ev := s.evictLocked()
+	for _, d := range ev.files {
 		os.Remove(s.path(d))
 		delete(s.busy, d)
+	}
+	for _, g := range ev.segs {
+		g.unref()
 	}
 	return nil
 }
@@ -143,7 +232,7 @@ func (s *Disk) FindMissing(_ context.Context, ds []digest.Digest) ([]digest.Dige
 	defer s.mu.Unlock()
 	for _, d := range ds {
 		if e, ok := s.index[d]; ok {
-			s.lru.MoveToFront(e)
+			s.useLocked(e)
 		} else if !d.IsEmpty() {
 			missing = append(missing, d)
 		}
@@ -160,8 +249,12 @@ func (s *Disk) Open(_ context.Context, d digest.Digest, offset int64) (io.ReadCl
 		return nil, negativeOffset(d, offset)
 	}
 	for attempt := 0; ; attempt++ {
-		if !s.touch(d) {
+		e, g, off := s.touch(d)
+		if e == nil {
 			return nil, ErrNotFound
+		}
+		if g != nil {
+			return s.readPacked(e, g, off, offset)
 		}
 		f, err := os.Open(s.path(d))
 		if err == nil {
@@ -193,15 +286,40 @@ func (s *Disk) Open(_ context.Context, d digest.Digest, offset int64) (io.ReadCl
 	}
 }
 
-// touch marks d as recently used and reports whether it is indexed.
-func (s *Disk) touch(d digest.Digest) bool {
+// touch marks d as recently used and returns its entry, or nil if it is
+// not indexed. If d is packed, it also returns its segment, with a
+// reference the caller must drop, and its record's offset.
+func (s *Disk) touch(d digest.Digest) (*entry, *segment, int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.index[d]
-	if ok {
-		s.lru.MoveToFront(e)
+	if !ok {
+		return nil, nil, 0
 	}
-	return ok
+	s.useLocked(e)
+	if e.seg != nil {
+		e.seg.refs.Add(1)
+	}
+	return e, e.seg, e.off
+}
+
+// useLocked marks e as just used.
+func (s *Disk) useLocked(e *entry) {
+	s.lru.MoveToFront(e.elem)
+	e.used = s.tick()
+}
+
+// tick advances the use clock and returns its new value.
+func (s *Disk) tick() uint64 {
+	s.clock++
+	return s.clock
+}
+
+// unindexLocked drops e from the index.
+func (s *Disk) unindexLocked(e *entry) {
+	s.lru.Remove(e.elem)
+	delete(s.index, e.d)
+	s.total -= e.d.Size
 }
 
 // waitIdle waits until no file operation on d is in progress.
@@ -225,13 +343,11 @@ func (s *Disk) waitIdle(d digest.Digest) {
 func (s *Disk) forget(d digest.Digest) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.index[d]; ok {
+	if e, ok := s.index[d]; ok && e.seg == nil {
 		if info, err := os.Stat(s.path(d)); err == nil && info.Size() == d.Size {
 			return
 		}
-		s.lru.Remove(e)
-		delete(s.index, d)
-		s.total -= d.Size
+		s.unindexLocked(e)
 	}
 }
 
@@ -244,7 +360,7 @@ func (s *Disk) claim(d digest.Digest) bool {
 	defer s.mu.Unlock()
 	for {
 		if e, ok := s.index[d]; ok {
-			s.lru.MoveToFront(e)
+			s.useLocked(e)
 			return false
 		}
 		ch, busy := s.busy[d]
@@ -258,44 +374,71 @@ func (s *Disk) claim(d digest.Digest) bool {
 	}
 }
 
-// release ends a claim on d, indexing d if its file is now in place, and
-// evicts what no longer fits.
-func (s *Disk) release(d digest.Digest, stored bool) {
+// release ends a claim on d, indexing e if it is not nil (the blob is now
+// in its file or segment), and evicts what no longer fits.
+func (s *Disk) release(d digest.Digest, e *entry) {
 	s.mu.Lock()
-	var victims []digest.Digest
-	if stored {
-		s.index[d] = s.lru.PushFront(d)
+	ev := s.releaseLocked(d, e)
+	s.mu.Unlock()
+	s.remove(ev)
+}
+
+// releaseLocked is release with s.mu held; the caller must pass what it
+// returns to remove once it has released the lock.
+func (s *Disk) releaseLocked(d digest.Digest, e *entry) evictions {
+	var ev evictions
+	if e != nil {
+		e.elem = s.lru.PushFront(e)
+		e.used = s.tick()
+		s.index[d] = e
 		s.total += d.Size
-		victims = s.evictLocked()
+		if e.seg != nil {
+			e.seg.entries = append(e.seg.entries, e)
+		}
+		ev = s.evictLocked()
 	}
 	close(s.busy[d])
 	delete(s.busy, d)
-	s.mu.Unlock()
-	s.remove(victims)
+	return ev
+}
+
+// evictions is what evictLocked took out of the index: blob files to
+// unlink, and segments whose store reference to drop.
+type evictions struct {
+	files []digest.Digest
+	segs  []*segment
 }
 
 // evictLocked drops least recently used blobs from the index until the
-// store fits its bound, and marks them busy; the caller must remove their
-// files with remove once it has released the lock.
-func (s *Disk) evictLocked() []digest.Digest {
-	var victims []digest.Digest
+// store fits its bound. Blobs with their own file go one by one, and are
+// marked busy until remove unlinks their files once the caller has
+// released the lock. When the least recently used blob is packed, the
+// oldest segment goes as a whole, its recently used blobs copied forward
+// first (see evictSegmentLocked).
+func (s *Disk) evictLocked() evictions {
+	var ev evictions
 	for s.maxBytes > 0 && s.total > s.maxBytes && s.lru.Len() > 1 {
-		back := s.lru.Back()
-		d := back.Value.(digest.Digest)
-		s.lru.Remove(back)
-		delete(s.index, d)
-		s.total -= d.Size
+		tail := s.lru.Back().Value.(*entry)
+		if tail.seg != nil {
+			s.evictSegmentLocked(tail, &ev)
+			continue
+		}
+		d := tail.d
+		s.unindexLocked(tail)
 		s.evicted++
 		s.busy[d] = make(chan struct{})
-		victims = append(victims, d)
+		ev.files = append(ev.files, d)
 	}
-	return victims
+	return ev
 }
 
-// remove unlinks evicted blobs' files, outside the lock. Open readers keep
-// their file: unlinking only drops the name.
-func (s *Disk) remove(victims []digest.Digest) {
-	for _, d := range victims {
+// remove unlinks evicted blobs' files and drops evicted segments, outside
+// the lock. Open readers keep their file: unlinking only drops the name.
+func (s *Disk) remove(ev evictions) {
+	for _, g := range ev.segs {
+		g.unref()
+	}
+	for _, d := range ev.files {
 		os.Remove(s.path(d))
 		s.mu.Lock()
 		close(s.busy[d])
@@ -320,6 +463,13 @@ func (s *Disk) ensureDir(path string) error {
 // Create implements Store.
 func (s *Disk) Create(_ context.Context, d digest.Digest) (Writer, error) {
 	w := &diskWriter{s: s, v: newVerifier(d)}
+	if d.Size <= s.packMax && !d.IsEmpty() {
+		// Room for the record header before the data: the record is
+		// written from this buffer.
+		w.hdr = int(recordHeaderLen(d))
+		w.buf = make([]byte, w.hdr, recordLen(d))
+		return w, nil
+	}
 	if d.Size <= smallBlob {
 		w.buf = make([]byte, 0, d.Size)
 		return w, nil
@@ -344,6 +494,7 @@ type diskWriter struct {
 	s    *Disk
 	v    verifier
 	buf  []byte
+	hdr  int // bytes reserved for a record header at the start of buf
 	f    *os.File
 	bw   *bufio.Writer
 	done bool // committed or closed
@@ -375,7 +526,12 @@ func (w *diskWriter) Commit() error {
 	d := w.v.want
 	if w.f == nil {
 		w.done = true
-		err := w.s.writeSmall(d, w.buf)
+		var err error
+		if w.hdr > 0 {
+			err = w.s.writePacked(d, w.buf)
+		} else {
+			err = w.s.writeSmall(d, w.buf)
+		}
 		w.buf = nil
 		return err
 	}
@@ -417,7 +573,7 @@ func (s *Disk) writeSmall(d digest.Digest, data []byte) (err error) {
 		return nil
 	}
 	stored := false
-	defer func() { s.release(d, stored) }()
+	defer func() { s.releaseFile(d, stored) }()
 	final := s.path(d)
 	if err := s.ensureDir(final); err != nil {
 		return err
@@ -474,7 +630,7 @@ func (s *Disk) renameIn(d digest.Digest, tmpName string) error {
 		return os.Remove(tmpName)
 	}
 	stored := false
-	defer func() { s.release(d, stored) }()
+	defer func() { s.releaseFile(d, stored) }()
 	final := s.path(d)
 	if err := s.ensureDir(final); err != nil {
 		return err
@@ -488,6 +644,15 @@ func (s *Disk) renameIn(d digest.Digest, tmpName string) error {
 	}
 	stored = true
 	return nil
+}
+
+// releaseFile ends a claim on d, indexing it as a file if stored.
+func (s *Disk) releaseFile(d digest.Digest, stored bool) {
+	if stored {
+		s.release(d, &entry{d: d})
+	} else {
+		s.release(d, nil)
+	}
 }
 
 // Stats reports the number of blobs and bytes held.

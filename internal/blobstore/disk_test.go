@@ -25,9 +25,17 @@ func assertNoTemp(t *testing.T, s *Disk) {
 	}
 }
 
+// openDisk opens a disk store that gives every blob its own file: the
+// tests in this file damage and inspect blob files. pack_test.go tests
+// packed blobs.
 func openDisk(t *testing.T, dir string, maxBytes int64) *Disk {
 	t.Helper()
-	s, err := NewDisk(dir, DiskOptions{MaxBytes: maxBytes})
+	return openDiskOpts(t, dir, DiskOptions{MaxBytes: maxBytes, PackThreshold: -1})
+}
+
+func openDiskOpts(t *testing.T, dir string, opts DiskOptions) *Disk {
+	t.Helper()
+	s, err := NewDisk(dir, opts)
 	if err != nil {
 		t.Fatalf("NewDisk(%s): %v", dir, err)
 	}

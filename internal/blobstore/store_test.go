@@ -8,7 +8,6 @@ import (
 	"hash/fnv"
 	"io"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +26,13 @@ func backends() []backend {
 		{"memory", func(t *testing.T, maxBytes int64) Store { return NewMemory(maxBytes) }},
 		{"disk", func(t *testing.T, maxBytes int64) Store {
 			s, err := NewDisk(t.TempDir(), DiskOptions{MaxBytes: maxBytes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}},
+		{"disk-files", func(t *testing.T, maxBytes int64) Store {
+			s, err := NewDisk(t.TempDir(), DiskOptions{MaxBytes: maxBytes, PackThreshold: -1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -552,12 +558,12 @@ func TestStoreChurn(t *testing.T) {
 			assertNoTemp(t, d)
 			files := 0
 			for _, dd := range ds {
-				if _, err := os.Stat(d.path(dd)); err == nil {
+				if d.heldOnDisk(dd) {
 					files++
 				}
 			}
 			if files != n {
-				t.Errorf("%d blob files on disk, %d indexed", files, n)
+				t.Errorf("%d blobs on disk (files or records), %d indexed", files, n)
 			}
 		}
 	})

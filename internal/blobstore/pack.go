@@ -1,0 +1,561 @@
+package blobstore
+
+// The pack store: small blobs appended as records to segment files.
+//
+// Creating a file costs 40-200 µs of kernel CPU on the file systems Gantry
+// runs on, far more than writing a small blob, so blobs up to
+// DiskOptions.PackThreshold are not given a file each. They are appended as
+// records to segment files, packs/{id}.seg (ids in hex, increasing), of
+// about DiskOptions.SegmentSize bytes. One segment at a time, the current
+// one, takes appends; the others are sealed and never written again. A
+// record is
+//
+//	offset  size  field
+//	0       4     magic "GPK1"
+//	4       1     digest function (REAPI enum value)
+//	5       1     hash length in bytes (n)
+//	6       2     zero
+//	8       4     blob size (little endian, as all integers)
+//	12      4     CRC-32C (Castagnoli) of the data
+//	16      n     hash, binary
+//	16+n    4     CRC-32C of bytes 0..16+n (the header)
+//	20+n    size  data
+//
+// and is written with one positioned write(2). The index says where each
+// blob is: its own file, or (segment, record offset).
+//
+// At start the index is rebuilt by scanning the records of every segment:
+// headers are checked (magic, header CRC, digest function, hash length)
+// and the data skipped, except in the newest segment, the only one that
+// can have been cut short by a crash, whose data CRCs are checked as well.
+// The full hash is not recomputed at start. A record that fails a check,
+// or runs past the end of the file, truncates its segment there: what
+// follows a torn or damaged record cannot be trusted to be aligned.
+//
+// Every read of a packed blob reads the whole record (at most
+// PackThreshold bytes) and checks the header against the digest and the
+// CRC of the data: a mismatch drops the blob from the index and the read
+// returns ErrNotFound, so damage on disk shows up as a missing blob that
+// clients upload again, never as wrong bytes.
+//
+// Segments are reference counted: the store holds one reference while the
+// segment is live, and every read or append holds one while it uses the
+// file. Evicting a segment drops the store's reference; the last one to
+// go closes the file and unlinks it, so a read that raced the eviction
+// reads the old, intact file and returns the data.
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gantry-build/gantry/internal/digest"
+)
+
+const (
+	// DefaultPackThreshold is the size up to which blobs are packed into
+	// segments when DiskOptions.PackThreshold is 0.
+	defaultPackThreshold = 64 << 10
+	// DefaultSegmentSize is the size of a segment when
+	// DiskOptions.SegmentSize is 0.
+	defaultSegmentSize = 64 << 20
+	// minSegmentsPerBound: a segment is at most this fraction of MaxBytes,
+	// so that evicting a whole segment frees a small part of the store.
+	minSegmentsPerBound = 16
+
+	recMagic     = "GPK1"
+	recFixedHdr  = 16
+	maxHashBytes = 64
+	segSuffix    = ".seg"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// segment is one pack file.
+type segment struct {
+	id   uint64
+	path string
+	f    *os.File
+	// size is the offset of the next append (under Disk.pmu).
+	size int64
+	// entries are the index entries that were placed in this segment
+	// (under Disk.mu); those that moved or left the index are skipped.
+	entries []*entry
+	// dead is set under Disk.mu when the segment leaves the store.
+	dead bool
+	refs atomic.Int32
+	// written is size, readable without Disk.pmu.
+	written atomic.Int64
+	// syncMu serialises fsyncs; synced is how much of the file the last
+	// one covered.
+	syncMu sync.Mutex
+	synced int64
+}
+
+// syncTo flushes the segment to stable storage up to at least end.
+// Concurrent callers share fsyncs: each flushes everything written so
+// far, so those waiting behind it usually find their records covered.
+func (g *segment) syncTo(end int64) error {
+	g.syncMu.Lock()
+	defer g.syncMu.Unlock()
+	if g.synced >= end {
+		return nil
+	}
+	target := g.written.Load()
+	if err := g.f.Sync(); err != nil {
+		return fmt.Errorf("flushing segment %s: %w", g.path, err)
+	}
+	g.synced = target
+	return nil
+}
+
+// unref drops a reference; the last one closes and unlinks the file.
+func (g *segment) unref() {
+	if g.refs.Add(-1) == 0 {
+		g.f.Close()
+		os.Remove(g.path)
+	}
+}
+
+func segmentName(id uint64) string { return fmt.Sprintf("%016x%s", id, segSuffix) }
+
+// recordHeaderLen is the length of the header of a record of d.
+func recordHeaderLen(d digest.Digest) int64 { return recFixedHdr + int64(len(d.Hash)/2) + 4 }
+
+// recordLen is the length of the whole record of d.
+func recordLen(d digest.Digest) int64 { return recordHeaderLen(d) + d.Size }
+
+// putHeader writes the header of the record of blob d with data into hdr,
+// which is recordHeaderLen(d) bytes long.
+func putHeader(hdr []byte, d digest.Digest, data []byte) {
+	hl := len(d.Hash) / 2
+	copy(hdr, recMagic)
+	hdr[4], hdr[5], hdr[6], hdr[7] = byte(d.Function), byte(hl), 0, 0
+	binary.LittleEndian.PutUint32(hdr[8:], uint32(len(data)))
+	binary.LittleEndian.PutUint32(hdr[12:], crc32.Checksum(data, castagnoli))
+	hex.Decode(hdr[recFixedHdr:recFixedHdr+hl], []byte(d.Hash)) // d.Hash is valid lowercase hex
+	binary.LittleEndian.PutUint32(hdr[recFixedHdr+hl:], crc32.Checksum(hdr[:recFixedHdr+hl], castagnoli))
+}
+
+// parseHeader decodes and checks a record header at the start of b. It
+// returns the digest and data CRC, and the header length, or ok false if
+// b does not start with a well-formed header (or is too short for one).
+func parseHeader(b []byte) (d digest.Digest, crc uint32, hdrLen int, ok bool) {
+	if len(b) < recFixedHdr || string(b[:4]) != recMagic || b[6] != 0 || b[7] != 0 {
+		return d, 0, 0, false
+	}
+	fn := digest.Function(b[4])
+	hl := int(b[5])
+	if !digest.IsSupported(fn) || digest.HexLen(fn) != 2*hl || len(b) < recFixedHdr+hl+4 {
+		return d, 0, 0, false
+	}
+	hdrLen = recFixedHdr + hl + 4
+	if binary.LittleEndian.Uint32(b[hdrLen-4:]) != crc32.Checksum(b[:hdrLen-4], castagnoli) {
+		return d, 0, 0, false
+	}
+	size := int64(binary.LittleEndian.Uint32(b[8:]))
+	d, err := digest.Parse(fn, hex.EncodeToString(b[recFixedHdr:recFixedHdr+hl]), size)
+	if err != nil || size == 0 || size > smallBlob {
+		return d, 0, 0, false
+	}
+	return d, binary.LittleEndian.Uint32(b[12:]), hdrLen, true
+}
+
+// checkRecord reports whether rec is an intact record of d.
+func checkRecord(rec []byte, d digest.Digest) bool {
+	got, crc, hdrLen, ok := parseHeader(rec)
+	return ok && got == d && int64(len(rec)) == int64(hdrLen)+d.Size &&
+		crc32.Checksum(rec[hdrLen:], castagnoli) == crc
+}
+
+// packedRecord is a record found by the start-up scan.
+type packedRecord struct {
+	d   digest.Digest
+	seg *segment
+	off int64
+}
+
+// loadPacks opens the segments under dir, truncating each at its first bad
+// record, and returns them (oldest first) with their records in order.
+// Segments left empty are removed.
+func (s *Disk) loadPacks() ([]*segment, []packedRecord, error) {
+	ents, err := os.ReadDir(s.packDir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("scanning pack directory: %w", err)
+	}
+	var ids []uint64
+	for _, de := range ents {
+		name := de.Name()
+		id, perr := strconv.ParseUint(strings.TrimSuffix(name, segSuffix), 16, 64)
+		if !de.Type().IsRegular() || !strings.HasSuffix(name, segSuffix) || perr != nil || name != segmentName(id) {
+			// Not a segment this store wrote.
+			if err := os.RemoveAll(filepath.Join(s.packDir, name)); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	var segs []*segment
+	var recs []packedRecord
+	for i, id := range ids {
+		g := &segment{id: id, path: filepath.Join(s.packDir, segmentName(id))}
+		found, err := s.scanSegment(g, i == len(ids)-1)
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(found) == 0 {
+			g.f.Close()
+			os.Remove(g.path)
+			continue
+		}
+		g.refs.Store(1)
+		segs = append(segs, g)
+		recs = append(recs, found...)
+	}
+	if len(ids) > 0 {
+		s.nextSeg = ids[len(ids)-1] + 1
+	}
+	return segs, recs, nil
+}
+
+// scanSegment opens g and lists its records, truncating the file at the
+// first record that is torn or damaged. checkData also checks the data
+// CRCs (the newest segment, which a crash can have cut short).
+func (s *Disk) scanSegment(g *segment, checkData bool) ([]packedRecord, error) {
+	f, err := os.OpenFile(g.path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening segment: %w", err)
+	}
+	g.f = f
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("opening segment: %w", err)
+	}
+	fileSize := info.Size()
+	// Read through a large buffer: records are small, so skipping data by
+	// reading it costs less than a seek and a read per record.
+	br := bufio.NewReaderSize(io.NewSectionReader(f, 0, fileSize), 1<<20)
+	var recs []packedRecord
+	var off int64
+	for off < fileSize {
+		hdr, _ := br.Peek(recFixedHdr + maxHashBytes + 4)
+		d, crc, hdrLen, ok := parseHeader(hdr)
+		if !ok || off+int64(hdrLen)+d.Size > fileSize {
+			break
+		}
+		br.Discard(hdrLen)
+		if checkData {
+			c := uint32(0)
+			for left := int(d.Size); left > 0; {
+				chunk, _ := br.Peek(min(left, br.Size()))
+				if len(chunk) == 0 {
+					break
+				}
+				c = crc32.Update(c, castagnoli, chunk)
+				br.Discard(len(chunk))
+				left -= len(chunk)
+			}
+			if c != crc {
+				break
+			}
+		} else if _, err := br.Discard(int(d.Size)); err != nil {
+			break
+		}
+		recs = append(recs, packedRecord{d, g, off})
+		off += int64(hdrLen) + d.Size
+	}
+	if off < fileSize {
+		// A torn or damaged record: nothing after it can be trusted.
+		if err := f.Truncate(off); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("truncating damaged segment %s: %w", g.path, err)
+		}
+	}
+	g.size = off
+	g.written.Store(off)
+	g.synced = off
+	return recs, nil
+}
+
+// segmentMTime is the modification time of a segment, used to place its
+// blobs in the LRU order rebuilt at start.
+func segmentMTime(g *segment) time.Time {
+	if info, err := g.f.Stat(); err == nil {
+		return info.ModTime()
+	}
+	return time.Time{}
+}
+
+// rotateLocked seals the current segment and starts a new one. s.pmu must
+// be held.
+func (s *Disk) rotateLocked() error {
+	id := s.nextSeg
+	path := filepath.Join(s.packDir, segmentName(id))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	if err != nil {
+		return fmt.Errorf("creating segment: %w", err)
+	}
+	if err := s.syncDir(path); err != nil {
+		f.Close()
+		os.Remove(path)
+		return fmt.Errorf("creating segment: %w", err)
+	}
+	s.nextSeg++
+	g := &segment{id: id, path: path, f: f}
+	g.refs.Store(1)
+	s.cur = g
+	s.segs = append(s.segs, g)
+	return nil
+}
+
+// appendRecords appends one or more whole records to the current segment
+// in one write, starting a new segment first if they do not fit in what
+// is left of it. It returns the segment, with a reference the caller must
+// drop, and the offset of the first record.
+func (s *Disk) appendRecords(recs []byte) (*segment, int64, error) {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	if s.cur == nil || (s.cur.size > 0 && s.cur.size+int64(len(recs)) > s.segSize) {
+		if err := s.rotateLocked(); err != nil {
+			return nil, 0, err
+		}
+	}
+	g := s.cur
+	off := g.size
+	if _, err := g.f.WriteAt(recs, off); err != nil {
+		// Cut off whatever part of the write landed, so that the next
+		// record follows the last good one.
+		g.f.Truncate(off)
+		return nil, 0, fmt.Errorf("appending to segment %s: %w", g.path, err)
+	}
+	g.size += int64(len(recs))
+	g.written.Store(g.size)
+	g.refs.Add(1)
+	return g, off, nil
+}
+
+// writePacked appends the verified blob d to the current segment and
+// indexes it. rec holds room for the record header, then the data.
+func (s *Disk) writePacked(d digest.Digest, rec []byte) error {
+	if d.IsEmpty() || !s.claim(d) {
+		return nil
+	}
+	hdrLen := recordHeaderLen(d)
+	putHeader(rec[:hdrLen], d, rec[hdrLen:])
+	// The segment can be evicted between the append and the indexing
+	// (only when the store is tiny for its load); then append again.
+	for attempt := 0; attempt < 10; attempt++ {
+		g, off, err := s.appendRecords(rec)
+		if err == nil && s.fsync {
+			err = g.syncTo(off + int64(len(rec)))
+		}
+		if err != nil {
+			if g != nil {
+				g.unref()
+			}
+			s.release(d, nil)
+			return fmt.Errorf("writing blob %s: %w", d, err)
+		}
+		ok := s.releasePacked(d, g, off)
+		g.unref()
+		if ok {
+			return nil
+		}
+	}
+	s.release(d, nil)
+	return fmt.Errorf("writing blob %s: its segment was evicted while it was written; the store's bound is too small for its load", d)
+}
+
+// releasePacked ends a claim on d by indexing it at (g, off), unless g was
+// evicted meanwhile: then it reports false and d stays claimed.
+func (s *Disk) releasePacked(d digest.Digest, g *segment, off int64) bool {
+	s.mu.Lock()
+	if g.dead {
+		s.mu.Unlock()
+		return false
+	}
+	ev := s.releaseLocked(d, &entry{d: d, seg: g, off: off})
+	s.mu.Unlock()
+	s.remove(ev)
+	return true
+}
+
+// readPacked reads the record of d at (g, off), on which the caller holds
+// a reference that readPacked drops, and returns d's data from offset on.
+// A damaged record drops e from the index and gives ErrNotFound.
+func (s *Disk) readPacked(e *entry, g *segment, off int64, offset int64) (io.ReadCloser, error) {
+	d := e.d
+	rec := make([]byte, recordLen(d))
+	_, err := g.f.ReadAt(rec, off)
+	g.unref()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("reading blob %s: %w", d, err)
+	}
+	if err != nil || !checkRecord(rec, d) {
+		s.dropDamaged(e, g)
+		return nil, ErrNotFound
+	}
+	data := rec[recordHeaderLen(d):]
+	if offset > int64(len(data)) {
+		offset = int64(len(data))
+	}
+	return &bytesReadCloser{data: data[offset:]}, nil
+}
+
+// bytesReadCloser serves a packed blob read into memory.
+type bytesReadCloser struct{ data []byte }
+
+func (r *bytesReadCloser) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.data)
+	r.data = r.data[n:]
+	return n, nil
+}
+
+func (r *bytesReadCloser) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(r.data)
+	r.data = r.data[n:]
+	return int64(n), err
+}
+
+func (r *bytesReadCloser) Close() error { r.data = nil; return nil }
+
+// dropDamaged removes e from the index if it is still the entry of its
+// digest at segment g: its record failed its checks.
+func (s *Disk) dropDamaged(e *entry, g *segment) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.index[e.d] == e && e.seg == g {
+		s.unindexLocked(e)
+	}
+}
+
+// evictSegmentLocked evicts the oldest segment; tail is the least recently
+// used blob, which is packed. s.mu must be held. The policy:
+//
+//   - The store keeps one LRU order over all blobs, files and packed, and
+//     a use clock: every store and every use (FindMissing, Open, a
+//     duplicate write) stamps the blob with the next tick.
+//   - When the least recently used blob is packed, the oldest segment goes
+//     as a whole. Those of its blobs used recently, in the newest three
+//     quarters of the ticks between the least recently used blob's last
+//     use and now, are first appended again (their records copied as
+//     they are) to the current segment; the others leave the store, the
+//     least recently used blob always among them.
+//
+// So blobs nobody asked for in a while go in the order they were written,
+// a segment at a time, while blobs in use survive the eviction of the
+// segment they were written to, at the cost of one copy. With no reuse
+// (every blob written once and read soon after) nothing is copied; with
+// uniform reuse about a quarter of each evicted segment goes and the rest
+// is copied. Copied blobs land in segments newer than all others and the
+// least recently used blob goes once its segment is reached, so the loop
+// in evictLocked ends.
+func (s *Disk) evictSegmentLocked(tail *entry, ev *evictions) {
+	s.pmu.Lock()
+	if len(s.segs) == 0 {
+		// Cannot happen: a packed blob's segment is live. Do not loop.
+		s.pmu.Unlock()
+		s.unindexLocked(tail)
+		s.evicted++
+		return
+	}
+	old := s.segs[0]
+	if old == s.cur {
+		if err := s.rotateLocked(); err != nil {
+			// No new segment: the blobs of this one cannot be kept.
+			s.cur = nil
+		}
+	}
+	s.segs = s.segs[1:]
+	s.pmu.Unlock()
+	old.dead = true
+	ev.segs = append(ev.segs, old)
+
+	recent := tail.used + (s.clock-tail.used)/4
+	var candidates []*entry
+	for _, e := range old.entries {
+		if e.seg != old || s.index[e.d] != e {
+			continue // moved or gone
+		}
+		if e != tail && e.used > recent {
+			candidates = append(candidates, e)
+			continue
+		}
+		s.unindexLocked(e)
+		s.evicted++
+	}
+	old.entries = nil
+	if len(candidates) == 0 {
+		return
+	}
+	// Copy the records. Many of them: read the whole segment at once
+	// rather than a record at a time.
+	var whole []byte
+	if len(candidates) > 256 {
+		whole = make([]byte, old.written.Load())
+		if n, err := old.f.ReadAt(whole, 0); err != nil {
+			whole = whole[:n]
+		}
+	}
+	var keep []*entry
+	var buf []byte
+	for _, e := range candidates {
+		n, rl := int64(len(buf)), recordLen(e.d)
+		if whole != nil && e.off+rl <= int64(len(whole)) {
+			buf = append(buf, whole[e.off:e.off+rl]...)
+		} else {
+			buf = append(buf, make([]byte, rl)...)
+			if _, err := old.f.ReadAt(buf[n:], e.off); err != nil {
+				buf = buf[:n]
+			}
+		}
+		if int64(len(buf)) == n+rl && checkRecord(buf[n:], e.d) {
+			keep = append(keep, e)
+			continue
+		}
+		buf = buf[:n] // damaged: let it go
+		s.unindexLocked(e)
+		s.evicted++
+	}
+	if len(keep) == 0 {
+		return
+	}
+	g, off, err := s.appendRecords(buf)
+	if err == nil && s.fsync {
+		err = g.syncTo(off + int64(len(buf)))
+	}
+	if err != nil {
+		for _, e := range keep {
+			s.unindexLocked(e)
+			s.evicted++
+		}
+		if g != nil {
+			g.unref()
+		}
+		return
+	}
+	for _, e := range keep {
+		e.seg, e.off = g, off
+		off += recordLen(e.d)
+		g.entries = append(g.entries, e)
+	}
+	g.unref() // the store's reference keeps it
+}
