@@ -115,6 +115,11 @@ type CASConfig struct {
 	MaxSize ByteSize `yaml:"max_size"`
 	// Fsync flushes each blob to stable storage before it becomes visible.
 	Fsync bool `yaml:"fsync"`
+	// PackThreshold is the size up to which blobs are appended to pack
+	// segments instead of getting a file each; 0 uses the default (64KiB).
+	PackThreshold ByteSize `yaml:"pack_threshold"`
+	// SegmentSize is the size of a pack segment; 0 uses the default (64MiB).
+	SegmentSize ByteSize `yaml:"segment_size"`
 }
 
 // ACConfig configures the action cache.
@@ -299,6 +304,9 @@ func (c *Config) Validate() error {
 		if b != "disk" && b != "memory" {
 			bad(path, "%q is not a backend; use disk or memory", b)
 		}
+	}
+	if c.Storage.CAS.PackThreshold > 1<<20 {
+		bad("storage.cas.pack_threshold", "at most 1MiB; larger blobs are better off in their own files")
 	}
 	if c.Storage.MaxBatchSize < 64<<10 {
 		bad("storage.max_batch_size", "%d bytes is too small; use at least 64KiB", c.Storage.MaxBatchSize)
