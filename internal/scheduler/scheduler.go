@@ -165,6 +165,10 @@ type Scheduler struct {
 	frontSeq  int64
 	listeners []func(Event)
 	queues    []platform.Queue
+	// unwatched are the unfinished operations no caller is streaming;
+	// finished are finished operations in the order they finished.
+	unwatched map[*Operation]struct{}
+	finished  []*Operation
 	// seen remembers every worker registered recently, for deciding that
 	// no worker could ever run an action.
 	seen    map[string]seenWorker
@@ -208,6 +212,7 @@ func New(cfg Config, clock Clock) *Scheduler {
 		ops: map[string]*Operation{}, tasks: map[string]*Task{}, inflight: map[dedupKey]*Task{},
 		queue: newQueue(), workers: map[string]*worker{}, leases: map[string]*lease{},
 		queues: cfg.Queues, seen: map[string]seenWorker{}, started: clock.Now(),
+		unwatched: map[*Operation]struct{}{},
 	}
 }
 
@@ -338,6 +343,7 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 		s.enqueueLocked(t)
 	}
 	op := &Operation{Name: name, task: t, goneSince: now, changed: make(chan struct{})}
+	s.unwatched[op] = struct{}{}
 	t.ops = append(t.ops, op)
 	s.ops[op.Name] = op
 	s.emit(Event{Kind: EventSubmitted, Task: t.ID, Operation: op.Name})
@@ -401,6 +407,7 @@ func (s *Scheduler) AddWatcher(name string) error {
 		return ErrNotFound
 	}
 	op.watchers++
+	delete(s.unwatched, op)
 	return nil
 }
 
@@ -410,8 +417,9 @@ func (s *Scheduler) RemoveWatcher(name string) {
 	defer s.mu.Unlock()
 	if op, ok := s.ops[name]; ok && op.watchers > 0 {
 		op.watchers--
-		if op.watchers == 0 {
+		if op.watchers == 0 && !op.done {
 			op.goneSince = s.clock.Now()
+			s.unwatched[op] = struct{}{}
 		}
 	}
 }
@@ -462,6 +470,8 @@ func (s *Scheduler) forgetInflightLocked(t *Task) {
 }
 
 func (s *Scheduler) finishOpLocked(op *Operation, resp *repb.ExecuteResponse) {
+	delete(s.unwatched, op)
+	s.finished = append(s.finished, op)
 	op.done = true
 	op.response = resp
 	op.doneAt = s.clock.Now()

@@ -369,19 +369,25 @@ func (s *Scheduler) Tick() {
 		}
 	}
 	s.failUnsatisfiableLocked(now)
-	for name, op := range s.ops {
-		switch {
-		case op.done:
-			if now.Sub(op.doneAt) > s.cfg.Retention {
-				delete(s.ops, name)
-				s.dropOpFromTaskLocked(op)
-			}
-		case op.watchers == 0 && now.Sub(op.goneSince) > s.cfg.CallerGrace:
+	// Only operations nobody watches can be abandoned: Tick looks at those,
+	// not at every operation.
+	for op := range s.unwatched {
+		if now.Sub(op.goneSince) > s.cfg.CallerGrace {
 			s.finishOpLocked(op, &repb.ExecuteResponse{Status: status.New(codes.Canceled, fmt.Sprintf("no client waited for the operation for %s", s.cfg.CallerGrace)).Proto()})
 			if allDone(op.task) {
 				s.abandonTaskLocked(op.task, "no client is waiting for the result")
 			}
 		}
+	}
+	// Finished operations leave in the order they finished.
+	for len(s.finished) > 0 && now.Sub(s.finished[0].doneAt) > s.cfg.Retention {
+		op := s.finished[0]
+		s.finished[0] = nil
+		s.finished = s.finished[1:]
+		if s.ops[op.Name] == op {
+			delete(s.ops, op.Name)
+		}
+		s.dropOpFromTaskLocked(op)
 	}
 }
 
