@@ -1,0 +1,270 @@
+#!/usr/bin/env bash
+# Times a clean Bazel build of testdata/bazel/scale (a few hundred C actions) run locally
+# against the same build run remotely on a fresh all-in-one Gantry (scheduler + embedded
+# worker, slots = cores), and prints the ratio remote/local of the median wall times.
+#
+# Usage: scripts/bench-bazel.sh [bazel4|bazel2] [runs]      (defaults: bazel4, 3)
+#
+# Each run does, in turn (the order rotates from run to run, so machine noise hits every
+# variant alike):
+#   local:            bazel clean; time bazel build //... --jobs=LOCAL_JOBS
+#                     (default spawn strategy, i.e. the Linux sandbox)
+#   remote-J[-MODE]:  start a FRESH gantry serve (new data dir: no cache hits); bazel clean;
+#                     time bazel build //... --remote_executor=grpc://... --spawn_strategy=remote
+#                     --genrule_strategy=remote --jobs=J [--remote_download_minimal];
+#                     check that every action ran remotely; stop the server.
+# One Bazel server serves all runs (a fresh output root would time JVM start and
+# extraction, not the build); an untimed build starts it, and a first round of every
+# variant (run 0) warms it up and is not counted. Only `bazel build` is timed, not the clean.
+#
+# Besides wall time, each build's CPU is accounted (CPU-seconds): "bazel" (the Bazel
+# server JVM), "actions" (the processes Bazel or Gantry ran), "gantry" (server + embedded
+# worker themselves) and "others" (the rest of the machine meanwhile: load from outside the
+# benchmark, which on a shared machine is the main source of noise). "own" = bazel +
+# actions + gantry; on an otherwise idle machine a build of this shape is CPU-bound, so
+# own/cores approximates its wall time.
+#
+# Environment:
+#   GANTRY_BENCH_REMOTE_JOBS   --jobs values for remote builds, space separated (default "8")
+#   GANTRY_BENCH_LOCAL_JOBS    --jobs for local builds (default: nproc)
+#   GANTRY_BENCH_MODES         download modes for remote builds: "all", "minimal" or both
+#                              (default "all minimal")
+#   GANTRY_BENCH_STANDALONE=1  also time local builds without the sandbox (variant
+#                              local-standalone: --spawn_strategy=local --genrule_strategy=local)
+#   GANTRY_BENCH_PROFILE=1     also write --profile and --execution_log_json_file for every
+#                              build, and keep the gantry logs (implies GANTRY_BENCH_KEEP=1)
+#   GANTRY_BENCH_KEEP=1        keep the temporary directory (logs, profiles) at exit
+#   GANTRY_BENCH_BIN           use this gantry binary instead of building ./cmd/gantry
+#   GANTRY_BAZEL4, GANTRY_BAZEL2  client binaries (as in check-bazel-workspace.sh)
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+client="${1:-bazel4}"
+runs="${2:-3}"
+case "$client" in
+  bazel4) bazel="${GANTRY_BAZEL4:-/usr/bin/bazel}"; extra=(--nosandbox_debug) ;;
+  bazel2) bazel="${GANTRY_BAZEL2:-$REPO/.tools/npm/node_modules/@bazel/bazel-linux_x64/bazel-2.1.0-linux-x86_64}"; extra=() ;;
+  *) echo "usage: $0 [bazel4|bazel2] [runs]" >&2; exit 2 ;;
+esac
+[[ "$runs" =~ ^[1-9][0-9]*$ ]] || { echo "runs must be a positive integer" >&2; exit 2; }
+[ -x "$bazel" ] || { echo "$client: $bazel missing; run scripts/install-test-deps.sh" >&2; exit 1; }
+read -r -a remote_jobs <<<"${GANTRY_BENCH_REMOTE_JOBS:-8}"
+read -r -a modes <<<"${GANTRY_BENCH_MODES:-all minimal}"
+local_jobs="${GANTRY_BENCH_LOCAL_JOBS:-$(nproc)}"
+profile="${GANTRY_BENCH_PROFILE:-0}"
+keep="${GANTRY_BENCH_KEEP:-$profile}"
+for m in "${modes[@]}"; do
+  case "$m" in all|minimal) ;; *) echo "GANTRY_BENCH_MODES: unknown mode $m (want all, minimal)" >&2; exit 2 ;; esac
+done
+
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/gantry-bench-bazel.XXXXXX")"
+root="$tmp/output_user_root"
+ws="$tmp/bazel/scale"
+gantry_pid=""
+
+stop_gantry() {
+  if [ -n "$gantry_pid" ]; then
+    kill "$gantry_pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$gantry_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$gantry_pid" 2>/dev/null || true
+    wait "$gantry_pid" 2>/dev/null || true
+    gantry_pid=""
+  fi
+}
+cleanup() {
+  stop_gantry
+  if [ -d "$ws" ]; then (cd "$ws" && "$bazel" --output_user_root="$root" shutdown >/dev/null 2>&1) || true; fi
+  if [ "$keep" = 1 ]; then
+    echo "kept $tmp" >&2
+  else
+    chmod -R u+w "$tmp" 2>/dev/null || true
+    rm -rf "$tmp"
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# --- set up ----------------------------------------------------------------------------
+mkdir -p "$tmp/bazel" "$tmp/logs"
+cp -r "$REPO/testdata/bazel/scale" "$REPO/testdata/bazel/stubs" "$tmp/bazel/"
+if [ -n "${GANTRY_BENCH_BIN:-}" ]; then
+  gantry="$GANTRY_BENCH_BIN"
+else
+  gantry="$tmp/gantry"
+  echo "== building gantry" >&2
+  (cd "$REPO" && go build -o "$gantry" ./cmd/gantry)
+fi
+cd "$ws"
+bz() { "$bazel" --output_user_root="$root" "$@"; }
+common=(//... "${extra[@]}" --incompatible_strict_action_env --color=no --curses=no)
+
+echo "== $client: warm-up build (starts the Bazel server; not timed)" >&2
+bz build "${common[@]}" --jobs="$local_jobs" >"$tmp/logs/warmup.log" 2>&1 ||
+  { tail -30 "$tmp/logs/warmup.log" >&2; exit 1; }
+server_pid=$(bz info server_pid 2>/dev/null)
+hz=$(getconf CLK_TCK)
+
+# processes_line LOG: the last "INFO: N processes: ..." line of a build log.
+processes_line() { grep -E '^INFO: [0-9]+ processes' "$1" | tail -1; }
+
+# cpu_of PID: "self children" CPU seconds of a process (children: the ones it waited for).
+cpu_of() {
+  sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null |
+    awk -v hz="$hz" '{ printf "%.2f %.2f\n", ($12 + $13) / hz, ($14 + $15) / hz }' || echo "0 0"
+}
+# machine_busy: CPU seconds all CPUs have spent busy since boot.
+machine_busy() { awk -v hz="$hz" '$1 == "cpu" { printf "%.2f\n", ($2 + $3 + $4 + $7 + $8 + $9) / hz }' /proc/stat; }
+
+# time_build NAME LOG ARGS...: bazel clean, then a timed build. Prints "wall bazel_cpu
+# bazel_children_cpu machine_busy_cpu", in seconds, the CPU figures over the build alone.
+time_build() {
+  local name="$1" log="$2"; shift 2
+  local prof=()
+  if [ "$profile" = 1 ]; then
+    prof=(--profile="$tmp/logs/$name.profile" --execution_log_json_file="$tmp/logs/$name.execlog.json")
+  fi
+  bz clean >/dev/null 2>&1
+  local t0 t1 c0 c1 m0 m1
+  read -r -a c0 < <(cpu_of "$server_pid")
+  m0=$(machine_busy)
+  t0=$(date +%s.%N)
+  if ! bz build "${common[@]}" "$@" "${prof[@]}" >"$log" 2>&1; then
+    tail -30 "$log" >&2
+    echo "$name: build failed (log: $log)" >&2
+    return 1
+  fi
+  t1=$(date +%s.%N)
+  m1=$(machine_busy)
+  read -r -a c1 < <(cpu_of "$server_pid")
+  awk -v a="$t0" -v b="$t1" -v s0="${c0[0]}" -v s1="${c1[0]}" -v k0="${c0[1]}" -v k1="${c1[1]}" \
+    -v m0="$m0" -v m1="$m1" 'BEGIN { printf "%.2f %.2f %.2f %.2f\n", b - a, s1 - s0, k1 - k0, m1 - m0 }'
+}
+
+run_local() {
+  local variant="$1" name="$2" log="$tmp/logs/$2.log"
+  local flags=(--jobs="$local_jobs")
+  [[ "$variant" == *local-standalone ]] && flags+=(--spawn_strategy=local --genrule_strategy=local)
+  local m
+  m=$(time_build "$name" "$log" "${flags[@]}")
+  record "$variant" "$name" "$log" $m 0 0
+}
+
+run_remote() {
+  local variant="$1" name="$2" jobs="$3" mode="$4"
+  local log="$tmp/logs/$name.log" data="$tmp/gantry-$name"
+  local grpc_port http_port
+  grpc_port=$(free_port)
+  http_port=$(free_port)
+  "$gantry" serve --listen "127.0.0.1:$grpc_port" --http-listen "127.0.0.1:$http_port" \
+    --data-dir "$data" >"$tmp/logs/$name.gantry.log" 2>&1 &
+  gantry_pid=$!
+  local up=0
+  for _ in $(seq 100); do
+    if curl -sf "http://127.0.0.1:$http_port/healthz" >/dev/null 2>&1; then up=1; break; fi
+    kill -0 "$gantry_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ "$up" != 1 ]; then
+    cat "$tmp/logs/$name.gantry.log" >&2
+    echo "$name: gantry did not come up" >&2
+    return 1
+  fi
+  local flags=(--remote_executor="grpc://127.0.0.1:$grpc_port" --spawn_strategy=remote
+    --genrule_strategy=remote --jobs="$jobs")
+  [ "$mode" = minimal ] && flags+=(--remote_download_minimal)
+  local m g
+  m=$(time_build "$name" "$log" "${flags[@]}")
+  if [ "$profile" = 1 ]; then
+    curl -sf "http://127.0.0.1:$http_port/metrics" >"$tmp/logs/$name.metrics" 2>/dev/null || true
+  fi
+  g=$(cpu_of "$gantry_pid")
+  stop_gantry
+  [ "$profile" = 1 ] || rm -rf "$data"
+  local line
+  line=$(processes_line "$log")
+  # Every action must have run remotely: none locally, none from a cache.
+  if ! grep -Eq '[0-9]+ remote[.,]' <<<"$line" || grep -Eq 'cache hit|local|sandbox|worker' <<<"$line"; then
+    echo "$name: not every action ran remotely: $line" >&2
+    return 1
+  fi
+  record "$variant" "$name" "$log" $m $g
+}
+
+results="$tmp/results.tsv"
+: >"$results"
+# record VARIANT NAME LOG WALL BAZEL_CPU BAZEL_CHILDREN_CPU MACHINE_CPU GANTRY_CPU
+#   GANTRY_CHILDREN_CPU: prints and keeps one build's figures (seconds). "actions" is the CPU
+#   of what Bazel (local) or Gantry (remote) ran; "gantry" is the server and worker
+#   themselves; "others" is what the rest of the machine used meanwhile (outside load).
+record() {
+  local variant="$1" name="$2" log="$3" wall="$4" bself="$5" bkids="$6" busy="$7" gself="$8" gkids="$9"
+  local load line cpu
+  load=$(cut -d' ' -f1-3 /proc/loadavg)
+  line=$(processes_line "$log")
+  cpu=$(awk -v bs="$bself" -v bk="$bkids" -v m="$busy" -v gs="$gself" -v gk="$gkids" \
+    'BEGIN { o = m - bs - bk - gs - gk; if (o < 0) o = 0
+             printf "%.1f\t%.1f\t%.1f\t%.1f", bs, bk + gk, gs, o }')
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$variant" "$name" "$wall" "$cpu" "$load" "$line" >>"$results"
+  awk -F'\t' -v n="$name" -v w="$wall" -v l="$load" -v p="$line" '{
+      printf "  %-24s %6ss  cpu-s: bazel %4.1f  actions %4.1f  gantry %4.1f  others %4.1f  load %s\n      %s\n",
+        n, w, $1, $2, $3, $4, l, p }' <<<"$cpu"
+}
+
+variants=(local)
+[ "${GANTRY_BENCH_STANDALONE:-0}" = 1 ] && variants+=(local-standalone)
+for j in "${remote_jobs[@]}"; do
+  for m in "${modes[@]}"; do
+    if [ "$m" = all ]; then variants+=("remote-j$j"); else variants+=("remote-j$j-$m"); fi
+  done
+done
+
+echo "== $client: $runs run(s) of: ${variants[*]}"
+echo "   local: --jobs=$local_jobs; remote: fresh gantry serve, $(nproc) worker slots"
+echo "   uptime before: $(uptime | sed 's/^ *//')"
+# Run 0 warms up (JIT) every path through the Bazel server and is not counted: the first
+# remote builds of a server cost Bazel about twice the CPU of later ones.
+for ((r = 0; r <= runs; r++)); do
+  if [ "$r" = 0 ]; then echo "-- run 0 (warm-up, not counted)"; else echo "-- run $r"; fi
+  n=${#variants[@]}
+  for ((i = 0; i < n; i++)); do
+    v="${variants[$(((i + r) % n))]}"
+    tag="$v"
+    [ "$r" = 0 ] && tag="warmup:$v"
+    if [[ "$v" == local* ]]; then
+      run_local "$tag" "$v-$r"
+    else
+      rest="${v#remote-j}"
+      jobs="${rest%%-*}"
+      mode=all
+      [[ "$rest" == *-minimal ]] && mode=minimal
+      run_remote "$tag" "$v-$r" "$jobs" "$mode"
+    fi
+  done
+done
+echo "   uptime after:  $(uptime | sed 's/^ *//')"
+
+median() { sort -n | awk '{ a[NR] = $1 } END { if (NR == 0) exit; if (NR % 2) print a[(NR + 1) / 2]; else printf "%.2f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+# col VARIANT N: column N of VARIANT's rows (own CPU: the sum of columns 4 to 6).
+col() {
+  awk -F'\t' -v v="$1" -v c="$2" '$1 == v { if (c == "own") printf "%.1f\n", $4 + $5 + $6; else print $c }' "$results"
+}
+echo "== $client: medians over $runs run(s); wall in s, CPU in CPU-s (own = bazel + actions + gantry)"
+base_wall=$(col local 3 | median)
+base_own=$(col local own | median)
+sa_wall=$(col local-standalone 3 | median)
+for v in "${variants[@]}"; do
+  w=$(col "$v" 3 | median)
+  own=$(col "$v" own | median)
+  printf '  %-24s wall %6ss  remote/local %4s' "$v" "$w" "$(awk -v a="$w" -v b="$base_wall" 'BEGIN { printf "%.2f", a / b }')"
+  if [ -n "$sa_wall" ]; then
+    printf '  /local-standalone %4s' "$(awk -v a="$w" -v b="$sa_wall" 'BEGIN { printf "%.2f", a / b }')"
+  fi
+  printf '   (runs: %s)\n' "$(col "$v" 3 | tr '\n' ' ' | sed 's/ $//')"
+  printf '  %-24s own cpu %5s (/local %4s) = bazel %4s + actions %4s + gantry %4s; others %4s\n' "" \
+    "$own" "$(awk -v a="$own" -v b="$base_own" 'BEGIN { printf "%.2f", a / b }')" \
+    "$(col "$v" 4 | median)" "$(col "$v" 5 | median)" "$(col "$v" 6 | median)" "$(col "$v" 7 | median)"
+done
