@@ -25,7 +25,10 @@
 # own/cores approximates its wall time.
 #
 # Environment:
-#   GANTRY_BENCH_REMOTE_JOBS   --jobs values for remote builds, space separated (default "8")
+#   GANTRY_BENCH_REMOTE_JOBS   --jobs values for remote builds, space separated (default "8":
+#                              with 2 worker slots, --jobs=2 leaves the worker idle while
+#                              Bazel checks the cache, uploads and downloads; 4 to 8 hide that,
+#                              16 gains nothing)
 #   GANTRY_BENCH_LOCAL_JOBS    --jobs for local builds (default: nproc)
 #   GANTRY_BENCH_MODES         download modes for remote builds: "all", "minimal" or both
 #                              (default "all minimal")
