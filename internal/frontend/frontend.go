@@ -80,8 +80,6 @@ func (s *Server) Register(g *grpc.Server) {
 	bspb.RegisterByteStreamServer(g, s)
 }
 
-// CAS returns the blob store behind the server.
-func (s *Server) CAS() blobstore.Store { return s.cas }
 
 func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)

@@ -89,7 +89,6 @@ type activeLease struct {
 	stage  workerpb.Stage
 	cancel context.CancelFunc
 	proc   processControl
-	reason string
 	// completing is set once the result is on its way to the scheduler;
 	// a CANCEL then only means the scheduler has already processed it.
 	completing bool
@@ -299,9 +298,6 @@ func (w *Worker) apply(c *workerpb.LeaseCommand) {
 	switch c.Command {
 	case workerpb.Command_CANCEL:
 		w.log.Info("cancelling action", "lease", c.LeaseId, "reason", c.Reason)
-		w.mu.Lock()
-		l.reason = c.Reason
-		w.mu.Unlock()
 		l.cancel()
 	case workerpb.Command_SUSPEND:
 		if proc != nil {
