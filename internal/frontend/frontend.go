@@ -80,7 +80,6 @@ func (s *Server) Register(g *grpc.Server) {
 	bspb.RegisterByteStreamServer(g, s)
 }
 
-
 func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
