@@ -1,28 +1,27 @@
 package scheduler
 
 import (
-	"container/heap"
+	"time"
 
 	"github.com/gantry-build/gantry/internal/platform"
 )
 
-// bucket holds the queued tasks of one platform, best first: lower
-// priority value, then lower sequence number (FIFO among equals).
+// bucket holds the queued tasks of one platform in one queue, arranged by
+// invocation (see fair.go): inside an invocation lower priority value
+// first, then FIFO.
 type bucket struct {
 	key   string // queue name and canonical platform
 	queue string
 	req   platform.Request
-	tasks taskHeap
+	root  *bnode
+	n     int
 }
 
 type taskHeap []*Task
 
 func (h taskHeap) Len() int { return len(h) }
 func (h taskHeap) Less(i, j int) bool {
-	if h[i].priority != h[j].priority {
-		return h[i].priority < h[j].priority
-	}
-	return h[i].seq < h[j].seq
+	return h.lessThan(h[i], h[j])
 }
 func (h taskHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
@@ -43,49 +42,77 @@ func (h *taskHeap) Pop() any {
 	return t
 }
 
+func (taskHeap) lessThan(a, b *Task) bool {
+	if a.priority != b.priority {
+		return a.priority < b.priority
+	}
+	return a.seq < b.seq
+}
+
+// each calls fn for every task queued in the bucket.
+func (b *bucket) each(fn func(*Task)) {
+	var walk func(bn *bnode)
+	walk = func(bn *bnode) {
+		for _, t := range bn.direct {
+			fn(t)
+		}
+		for _, k := range bn.kids.nodes {
+			walk(k)
+		}
+	}
+	if b.root != nil {
+		walk(b.root)
+	}
+}
+
 // queue is the set of buckets. Workers match per bucket, so finding work
-// costs O(buckets + log n) rather than a scan of every task.
+// costs O(buckets x depth) plus O(depth x log n) to take it.
 type queue struct {
 	buckets map[string]*bucket
 	n       int
+	f       *fairness
 }
 
-func newQueue() *queue { return &queue{buckets: map[string]*bucket{}} }
+func newQueue(f *fairness) *queue { return &queue{buckets: map[string]*bucket{}, f: f} }
 
-func (q *queue) push(t *Task) {
+func (q *queue) push(t *Task, now time.Time) {
 	b := q.buckets[t.bucketKey]
 	if b == nil {
 		b = &bucket{key: t.bucketKey, queue: t.Queue, req: t.Req}
+		b.root = q.f.bnodeFor(b, q.f.root)
 		q.buckets[t.bucketKey] = b
 	}
-	heap.Push(&b.tasks, t)
+	q.f.push(b, t, now)
+	b.n++
 	q.n++
 }
 
 func (q *queue) remove(t *Task) {
 	b := q.buckets[t.bucketKey]
-	if b == nil || t.heapIndex < 0 || t.heapIndex >= len(b.tasks) || b.tasks[t.heapIndex] != t {
+	if b == nil || !q.f.remove(b, t) {
 		return
 	}
-	heap.Remove(&b.tasks, t.heapIndex)
+	b.n--
 	q.n--
-	if len(b.tasks) == 0 {
+	if b.n == 0 {
+		delete(q.f.root.bnodes, b)
 		delete(q.buckets, b.key)
 	}
 }
 
 func (q *queue) fix(t *Task) {
 	if b := q.buckets[t.bucketKey]; b != nil && t.heapIndex >= 0 {
-		heap.Fix(&b.tasks, t.heapIndex)
+		q.f.fix(b, t)
 	}
 }
 
-// best returns the best queued task that accept allows, or nil.
+// best returns the first queued task in the fairness order that accept
+// allows, or nil. Each bucket offers its next task.
 func (q *queue) best(accept func(b *bucket, t *Task) bool) *Task {
 	var best *Task
 	for _, b := range q.buckets {
-		head := b.tasks[0]
-		if best != nil && !b.tasks.lessThan(head, best) {
+		head := b.root.next
+		if head == nil || (best != nil && !q.f.before(head, best)) {
 			continue
 		}
 		if accept(b, head) {
@@ -95,9 +122,43 @@ func (q *queue) best(accept func(b *bucket, t *Task) bool) *Task {
 	return best
 }
 
-func (taskHeap) lessThan(a, b *Task) bool {
-	if a.priority != b.priority {
-		return a.priority < b.priority
+// pick chooses the task for a worker whose last work was in invocation
+// from: the fair choice, unless the worker's stickiness keeps it in its
+// own subtree (see fair.go, switchCost and waited).
+func (q *queue) pick(from *inode, now time.Time, accept func(b *bucket, t *Task) bool) *Task {
+	fair := q.best(accept)
+	if fair == nil || len(q.f.stickiness) == 0 || from == nil || from.parent == nil {
+		return fair
 	}
-	return a.seq < b.seq
+	anc, _, cf := lca(from, fair.inv)
+	if anc == from {
+		return fair // the fair choice is in the worker's own subtree
+	}
+	// The sticky candidate: the next task of the deepest invocation on
+	// the worker's path that has work it can take.
+	var sticky *Task
+	var stickyAnc *inode
+	for _, b := range q.buckets {
+		for n := from; n != nil && n.depth > anc.depth; n = n.parent {
+			if stickyAnc != nil && n.depth < stickyAnc.depth {
+				break
+			}
+			bn := n.bnodes[b]
+			if bn == nil || bn.next == nil {
+				continue
+			}
+			if accept(b, bn.next) && (sticky == nil || n.depth > stickyAnc.depth || q.f.before(bn.next, sticky)) {
+				sticky, stickyAnc = bn.next, n
+			}
+			break
+		}
+	}
+	if sticky == nil {
+		return fair
+	}
+	extra := q.f.switchCost(anc, from) - q.f.switchCost(stickyAnc, from)
+	if waited(anc, cf, now) < extra {
+		return sticky
+	}
+	return fair
 }

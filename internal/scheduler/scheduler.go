@@ -55,6 +55,12 @@ type Config struct {
 	// StartupGrace delays that verdict after the scheduler starts, so
 	// workers have time to register again after a restart.
 	StartupGrace time.Duration
+	// PriorityHalving is how many priority points (lower is more urgent)
+	// double an invocation's fair share; 0 means DefaultPriorityHalving.
+	PriorityHalving float64
+	// Stickiness is, per invocation level, what switching a worker to
+	// another invocation at that level costs; empty means pure fairness.
+	Stickiness []time.Duration
 }
 
 // DefaultConfig returns the defaults documented in docs/CONFIGURATION.md.
@@ -108,6 +114,9 @@ type Task struct {
 	queuedAt   time.Time
 	dedupKey   dedupKey
 	lastWorker string
+	// inv is the task's invocation: the lowest common ancestor of the
+	// invocations of every operation that joined it.
+	inv *inode
 }
 
 type dedupKey struct {
@@ -158,6 +167,7 @@ type Scheduler struct {
 	tasks     map[string]*Task
 	inflight  map[dedupKey]*Task
 	queue     *queue
+	fair      *fairness
 	workers   map[string]*worker
 	leases    map[string]*lease
 	waiters   []*waiter
@@ -207,10 +217,11 @@ func New(cfg Config, clock Clock) *Scheduler {
 	if clock == nil {
 		clock = RealClock{}
 	}
+	f := newFairness(cfg.PriorityHalving, cfg.Stickiness)
 	return &Scheduler{
-		cfg: cfg, clock: clock,
+		cfg: cfg, clock: clock, fair: f,
 		ops: map[string]*Operation{}, tasks: map[string]*Task{}, inflight: map[dedupKey]*Task{},
-		queue: newQueue(), workers: map[string]*worker{}, leases: map[string]*lease{},
+		queue: newQueue(f), workers: map[string]*worker{}, leases: map[string]*lease{},
 		queues: cfg.Queues, seen: map[string]seenWorker{}, started: clock.Now(),
 		unwatched: map[*Operation]struct{}{},
 	}
@@ -292,6 +303,9 @@ type SubmitRequest struct {
 	Priority     int32
 	// DoNotCache: never merged with other executions, never cached.
 	DoNotCache bool
+	// Invocation is the operation's invocation path (see fair.go); empty
+	// queues it at the root.
+	Invocation []string
 }
 
 // Submit creates an operation for the action. An identical cacheable
@@ -327,6 +341,7 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 			t.priority = req.Priority
 			s.queue.fix(t)
 		}
+		s.joinInvocationLocked(t, req.Invocation, now)
 	} else {
 		s.nextSeq++
 		t = &Task{
@@ -335,6 +350,7 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 			Cacheable: !req.DoNotCache, Queue: queueName, Req: preq,
 			bucketKey: queueName + "\x00" + req.Platform.Key(), priority: req.Priority, seq: s.nextSeq,
 			heapIndex: -1, stage: repb.ExecutionStage_QUEUED, queuedAt: now, dedupKey: key,
+			inv: s.fair.node(req.Invocation),
 		}
 		s.tasks[t.ID] = t
 		if t.Cacheable {
@@ -354,15 +370,71 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 func (s *Scheduler) enqueueLocked(t *Task) {
 	t.state = stateQueued
 	t.stage = repb.ExecutionStage_QUEUED
-	b := &bucket{key: t.bucketKey, queue: t.Queue, req: t.Req}
-	for i, w := range s.waiters {
-		if w.accepts(b, t) {
-			s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
+	if len(s.waiters) > 0 {
+		// Locality: of the idle workers that can take it, the one whose
+		// last invocation is closest to the task's (deepest common
+		// ancestor), the longest waiting among equals.
+		b := &bucket{key: t.bucketKey, queue: t.Queue, req: t.Req}
+		chosen, depth := -1, -1
+		for i, w := range s.waiters {
+			if !w.accepts(b, t) {
+				continue
+			}
+			d := 0
+			if w.worker.inv != nil {
+				anc, _, _ := lca(w.worker.inv, t.inv)
+				d = anc.depth
+			}
+			if d > depth {
+				chosen, depth = i, d
+				if d == t.inv.depth {
+					break
+				}
+			}
+		}
+		if chosen >= 0 {
+			w := s.waiters[chosen]
+			s.waiters = append(s.waiters[:chosen], s.waiters[chosen+1:]...)
 			s.leaseLocked(t, w.worker, w)
 			return
 		}
 	}
-	s.queue.push(t)
+	s.queue.push(t, s.clock.Now())
+}
+
+// joinInvocationLocked moves t to the lowest common ancestor of its
+// invocation and path, when a caller from another invocation joins it.
+func (s *Scheduler) joinInvocationLocked(t *Task, path []string, now time.Time) {
+	n := s.fair.node(path)
+	anc, _, _ := lca(t.inv, n)
+	if anc == t.inv {
+		s.fair.unref(n)
+		return
+	}
+	s.fair.ref(anc)
+	s.fair.unref(n)
+	old := t.inv
+	switch t.state {
+	case stateQueued:
+		s.queue.remove(t)
+		t.inv = anc
+		s.queue.push(t, now)
+	case stateLeased:
+		s.fair.started(old, -1, now)
+		t.inv = anc
+		s.fair.adjust(anc, +1)
+	default:
+		t.inv = anc
+	}
+	s.fair.unref(old)
+}
+
+// releaseInvocationLocked drops a finished task's hold on its invocation.
+func (s *Scheduler) releaseInvocationLocked(t *Task) {
+	if t.inv != nil {
+		s.fair.unref(t.inv)
+		t.inv = nil
+	}
 }
 
 // Watch returns the operation's state and a channel closed at its next change.
@@ -460,6 +532,7 @@ func (s *Scheduler) abandonTaskLocked(t *Task, reason string) {
 	}
 	t.state = stateDone
 	s.forgetInflightLocked(t)
+	s.releaseInvocationLocked(t)
 	s.emit(Event{Kind: EventCancelled, Task: t.ID, Reason: reason})
 }
 
@@ -497,6 +570,7 @@ func (s *Scheduler) completeTaskLocked(t *Task, resp *repb.ExecuteResponse) {
 	t.stage = repb.ExecutionStage_COMPLETED
 	t.response = resp
 	s.forgetInflightLocked(t)
+	s.releaseInvocationLocked(t)
 	for _, op := range t.ops {
 		if !op.done {
 			s.finishOpLocked(op, resp)

@@ -37,6 +37,9 @@ type worker struct {
 	// matchCache remembers per bucket whether the worker could take the
 	// bucket's actions at all (labels, totals, pin, wrappers, queue).
 	matchCache map[string]bool
+	// inv is the invocation of the worker's last task (nil: none yet, the
+	// root), for locality and stickiness.
+	inv *inode
 }
 
 func (w *worker) matches(b *bucket) bool {
@@ -134,7 +137,7 @@ func (s *Scheduler) Poll(ctx context.Context, workerID string, free Capacity) (*
 	}
 	w.lastSeen = s.clock.Now()
 	wt := &waiter{worker: w, free: free, ch: make(chan *Assignment, 1)}
-	t := s.queue.best(wt.accepts)
+	t := s.queue.pick(w.inv, w.lastSeen, wt.accepts)
 	if t != nil {
 		s.queue.remove(t)
 		a := s.leaseLocked(t, w, nil)
@@ -182,6 +185,14 @@ func (s *Scheduler) leaseLocked(t *Task, w *worker, wt *waiter) *Assignment {
 	for name, n := range t.Req.Resources {
 		w.held[name] += n
 	}
+	s.fair.started(t.inv, +1, now)
+	if w.inv != t.inv {
+		s.fair.ref(t.inv)
+		if w.inv != nil {
+			s.fair.unref(w.inv)
+		}
+		w.inv = t.inv
+	}
 	a := &Assignment{LeaseID: l.id, Task: t, Attempt: t.attempts}
 	s.emit(Event{Kind: EventLeased, Task: t.ID, Worker: w.info.ID})
 	if wt != nil {
@@ -195,6 +206,9 @@ func (s *Scheduler) dropLeaseLocked(l *lease) {
 	delete(l.worker.leases, l.id)
 	for name, n := range l.task.Req.Resources {
 		l.worker.held[name] -= n
+	}
+	if l.task.inv != nil {
+		s.fair.started(l.task.inv, -1, time.Time{})
 	}
 	if l.task.lease == l {
 		l.task.lease = nil
@@ -321,7 +335,7 @@ func (s *Scheduler) offerLocked(w *worker) {
 			i++
 			continue
 		}
-		t := s.queue.best(wt.accepts)
+		t := s.queue.pick(w.inv, s.clock.Now(), wt.accepts)
 		if t == nil {
 			i++
 			continue
@@ -358,6 +372,9 @@ func (s *Scheduler) Tick() {
 	for id, w := range s.workers {
 		if len(w.leases) == 0 && now.Sub(w.lastSeen) > s.cfg.HeartbeatTimeout && !s.isWaitingLocked(w) {
 			delete(s.workers, id)
+			if w.inv != nil {
+				s.fair.unref(w.inv)
+			}
 			// Remember it as seen when it was last heard from, not when
 			// it registered, so "recently seen" counts from then.
 			s.seen[id] = seenWorker{platform: w.info.Platform, at: w.lastSeen}
@@ -458,11 +475,11 @@ func (s *Scheduler) failUnsatisfiableLocked(now time.Time) {
 	}
 	for _, b := range s.queue.buckets {
 		var old []*Task
-		for _, t := range b.tasks {
+		b.each(func(t *Task) {
 			if now.Sub(t.queuedAt) > s.cfg.UnsatisfiableWait {
 				old = append(old, t)
 			}
-		}
+		})
 		if len(old) == 0 {
 			continue
 		}
