@@ -56,12 +56,36 @@ type inode struct {
 	// queued work to some.
 	queuedSince, selfQueuedSince time.Time
 
-	bnodes map[*bucket]*bnode
+	// bnodes are the invocation's places in buckets (usually one or two).
+	bnodes []*bnode
+}
+
+// bnodeIn returns the invocation's node in bucket b, or nil.
+func (n *inode) bnodeIn(b *bucket) *bnode {
+	for _, bn := range n.bnodes {
+		if bn.bucket == b {
+			return bn
+		}
+	}
+	return nil
+}
+
+func (n *inode) dropBnode(b *bucket) {
+	for i, bn := range n.bnodes {
+		if bn.bucket == b {
+			last := len(n.bnodes) - 1
+			n.bnodes[i] = n.bnodes[last]
+			n.bnodes[last] = nil
+			n.bnodes = n.bnodes[:last]
+			return
+		}
+	}
 }
 
 // bnode is an invocation's place in one bucket.
 type bnode struct {
 	inv       *inode
+	bucket    *bucket
 	parent    *bnode
 	kids      bnodeHeap
 	direct    taskHeap
@@ -81,7 +105,7 @@ func newFairness(halving float64, stickiness []time.Duration) *fairness {
 	if halving <= 0 {
 		halving = DefaultPriorityHalving
 	}
-	return &fairness{root: &inode{children: map[string]*inode{}, bnodes: map[*bucket]*bnode{}, refs: 1}, halving: halving, stickiness: stickiness}
+	return &fairness{root: &inode{children: map[string]*inode{}, refs: 1}, halving: halving, stickiness: stickiness}
 }
 
 // DefaultPriorityHalving is how many priority points double an
@@ -94,7 +118,7 @@ func (f *fairness) node(path []string) *inode {
 	for _, k := range path {
 		c := n.children[k]
 		if c == nil {
-			c = &inode{parent: n, key: k, depth: n.depth + 1, children: map[string]*inode{}, bnodes: map[*bucket]*bnode{}}
+			c = &inode{parent: n, key: k, depth: n.depth + 1, children: map[string]*inode{}}
 			n.children[k] = c
 		}
 		n = c
@@ -195,42 +219,61 @@ func (f *fairness) before(a, b *Task) bool {
 	return f.less(entryFor(anc, ca, a), entryFor(anc, cb, b))
 }
 
+// bnodeHeap orders a node's children. Each item carries its child's key,
+// so comparisons read one array rather than chase pointers; the key is
+// refreshed (setKey) before every heap.Fix.
 type bnodeHeap struct {
 	f     *fairness
-	nodes []*bnode
+	items []kidItem
 }
 
-func (h *bnodeHeap) Len() int { return len(h.nodes) }
-func (h *bnodeHeap) Less(i, j int) bool {
-	a, b := h.nodes[i], h.nodes[j]
-	return h.f.less(childEntry(a.inv, a.next), childEntry(b.inv, b.next))
+type kidItem struct {
+	k  entry
+	bn *bnode
 }
+
+func (h *bnodeHeap) Len() int           { return len(h.items) }
+func (h *bnodeHeap) Less(i, j int) bool { return h.f.less(h.items[i].k, h.items[j].k) }
 func (h *bnodeHeap) Swap(i, j int) {
-	h.nodes[i], h.nodes[j] = h.nodes[j], h.nodes[i]
-	h.nodes[i].heapIndex = i
-	h.nodes[j].heapIndex = j
+	h.items[i], h.items[j] = h.items[j], h.items[i]
+	h.items[i].bn.heapIndex = i
+	h.items[j].bn.heapIndex = j
 }
 func (h *bnodeHeap) Push(x any) {
 	n := x.(*bnode)
-	n.heapIndex = len(h.nodes)
-	h.nodes = append(h.nodes, n)
+	n.heapIndex = len(h.items)
+	h.items = append(h.items, kidItem{k: childEntry(n.inv, n.next), bn: n})
 }
 func (h *bnodeHeap) Pop() any {
-	old := h.nodes
-	n := old[len(old)-1]
-	old[len(old)-1] = nil
-	h.nodes = old[:len(old)-1]
+	old := h.items
+	n := old[len(old)-1].bn
+	old[len(old)-1] = kidItem{}
+	h.items = old[:len(old)-1]
 	n.heapIndex = -1
 	return n
 }
 
+func (h *bnodeHeap) top() *bnode {
+	if len(h.items) == 0 {
+		return nil
+	}
+	return h.items[0].bn
+}
+
+// rekey refreshes bn's key in its parent's heap and restores the order.
+func rekey(bn *bnode) {
+	h := &bn.parent.kids
+	h.items[bn.heapIndex].k = childEntry(bn.inv, bn.next)
+	heap.Fix(h, bn.heapIndex)
+}
+
 // bnodeFor returns inv's node in bucket b, creating the chain to the root.
 func (f *fairness) bnodeFor(b *bucket, inv *inode) *bnode {
-	if bn := inv.bnodes[b]; bn != nil {
+	if bn := inv.bnodeIn(b); bn != nil {
 		return bn
 	}
-	bn := &bnode{inv: inv, heapIndex: -1, kids: bnodeHeap{f: f}}
-	inv.bnodes[b] = bn
+	bn := &bnode{inv: inv, bucket: b, heapIndex: -1, kids: bnodeHeap{f: f}}
+	inv.bnodes = append(inv.bnodes, bn)
 	if inv.parent != nil {
 		bn.parent = f.bnodeFor(b, inv.parent)
 	}
@@ -244,15 +287,16 @@ func (f *fairness) computeNext(bn *bnode) *Task {
 	if len(bn.direct) > 0 {
 		d = bn.direct[0]
 	}
-	if len(bn.kids.nodes) > 0 {
-		c = bn.kids.nodes[0].next
+	top := bn.kids.top()
+	if top != nil {
+		c = top.next
 	}
 	switch {
 	case d == nil:
 		return c
 	case c == nil:
 		return d
-	case f.less(directEntry(bn.inv, d), childEntry(bn.kids.nodes[0].inv, c)):
+	case f.less(directEntry(bn.inv, d), childEntry(top.inv, c)):
 		return d
 	default:
 		return c
@@ -275,11 +319,11 @@ func (f *fairness) refresh(b *bucket, bn *bnode, force bool) {
 			if bn.heapIndex >= 0 {
 				heap.Remove(&p.kids, bn.heapIndex)
 			}
-			delete(bn.inv.bnodes, b)
+			bn.inv.dropBnode(b)
 		case bn.heapIndex < 0:
 			heap.Push(&p.kids, bn)
 		case old != bn.next || force:
-			heap.Fix(&p.kids, bn.heapIndex)
+			rekey(bn)
 		default:
 			return
 		}
@@ -306,7 +350,7 @@ func (f *fairness) push(b *bucket, t *Task, now time.Time) {
 
 // remove takes a queued t out of bucket b.
 func (f *fairness) remove(b *bucket, t *Task) bool {
-	bn := t.inv.bnodes[b]
+	bn := t.inv.bnodeIn(b)
 	if bn == nil || t.heapIndex < 0 || t.heapIndex >= len(bn.direct) || bn.direct[t.heapIndex] != t {
 		return false
 	}
@@ -321,7 +365,7 @@ func (f *fairness) remove(b *bucket, t *Task) bool {
 
 // fix restores t's place after its priority changed.
 func (f *fairness) fix(b *bucket, t *Task) {
-	bn := t.inv.bnodes[b]
+	bn := t.inv.bnodeIn(b)
 	if bn == nil || t.heapIndex < 0 {
 		return
 	}
@@ -356,7 +400,7 @@ func (f *fairness) adjust(inv *inode, delta int) {
 		for _, bn := range n.bnodes {
 			bn.next = f.computeNext(bn)
 			if bn.parent != nil && bn.heapIndex >= 0 {
-				heap.Fix(&bn.parent.kids, bn.heapIndex)
+				rekey(bn)
 			}
 		}
 	}

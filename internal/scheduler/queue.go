@@ -56,8 +56,8 @@ func (b *bucket) each(fn func(*Task)) {
 		for _, t := range bn.direct {
 			fn(t)
 		}
-		for _, k := range bn.kids.nodes {
-			walk(k)
+		for _, k := range bn.kids.items {
+			walk(k.bn)
 		}
 	}
 	if b.root != nil {
@@ -95,7 +95,7 @@ func (q *queue) remove(t *Task) {
 	b.n--
 	q.n--
 	if b.n == 0 {
-		delete(q.f.root.bnodes, b)
+		q.f.root.dropBnode(b)
 		delete(q.buckets, b.key)
 	}
 }
@@ -143,7 +143,7 @@ func (q *queue) pick(from *inode, now time.Time, accept func(b *bucket, t *Task)
 			if stickyAnc != nil && n.depth < stickyAnc.depth {
 				break
 			}
-			bn := n.bnodes[b]
+			bn := n.bnodeIn(b)
 			if bn == nil || bn.next == nil {
 				continue
 			}

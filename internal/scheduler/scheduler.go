@@ -7,6 +7,7 @@ package scheduler
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sort"
 	"strconv"
 	"strings"
@@ -113,6 +114,7 @@ type Task struct {
 	response   *repb.ExecuteResponse
 	queuedAt   time.Time
 	dedupKey   dedupKey
+	dedupNext  *Task
 	lastWorker string
 	// inv is the task's invocation: the lowest common ancestor of the
 	// invocations of every operation that joined it.
@@ -122,6 +124,16 @@ type Task struct {
 type dedupKey struct {
 	instance string
 	action   digest.Digest
+}
+
+// dedupSeed seeds the fingerprints of in-flight keys.
+var dedupSeed = maphash.MakeSeed()
+
+// fingerprint condenses a dedup key to a map key: a uint64 hashes in one
+// step and sits inline in the map, which matters with a million tasks.
+// Tasks with equal fingerprints are chained (Task.dedupNext).
+func (k dedupKey) fingerprint() uint64 {
+	return maphash.String(dedupSeed, k.instance)*31 ^ maphash.String(dedupSeed, k.action.Hash) ^ uint64(k.action.Size)*0x9e3779b97f4a7c15 ^ uint64(k.action.Function)
 }
 
 type lease struct {
@@ -142,7 +154,10 @@ type Operation struct {
 	done      bool
 	response  *repb.ExecuteResponse
 	doneAt    time.Time
-	changed   chan struct{}
+	// changed is closed at the next change; made when someone watches.
+	changed chan struct{}
+	// uwPrev and uwNext link the operation into the unwatched list.
+	uwPrev, uwNext *Operation
 }
 
 // OperationState is a snapshot of an operation.
@@ -164,8 +179,7 @@ type Scheduler struct {
 
 	mu        sync.Mutex
 	ops       map[string]*Operation
-	tasks     map[string]*Task
-	inflight  map[dedupKey]*Task
+	inflight  map[uint64]*Task
 	queue     *queue
 	fair      *fairness
 	workers   map[string]*worker
@@ -177,12 +191,15 @@ type Scheduler struct {
 	queues    []platform.Queue
 	// unwatched are the unfinished operations no caller is streaming;
 	// finished are finished operations in the order they finished.
-	unwatched map[*Operation]struct{}
+	unwatched opList
 	finished  []*Operation
 	// seen remembers every worker registered recently, for deciding that
 	// no worker could ever run an action.
 	seen    map[string]seenWorker
 	started time.Time
+	// idPrefix and idSerial make task and lease ids (newID).
+	idPrefix string
+	idSerial uint64
 }
 
 type seenWorker struct {
@@ -220,10 +237,10 @@ func New(cfg Config, clock Clock) *Scheduler {
 	f := newFairness(cfg.PriorityHalving, cfg.Stickiness)
 	return &Scheduler{
 		cfg: cfg, clock: clock, fair: f,
-		ops: map[string]*Operation{}, tasks: map[string]*Task{}, inflight: map[dedupKey]*Task{},
+		ops: map[string]*Operation{}, inflight: map[uint64]*Task{},
 		queue: newQueue(f), workers: map[string]*worker{}, leases: map[string]*lease{},
 		queues: cfg.Queues, seen: map[string]seenWorker{}, started: clock.Now(),
-		unwatched: map[*Operation]struct{}{},
+		idPrefix: uuid.NewString()[:13] + "-",
 	}
 }
 
@@ -318,7 +335,7 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 	}
 	name := req.Name
 	if name == "" {
-		name = uuid.NewString()
+		name = s.newID()
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -334,7 +351,7 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 	key := dedupKey{req.Instance, req.ActionDigest}
 	var t *Task
 	if !req.DoNotCache {
-		t = s.inflight[key]
+		t = s.inflightLocked(key)
 	}
 	if t != nil {
 		if req.Priority < t.priority && t.state == stateQueued {
@@ -345,21 +362,22 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 	} else {
 		s.nextSeq++
 		t = &Task{
-			ID: uuid.NewString(), Instance: req.Instance, ActionDigest: req.ActionDigest,
+			ID: s.newID(), Instance: req.Instance, ActionDigest: req.ActionDigest,
 			Platform: req.Platform, ActionBytes: req.ActionBytes, CommandBytes: req.CommandBytes,
 			Cacheable: !req.DoNotCache, Queue: queueName, Req: preq,
 			bucketKey: queueName + "\x00" + req.Platform.Key(), priority: req.Priority, seq: s.nextSeq,
 			heapIndex: -1, stage: repb.ExecutionStage_QUEUED, queuedAt: now, dedupKey: key,
 			inv: s.fair.node(req.Invocation),
 		}
-		s.tasks[t.ID] = t
 		if t.Cacheable {
-			s.inflight[key] = t
+			fp := key.fingerprint()
+			t.dedupNext = s.inflight[fp]
+			s.inflight[fp] = t
 		}
 		s.enqueueLocked(t)
 	}
-	op := &Operation{Name: name, task: t, goneSince: now, changed: make(chan struct{})}
-	s.unwatched[op] = struct{}{}
+	op := &Operation{Name: name, task: t, goneSince: now}
+	s.unwatched.add(op)
 	t.ops = append(t.ops, op)
 	s.ops[op.Name] = op
 	s.emit(Event{Kind: EventSubmitted, Task: t.ID, Operation: op.Name})
@@ -445,6 +463,9 @@ func (s *Scheduler) Watch(name string) (OperationState, <-chan struct{}, error) 
 	if !ok {
 		return OperationState{}, nil, ErrNotFound
 	}
+	if op.changed == nil {
+		op.changed = make(chan struct{})
+	}
 	return s.stateLocked(op), op.changed, nil
 }
 
@@ -479,7 +500,7 @@ func (s *Scheduler) AddWatcher(name string) error {
 		return ErrNotFound
 	}
 	op.watchers++
-	delete(s.unwatched, op)
+	s.unwatched.remove(op)
 	return nil
 }
 
@@ -491,7 +512,7 @@ func (s *Scheduler) RemoveWatcher(name string) {
 		op.watchers--
 		if op.watchers == 0 && !op.done {
 			op.goneSince = s.clock.Now()
-			s.unwatched[op] = struct{}{}
+			s.unwatched.add(op)
 		}
 	}
 }
@@ -537,13 +558,40 @@ func (s *Scheduler) abandonTaskLocked(t *Task, reason string) {
 }
 
 func (s *Scheduler) forgetInflightLocked(t *Task) {
-	if s.inflight[t.dedupKey] == t {
-		delete(s.inflight, t.dedupKey)
+	if !t.Cacheable {
+		return
+	}
+	fp := t.dedupKey.fingerprint()
+	var prev *Task
+	for x := s.inflight[fp]; x != nil; prev, x = x, x.dedupNext {
+		if x != t {
+			continue
+		}
+		switch {
+		case prev != nil:
+			prev.dedupNext = t.dedupNext
+		case t.dedupNext != nil:
+			s.inflight[fp] = t.dedupNext
+		default:
+			delete(s.inflight, fp)
+		}
+		t.dedupNext = nil
+		return
 	}
 }
 
+// inflightLocked returns the unfinished cacheable task for key, or nil.
+func (s *Scheduler) inflightLocked(key dedupKey) *Task {
+	for t := s.inflight[key.fingerprint()]; t != nil; t = t.dedupNext {
+		if t.dedupKey == key {
+			return t
+		}
+	}
+	return nil
+}
+
 func (s *Scheduler) finishOpLocked(op *Operation, resp *repb.ExecuteResponse) {
-	delete(s.unwatched, op)
+	s.unwatched.remove(op)
 	s.finished = append(s.finished, op)
 	op.done = true
 	op.response = resp
@@ -552,8 +600,10 @@ func (s *Scheduler) finishOpLocked(op *Operation, resp *repb.ExecuteResponse) {
 }
 
 func (s *Scheduler) notifyOpLocked(op *Operation) {
-	close(op.changed)
-	op.changed = make(chan struct{})
+	if op.changed != nil {
+		close(op.changed)
+		op.changed = nil
+	}
 }
 
 func (s *Scheduler) notifyTaskLocked(t *Task) {
@@ -593,4 +643,45 @@ func (s *Scheduler) Stats() Stats {
 func (s *Scheduler) String() string {
 	st := s.Stats()
 	return fmt.Sprintf("scheduler: %d queued, %d leased, %d operations, %d workers", st.Queued, st.Leased, st.Operations, st.Workers)
+}
+
+// newID returns an id unique to this scheduler: a random prefix chosen at
+// start and a counter. Cheaper than a UUID per task and lease.
+func (s *Scheduler) newID() string {
+	s.idSerial++
+	return s.idPrefix + strconv.FormatUint(s.idSerial, 36)
+}
+
+// opList is an intrusive doubly linked list of operations.
+type opList struct {
+	head *Operation
+	n    int
+}
+
+func (l *opList) add(op *Operation) {
+	if op.uwPrev != nil || l.head == op {
+		return
+	}
+	op.uwNext = l.head
+	if l.head != nil {
+		l.head.uwPrev = op
+	}
+	l.head = op
+	l.n++
+}
+
+func (l *opList) remove(op *Operation) {
+	if op.uwPrev == nil && l.head != op {
+		return
+	}
+	if op.uwPrev != nil {
+		op.uwPrev.uwNext = op.uwNext
+	} else {
+		l.head = op.uwNext
+	}
+	if op.uwNext != nil {
+		op.uwNext.uwPrev = op.uwPrev
+	}
+	op.uwPrev, op.uwNext = nil, nil
+	l.n--
 }

@@ -353,8 +353,11 @@ func TestRetentionForgetsOldOperations(t *testing.T) {
 	if _, _, err := s.Watch(op); err != ErrNotFound {
 		t.Fatalf("Watch after retention = %v, want ErrNotFound", err)
 	}
-	if st := s.Stats(); st.Operations != 0 || len(s.tasks) != 0 {
-		t.Fatalf("state left behind: %+v, %d tasks", st, len(s.tasks))
+	if st := s.Stats(); st.Operations != 0 || len(s.finished) != 0 || len(s.inflight) != 0 || s.unwatched.n != 0 {
+		t.Fatalf("state left behind: %+v, %d finished, %d in flight, %d unwatched", st, len(s.finished), len(s.inflight), s.unwatched.n)
+	}
+	if len(s.fair.root.children) != 0 {
+		t.Fatalf("invocations left behind: %v", s.fair.root.children)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
-	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -136,7 +135,7 @@ func (s *Scheduler) Poll(ctx context.Context, workerID string, free Capacity) (*
 		return nil, ErrUnknownWorker
 	}
 	w.lastSeen = s.clock.Now()
-	wt := &waiter{worker: w, free: free, ch: make(chan *Assignment, 1)}
+	wt := &waiter{worker: w, free: free}
 	t := s.queue.pick(w.inv, w.lastSeen, wt.accepts)
 	if t != nil {
 		s.queue.remove(t)
@@ -144,6 +143,7 @@ func (s *Scheduler) Poll(ctx context.Context, workerID string, free Capacity) (*
 		s.mu.Unlock()
 		return a, nil
 	}
+	wt.ch = make(chan *Assignment, 1)
 	s.waiters = append(s.waiters, wt)
 	s.mu.Unlock()
 
@@ -175,7 +175,7 @@ func (s *Scheduler) Poll(ctx context.Context, workerID string, free Capacity) (*
 // leaseLocked gives t to w. With a waiter, the assignment goes on its channel.
 func (s *Scheduler) leaseLocked(t *Task, w *worker, wt *waiter) *Assignment {
 	now := s.clock.Now()
-	l := &lease{id: uuid.NewString(), worker: w, task: t, lastSeen: now, stage: repb.ExecutionStage_QUEUED}
+	l := &lease{id: s.newID(), worker: w, task: t, lastSeen: now, stage: repb.ExecutionStage_QUEUED}
 	t.state = stateLeased
 	t.lease = l
 	t.attempts++
@@ -388,7 +388,8 @@ func (s *Scheduler) Tick() {
 	s.failUnsatisfiableLocked(now)
 	// Only operations nobody watches can be abandoned: Tick looks at those,
 	// not at every operation.
-	for op := range s.unwatched {
+	for op, next := s.unwatched.head, (*Operation)(nil); op != nil; op = next {
+		next = op.uwNext
 		if now.Sub(op.goneSince) > s.cfg.CallerGrace {
 			s.finishOpLocked(op, &repb.ExecuteResponse{Status: status.New(codes.Canceled, fmt.Sprintf("no client waited for the operation for %s", s.cfg.CallerGrace)).Proto()})
 			if allDone(op.task) {
@@ -424,9 +425,6 @@ func (s *Scheduler) dropOpFromTaskLocked(op *Operation) {
 			t.ops = append(t.ops[:i], t.ops[i+1:]...)
 			break
 		}
-	}
-	if len(t.ops) == 0 && t.state == stateDone {
-		delete(s.tasks, t.ID)
 	}
 }
 

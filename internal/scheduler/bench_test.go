@@ -1,0 +1,112 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/platform"
+)
+
+// BenchmarkDispatch measures the scheduler core alone, without gRPC: each
+// operation is submitted into a three-level invocation trie (10 tenants,
+// 100 users, N builds), dispatched to one of 1,000 simulated workers by
+// Poll (each worker completes its previous action first). All operations are queued first, then dispatched, so the trie holds
+// the whole backlog. A warm-up of as many operations comes first. Reported: ops/s (enqueue and dispatch of one
+// operation), and the two phases apart. The cost per operation should grow
+// with log(invocations), not with invocations.
+func BenchmarkDispatch(b *testing.B) {
+	for _, invocations := range []int{100, 10000} {
+		b.Run(fmt.Sprintf("invocations=%d", invocations), func(b *testing.B) {
+			benchDispatch(b, invocations, 1000)
+		})
+	}
+}
+
+func benchDispatch(b *testing.B, invocations, workers int) {
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s := New(Config{HeartbeatTimeout: time.Hour, CallerGrace: time.Hour, Retention: time.Hour}, clk)
+	paths := make([][]string, invocations)
+	for i := range paths {
+		paths[i] = []string{fmt.Sprintf("tenant-%d", i%10), fmt.Sprintf("user-%d", i%100), fmt.Sprintf("build-%d", i)}
+	}
+	plat := platform.Properties{{Name: "OSFamily", Value: "linux"}}
+	ids := make([]string, workers)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("w%d", i)
+		s.RegisterWorker(WorkerInfo{ID: ids[i], Platform: platform.Worker{AllowUnmatched: true, Cores: 1}, Slots: 1})
+	}
+	n := b.N
+	ds := make([]digest.Digest, n)
+	for i := range ds {
+		ds[i] = digest.Compute(digest.SHA256, fmt.Appendf(nil, "bench-%d", i))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	submit := func(i int) {
+		if _, err := s.Submit(SubmitRequest{Instance: "main", ActionDigest: ds[i], Platform: plat, Invocation: paths[(i*7919)%invocations]}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Warm up: run as many operations through first and let them expire,
+	// so the scheduler's tables are at their working size, as in a server
+	// that has been up for a while.
+	for i := 0; i < n; i++ {
+		submit(i)
+	}
+	for i := 0; i < n; i++ {
+		w := i % workers
+		a, err := s.Poll(ctx, ids[w], Capacity{Cores: 1})
+		if err != nil || a == nil {
+			b.Fatalf("warm-up poll %d: %v, %v", i, a, err)
+		}
+		s.Complete(ids[w], a.LeaseID, okResponse())
+	}
+	clk.Advance(2 * time.Hour)
+	for _, id := range ids {
+		s.Heartbeat(id, nil)
+	}
+	s.Tick()
+	if st := s.Stats(); st.Operations != 0 || st.Workers != workers {
+		b.Fatalf("after warm-up: %+v", st)
+	}
+	runtime.GC()
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for i := 0; i < n; i++ {
+		submit(i)
+	}
+	cpu1 := cpuTime()
+	// Each worker completes its previous action and polls for the next.
+	leases := make([]string, workers)
+	for i := 0; i < n; i++ {
+		w := i % workers
+		if leases[w] != "" {
+			s.Complete(ids[w], leases[w], okResponse())
+		}
+		a, err := s.Poll(ctx, ids[w], Capacity{Cores: 1})
+		if err != nil || a == nil {
+			b.Fatalf("poll %d: %v, %v", i, a, err)
+		}
+		leases[w] = a.LeaseID
+	}
+	b.StopTimer()
+	cpu2 := cpuTime()
+	// Rates per second of CPU time (user and system, GC included): on a
+	// shared machine they are steadier than wall time, and with -cpu 1
+	// they are rates on one core.
+	b.ReportMetric(float64(n)/(cpu2-cpu0).Seconds(), "ops/cpu-s")
+	b.ReportMetric(float64(n)/(cpu1-cpu0).Seconds(), "enqueues/cpu-s")
+	b.ReportMetric(float64(n)/(cpu2-cpu1).Seconds(), "dispatches/cpu-s")
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
