@@ -333,12 +333,12 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 	if err != nil {
 		return "", status.Error(codes.InvalidArgument, err.Error())
 	}
-	name := req.Name
-	if name == "" {
-		name = s.newID()
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	name := req.Name
+	if name == "" {
+		name = "op-" + s.newID()
+	}
 	if _, taken := s.ops[name]; taken {
 		return "", status.Errorf(codes.AlreadyExists, "operation name %s is taken", name)
 	}
