@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/gantry-build/gantry/internal/invocation"
 )
 
 // Config is the whole configuration. docs/CONFIGURATION.md documents every key.
@@ -51,6 +53,23 @@ type SchedulerConfig struct {
 	UnsatisfiableWait Duration `yaml:"unsatisfiable_wait"`
 	// StartupGrace delays that verdict after a start.
 	StartupGrace Duration `yaml:"startup_grace"`
+	// Fairness shares each queue between the parties submitting work.
+	Fairness FairnessConfig `yaml:"fairness"`
+}
+
+// FairnessConfig configures the invocation trie (docs/CONFIGURATION.md).
+type FairnessConfig struct {
+	// Keys are the invocation key extractors, outermost first; an empty
+	// list means plain priority and FIFO.
+	Keys []string `yaml:"keys"`
+	// Stickiness is, per level of Keys, what switching a worker to another
+	// invocation at that level costs.
+	Stickiness []Duration `yaml:"stickiness"`
+	// PriorityHalving is how many priority points double a share.
+	PriorityHalving float64 `yaml:"priority_halving"`
+	// UserHeader is the gRPC header the user key reads until
+	// authentication supplies the user.
+	UserHeader string `yaml:"user_header"`
 }
 
 // WorkerConfig configures a worker: the one `gantry serve` embeds, or a
@@ -168,6 +187,11 @@ func Default() Config {
 			Retention:         Duration(10 * time.Minute),
 			UnsatisfiableWait: Duration(10 * time.Minute),
 			StartupGrace:      Duration(time.Minute),
+			Fairness: FairnessConfig{
+				Keys:            append([]string(nil), invocation.Default...),
+				PriorityHalving: 10,
+				UserHeader:      invocation.DefaultUserHeader,
+			},
 		},
 		Worker: WorkerConfig{
 			Enabled:                 true,
@@ -322,6 +346,21 @@ func (c *Config) Validate() error {
 	}
 	if c.Scheduler.MaxAttempts < 1 {
 		bad("scheduler.max_attempts", "must be at least 1")
+	}
+	fc := c.Scheduler.Fairness
+	for i, k := range fc.Keys {
+		if _, err := invocation.Parse(k); err != nil {
+			bad(fmt.Sprintf("scheduler.fairness.keys[%d]", i), "%v", err)
+		}
+	}
+	if len(fc.Stickiness) > len(fc.Keys) {
+		bad("scheduler.fairness.stickiness", "%d durations for %d keys; give at most one per key", len(fc.Stickiness), len(fc.Keys))
+	}
+	if fc.PriorityHalving <= 0 {
+		bad("scheduler.fairness.priority_halving", "must be positive (10: every 10 priority points double a share)")
+	}
+	if fc.UserHeader == "" {
+		bad("scheduler.fairness.user_header", "must name a header, e.g. %s", invocation.DefaultUserHeader)
 	}
 	seenQueue := map[string]bool{}
 	for i, q := range c.Scheduler.Queues {

@@ -38,6 +38,7 @@ type Service struct {
 	cas    blobstore.Store
 	lookup ResultLookup
 	log    *slog.Logger
+	keys   invocationKeys
 }
 
 // New returns the service.
@@ -108,6 +109,7 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 		return err
 	}
 	sub.Name = name
+	sub.Invocation = s.invocationPath(ctx, req.InstanceName, sub.Platform)
 	if _, err := s.sched.Submit(sub); err != nil {
 		var nq *scheduler.NoQueueError
 		if errors.As(err, &nq) {

@@ -27,6 +27,7 @@ import (
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/execution"
 	"github.com/gantry-build/gantry/internal/frontend"
+	"github.com/gantry-build/gantry/internal/invocation"
 	"github.com/gantry-build/gantry/internal/metrics"
 	"github.com/gantry-build/gantry/internal/platform"
 	"github.com/gantry-build/gantry/internal/scheduler"
@@ -43,6 +44,7 @@ type Server struct {
 	httpLis   net.Listener
 	Frontend  *frontend.Server
 	Scheduler *scheduler.Scheduler
+	exec      *execution.Service
 }
 
 // New builds a server from cfg and binds its ports.
@@ -81,6 +83,8 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		Queues:            Queues(sc.Queues),
 		UnsatisfiableWait: sc.UnsatisfiableWait.D(),
 		StartupGrace:      sc.StartupGrace.D(),
+		PriorityHalving:   sc.Fairness.PriorityHalving,
+		Stickiness:        durations(sc.Fairness.Stickiness),
 	}, scheduler.RealClock{})
 	registerSchedulerMetrics(reg, sched)
 	maxMsg := cfg.GRPCMaxMessageSize()
@@ -95,13 +99,19 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		grpc.ChainStreamInterceptor(gm.Stream),
 	)
 	fe.Register(g)
-	execution.New(sched, cas, fe.LookupActionResult, log).Register(g)
+	exec := execution.New(sched, cas, fe.LookupActionResult, log)
+	keys, err := invocation.ParseAll(sc.Fairness.Keys)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler.fairness.keys: %w", err)
+	}
+	exec.SetInvocationKeys(keys, sc.Fairness.UserHeader)
+	exec.Register(g)
 	ws := execution.NewWorkerService(sched)
 	ws.UpdateActionCache = fe.StoreActionResult
 	ws.Attach(g)
 	execution.NewAdminService(sched).Attach(g)
 
-	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched}
+	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched, exec: exec}
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen (gRPC) on %s: %w; pick a free address with --listen", cfg.Listen, err)
 	}
@@ -123,6 +133,14 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
 	return s, nil
+}
+
+func durations(ds []config.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.D()
+	}
+	return out
 }
 
 // GRPCAddr is the bound gRPC address.
@@ -323,12 +341,18 @@ func Queues(qs []config.QueueConfig) []platform.Queue {
 }
 
 // Reload applies the parts of a new configuration that can change while
-// running: the provision queues. Queued work stays queued.
+// running: the provision queues and the fairness keys. Queued work stays
+// where it is.
 func (s *Server) Reload(cfg config.Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	keys, err := invocation.ParseAll(cfg.Scheduler.Fairness.Keys)
+	if err != nil {
+		return err
+	}
 	s.Scheduler.SetQueues(Queues(cfg.Scheduler.Queues))
-	s.log.Info("configuration reloaded", "queues", len(cfg.Scheduler.Queues))
+	s.exec.SetInvocationKeys(keys, cfg.Scheduler.Fairness.UserHeader)
+	s.log.Info("configuration reloaded", "queues", len(cfg.Scheduler.Queues), "fairness_keys", cfg.Scheduler.Fairness.Keys)
 	return nil
 }

@@ -1,0 +1,52 @@
+package execution
+
+import (
+	"context"
+	"sync/atomic"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/gantry-build/gantry/internal/invocation"
+	"github.com/gantry-build/gantry/internal/platform"
+)
+
+// keyConfig is how Execute derives an operation's invocation path.
+type keyConfig struct {
+	extractors []invocation.Extractor
+	userHeader string
+}
+
+var defaultKeys = func() *keyConfig {
+	ex, err := invocation.ParseAll(invocation.Default)
+	if err != nil {
+		panic(err)
+	}
+	return &keyConfig{extractors: ex, userHeader: invocation.DefaultUserHeader}
+}()
+
+// invocationKeys holds the current keyConfig; SetInvocationKeys swaps it.
+type invocationKeys struct{ p atomic.Pointer[keyConfig] }
+
+// SetInvocationKeys sets the fairness key extractors and the header the
+// user key reads. New operations use them; queued ones keep their paths.
+func (s *Service) SetInvocationKeys(ex []invocation.Extractor, userHeader string) {
+	if userHeader == "" {
+		userHeader = invocation.DefaultUserHeader
+	}
+	s.keys.p.Store(&keyConfig{extractors: ex, userHeader: userHeader})
+}
+
+// invocationPath computes the invocation path of an Execute call.
+func (s *Service) invocationPath(ctx context.Context, instance string, props platform.Properties) []string {
+	kc := s.keys.p.Load()
+	if kc == nil {
+		kc = defaultKeys
+	}
+	if len(kc.extractors) == 0 {
+		return nil
+	}
+	r := &invocation.Request{Instance: instance, UserHeader: kc.userHeader, Platform: props}
+	md, _ := metadata.FromIncomingContext(ctx)
+	r.FromHeaders(md)
+	return invocation.Keys(kc.extractors, r)
+}
