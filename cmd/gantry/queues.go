@@ -14,12 +14,52 @@ import (
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/platform"
+	"github.com/gantry-build/gantry/internal/scheduler"
 	"github.com/gantry-build/gantry/internal/server"
 )
 
 func newQueuesCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "queues", Short: "Inspect provision queues"}
-	cmd.AddCommand(newQueuesExplainCommand())
+	cmd.AddCommand(newQueuesExplainCommand(), newQueuesShowCommand())
+	return cmd
+}
+
+func newQueuesShowCommand() *cobra.Command {
+	var (
+		serverAddr string
+		depth      uint32
+	)
+	cmd := &cobra.Command{
+		Use:   "show",
+		Short: "Show queued and executing actions per invocation (the fairness trie)",
+		Long: `Show the running server's invocation trie: for every invocation, level by
+level (as scheduler.fairness.keys configures them), how many actions are queued
+and executing in it, its share of its parent's executing actions, and how many
+workers ran its last action. The same table is at /status/invocations on the
+HTTP port.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			conn, err := client.Dial(serverAddr)
+			if err != nil {
+				return fmt.Errorf("connecting to %s: %w", serverAddr, err)
+			}
+			defer conn.Close()
+			resp, err := adminpb.NewAdminClient(conn).ListInvocations(ctx, &adminpb.ListInvocationsRequest{MaxDepth: depth})
+			if err != nil {
+				return fmt.Errorf("asking %s: %w", serverAddr, err)
+			}
+			stats := make([]scheduler.InvocationStats, len(resp.Invocations))
+			for i, inv := range resp.Invocations {
+				stats[i] = scheduler.InvocationStats{Path: inv.Path, Queued: int(inv.Queued), Executing: int(inv.Executing),
+					SelfQueued: int(inv.SelfQueued), SelfExecuting: int(inv.SelfExecuting), Workers: int(inv.Workers)}
+			}
+			return scheduler.WriteInvocations(cmd.OutOrStdout(), resp.Keys, stats)
+		},
+	}
+	cmd.Flags().StringVar(&serverAddr, "server", "127.0.0.1:8980", "address of a running Gantry")
+	cmd.Flags().Uint32Var(&depth, "depth", 0, "list only this many levels (0: all)")
 	return cmd
 }
 

@@ -14,6 +14,9 @@ import (
 type AdminService struct {
 	adminpb.UnimplementedAdminServer
 	sched *scheduler.Scheduler
+	// KeyNames returns the configured invocation key extractors, to name
+	// the levels of ListInvocations.
+	KeyNames func() []string
 }
 
 // NewAdminService returns the admin service.
@@ -52,4 +55,24 @@ func reasonStrings(rs []platform.Reason) []string {
 		out[i] = r.String()
 	}
 	return out
+}
+
+// ListInvocations implements adminpb.AdminServer.
+func (s *AdminService) ListInvocations(_ context.Context, req *adminpb.ListInvocationsRequest) (*adminpb.ListInvocationsResponse, error) {
+	resp := &adminpb.ListInvocationsResponse{}
+	if s.KeyNames != nil {
+		resp.Keys = s.KeyNames()
+	}
+	for _, st := range s.sched.Invocations() {
+		if req.MaxDepth > 0 && len(st.Path) > int(req.MaxDepth) {
+			continue
+		}
+		inv := &adminpb.Invocation{Path: st.Path, Queued: int64(st.Queued), Executing: int64(st.Executing),
+			SelfQueued: int64(st.SelfQueued), SelfExecuting: int64(st.SelfExecuting), Workers: int64(st.Workers)}
+		if !st.LastStart.IsZero() {
+			inv.LastStartUnixMs = st.LastStart.UnixMilli()
+		}
+		resp.Invocations = append(resp.Invocations, inv)
+	}
+	return resp, nil
 }

@@ -50,3 +50,16 @@ func (s *Service) invocationPath(ctx context.Context, instance string, props pla
 	r.FromHeaders(md)
 	return invocation.Keys(kc.extractors, r)
 }
+
+// KeyNames returns the current invocation key extractors, as configured.
+func (s *Service) KeyNames() []string {
+	kc := s.keys.p.Load()
+	if kc == nil {
+		kc = defaultKeys
+	}
+	out := make([]string, len(kc.extractors))
+	for i, e := range kc.extractors {
+		out[i] = e.String()
+	}
+	return out
+}

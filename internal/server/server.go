@@ -109,7 +109,9 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	ws := execution.NewWorkerService(sched)
 	ws.UpdateActionCache = fe.StoreActionResult
 	ws.Attach(g)
-	execution.NewAdminService(sched).Attach(g)
+	admin := execution.NewAdminService(sched)
+	admin.KeyNames = exec.KeyNames
+	admin.Attach(g)
 
 	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched, exec: exec}
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
@@ -126,6 +128,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/status/invocations", s.serveInvocations)
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain")
 			fmt.Fprintln(w, "ok")

@@ -23,6 +23,203 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ListInvocationsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// max_depth limits the levels listed; 0 lists all.
+	MaxDepth      uint32 `protobuf:"varint,1,opt,name=max_depth,json=maxDepth,proto3" json:"max_depth,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInvocationsRequest) Reset() {
+	*x = ListInvocationsRequest{}
+	mi := &file_admin_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInvocationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInvocationsRequest) ProtoMessage() {}
+
+func (x *ListInvocationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInvocationsRequest.ProtoReflect.Descriptor instead.
+func (*ListInvocationsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListInvocationsRequest) GetMaxDepth() uint32 {
+	if x != nil {
+		return x.MaxDepth
+	}
+	return 0
+}
+
+type Invocation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path is the invocation's keys from the root; empty for the root.
+	Path []string `protobuf:"bytes,1,rep,name=path,proto3" json:"path,omitempty"`
+	// queued and executing count the subtree; self_* count work whose
+	// invocation is this one itself (shared work sits at the lowest common
+	// ancestor of its callers).
+	Queued        int64 `protobuf:"varint,2,opt,name=queued,proto3" json:"queued,omitempty"`
+	Executing     int64 `protobuf:"varint,3,opt,name=executing,proto3" json:"executing,omitempty"`
+	SelfQueued    int64 `protobuf:"varint,4,opt,name=self_queued,json=selfQueued,proto3" json:"self_queued,omitempty"`
+	SelfExecuting int64 `protobuf:"varint,5,opt,name=self_executing,json=selfExecuting,proto3" json:"self_executing,omitempty"`
+	// workers whose last action was in this invocation.
+	Workers int64 `protobuf:"varint,6,opt,name=workers,proto3" json:"workers,omitempty"`
+	// last_start_unix_ms is when the subtree last started an action (0: never).
+	LastStartUnixMs int64 `protobuf:"varint,7,opt,name=last_start_unix_ms,json=lastStartUnixMs,proto3" json:"last_start_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Invocation) Reset() {
+	*x = Invocation{}
+	mi := &file_admin_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Invocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Invocation) ProtoMessage() {}
+
+func (x *Invocation) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Invocation.ProtoReflect.Descriptor instead.
+func (*Invocation) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Invocation) GetPath() []string {
+	if x != nil {
+		return x.Path
+	}
+	return nil
+}
+
+func (x *Invocation) GetQueued() int64 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *Invocation) GetExecuting() int64 {
+	if x != nil {
+		return x.Executing
+	}
+	return 0
+}
+
+func (x *Invocation) GetSelfQueued() int64 {
+	if x != nil {
+		return x.SelfQueued
+	}
+	return 0
+}
+
+func (x *Invocation) GetSelfExecuting() int64 {
+	if x != nil {
+		return x.SelfExecuting
+	}
+	return 0
+}
+
+func (x *Invocation) GetWorkers() int64 {
+	if x != nil {
+		return x.Workers
+	}
+	return 0
+}
+
+func (x *Invocation) GetLastStartUnixMs() int64 {
+	if x != nil {
+		return x.LastStartUnixMs
+	}
+	return 0
+}
+
+type ListInvocationsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// keys names the levels: the configured invocation key extractors.
+	Keys []string `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	// invocations, parents before children, siblings by key.
+	Invocations   []*Invocation `protobuf:"bytes,2,rep,name=invocations,proto3" json:"invocations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListInvocationsResponse) Reset() {
+	*x = ListInvocationsResponse{}
+	mi := &file_admin_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListInvocationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListInvocationsResponse) ProtoMessage() {}
+
+func (x *ListInvocationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListInvocationsResponse.ProtoReflect.Descriptor instead.
+func (*ListInvocationsResponse) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListInvocationsResponse) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ListInvocationsResponse) GetInvocations() []*Invocation {
+	if x != nil {
+		return x.Invocations
+	}
+	return nil
+}
+
 type Property struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -33,7 +230,7 @@ type Property struct {
 
 func (x *Property) Reset() {
 	*x = Property{}
-	mi := &file_admin_v1_admin_proto_msgTypes[0]
+	mi := &file_admin_v1_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -45,7 +242,7 @@ func (x *Property) String() string {
 func (*Property) ProtoMessage() {}
 
 func (x *Property) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[0]
+	mi := &file_admin_v1_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -58,7 +255,7 @@ func (x *Property) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Property.ProtoReflect.Descriptor instead.
 func (*Property) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Property) GetName() string {
@@ -84,7 +281,7 @@ type ExplainPlatformRequest struct {
 
 func (x *ExplainPlatformRequest) Reset() {
 	*x = ExplainPlatformRequest{}
-	mi := &file_admin_v1_admin_proto_msgTypes[1]
+	mi := &file_admin_v1_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -96,7 +293,7 @@ func (x *ExplainPlatformRequest) String() string {
 func (*ExplainPlatformRequest) ProtoMessage() {}
 
 func (x *ExplainPlatformRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[1]
+	mi := &file_admin_v1_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -109,7 +306,7 @@ func (x *ExplainPlatformRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPlatformRequest.ProtoReflect.Descriptor instead.
 func (*ExplainPlatformRequest) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ExplainPlatformRequest) GetProperties() []*Property {
@@ -131,7 +328,7 @@ type QueueVerdict struct {
 
 func (x *QueueVerdict) Reset() {
 	*x = QueueVerdict{}
-	mi := &file_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_admin_v1_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -143,7 +340,7 @@ func (x *QueueVerdict) String() string {
 func (*QueueVerdict) ProtoMessage() {}
 
 func (x *QueueVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_admin_v1_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -156,7 +353,7 @@ func (x *QueueVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueVerdict.ProtoReflect.Descriptor instead.
 func (*QueueVerdict) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *QueueVerdict) GetQueue() string {
@@ -198,7 +395,7 @@ type WorkerVerdict struct {
 
 func (x *WorkerVerdict) Reset() {
 	*x = WorkerVerdict{}
-	mi := &file_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_admin_v1_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -210,7 +407,7 @@ func (x *WorkerVerdict) String() string {
 func (*WorkerVerdict) ProtoMessage() {}
 
 func (x *WorkerVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_admin_v1_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -223,7 +420,7 @@ func (x *WorkerVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerVerdict.ProtoReflect.Descriptor instead.
 func (*WorkerVerdict) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WorkerVerdict) GetWorker() string {
@@ -252,7 +449,7 @@ type ExplainPlatformResponse struct {
 
 func (x *ExplainPlatformResponse) Reset() {
 	*x = ExplainPlatformResponse{}
-	mi := &file_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_admin_v1_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -264,7 +461,7 @@ func (x *ExplainPlatformResponse) String() string {
 func (*ExplainPlatformResponse) ProtoMessage() {}
 
 func (x *ExplainPlatformResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_admin_v1_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -277,7 +474,7 @@ func (x *ExplainPlatformResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPlatformResponse.ProtoReflect.Descriptor instead.
 func (*ExplainPlatformResponse) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExplainPlatformResponse) GetQueues() []*QueueVerdict {
@@ -305,7 +502,22 @@ var File_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x14admin/v1/admin.proto\x12\x0fgantry.admin.v1\"4\n" +
+	"\x14admin/v1/admin.proto\x12\x0fgantry.admin.v1\"5\n" +
+	"\x16ListInvocationsRequest\x12\x1b\n" +
+	"\tmax_depth\x18\x01 \x01(\rR\bmaxDepth\"\xe5\x01\n" +
+	"\n" +
+	"Invocation\x12\x12\n" +
+	"\x04path\x18\x01 \x03(\tR\x04path\x12\x16\n" +
+	"\x06queued\x18\x02 \x01(\x03R\x06queued\x12\x1c\n" +
+	"\texecuting\x18\x03 \x01(\x03R\texecuting\x12\x1f\n" +
+	"\vself_queued\x18\x04 \x01(\x03R\n" +
+	"selfQueued\x12%\n" +
+	"\x0eself_executing\x18\x05 \x01(\x03R\rselfExecuting\x12\x18\n" +
+	"\aworkers\x18\x06 \x01(\x03R\aworkers\x12+\n" +
+	"\x12last_start_unix_ms\x18\a \x01(\x03R\x0flastStartUnixMs\"l\n" +
+	"\x17ListInvocationsResponse\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\x12=\n" +
+	"\vinvocations\x18\x02 \x03(\v2\x1b.gantry.admin.v1.InvocationR\vinvocations\"4\n" +
 	"\bProperty\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"S\n" +
@@ -324,9 +536,10 @@ const file_admin_v1_admin_proto_rawDesc = "" +
 	"\x17ExplainPlatformResponse\x125\n" +
 	"\x06queues\x18\x01 \x03(\v2\x1d.gantry.admin.v1.QueueVerdictR\x06queues\x128\n" +
 	"\aworkers\x18\x02 \x03(\v2\x1e.gantry.admin.v1.WorkerVerdictR\aworkers\x12\x18\n" +
-	"\ainvalid\x18\x03 \x01(\tR\ainvalid2m\n" +
+	"\ainvalid\x18\x03 \x01(\tR\ainvalid2\xd3\x01\n" +
 	"\x05Admin\x12d\n" +
-	"\x0fExplainPlatform\x12'.gantry.admin.v1.ExplainPlatformRequest\x1a(.gantry.admin.v1.ExplainPlatformResponseB5Z3github.com/gantry-build/gantry/api/admin/v1;adminpbb\x06proto3"
+	"\x0fExplainPlatform\x12'.gantry.admin.v1.ExplainPlatformRequest\x1a(.gantry.admin.v1.ExplainPlatformResponse\x12d\n" +
+	"\x0fListInvocations\x12'.gantry.admin.v1.ListInvocationsRequest\x1a(.gantry.admin.v1.ListInvocationsResponseB5Z3github.com/gantry-build/gantry/api/admin/v1;adminpbb\x06proto3"
 
 var (
 	file_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -340,25 +553,31 @@ func file_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_admin_v1_admin_proto_rawDescData
 }
 
-var file_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_admin_v1_admin_proto_goTypes = []any{
-	(*Property)(nil),                // 0: gantry.admin.v1.Property
-	(*ExplainPlatformRequest)(nil),  // 1: gantry.admin.v1.ExplainPlatformRequest
-	(*QueueVerdict)(nil),            // 2: gantry.admin.v1.QueueVerdict
-	(*WorkerVerdict)(nil),           // 3: gantry.admin.v1.WorkerVerdict
-	(*ExplainPlatformResponse)(nil), // 4: gantry.admin.v1.ExplainPlatformResponse
+	(*ListInvocationsRequest)(nil),  // 0: gantry.admin.v1.ListInvocationsRequest
+	(*Invocation)(nil),              // 1: gantry.admin.v1.Invocation
+	(*ListInvocationsResponse)(nil), // 2: gantry.admin.v1.ListInvocationsResponse
+	(*Property)(nil),                // 3: gantry.admin.v1.Property
+	(*ExplainPlatformRequest)(nil),  // 4: gantry.admin.v1.ExplainPlatformRequest
+	(*QueueVerdict)(nil),            // 5: gantry.admin.v1.QueueVerdict
+	(*WorkerVerdict)(nil),           // 6: gantry.admin.v1.WorkerVerdict
+	(*ExplainPlatformResponse)(nil), // 7: gantry.admin.v1.ExplainPlatformResponse
 }
 var file_admin_v1_admin_proto_depIdxs = []int32{
-	0, // 0: gantry.admin.v1.ExplainPlatformRequest.properties:type_name -> gantry.admin.v1.Property
-	2, // 1: gantry.admin.v1.ExplainPlatformResponse.queues:type_name -> gantry.admin.v1.QueueVerdict
-	3, // 2: gantry.admin.v1.ExplainPlatformResponse.workers:type_name -> gantry.admin.v1.WorkerVerdict
-	1, // 3: gantry.admin.v1.Admin.ExplainPlatform:input_type -> gantry.admin.v1.ExplainPlatformRequest
-	4, // 4: gantry.admin.v1.Admin.ExplainPlatform:output_type -> gantry.admin.v1.ExplainPlatformResponse
-	4, // [4:5] is the sub-list for method output_type
-	3, // [3:4] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	1, // 0: gantry.admin.v1.ListInvocationsResponse.invocations:type_name -> gantry.admin.v1.Invocation
+	3, // 1: gantry.admin.v1.ExplainPlatformRequest.properties:type_name -> gantry.admin.v1.Property
+	5, // 2: gantry.admin.v1.ExplainPlatformResponse.queues:type_name -> gantry.admin.v1.QueueVerdict
+	6, // 3: gantry.admin.v1.ExplainPlatformResponse.workers:type_name -> gantry.admin.v1.WorkerVerdict
+	4, // 4: gantry.admin.v1.Admin.ExplainPlatform:input_type -> gantry.admin.v1.ExplainPlatformRequest
+	0, // 5: gantry.admin.v1.Admin.ListInvocations:input_type -> gantry.admin.v1.ListInvocationsRequest
+	7, // 6: gantry.admin.v1.Admin.ExplainPlatform:output_type -> gantry.admin.v1.ExplainPlatformResponse
+	2, // 7: gantry.admin.v1.Admin.ListInvocations:output_type -> gantry.admin.v1.ListInvocationsResponse
+	6, // [6:8] is the sub-list for method output_type
+	4, // [4:6] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_admin_v1_admin_proto_init() }
@@ -372,7 +591,7 @@ func file_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_v1_admin_proto_rawDesc), len(file_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

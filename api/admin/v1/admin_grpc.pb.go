@@ -22,6 +22,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Admin_ExplainPlatform_FullMethodName = "/gantry.admin.v1.Admin/ExplainPlatform"
+	Admin_ListInvocations_FullMethodName = "/gantry.admin.v1.Admin/ListInvocations"
 )
 
 // AdminClient is the client API for Admin service.
@@ -32,6 +33,9 @@ type AdminClient interface {
 	// properties would go: which provision queue takes it (or why none
 	// does), and which known workers could ever run it (or why not).
 	ExplainPlatform(ctx context.Context, in *ExplainPlatformRequest, opts ...grpc.CallOption) (*ExplainPlatformResponse, error)
+	// ListInvocations returns the fairness trie: queued and executing
+	// counts per invocation, per level.
+	ListInvocations(ctx context.Context, in *ListInvocationsRequest, opts ...grpc.CallOption) (*ListInvocationsResponse, error)
 }
 
 type adminClient struct {
@@ -52,6 +56,16 @@ func (c *adminClient) ExplainPlatform(ctx context.Context, in *ExplainPlatformRe
 	return out, nil
 }
 
+func (c *adminClient) ListInvocations(ctx context.Context, in *ListInvocationsRequest, opts ...grpc.CallOption) (*ListInvocationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListInvocationsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListInvocations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -60,6 +74,9 @@ type AdminServer interface {
 	// properties would go: which provision queue takes it (or why none
 	// does), and which known workers could ever run it (or why not).
 	ExplainPlatform(context.Context, *ExplainPlatformRequest) (*ExplainPlatformResponse, error)
+	// ListInvocations returns the fairness trie: queued and executing
+	// counts per invocation, per level.
+	ListInvocations(context.Context, *ListInvocationsRequest) (*ListInvocationsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -72,6 +89,9 @@ type UnimplementedAdminServer struct{}
 
 func (UnimplementedAdminServer) ExplainPlatform(context.Context, *ExplainPlatformRequest) (*ExplainPlatformResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ExplainPlatform not implemented")
+}
+func (UnimplementedAdminServer) ListInvocations(context.Context, *ListInvocationsRequest) (*ListInvocationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListInvocations not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -112,6 +132,24 @@ func _Admin_ExplainPlatform_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListInvocations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListInvocationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListInvocations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListInvocations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListInvocations(ctx, req.(*ListInvocationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -122,6 +160,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ExplainPlatform",
 			Handler:    _Admin_ExplainPlatform_Handler,
+		},
+		{
+			MethodName: "ListInvocations",
+			Handler:    _Admin_ListInvocations_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
