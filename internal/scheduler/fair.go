@@ -363,6 +363,22 @@ func (f *fairness) remove(b *bucket, t *Task) bool {
 	return true
 }
 
+// detach takes a queued t out of bucket b without repositioning its path:
+// the caller leases t at once, and the lease start (started) repositions
+// the path in one pass.
+func (f *fairness) detach(b *bucket, t *Task) bool {
+	bn := t.inv.bnodeIn(b)
+	if bn == nil || t.heapIndex < 0 || t.heapIndex >= len(bn.direct) || bn.direct[t.heapIndex] != t {
+		return false
+	}
+	heap.Remove(&bn.direct, t.heapIndex)
+	t.inv.selfQueued--
+	for n := t.inv; n != nil; n = n.parent {
+		n.queued--
+	}
+	return true
+}
+
 // fix restores t's place after its priority changed.
 func (f *fairness) fix(b *bucket, t *Task) {
 	bn := t.inv.bnodeIn(b)
@@ -395,11 +411,19 @@ func (f *fairness) adjust(inv *inode, delta int) {
 		n.executing += delta
 	}
 	// Bottom-up, every bucket node of the path gets its next task again
-	// and its place in its parent.
+	// and its place in its parent; nodes left empty (by detach) leave.
 	for n := inv; n != nil; n = n.parent {
-		for _, bn := range n.bnodes {
+		for i := len(n.bnodes) - 1; i >= 0; i-- {
+			bn := n.bnodes[i]
 			bn.next = f.computeNext(bn)
-			if bn.parent != nil && bn.heapIndex >= 0 {
+			switch {
+			case bn.parent == nil:
+			case bn.next == nil:
+				if bn.heapIndex >= 0 {
+					heap.Remove(&bn.parent.kids, bn.heapIndex)
+				}
+				n.dropBnode(bn.bucket)
+			case bn.heapIndex >= 0:
 				rekey(bn)
 			}
 		}

@@ -100,22 +100,37 @@ func (q *queue) remove(t *Task) {
 	}
 }
 
+// take removes t, which is about to be leased: the lease's start
+// repositions t's invocation path (fairness.started).
+func (q *queue) take(t *Task) {
+	b := q.buckets[t.bucketKey]
+	if b == nil || !q.f.detach(b, t) {
+		return
+	}
+	b.n--
+	q.n--
+	if b.n == 0 {
+		q.f.root.dropBnode(b)
+		delete(q.buckets, b.key)
+	}
+}
+
 func (q *queue) fix(t *Task) {
 	if b := q.buckets[t.bucketKey]; b != nil && t.heapIndex >= 0 {
 		q.f.fix(b, t)
 	}
 }
 
-// best returns the first queued task in the fairness order that accept
-// allows, or nil. Each bucket offers its next task.
-func (q *queue) best(accept func(b *bucket, t *Task) bool) *Task {
+// best returns the first queued task in the fairness order that the
+// waiter accepts, or nil. Each bucket offers its next task.
+func (q *queue) best(wt *waiter) *Task {
 	var best *Task
 	for _, b := range q.buckets {
 		head := b.root.next
 		if head == nil || (best != nil && !q.f.before(head, best)) {
 			continue
 		}
-		if accept(b, head) {
+		if wt.accepts(b, head) {
 			best = head
 		}
 	}
@@ -125,8 +140,8 @@ func (q *queue) best(accept func(b *bucket, t *Task) bool) *Task {
 // pick chooses the task for a worker whose last work was in invocation
 // from: the fair choice, unless the worker's stickiness keeps it in its
 // own subtree (see fair.go, switchCost and waited).
-func (q *queue) pick(from *inode, now time.Time, accept func(b *bucket, t *Task) bool) *Task {
-	fair := q.best(accept)
+func (q *queue) pick(from *inode, now time.Time, wt *waiter) *Task {
+	fair := q.best(wt)
 	if fair == nil || len(q.f.stickiness) == 0 || from == nil || from.parent == nil {
 		return fair
 	}
@@ -147,7 +162,7 @@ func (q *queue) pick(from *inode, now time.Time, accept func(b *bucket, t *Task)
 			if bn == nil || bn.next == nil {
 				continue
 			}
-			if accept(b, bn.next) && (sticky == nil || n.depth > stickyAnc.depth || q.f.before(bn.next, sticky)) {
+			if wt.accepts(b, bn.next) && (sticky == nil || n.depth > stickyAnc.depth || q.f.before(bn.next, sticky)) {
 				sticky, stickyAnc = bn.next, n
 			}
 			break

@@ -135,15 +135,15 @@ func (s *Scheduler) Poll(ctx context.Context, workerID string, free Capacity) (*
 		return nil, ErrUnknownWorker
 	}
 	w.lastSeen = s.clock.Now()
-	wt := &waiter{worker: w, free: free}
-	t := s.queue.pick(w.inv, w.lastSeen, wt.accepts)
+	probe := waiter{worker: w, free: free}
+	t := s.queue.pick(w.inv, w.lastSeen, &probe)
 	if t != nil {
-		s.queue.remove(t)
+		s.queue.take(t)
 		a := s.leaseLocked(t, w, nil)
 		s.mu.Unlock()
 		return a, nil
 	}
-	wt.ch = make(chan *Assignment, 1)
+	wt := &waiter{worker: w, free: free, ch: make(chan *Assignment, 1)}
 	s.waiters = append(s.waiters, wt)
 	s.mu.Unlock()
 
@@ -335,13 +335,13 @@ func (s *Scheduler) offerLocked(w *worker) {
 			i++
 			continue
 		}
-		t := s.queue.pick(w.inv, s.clock.Now(), wt.accepts)
+		t := s.queue.pick(w.inv, s.clock.Now(), wt)
 		if t == nil {
 			i++
 			continue
 		}
 		s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
-		s.queue.remove(t)
+		s.queue.take(t)
 		s.leaseLocked(t, w, wt)
 	}
 }
