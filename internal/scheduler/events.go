@@ -14,6 +14,7 @@ const (
 	EventLateReport  EventKind = "late_report"
 	EventGaveUp      EventKind = "gave_up"
 	EventWorkerAdded EventKind = "worker_added"
+	EventPreempted   EventKind = "preempted"
 )
 
 // Event describes a state change, for logs, metrics and tests.

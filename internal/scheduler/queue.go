@@ -10,11 +10,12 @@ import (
 // invocation (see fair.go): inside an invocation lower priority value
 // first, then FIFO.
 type bucket struct {
-	key   string // queue name and canonical platform
-	queue string
-	req   platform.Request
-	root  *bnode
-	n     int
+	key      string // queue name, instance and canonical platform
+	queue    string
+	instance string
+	req      platform.Request
+	root     *bnode
+	n        int
 }
 
 type taskHeap []*Task
@@ -78,7 +79,7 @@ func newQueue(f *fairness) *queue { return &queue{buckets: map[string]*bucket{},
 func (q *queue) push(t *Task, now time.Time) {
 	b := q.buckets[t.bucketKey]
 	if b == nil {
-		b = &bucket{key: t.bucketKey, queue: t.Queue, req: t.Req}
+		b = &bucket{key: t.bucketKey, queue: t.Queue, instance: t.Instance, req: t.Req}
 		b.root = q.f.bnodeFor(b, q.f.root)
 		q.buckets[t.bucketKey] = b
 	}
@@ -123,26 +124,33 @@ func (q *queue) fix(t *Task) {
 
 // best returns the first queued task in the fairness order that the
 // waiter accepts, or nil. Each bucket offers its next task.
-func (q *queue) best(wt *waiter) *Task {
-	var best *Task
+//
+// Work of instances below their min quota on the worker's cohort comes
+// first (urgent); among equals, the fairness order decides.
+func (q *queue) best(wt *waiter) (best *Task, urgent bool) {
+	ten, cohort := wt.worker.ten, wt.worker.cohort
 	for _, b := range q.buckets {
 		head := b.root.next
-		if head == nil || (best != nil && !q.f.before(head, best)) {
+		if head == nil {
+			continue
+		}
+		u := ten != nil && len(ten.quotas) > 0 && ten.belowMin(b.instance, cohort)
+		if best != nil && (urgent && !u || u == urgent && !q.f.before(head, best)) {
 			continue
 		}
 		if wt.accepts(b, head) {
-			best = head
+			best, urgent = head, u
 		}
 	}
-	return best
+	return best, urgent
 }
 
 // pick chooses the task for a worker whose last work was in invocation
 // from: the fair choice, unless the worker's stickiness keeps it in its
 // own subtree (see fair.go, switchCost and waited).
 func (q *queue) pick(from *inode, now time.Time, wt *waiter) *Task {
-	fair := q.best(wt)
-	if fair == nil || len(q.f.stickiness) == 0 || from == nil || from.parent == nil {
+	fair, urgent := q.best(wt)
+	if fair == nil || urgent || len(q.f.stickiness) == 0 || from == nil || from.parent == nil {
 		return fair
 	}
 	anc, _, cf := lca(from, fair.inv)

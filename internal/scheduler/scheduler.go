@@ -62,7 +62,16 @@ type Config struct {
 	// Stickiness is, per invocation level, what switching a worker to
 	// another invocation at that level costs; empty means pure fairness.
 	Stickiness []time.Duration
+	// Labels and Cohorts group workers for quotas (quota.go).
+	Labels  []Label
+	Cohorts []Cohort
+	// PreemptionDelay is how long an instance below its min quota waits
+	// for a slot to come free before running work is pre-empted for it.
+	PreemptionDelay time.Duration
 }
+
+// DefaultPreemptionDelay is the default Config.PreemptionDelay.
+const DefaultPreemptionDelay = 10 * time.Second
 
 // DefaultConfig returns the defaults documented in docs/CONFIGURATION.md.
 func DefaultConfig() Config {
@@ -142,6 +151,10 @@ type lease struct {
 	task     *Task
 	lastSeen time.Time
 	stage    repb.ExecutionStage_Value
+	// cohort is the worker's cohort when the lease began (quota usage).
+	cohort    string
+	started   time.Time
+	preempted bool
 }
 
 // Operation is what a client sees: a name bound to a task.
@@ -177,18 +190,21 @@ type Scheduler struct {
 	cfg   Config
 	clock Clock
 
-	mu        sync.Mutex
-	ops       map[string]*Operation
-	inflight  map[uint64]*Task
-	queue     *queue
-	fair      *fairness
-	workers   map[string]*worker
-	leases    map[string]*lease
-	waiters   []*waiter
-	nextSeq   int64
-	frontSeq  int64
-	listeners []func(Event)
-	queues    []platform.Queue
+	mu       sync.Mutex
+	ops      map[string]*Operation
+	inflight map[uint64]*Task
+	queue    *queue
+	fair     *fairness
+	ten      *tenancy
+	// preemptions counts actions pre-empted for min quotas.
+	preemptions int64
+	workers     map[string]*worker
+	leases      map[string]*lease
+	waiters     []*waiter
+	nextSeq     int64
+	frontSeq    int64
+	listeners   []func(Event)
+	queues      []platform.Queue
 	// unwatched are the unfinished operations no caller is streaming;
 	// finished are finished operations in the order they finished.
 	unwatched opList
@@ -231,12 +247,15 @@ func New(cfg Config, clock Clock) *Scheduler {
 	if cfg.StartupGrace < 0 {
 		cfg.StartupGrace = 0
 	}
+	if cfg.PreemptionDelay <= 0 {
+		cfg.PreemptionDelay = DefaultPreemptionDelay
+	}
 	if clock == nil {
 		clock = RealClock{}
 	}
 	f := newFairness(cfg.PriorityHalving, cfg.Stickiness)
 	return &Scheduler{
-		cfg: cfg, clock: clock, fair: f,
+		cfg: cfg, clock: clock, fair: f, ten: newTenancy(cfg),
 		ops: map[string]*Operation{}, inflight: map[uint64]*Task{},
 		queue: newQueue(f), workers: map[string]*worker{}, leases: map[string]*lease{},
 		queues: cfg.Queues, seen: map[string]seenWorker{}, started: clock.Now(),
@@ -365,7 +384,7 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 			ID: s.newID(), Instance: req.Instance, ActionDigest: req.ActionDigest,
 			Platform: req.Platform, ActionBytes: req.ActionBytes, CommandBytes: req.CommandBytes,
 			Cacheable: !req.DoNotCache, Queue: queueName, Req: preq,
-			bucketKey: queueName + "\x00" + req.Platform.Key(), priority: req.Priority, seq: s.nextSeq,
+			bucketKey: queueName + "\x00" + req.Instance + "\x00" + req.Platform.Key(), priority: req.Priority, seq: s.nextSeq,
 			heapIndex: -1, stage: repb.ExecutionStage_QUEUED, queuedAt: now, dedupKey: key,
 			inv: s.fair.node(req.Invocation),
 		}
@@ -392,7 +411,7 @@ func (s *Scheduler) enqueueLocked(t *Task) {
 		// Locality: of the idle workers that can take it, the one whose
 		// last invocation is closest to the task's (deepest common
 		// ancestor), the longest waiting among equals.
-		b := &bucket{key: t.bucketKey, queue: t.Queue, req: t.Req}
+		b := &bucket{key: t.bucketKey, queue: t.Queue, instance: t.Instance, req: t.Req}
 		chosen, depth := -1, -1
 		for i, w := range s.waiters {
 			if !w.accepts(b, t) {

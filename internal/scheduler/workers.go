@@ -21,6 +21,9 @@ type WorkerInfo struct {
 	Platform platform.Worker
 	Slots    int
 	Version  string
+	// Instances are the instance names the worker serves; empty or "*"
+	// serves every instance (instance-agnostic).
+	Instances []string
 }
 
 type worker struct {
@@ -39,6 +42,22 @@ type worker struct {
 	// inv is the invocation of the worker's last task (nil: none yet, the
 	// root), for locality and stickiness.
 	inv *inode
+	// cohort is the worker's cohort ("" for none); ten the quota state.
+	cohort string
+	ten    *tenancy
+}
+
+// serves reports whether the worker takes work of instance.
+func (w *worker) serves(instance string) bool {
+	if len(w.info.Instances) == 0 {
+		return true
+	}
+	for _, i := range w.info.Instances {
+		if i == "*" || i == instance {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *worker) matches(b *bucket) bool {
@@ -76,7 +95,9 @@ type waiter struct {
 }
 
 func (w *waiter) accepts(b *bucket, t *Task) bool {
-	return w.worker.matches(b) && w.worker.fits(t.Req, w.free.Cores)
+	wk := w.worker
+	return wk.matches(b) && wk.serves(b.instance) && wk.fits(t.Req, w.free.Cores) &&
+		(wk.cohort == "" || !wk.ten.maxReached(b.instance, wk.cohort))
 }
 
 // Assignment is a leased task handed to a worker.
@@ -115,13 +136,16 @@ func (s *Scheduler) RegisterWorker(info WorkerInfo) {
 	info.Platform.Name = info.ID
 	info.Platform.Properties.Sort()
 	s.seen[info.ID] = seenWorker{platform: info.Platform, at: now}
+	cohort := s.ten.cohortOf(info.Platform.Properties)
 	if w, ok := s.workers[info.ID]; ok {
 		w.info = info
 		w.lastSeen = now
 		w.matchCache = map[string]bool{}
+		w.cohort = cohort
 		return
 	}
-	s.workers[info.ID] = &worker{info: info, lastSeen: now, leases: map[string]*lease{}, held: map[string]int64{}, cancelled: map[string]map[string]int64{}, matchCache: map[string]bool{}}
+	s.workers[info.ID] = &worker{info: info, lastSeen: now, leases: map[string]*lease{}, held: map[string]int64{}, cancelled: map[string]map[string]int64{}, matchCache: map[string]bool{},
+		cohort: cohort, ten: s.ten}
 	s.emit(Event{Kind: EventWorkerAdded, Worker: info.ID})
 }
 
@@ -175,7 +199,8 @@ func (s *Scheduler) Poll(ctx context.Context, workerID string, free Capacity) (*
 // leaseLocked gives t to w. With a waiter, the assignment goes on its channel.
 func (s *Scheduler) leaseLocked(t *Task, w *worker, wt *waiter) *Assignment {
 	now := s.clock.Now()
-	l := &lease{id: s.newID(), worker: w, task: t, lastSeen: now, stage: repb.ExecutionStage_QUEUED}
+	l := &lease{id: s.newID(), worker: w, task: t, lastSeen: now, stage: repb.ExecutionStage_QUEUED, cohort: w.cohort, started: now}
+	s.leaseUsageLocked(l, +1)
 	t.state = stateLeased
 	t.lease = l
 	t.attempts++
@@ -202,6 +227,7 @@ func (s *Scheduler) leaseLocked(t *Task, w *worker, wt *waiter) *Assignment {
 }
 
 func (s *Scheduler) dropLeaseLocked(l *lease) {
+	s.leaseUsageLocked(l, -1)
 	delete(s.leases, l.id)
 	delete(l.worker.leases, l.id)
 	for name, n := range l.task.Req.Resources {
@@ -386,6 +412,7 @@ func (s *Scheduler) Tick() {
 		}
 	}
 	s.failUnsatisfiableLocked(now)
+	s.preemptLocked(now)
 	// Only operations nobody watches can be abandoned: Tick looks at those,
 	// not at every operation.
 	for op, next := s.unwatched.head, (*Operation)(nil); op != nil; op = next {

@@ -1,0 +1,452 @@
+package scheduler
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gantry-build/gantry/internal/platform"
+)
+
+// Tenancy: instance names are tenants. Workers fall into cohorts through
+// property labels, and each (instance, cohort) may have a quota: min is the
+// number of concurrent executions guaranteed to the instance on the
+// cohort's workers, max the most it may hold. An instance below its min
+// with work waiting takes the next free slot of the cohort before anyone
+// else; when no slot comes free within PreemptionDelay, actions of
+// instances above their own min are pre-empted for it.
+
+// Label is a named set of platform properties. A worker has the label
+// when it offers every property (the same value, or "*").
+type Label struct {
+	Name       string
+	Properties platform.Properties
+}
+
+// Cohort is a named group of workers: a worker is in the first cohort (in
+// configuration order) whose Labels include every label the worker has.
+// A worker with no label is in no cohort.
+type Cohort struct {
+	Name   string
+	Labels []string
+}
+
+// Quota bounds an instance's concurrent executions on a cohort.
+type Quota struct {
+	Instance string
+	Cohort   string
+	Min      int
+	// Max is the most it may use; negative means no bound.
+	Max int
+}
+
+// QuotaStatus is a quota with the cohort's current state.
+type QuotaStatus struct {
+	Quota
+	// Usage is the instance's executing actions on the cohort.
+	Usage int
+	// Queued counts the instance's queued actions the cohort could run.
+	Queued int
+	// CohortSlots is the execute capacity (cores) of the cohort's
+	// registered workers; MinSum the sum of all min quotas on the cohort.
+	CohortSlots, MinSum int
+	// Configured is false for a usage row without a quota.
+	Configured bool
+}
+
+type quotaKey struct{ instance, cohort string }
+
+// tenancy is the scheduler's quota state, guarded by Scheduler.mu.
+type tenancy struct {
+	labels  []Label
+	cohorts []Cohort
+	delay   time.Duration
+	quotas  map[quotaKey]Quota
+	usage   map[quotaKey]int
+	// starving is when an instance below its min with runnable work was
+	// first seen waiting (or last got victims) on a cohort.
+	starving map[quotaKey]time.Time
+}
+
+func newTenancy(cfg Config) *tenancy {
+	return &tenancy{labels: cfg.Labels, cohorts: cfg.Cohorts, delay: cfg.PreemptionDelay,
+		quotas: map[quotaKey]Quota{}, usage: map[quotaKey]int{}, starving: map[quotaKey]time.Time{}}
+}
+
+// cohortOf returns the cohort of a worker offering props, or "".
+func (tn *tenancy) cohortOf(props platform.Properties) string {
+	var have []string
+	for _, l := range tn.labels {
+		if hasAll(props, l.Properties) {
+			have = append(have, l.Name)
+		}
+	}
+	if len(have) == 0 {
+		return ""
+	}
+	for _, c := range tn.cohorts {
+		if subset(have, c.Labels) {
+			return c.Name
+		}
+	}
+	return ""
+}
+
+func hasAll(offered, want platform.Properties) bool {
+	for _, w := range want {
+		found := false
+		for _, o := range offered {
+			if o.Name == w.Name && (o.Value == w.Value || o.Value == "*") {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func subset(a, b []string) bool {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
+}
+
+func (tn *tenancy) knownCohort(name string) bool {
+	for _, c := range tn.cohorts {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// maxReached reports whether instance may not start more work on cohort.
+func (tn *tenancy) maxReached(instance, cohort string) bool {
+	if cohort == "" {
+		return false
+	}
+	q, ok := tn.quotas[quotaKey{instance, cohort}]
+	return ok && q.Max >= 0 && tn.usage[quotaKey{instance, cohort}] >= q.Max
+}
+
+// belowMin reports whether instance holds fewer than its min on cohort.
+func (tn *tenancy) belowMin(instance, cohort string) bool {
+	if cohort == "" {
+		return false
+	}
+	q, ok := tn.quotas[quotaKey{instance, cohort}]
+	return ok && tn.usage[quotaKey{instance, cohort}] < q.Min
+}
+
+func (tn *tenancy) min(instance, cohort string) int {
+	return tn.quotas[quotaKey{instance, cohort}].Min
+}
+
+// ValidateQuota checks a quota against the configured cohorts.
+func (s *Scheduler) ValidateQuota(q Quota) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.validateQuotaLocked(q)
+}
+
+func (s *Scheduler) validateQuotaLocked(q Quota) error {
+	if !s.ten.knownCohort(q.Cohort) {
+		names := make([]string, len(s.ten.cohorts))
+		for i, c := range s.ten.cohorts {
+			names[i] = c.Name
+		}
+		if len(names) == 0 {
+			return status.Errorf(codes.InvalidArgument, "unknown cohort %q: no cohorts are configured; define them under scheduler.cohorts", q.Cohort)
+		}
+		return status.Errorf(codes.InvalidArgument, "unknown cohort %q; configured cohorts: %s", q.Cohort, strings.Join(names, ", "))
+	}
+	if q.Min < 0 {
+		return status.Errorf(codes.InvalidArgument, "min_quota %d is negative; use 0 or more", q.Min)
+	}
+	if q.Max >= 0 && q.Min > q.Max {
+		return status.Errorf(codes.InvalidArgument, "min_quota %d is greater than max_quota %d; raise max_quota or lower min_quota", q.Min, q.Max)
+	}
+	return nil
+}
+
+// SetQuota adds or replaces the quota of (q.Instance, q.Cohort). It
+// returns a warning when the cohort's min quotas add up to more than its
+// slots.
+func (s *Scheduler) SetQuota(q Quota) (warning string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.validateQuotaLocked(q); err != nil {
+		return "", err
+	}
+	s.ten.quotas[quotaKey{q.Instance, q.Cohort}] = q
+	return s.oversubscribedLocked(q.Cohort), nil
+}
+
+// DeleteQuota removes a quota; it reports whether there was one.
+func (s *Scheduler) DeleteQuota(instance, cohort string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := quotaKey{instance, cohort}
+	_, ok := s.ten.quotas[k]
+	delete(s.ten.quotas, k)
+	delete(s.ten.starving, k)
+	return ok
+}
+
+// QuotaList returns every configured quota with its usage, and usage rows
+// for (instance, cohort) pairs that execute without a quota. Sorted by
+// cohort, then instance.
+func (s *Scheduler) QuotaList() []QuotaStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := map[quotaKey]bool{}
+	for k := range s.ten.quotas {
+		keys[k] = true
+	}
+	for k, n := range s.ten.usage {
+		if n > 0 {
+			keys[k] = true
+		}
+	}
+	out := make([]QuotaStatus, 0, len(keys))
+	for k := range keys {
+		out = append(out, s.quotaStatusLocked(k))
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Cohort != out[j].Cohort {
+			return out[i].Cohort < out[j].Cohort
+		}
+		return out[i].Instance < out[j].Instance
+	})
+	return out
+}
+
+// QuotaOf returns the status of one (instance, cohort) pair.
+func (s *Scheduler) QuotaOf(instance, cohort string) (QuotaStatus, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ten.knownCohort(cohort) {
+		return QuotaStatus{}, s.validateQuotaLocked(Quota{Instance: instance, Cohort: cohort})
+	}
+	return s.quotaStatusLocked(quotaKey{instance, cohort}), nil
+}
+
+func (s *Scheduler) quotaStatusLocked(k quotaKey) QuotaStatus {
+	q, ok := s.ten.quotas[k]
+	if !ok {
+		q = Quota{Instance: k.instance, Cohort: k.cohort, Max: -1}
+	}
+	st := QuotaStatus{Quota: q, Configured: ok, Usage: s.ten.usage[k], CohortSlots: s.cohortSlotsLocked(k.cohort)}
+	for qk, qq := range s.ten.quotas {
+		if qk.cohort == k.cohort {
+			st.MinSum += qq.Min
+		}
+	}
+	for _, b := range s.queue.buckets {
+		if b.instance == k.instance && s.cohortCanRunLocked(k.cohort, b) {
+			st.Queued += b.n
+		}
+	}
+	return st
+}
+
+func (s *Scheduler) cohortSlotsLocked(cohort string) int {
+	n := 0
+	for _, w := range s.workers {
+		if w.cohort == cohort {
+			n += max(w.info.Platform.Cores, 1)
+		}
+	}
+	return n
+}
+
+// Cohorts returns the configured cohorts with their current slots.
+func (s *Scheduler) Cohorts() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]int{}
+	for _, c := range s.ten.cohorts {
+		out[c.Name] = s.cohortSlotsLocked(c.Name)
+	}
+	return out
+}
+
+// oversubscribedLocked explains when a cohort's min quotas exceed its
+// slots: then not every min can be honoured at once.
+func (s *Scheduler) oversubscribedLocked(cohort string) string {
+	sum := 0
+	for k, q := range s.ten.quotas {
+		if k.cohort == cohort {
+			sum += q.Min
+		}
+	}
+	if slots := s.cohortSlotsLocked(cohort); sum > slots {
+		return fmt.Sprintf("the min quotas on cohort %s add up to %d but its registered workers have %d slots: not every min can be honoured at once", cohort, sum, slots)
+	}
+	return ""
+}
+
+// cohortCanRunLocked reports whether some registered worker of cohort
+// could run the bucket's actions.
+func (s *Scheduler) cohortCanRunLocked(cohort string, b *bucket) bool {
+	for _, w := range s.workers {
+		if w.cohort == cohort && w.serves(b.instance) && w.matches(b) {
+			return true
+		}
+	}
+	return false
+}
+
+// leaseUsage counts a lease toward its instance's usage on its worker's
+// cohort (delta +1 at the start, -1 at the end).
+func (s *Scheduler) leaseUsageLocked(l *lease, delta int) {
+	if l.cohort == "" {
+		return
+	}
+	k := quotaKey{l.task.Instance, l.cohort}
+	s.ten.usage[k] += delta
+	if s.ten.usage[k] <= 0 {
+		delete(s.ten.usage, k)
+	}
+}
+
+// preemptLocked runs in Tick: for each instance below its min on a cohort
+// with work the cohort could run and no free slot for it, once the
+// pre-emption delay has passed, it pre-empts actions of instances above
+// their own min on that cohort: the most over-quota instance first, its
+// most recently started action first (the least work lost). A victim is
+// cancelled on its worker and goes back to the front of its queue; its
+// clients see it QUEUED again and the try does not count.
+func (s *Scheduler) preemptLocked(now time.Time) {
+	if len(s.ten.quotas) == 0 {
+		return
+	}
+	for k, q := range s.ten.quotas {
+		deficit := q.Min - s.ten.usage[k]
+		if deficit <= 0 {
+			delete(s.ten.starving, k)
+			continue
+		}
+		var runnable []*bucket
+		queued := 0
+		for _, b := range s.queue.buckets {
+			if b.instance == k.instance && s.cohortCanRunLocked(k.cohort, b) {
+				runnable = append(runnable, b)
+				queued += b.n
+			}
+		}
+		if queued == 0 || s.freeSlotForLocked(k.cohort, runnable) {
+			delete(s.ten.starving, k)
+			continue
+		}
+		since, ok := s.ten.starving[k]
+		if !ok {
+			s.ten.starving[k] = now
+			since = now
+		}
+		if now.Sub(since) < s.ten.delay {
+			continue
+		}
+		victims := s.chooseVictimsLocked(k, min(deficit, queued), runnable)
+		for _, l := range victims {
+			s.preemptLeaseLocked(l, fmt.Sprintf("pre-empted: instance %q is below its min_quota %d on cohort %s", k.instance, q.Min, k.cohort))
+		}
+		s.ten.starving[k] = now
+	}
+}
+
+// freeSlotForLocked reports whether a parked poll of the cohort could take
+// one of the buckets' work now.
+func (s *Scheduler) freeSlotForLocked(cohort string, bs []*bucket) bool {
+	for _, wt := range s.waiters {
+		if wt.worker.cohort != cohort {
+			continue
+		}
+		for _, b := range bs {
+			if head := b.root.next; head != nil && wt.accepts(b, head) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// chooseVictimsLocked picks up to n leases on cohort k.cohort, of other
+// instances above their min, on workers that could run the starving
+// instance's work.
+func (s *Scheduler) chooseVictimsLocked(k quotaKey, n int, runnable []*bucket) []*lease {
+	usage := map[string]int{}
+	var cands []*lease
+	for _, l := range s.leases {
+		if l.cohort != k.cohort || l.task.Instance == k.instance || l.preempted {
+			continue
+		}
+		fits := false
+		for _, b := range runnable {
+			if l.worker.serves(b.instance) && l.worker.matches(b) {
+				fits = true
+				break
+			}
+		}
+		if fits {
+			cands = append(cands, l)
+		}
+		usage[l.task.Instance] = s.ten.usage[quotaKey{l.task.Instance, k.cohort}]
+	}
+	var out []*lease
+	for len(out) < n {
+		best := -1
+		for i, l := range cands {
+			if l == nil {
+				continue
+			}
+			inst := l.task.Instance
+			over := usage[inst] - s.ten.min(inst, k.cohort)
+			if over <= 0 {
+				continue
+			}
+			if best < 0 {
+				best = i
+				continue
+			}
+			b := cands[best]
+			bOver := usage[b.task.Instance] - s.ten.min(b.task.Instance, k.cohort)
+			if over > bOver || (over == bOver && l.started.After(b.started)) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		l := cands[best]
+		cands[best] = nil
+		usage[l.task.Instance]--
+		out = append(out, l)
+	}
+	return out
+}
+
+// preemptLeaseLocked takes a running action away from its worker and puts
+// it back at the front of its queue, without counting the try.
+func (s *Scheduler) preemptLeaseLocked(l *lease, reason string) {
+	t := l.task
+	l.preempted = true
+	l.worker.commands = append(l.worker.commands, LeaseCommand{LeaseID: l.id, Kind: CommandCancel, Reason: reason})
+	s.dropLeaseLocked(l)
+	s.holdCancelledLocked(l)
+	t.attempts--
+	s.preemptions++
+	s.emit(Event{Kind: EventPreempted, Task: t.ID, Worker: l.worker.info.ID, Reason: reason})
+	s.requeueFrontLocked(t)
+}

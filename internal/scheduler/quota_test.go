@@ -1,0 +1,268 @@
+package scheduler
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gantry-build/gantry/internal/platform"
+)
+
+func tenancyConfig(c *Config) {
+	c.Labels = []Label{{Name: "linux-x86", Properties: platform.Properties{{Name: "OSFamily", Value: "linux"}, {Name: "ISA", Value: "x86-64"}}}}
+	c.Cohorts = []Cohort{{Name: "x86", Labels: []string{"linux-x86"}}}
+	c.PreemptionDelay = 10 * time.Second
+	c.MaxAttempts = 1 // pre-emption must not count as a try
+}
+
+func x86Worker(s *Scheduler, id string, instances ...string) {
+	s.RegisterWorker(WorkerInfo{ID: id, Instances: instances, Platform: platform.Worker{Cores: 1, AllowUnmatched: true,
+		Properties: platform.Properties{{Name: "ISA", Value: "x86-64"}, {Name: "OSFamily", Value: "linux"}}}})
+}
+
+func submitIn(t *testing.T, s *Scheduler, instance, name string) string {
+	t.Helper()
+	return submit(t, s, name, func(r *SubmitRequest) {
+		r.Instance = instance
+		r.ActionDigest = action(instance + "/" + name)
+		r.Platform = p("OSFamily=linux")
+	})
+}
+
+func TestCohortsFromLabels(t *testing.T) {
+	s, _ := newQueueTest(t, func(c *Config) {
+		tenancyConfig(c)
+		c.Labels = append(c.Labels, Label{Name: "gpu", Properties: platform.Properties{{Name: "gpu", Value: "1"}}})
+		c.Cohorts = append(c.Cohorts, Cohort{Name: "gpu", Labels: []string{"linux-x86", "gpu"}})
+	})
+	x86Worker(s, "plain")
+	s.RegisterWorker(WorkerInfo{ID: "gpu-box", Platform: platform.Worker{Cores: 2, Properties: platform.Properties{{Name: "ISA", Value: "x86-64"}, {Name: "OSFamily", Value: "linux"}, {Name: "gpu", Value: "1"}}}})
+	s.RegisterWorker(WorkerInfo{ID: "arm", Platform: platform.Worker{Cores: 1, Properties: platform.Properties{{Name: "ISA", Value: "aarch64"}}}})
+	got := map[string]string{}
+	s.mu.Lock()
+	for id, w := range s.workers {
+		got[id] = w.cohort
+	}
+	s.mu.Unlock()
+	// gpu-box has both labels: only the gpu cohort lists both. arm has no
+	// label: no cohort.
+	if got["plain"] != "x86" || got["gpu-box"] != "gpu" || got["arm"] != "" {
+		t.Errorf("cohorts %v", got)
+	}
+	if c := s.Cohorts(); c["x86"] != 1 || c["gpu"] != 2 {
+		t.Errorf("cohort slots %v", c)
+	}
+}
+
+func TestMaxQuotaNeverExceeded(t *testing.T) {
+	s, _ := newQueueTest(t, tenancyConfig)
+	for i := 0; i < 4; i++ {
+		x86Worker(s, fmt.Sprintf("w%d", i))
+	}
+	if _, err := s.SetQuota(Quota{Instance: "a", Cohort: "x86", Min: 0, Max: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		submitIn(t, s, "a", fmt.Sprint(i))
+	}
+	var leases []*Assignment
+	for i := 0; i < 4; i++ {
+		if a := pollNow(t, s, fmt.Sprintf("w%d", i), 1); a != nil {
+			leases = append(leases, a)
+		}
+	}
+	if len(leases) != 2 {
+		t.Fatalf("instance a got %d slots with max_quota 2", len(leases))
+	}
+	// b has no quota: it takes the remaining slots.
+	submitIn(t, s, "b", "x")
+	submitIn(t, s, "b", "y")
+	if pollNow(t, s, "w2", 1) == nil || pollNow(t, s, "w3", 1) == nil {
+		t.Fatal("free slots not used by b")
+	}
+	// Completing one of a's frees one of its two.
+	s.Complete(leases[0].Task.lastWorker, leases[0].LeaseID, okResponse())
+	if a := pollNow(t, s, leases[0].Task.lastWorker, 1); a == nil || a.Task.Instance != "a" {
+		t.Fatalf("after a completion, a should run again: %+v", a)
+	}
+	st, _ := s.QuotaOf("a", "x86")
+	if st.Usage != 2 || st.Queued != 7 || st.CohortSlots != 4 {
+		t.Errorf("quota status %+v", st)
+	}
+}
+
+func TestStarvingInstancePreemptsAfterDelay(t *testing.T) {
+	s, clk := newQueueTest(t, tenancyConfig)
+	var preempted []Event
+	s.OnEvent(func(e Event) {
+		if e.Kind == EventPreempted {
+			preempted = append(preempted, e)
+		}
+	})
+	x86Worker(s, "w1")
+	x86Worker(s, "w2")
+	if _, err := s.SetQuota(Quota{Instance: "small", Cohort: "x86", Min: 1, Max: -1}); err != nil {
+		t.Fatal(err)
+	}
+	// The flood takes both slots, the second action a little later.
+	floodOps := map[string]string{}
+	for i := 0; i < 6; i++ {
+		floodOps[fmt.Sprint(i)] = submitIn(t, s, "flood", fmt.Sprint(i))
+	}
+	a1 := pollNow(t, s, "w1", 1)
+	clk.Advance(time.Second)
+	a2 := pollNow(t, s, "w2", 1)
+	if a1 == nil || a2 == nil {
+		t.Fatal("flood did not start")
+	}
+	smallOp := submitIn(t, s, "small", "quick")
+	start := clk.Now()
+	// Before the delay: nothing is pre-empted.
+	for clk.Now().Sub(start) < 10*time.Second-250*time.Millisecond {
+		clk.Advance(250 * time.Millisecond)
+		keepAlive(t, s, "w1", "w2")
+		s.Tick()
+	}
+	if len(preempted) != 0 {
+		t.Fatalf("pre-empted before the delay: %v", preempted)
+	}
+	// At the delay: one victim, the most recently started (a2 on w2).
+	clk.Advance(500 * time.Millisecond)
+	keepAlive(t, s, "w1")
+	cmds, _ := s.Heartbeat("w2", []LeaseReport{{LeaseID: a2.LeaseID}})
+	s.Tick()
+	if len(preempted) != 1 {
+		t.Fatalf("%d pre-emptions after the delay, want 1", len(preempted))
+	}
+	if preempted[0].Worker != "w2" {
+		t.Errorf("victim on %s, want w2 (most recently started)", preempted[0].Worker)
+	}
+	cmds, _ = s.Heartbeat("w2", []LeaseReport{{LeaseID: a2.LeaseID}})
+	if len(cmds) != 1 || cmds[0].Kind != CommandCancel || !strings.Contains(cmds[0].Reason, "min_quota") {
+		t.Fatalf("w2 commands %+v, want CANCEL for the victim", cmds)
+	}
+	// The victim's client sees it queued again, not failed.
+	victimOp := floodOps[fmt.Sprint(1)]
+	if st := state(t, s, victimOp); st.Stage != repb.ExecutionStage_QUEUED || st.Done {
+		t.Fatalf("the victim's operation is %v (done %v), want QUEUED again", st.Stage, st.Done)
+	}
+	// The freed slot goes to the starving instance, not back to the flood.
+	clk.Advance(250 * time.Millisecond)
+	s.Heartbeat("w2", nil) // the worker stopped the victim
+	a := pollNow(t, s, "w2", 1)
+	if a == nil || a.Task.Instance != "small" {
+		t.Fatalf("freed slot went to %+v, want small", a)
+	}
+	if waited := clk.Now().Sub(start); waited > 10*time.Second+time.Second {
+		t.Errorf("small waited %s, want within the delay plus a round", waited)
+	}
+	s.Complete("w2", a.LeaseID, okResponse())
+	if st := state(t, s, smallOp); !st.Done || status.FromProto(st.Response.Status).Code() != codes.OK {
+		t.Fatalf("small: %+v", st)
+	}
+	// The victim runs again and completes with its result, although
+	// max_attempts is 1: the pre-emption did not count.
+	b := pollNow(t, s, "w2", 1)
+	if b == nil || b.Task != a2.Task {
+		t.Fatalf("w2 then got %+v, want the pre-empted action back first", b)
+	}
+	s.Complete("w2", b.LeaseID, okResponse())
+	if st := state(t, s, victimOp); !st.Done || st.Response.GetStatus().GetCode() != 0 {
+		t.Fatalf("victim after rerun: %+v", st)
+	}
+	// With small at its min (0 queued), nothing more is pre-empted.
+	for i := 0; i < 100; i++ {
+		clk.Advance(time.Second)
+		keepAlive(t, s, "w1", "w2")
+		s.Tick()
+	}
+	if len(preempted) != 1 {
+		t.Errorf("%d pre-emptions in all, want 1", len(preempted))
+	}
+}
+
+func TestNoPreemptionWhileASlotIsFree(t *testing.T) {
+	s, clk := newQueueTest(t, tenancyConfig)
+	n := 0
+	s.OnEvent(func(e Event) {
+		if e.Kind == EventPreempted {
+			n++
+		}
+	})
+	x86Worker(s, "w1")
+	x86Worker(s, "w2")
+	x86Worker(s, "w3")
+	s.SetQuota(Quota{Instance: "small", Cohort: "x86", Min: 1, Max: -1})
+	submitIn(t, s, "flood", "1")
+	submitIn(t, s, "flood", "2")
+	pollNow(t, s, "w1", 1)
+	pollNow(t, s, "w2", 1)
+	submitIn(t, s, "small", "quick")
+	// w3 is free (its poll comes a moment later): no pre-emption for it.
+	for i := 0; i < 3; i++ {
+		clk.Advance(5 * time.Second)
+		keepAlive(t, s, "w1", "w2", "w3")
+		waitForWaiters(s, 0)
+		s.Tick()
+	}
+	if n != 0 {
+		t.Fatalf("%d pre-emptions with a free slot", n)
+	}
+	if a := pollNow(t, s, "w3", 1); a == nil || a.Task.Instance != "small" {
+		t.Fatalf("free slot got %+v", a)
+	}
+}
+
+func TestInstanceAgnosticAndNamedWorkers(t *testing.T) {
+	s, _ := newQueueTest(t, tenancyConfig)
+	x86Worker(s, "any", "*")
+	x86Worker(s, "only-a", "a")
+	submitIn(t, s, "b", "1")
+	if a := pollNow(t, s, "only-a", 1); a != nil {
+		t.Fatalf("a worker serving only instance a got %s's work", a.Task.Instance)
+	}
+	if a := pollNow(t, s, "any", 1); a == nil || a.Task.Instance != "b" {
+		t.Fatal("instance-agnostic worker did not take b's work")
+	}
+	submitIn(t, s, "a", "1")
+	if a := pollNow(t, s, "only-a", 1); a == nil || a.Task.Instance != "a" {
+		t.Fatal("worker serving a did not take a's work")
+	}
+}
+
+func TestQuotaValidation(t *testing.T) {
+	s, _ := newQueueTest(t, tenancyConfig)
+	for _, tc := range []struct {
+		q    Quota
+		want string
+	}{
+		{Quota{Instance: "a", Cohort: "arm", Max: -1}, `unknown cohort "arm"; configured cohorts: x86`},
+		{Quota{Instance: "a", Cohort: "x86", Min: -1, Max: -1}, "min_quota -1 is negative"},
+		{Quota{Instance: "a", Cohort: "x86", Min: 3, Max: 2}, "min_quota 3 is greater than max_quota 2"},
+	} {
+		_, err := s.SetQuota(tc.q)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want InvalidArgument containing %q", tc.q, err, tc.want)
+		}
+	}
+	x86Worker(s, "w1")
+	warn, err := s.SetQuota(Quota{Instance: "a", Cohort: "x86", Min: 1, Max: -1})
+	if err != nil || warn != "" {
+		t.Fatalf("%q %v", warn, err)
+	}
+	warn, _ = s.SetQuota(Quota{Instance: "b", Cohort: "x86", Min: 1, Max: 5})
+	if !strings.Contains(warn, "add up to 2 but its registered workers have 1 slots") {
+		t.Errorf("oversubscription warning %q", warn)
+	}
+	if got := s.QuotaList(); len(got) != 2 || got[0].Instance != "a" || got[1].MinSum != 2 {
+		t.Errorf("list %+v", got)
+	}
+	if !s.DeleteQuota("a", "x86") || s.DeleteQuota("a", "x86") {
+		t.Error("delete should report whether a quota existed")
+	}
+}
