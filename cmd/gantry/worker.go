@@ -20,7 +20,7 @@ func newWorkerCommand() *cobra.Command {
 	var (
 		configPath, schedulerAddr, workDir, id string
 		cores                                  int
-		props, queues                          []string
+		props, queues, instances               []string
 		acceptUnknown                          bool
 	)
 	cmd := &cobra.Command{
@@ -69,6 +69,9 @@ exec roots under --work-dir. The worker section of --config sets the rest.`,
 			if flags.Changed("queue") {
 				wc.Queues = queues
 			}
+			if flags.Changed("instance") {
+				wc.Instances = instances
+			}
 			if wc.ID == "" {
 				host, _ := os.Hostname()
 				wc.ID = host
@@ -96,6 +99,7 @@ exec roots under --work-dir. The worker section of --config sets the rest.`,
 	cmd.Flags().StringVar(&id, "id", "", "worker id (default: host name)")
 	cmd.Flags().StringArrayVar(&props, "property", nil, "platform property name=value to offer (repeatable; value * matches anything)")
 	cmd.Flags().StringArrayVar(&queues, "queue", nil, "provision queue to serve (repeatable; default: all)")
+	cmd.Flags().StringArrayVar(&instances, "instance", nil, "instance name to serve (repeatable; default or \"*\": every instance)")
 	cmd.Flags().BoolVar(&acceptUnknown, "accept-unknown-properties", true, "take actions with properties this worker does not list")
 	return cmd
 }

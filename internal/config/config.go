@@ -55,6 +55,25 @@ type SchedulerConfig struct {
 	StartupGrace Duration `yaml:"startup_grace"`
 	// Fairness shares each queue between the parties submitting work.
 	Fairness FairnessConfig `yaml:"fairness"`
+	// Labels name sets of platform properties; Cohorts group workers by
+	// their labels, for quotas (docs/CONFIGURATION.md, "Tenancy").
+	Labels  []LabelConfig  `yaml:"labels"`
+	Cohorts []CohortConfig `yaml:"cohorts"`
+	// PreemptionDelay is how long an instance below its min quota waits
+	// for a free slot before running work is pre-empted for it.
+	PreemptionDelay Duration `yaml:"preemption_delay"`
+}
+
+// LabelConfig is a named set of platform properties.
+type LabelConfig struct {
+	Name       string            `yaml:"name"`
+	Properties map[string]string `yaml:"properties"`
+}
+
+// CohortConfig is a named group of workers, by label.
+type CohortConfig struct {
+	Name   string   `yaml:"name"`
+	Labels []string `yaml:"labels"`
 }
 
 // FairnessConfig configures the invocation trie (docs/CONFIGURATION.md).
@@ -93,6 +112,9 @@ type WorkerConfig struct {
 	Properties map[string]Values `yaml:"properties"`
 	// Queues are the provision queues the worker serves; empty serves all.
 	Queues []string `yaml:"queues"`
+	// Instances are the instance names the worker serves; empty or "*"
+	// serves every instance.
+	Instances []string `yaml:"instances"`
 	// Resources are named capacities (e.g. gpu: 2) that actions ask for
 	// with resource:NAME properties.
 	Resources map[string]int64 `yaml:"resources"`
@@ -187,6 +209,7 @@ func Default() Config {
 			Retention:         Duration(10 * time.Minute),
 			UnsatisfiableWait: Duration(10 * time.Minute),
 			StartupGrace:      Duration(time.Minute),
+			PreemptionDelay:   Duration(10 * time.Second),
 			Fairness: FairnessConfig{
 				Keys:            append([]string(nil), invocation.Default...),
 				PriorityHalving: 10,
@@ -361,6 +384,40 @@ func (c *Config) Validate() error {
 	}
 	if fc.UserHeader == "" {
 		bad("scheduler.fairness.user_header", "must name a header, e.g. %s", invocation.DefaultUserHeader)
+	}
+	labels := map[string]bool{}
+	for i, l := range c.Scheduler.Labels {
+		path := fmt.Sprintf("scheduler.labels[%d]", i)
+		switch {
+		case l.Name == "":
+			bad(path+".name", "every label needs a name")
+		case labels[l.Name]:
+			bad(path+".name", "label %q is defined twice", l.Name)
+		case len(l.Properties) == 0:
+			bad(path+".properties", "label %q needs at least one property, e.g. {OSFamily: linux}", l.Name)
+		}
+		labels[l.Name] = true
+	}
+	cohorts := map[string]bool{}
+	for i, co := range c.Scheduler.Cohorts {
+		path := fmt.Sprintf("scheduler.cohorts[%d]", i)
+		switch {
+		case co.Name == "":
+			bad(path+".name", "every cohort needs a name")
+		case cohorts[co.Name]:
+			bad(path+".name", "cohort %q is defined twice", co.Name)
+		case len(co.Labels) == 0:
+			bad(path+".labels", "cohort %q needs at least one label", co.Name)
+		}
+		cohorts[co.Name] = true
+		for j, l := range co.Labels {
+			if !labels[l] {
+				bad(fmt.Sprintf("%s.labels[%d]", path, j), "unknown label %q; define it under scheduler.labels", l)
+			}
+		}
+	}
+	if c.Scheduler.PreemptionDelay <= 0 {
+		bad("scheduler.preemption_delay", "must be positive: it is the grace running work gets before it is pre-empted")
 	}
 	seenQueue := map[string]bool{}
 	for i, q := range c.Scheduler.Queues {

@@ -53,3 +53,38 @@ func TestFairnessBadValues(t *testing.T) {
 		}
 	}
 }
+
+func TestTenancyConfig(t *testing.T) {
+	cfg := Default()
+	err := Parse([]byte(`
+scheduler:
+  labels:
+    - {name: linux-x86, properties: {OSFamily: linux, ISA: x86-64}}
+  cohorts:
+    - {name: x86, labels: [linux-x86]}
+  preemption_delay: 30s
+worker:
+  instances: [team-a, team-b]
+`), &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Scheduler
+	if len(s.Labels) != 1 || s.Labels[0].Properties["ISA"] != "x86-64" || s.Cohorts[0].Labels[0] != "linux-x86" || s.PreemptionDelay != Duration(30*time.Second) ||
+		!reflect.DeepEqual(cfg.Worker.Instances, []string{"team-a", "team-b"}) {
+		t.Errorf("tenancy not applied: %+v %+v", s, cfg.Worker.Instances)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"labels: [{name: a}]", `scheduler.labels[0].properties: label "a" needs at least one property`},
+		{"labels: [{name: a, properties: {x: y}}, {name: a, properties: {x: z}}]", `scheduler.labels[1].name: label "a" is defined twice`},
+		{"cohorts: [{name: c, labels: [nope]}]", `scheduler.cohorts[0].labels[0]: unknown label "nope"`},
+		{"cohorts: [{name: c}]", `scheduler.cohorts[0].labels: cohort "c" needs at least one label`},
+		{"preemption_delay: 0s", "scheduler.preemption_delay: must be positive"},
+	} {
+		cfg := Default()
+		err := Parse([]byte("scheduler:\n  "+tc.yaml+"\n"), &cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want it to contain %q", tc.yaml, err, tc.want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package execution
 
 import (
 	"context"
+	"log/slog"
 
 	"google.golang.org/grpc"
 
@@ -17,6 +18,19 @@ type AdminService struct {
 	// KeyNames returns the configured invocation key extractors, to name
 	// the levels of ListInvocations.
 	KeyNames func() []string
+	// SaveQuotas stores the full set of quotas durably; a change is
+	// applied only after it succeeds. Nil keeps quotas in memory.
+	SaveQuotas func([]scheduler.Quota) error
+	// Logger logs every quota change.
+	Logger *slog.Logger
+	quotas quotaAdmin
+}
+
+func (s *AdminService) log() *slog.Logger {
+	if s.Logger == nil {
+		return slog.Default()
+	}
+	return s.Logger
 }
 
 // NewAdminService returns the admin service.

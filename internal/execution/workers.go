@@ -53,8 +53,9 @@ func (s *WorkerService) Register(_ context.Context, req *workerpb.RegisterReques
 			Cores: int(req.Cores), MemoryBytes: req.MemoryBytes, Resources: req.Resources,
 			Wrappers: req.ProcessWrappers, Queues: req.Queues,
 		},
-		Slots:   int(req.Slots),
-		Version: req.Version,
+		Slots:     int(req.Slots),
+		Version:   req.Version,
+		Instances: req.Instances,
 	})
 	cfg := s.sched.Config()
 	return &workerpb.RegisterResponse{

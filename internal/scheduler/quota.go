@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -297,6 +298,20 @@ func (s *Scheduler) oversubscribedLocked(cohort string) string {
 	return ""
 }
 
+// QuotaWarnings returns one warning per cohort whose min quotas add up to
+// more than its slots.
+func (s *Scheduler) QuotaWarnings() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, c := range s.ten.cohorts {
+		if w := s.oversubscribedLocked(c.Name); w != "" {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 // cohortCanRunLocked reports whether some registered worker of cohort
 // could run the bucket's actions.
 func (s *Scheduler) cohortCanRunLocked(cohort string, b *bucket) bool {
@@ -324,10 +339,14 @@ func (s *Scheduler) leaseUsageLocked(l *lease, delta int) {
 // preemptLocked runs in Tick: for each instance below its min on a cohort
 // with work the cohort could run and no free slot for it, once the
 // pre-emption delay has passed, it pre-empts actions of instances above
-// their own min on that cohort: the most over-quota instance first, its
-// most recently started action first (the least work lost). A victim is
+// their own min on that cohort: the most over-quota instance first, then
+// a running action (it holds a core) before one still being prepared,
+// then the most recently started (the least work lost). A victim is
 // cancelled on its worker and goes back to the front of its queue; its
-// clients see it QUEUED again and the try does not count.
+// clients see it QUEUED again and the try does not count. Actions the
+// victim's worker holds but has not started yet (its pipeline fetches
+// ahead of its cores) are taken back with it, so that the freed core goes
+// to the starving instance.
 func (s *Scheduler) preemptLocked(now time.Time) {
 	if len(s.ten.quotas) == 0 {
 		return
@@ -422,7 +441,19 @@ func (s *Scheduler) chooseVictimsLocked(k quotaKey, n int, runnable []*bucket) [
 			}
 			b := cands[best]
 			bOver := usage[b.task.Instance] - s.ten.min(b.task.Instance, k.cohort)
-			if over > bOver || (over == bOver && l.started.After(b.started)) {
+			lRun, bRun := l.stage >= repb.ExecutionStage_EXECUTING, b.stage >= repb.ExecutionStage_EXECUTING
+			switch {
+			case over != bOver:
+				if over > bOver {
+					best = i
+				}
+			case lRun != bRun:
+				// A running action holds a core; one still being
+				// prepared does not, so taking it frees nothing.
+				if lRun {
+					best = i
+				}
+			case l.started.After(b.started):
 				best = i
 			}
 		}
@@ -433,6 +464,17 @@ func (s *Scheduler) chooseVictimsLocked(k quotaKey, n int, runnable []*bucket) [
 		cands[best] = nil
 		usage[l.task.Instance]--
 		out = append(out, l)
+		// Actions the victim's worker holds but has not started (waiting
+		// for its cores) would take the freed core first: they go too,
+		// which costs no work.
+		for i, c := range cands {
+			if c != nil && c.worker == l.worker && c.stage < repb.ExecutionStage_EXECUTING &&
+				usage[c.task.Instance] > s.ten.min(c.task.Instance, k.cohort) {
+				cands[i] = nil
+				usage[c.task.Instance]--
+				out = append(out, c)
+			}
+		}
 	}
 	return out
 }

@@ -650,13 +650,14 @@ func (s *Scheduler) completeTaskLocked(t *Task, resp *repb.ExecuteResponse) {
 // Stats is a summary for metrics and status pages.
 type Stats struct {
 	Queued, Leased, Operations, Workers int
+	Preemptions                         int64
 }
 
 // Stats returns counts of the scheduler's state.
 func (s *Scheduler) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stats{Queued: s.queue.n, Leased: len(s.leases), Operations: len(s.ops), Workers: len(s.workers)}
+	return Stats{Queued: s.queue.n, Leased: len(s.leases), Operations: len(s.ops), Workers: len(s.workers), Preemptions: s.preemptions}
 }
 
 func (s *Scheduler) String() string {

@@ -85,7 +85,22 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		StartupGrace:      sc.StartupGrace.D(),
 		PriorityHalving:   sc.Fairness.PriorityHalving,
 		Stickiness:        durations(sc.Fairness.Stickiness),
+		Labels:            labels(sc.Labels),
+		Cohorts:           cohorts(sc.Cohorts),
+		PreemptionDelay:   sc.PreemptionDelay.D(),
 	}, scheduler.RealClock{})
+	qf := quotaFile{path: filepath.Join(cfg.DataDir, "scheduler", "quotas.json")}
+	stored, err := qf.load()
+	if err != nil {
+		return nil, fmt.Errorf("loading quotas: %w", err)
+	}
+	for _, q := range stored {
+		if warning, err := sched.SetQuota(q); err != nil {
+			log.Error("stored quota does not fit the configuration; it is not applied (and is dropped at the next quota change)", "instance", q.Instance, "cohort", q.Cohort, "min_quota", q.Min, "max_quota", q.Max, "err", err)
+		} else if warning != "" {
+			log.Warn(warning)
+		}
+	}
 	registerSchedulerMetrics(reg, sched)
 	maxMsg := cfg.GRPCMaxMessageSize()
 	g := grpc.NewServer(
@@ -111,6 +126,8 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	ws.Attach(g)
 	admin := execution.NewAdminService(sched)
 	admin.KeyNames = exec.KeyNames
+	admin.SaveQuotas = qf.save
+	admin.Logger = log
 	admin.Attach(g)
 
 	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched, exec: exec}
@@ -136,6 +153,26 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
 	return s, nil
+}
+
+func labels(ls []config.LabelConfig) []scheduler.Label {
+	out := make([]scheduler.Label, len(ls))
+	for i, l := range ls {
+		out[i].Name = l.Name
+		for k, v := range l.Properties {
+			out[i].Properties = append(out[i].Properties, platform.Property{Name: k, Value: v})
+		}
+		out[i].Properties.Sort()
+	}
+	return out
+}
+
+func cohorts(cs []config.CohortConfig) []scheduler.Cohort {
+	out := make([]scheduler.Cohort, len(cs))
+	for i, c := range cs {
+		out[i] = scheduler.Cohort{Name: c.Name, Labels: c.Labels}
+	}
+	return out
 }
 
 func durations(ds []config.Duration) []time.Duration {
@@ -237,7 +274,7 @@ func WorkerConfig(wc config.WorkerConfig, log *slog.Logger) worker.Config {
 		InputFetchSlots: wc.InputFetchSlots, ReportSlots: wc.ReportSlots,
 		Properties: worker.Properties(props), AcceptUnknownProperties: wc.AcceptUnknownProperties,
 		WorkDir: wc.WorkDir, CacheMaxBytes: int64(wc.CacheMaxSize), Wrapper: wc.Wrapper, Logger: log,
-		ProcessWrappers: wc.ProcessWrappers, Queues: wc.Queues, Resources: wc.Resources,
+		ProcessWrappers: wc.ProcessWrappers, Queues: wc.Queues, Resources: wc.Resources, Instances: wc.Instances,
 	}
 }
 
@@ -321,6 +358,7 @@ func registerSchedulerMetrics(reg prometheus.Registerer, sched *scheduler.Schedu
 		{"gantry_scheduler_leased_actions", "Actions held by workers.", func(s scheduler.Stats) int { return s.Leased }},
 		{"gantry_scheduler_operations", "Operations known (running and recently finished).", func(s scheduler.Stats) int { return s.Operations }},
 		{"gantry_scheduler_workers", "Registered workers.", func(s scheduler.Stats) int { return s.Workers }},
+		{"gantry_scheduler_preemptions", "Actions pre-empted for instances below their min quota since the start.", func(s scheduler.Stats) int { return int(s.Preemptions) }},
 	} {
 		get := g.get
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, func() float64 { return float64(get(sched.Stats())) }))

@@ -49,6 +49,8 @@ type Config struct {
 	ProcessWrappers map[string][]string
 	// Queues are the provision queues served; empty serves all.
 	Queues []string
+	// Instances are the instance names served; empty or "*" serves all.
+	Instances []string
 	// Resources are named capacities for resource:NAME properties.
 	Resources map[string]int64
 	// PollWait is how long one Poll may be held by the scheduler.
@@ -163,7 +165,7 @@ func (w *Worker) register(ctx context.Context) error {
 		resp, err := w.sched.Register(ctx, &workerpb.RegisterRequest{
 			WorkerId: w.cfg.ID, Properties: w.cfg.Properties, AcceptUnknownProperties: w.cfg.AcceptUnknownProperties,
 			Cores: int32(w.cfg.Cores), MemoryBytes: w.cfg.MemoryBytes, Slots: int32(w.cfg.InputFetchSlots + w.cfg.Cores + w.cfg.ReportSlots),
-			Queues: w.cfg.Queues, ProcessWrappers: w.wrapperNames(), Resources: w.cfg.Resources,
+			Queues: w.cfg.Queues, ProcessWrappers: w.wrapperNames(), Resources: w.cfg.Resources, Instances: w.cfg.Instances,
 		})
 		if err == nil {
 			w.heartbeatEvery = time.Duration(resp.HeartbeatIntervalMs) * time.Millisecond

@@ -23,6 +23,486 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type GetQuotaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	InstanceName  string                 `protobuf:"bytes,1,opt,name=instance_name,json=instanceName,proto3" json:"instance_name,omitempty"`
+	Cohort        string                 `protobuf:"bytes,2,opt,name=cohort,proto3" json:"cohort,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetQuotaRequest) Reset() {
+	*x = GetQuotaRequest{}
+	mi := &file_admin_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetQuotaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetQuotaRequest) ProtoMessage() {}
+
+func (x *GetQuotaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetQuotaRequest.ProtoReflect.Descriptor instead.
+func (*GetQuotaRequest) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GetQuotaRequest) GetInstanceName() string {
+	if x != nil {
+		return x.InstanceName
+	}
+	return ""
+}
+
+func (x *GetQuotaRequest) GetCohort() string {
+	if x != nil {
+		return x.Cohort
+	}
+	return ""
+}
+
+type PutQuotaRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	InstanceName string                 `protobuf:"bytes,1,opt,name=instance_name,json=instanceName,proto3" json:"instance_name,omitempty"`
+	Cohort       string                 `protobuf:"bytes,2,opt,name=cohort,proto3" json:"cohort,omitempty"`
+	// min_quota: concurrent executions guaranteed on the cohort.
+	MinQuota int64 `protobuf:"varint,3,opt,name=min_quota,json=minQuota,proto3" json:"min_quota,omitempty"`
+	// max_quota: the most the instance may hold; unset means no bound.
+	MaxQuota      *int64 `protobuf:"varint,4,opt,name=max_quota,json=maxQuota,proto3,oneof" json:"max_quota,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutQuotaRequest) Reset() {
+	*x = PutQuotaRequest{}
+	mi := &file_admin_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutQuotaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutQuotaRequest) ProtoMessage() {}
+
+func (x *PutQuotaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutQuotaRequest.ProtoReflect.Descriptor instead.
+func (*PutQuotaRequest) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PutQuotaRequest) GetInstanceName() string {
+	if x != nil {
+		return x.InstanceName
+	}
+	return ""
+}
+
+func (x *PutQuotaRequest) GetCohort() string {
+	if x != nil {
+		return x.Cohort
+	}
+	return ""
+}
+
+func (x *PutQuotaRequest) GetMinQuota() int64 {
+	if x != nil {
+		return x.MinQuota
+	}
+	return 0
+}
+
+func (x *PutQuotaRequest) GetMaxQuota() int64 {
+	if x != nil && x.MaxQuota != nil {
+		return *x.MaxQuota
+	}
+	return 0
+}
+
+type PutQuotaResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Quota *QuotaStatus           `protobuf:"bytes,1,opt,name=quota,proto3" json:"quota,omitempty"`
+	// warning is set when the cohort's min quotas exceed its slots.
+	Warning       string `protobuf:"bytes,2,opt,name=warning,proto3" json:"warning,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutQuotaResponse) Reset() {
+	*x = PutQuotaResponse{}
+	mi := &file_admin_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutQuotaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutQuotaResponse) ProtoMessage() {}
+
+func (x *PutQuotaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutQuotaResponse.ProtoReflect.Descriptor instead.
+func (*PutQuotaResponse) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PutQuotaResponse) GetQuota() *QuotaStatus {
+	if x != nil {
+		return x.Quota
+	}
+	return nil
+}
+
+func (x *PutQuotaResponse) GetWarning() string {
+	if x != nil {
+		return x.Warning
+	}
+	return ""
+}
+
+type DeleteQuotaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	InstanceName  string                 `protobuf:"bytes,1,opt,name=instance_name,json=instanceName,proto3" json:"instance_name,omitempty"`
+	Cohort        string                 `protobuf:"bytes,2,opt,name=cohort,proto3" json:"cohort,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteQuotaRequest) Reset() {
+	*x = DeleteQuotaRequest{}
+	mi := &file_admin_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteQuotaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteQuotaRequest) ProtoMessage() {}
+
+func (x *DeleteQuotaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteQuotaRequest.ProtoReflect.Descriptor instead.
+func (*DeleteQuotaRequest) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DeleteQuotaRequest) GetInstanceName() string {
+	if x != nil {
+		return x.InstanceName
+	}
+	return ""
+}
+
+func (x *DeleteQuotaRequest) GetCohort() string {
+	if x != nil {
+		return x.Cohort
+	}
+	return ""
+}
+
+type DeleteQuotaResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// existed is false when there was no such quota.
+	Existed       bool `protobuf:"varint,1,opt,name=existed,proto3" json:"existed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteQuotaResponse) Reset() {
+	*x = DeleteQuotaResponse{}
+	mi := &file_admin_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteQuotaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteQuotaResponse) ProtoMessage() {}
+
+func (x *DeleteQuotaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteQuotaResponse.ProtoReflect.Descriptor instead.
+func (*DeleteQuotaResponse) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DeleteQuotaResponse) GetExisted() bool {
+	if x != nil {
+		return x.Existed
+	}
+	return false
+}
+
+type ListQuotasRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListQuotasRequest) Reset() {
+	*x = ListQuotasRequest{}
+	mi := &file_admin_v1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListQuotasRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListQuotasRequest) ProtoMessage() {}
+
+func (x *ListQuotasRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListQuotasRequest.ProtoReflect.Descriptor instead.
+func (*ListQuotasRequest) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+type ListQuotasResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Quotas []*QuotaStatus         `protobuf:"bytes,1,rep,name=quotas,proto3" json:"quotas,omitempty"`
+	// cohorts and their slots (execute capacity of registered workers).
+	CohortSlots map[string]int64 `protobuf:"bytes,2,rep,name=cohort_slots,json=cohortSlots,proto3" json:"cohort_slots,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// warnings, one per oversubscribed cohort.
+	Warnings      []string `protobuf:"bytes,3,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListQuotasResponse) Reset() {
+	*x = ListQuotasResponse{}
+	mi := &file_admin_v1_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListQuotasResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListQuotasResponse) ProtoMessage() {}
+
+func (x *ListQuotasResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListQuotasResponse.ProtoReflect.Descriptor instead.
+func (*ListQuotasResponse) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ListQuotasResponse) GetQuotas() []*QuotaStatus {
+	if x != nil {
+		return x.Quotas
+	}
+	return nil
+}
+
+func (x *ListQuotasResponse) GetCohortSlots() map[string]int64 {
+	if x != nil {
+		return x.CohortSlots
+	}
+	return nil
+}
+
+func (x *ListQuotasResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+type QuotaStatus struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	InstanceName string                 `protobuf:"bytes,1,opt,name=instance_name,json=instanceName,proto3" json:"instance_name,omitempty"`
+	Cohort       string                 `protobuf:"bytes,2,opt,name=cohort,proto3" json:"cohort,omitempty"`
+	MinQuota     int64                  `protobuf:"varint,3,opt,name=min_quota,json=minQuota,proto3" json:"min_quota,omitempty"`
+	// max_quota: -1 means no bound.
+	MaxQuota int64 `protobuf:"varint,4,opt,name=max_quota,json=maxQuota,proto3" json:"max_quota,omitempty"`
+	// configured is false for an instance executing without a quota.
+	Configured    bool  `protobuf:"varint,5,opt,name=configured,proto3" json:"configured,omitempty"`
+	Usage         int64 `protobuf:"varint,6,opt,name=usage,proto3" json:"usage,omitempty"`
+	Queued        int64 `protobuf:"varint,7,opt,name=queued,proto3" json:"queued,omitempty"`
+	CohortSlots   int64 `protobuf:"varint,8,opt,name=cohort_slots,json=cohortSlots,proto3" json:"cohort_slots,omitempty"`
+	CohortMinSum  int64 `protobuf:"varint,9,opt,name=cohort_min_sum,json=cohortMinSum,proto3" json:"cohort_min_sum,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaStatus) Reset() {
+	*x = QuotaStatus{}
+	mi := &file_admin_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaStatus) ProtoMessage() {}
+
+func (x *QuotaStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaStatus.ProtoReflect.Descriptor instead.
+func (*QuotaStatus) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *QuotaStatus) GetInstanceName() string {
+	if x != nil {
+		return x.InstanceName
+	}
+	return ""
+}
+
+func (x *QuotaStatus) GetCohort() string {
+	if x != nil {
+		return x.Cohort
+	}
+	return ""
+}
+
+func (x *QuotaStatus) GetMinQuota() int64 {
+	if x != nil {
+		return x.MinQuota
+	}
+	return 0
+}
+
+func (x *QuotaStatus) GetMaxQuota() int64 {
+	if x != nil {
+		return x.MaxQuota
+	}
+	return 0
+}
+
+func (x *QuotaStatus) GetConfigured() bool {
+	if x != nil {
+		return x.Configured
+	}
+	return false
+}
+
+func (x *QuotaStatus) GetUsage() int64 {
+	if x != nil {
+		return x.Usage
+	}
+	return 0
+}
+
+func (x *QuotaStatus) GetQueued() int64 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *QuotaStatus) GetCohortSlots() int64 {
+	if x != nil {
+		return x.CohortSlots
+	}
+	return 0
+}
+
+func (x *QuotaStatus) GetCohortMinSum() int64 {
+	if x != nil {
+		return x.CohortMinSum
+	}
+	return 0
+}
+
 type ListInvocationsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// max_depth limits the levels listed; 0 lists all.
@@ -33,7 +513,7 @@ type ListInvocationsRequest struct {
 
 func (x *ListInvocationsRequest) Reset() {
 	*x = ListInvocationsRequest{}
-	mi := &file_admin_v1_admin_proto_msgTypes[0]
+	mi := &file_admin_v1_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -45,7 +525,7 @@ func (x *ListInvocationsRequest) String() string {
 func (*ListInvocationsRequest) ProtoMessage() {}
 
 func (x *ListInvocationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[0]
+	mi := &file_admin_v1_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -58,7 +538,7 @@ func (x *ListInvocationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInvocationsRequest.ProtoReflect.Descriptor instead.
 func (*ListInvocationsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListInvocationsRequest) GetMaxDepth() uint32 {
@@ -89,7 +569,7 @@ type Invocation struct {
 
 func (x *Invocation) Reset() {
 	*x = Invocation{}
-	mi := &file_admin_v1_admin_proto_msgTypes[1]
+	mi := &file_admin_v1_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -101,7 +581,7 @@ func (x *Invocation) String() string {
 func (*Invocation) ProtoMessage() {}
 
 func (x *Invocation) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[1]
+	mi := &file_admin_v1_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -114,7 +594,7 @@ func (x *Invocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Invocation.ProtoReflect.Descriptor instead.
 func (*Invocation) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Invocation) GetPath() []string {
@@ -178,7 +658,7 @@ type ListInvocationsResponse struct {
 
 func (x *ListInvocationsResponse) Reset() {
 	*x = ListInvocationsResponse{}
-	mi := &file_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_admin_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -190,7 +670,7 @@ func (x *ListInvocationsResponse) String() string {
 func (*ListInvocationsResponse) ProtoMessage() {}
 
 func (x *ListInvocationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_admin_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -203,7 +683,7 @@ func (x *ListInvocationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInvocationsResponse.ProtoReflect.Descriptor instead.
 func (*ListInvocationsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListInvocationsResponse) GetKeys() []string {
@@ -230,7 +710,7 @@ type Property struct {
 
 func (x *Property) Reset() {
 	*x = Property{}
-	mi := &file_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_admin_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -242,7 +722,7 @@ func (x *Property) String() string {
 func (*Property) ProtoMessage() {}
 
 func (x *Property) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_admin_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -255,7 +735,7 @@ func (x *Property) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Property.ProtoReflect.Descriptor instead.
 func (*Property) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Property) GetName() string {
@@ -281,7 +761,7 @@ type ExplainPlatformRequest struct {
 
 func (x *ExplainPlatformRequest) Reset() {
 	*x = ExplainPlatformRequest{}
-	mi := &file_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_admin_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -293,7 +773,7 @@ func (x *ExplainPlatformRequest) String() string {
 func (*ExplainPlatformRequest) ProtoMessage() {}
 
 func (x *ExplainPlatformRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_admin_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -306,7 +786,7 @@ func (x *ExplainPlatformRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPlatformRequest.ProtoReflect.Descriptor instead.
 func (*ExplainPlatformRequest) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExplainPlatformRequest) GetProperties() []*Property {
@@ -328,7 +808,7 @@ type QueueVerdict struct {
 
 func (x *QueueVerdict) Reset() {
 	*x = QueueVerdict{}
-	mi := &file_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_admin_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +820,7 @@ func (x *QueueVerdict) String() string {
 func (*QueueVerdict) ProtoMessage() {}
 
 func (x *QueueVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_admin_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +833,7 @@ func (x *QueueVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueVerdict.ProtoReflect.Descriptor instead.
 func (*QueueVerdict) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *QueueVerdict) GetQueue() string {
@@ -395,7 +875,7 @@ type WorkerVerdict struct {
 
 func (x *WorkerVerdict) Reset() {
 	*x = WorkerVerdict{}
-	mi := &file_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_admin_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +887,7 @@ func (x *WorkerVerdict) String() string {
 func (*WorkerVerdict) ProtoMessage() {}
 
 func (x *WorkerVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_admin_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +900,7 @@ func (x *WorkerVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerVerdict.ProtoReflect.Descriptor instead.
 func (*WorkerVerdict) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WorkerVerdict) GetWorker() string {
@@ -449,7 +929,7 @@ type ExplainPlatformResponse struct {
 
 func (x *ExplainPlatformResponse) Reset() {
 	*x = ExplainPlatformResponse{}
-	mi := &file_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_admin_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -461,7 +941,7 @@ func (x *ExplainPlatformResponse) String() string {
 func (*ExplainPlatformResponse) ProtoMessage() {}
 
 func (x *ExplainPlatformResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_admin_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -474,7 +954,7 @@ func (x *ExplainPlatformResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPlatformResponse.ProtoReflect.Descriptor instead.
 func (*ExplainPlatformResponse) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExplainPlatformResponse) GetQueues() []*QueueVerdict {
@@ -502,7 +982,45 @@ var File_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x14admin/v1/admin.proto\x12\x0fgantry.admin.v1\"5\n" +
+	"\x14admin/v1/admin.proto\x12\x0fgantry.admin.v1\"N\n" +
+	"\x0fGetQuotaRequest\x12#\n" +
+	"\rinstance_name\x18\x01 \x01(\tR\finstanceName\x12\x16\n" +
+	"\x06cohort\x18\x02 \x01(\tR\x06cohort\"\x9b\x01\n" +
+	"\x0fPutQuotaRequest\x12#\n" +
+	"\rinstance_name\x18\x01 \x01(\tR\finstanceName\x12\x16\n" +
+	"\x06cohort\x18\x02 \x01(\tR\x06cohort\x12\x1b\n" +
+	"\tmin_quota\x18\x03 \x01(\x03R\bminQuota\x12 \n" +
+	"\tmax_quota\x18\x04 \x01(\x03H\x00R\bmaxQuota\x88\x01\x01B\f\n" +
+	"\n" +
+	"_max_quota\"`\n" +
+	"\x10PutQuotaResponse\x122\n" +
+	"\x05quota\x18\x01 \x01(\v2\x1c.gantry.admin.v1.QuotaStatusR\x05quota\x12\x18\n" +
+	"\awarning\x18\x02 \x01(\tR\awarning\"Q\n" +
+	"\x12DeleteQuotaRequest\x12#\n" +
+	"\rinstance_name\x18\x01 \x01(\tR\finstanceName\x12\x16\n" +
+	"\x06cohort\x18\x02 \x01(\tR\x06cohort\"/\n" +
+	"\x13DeleteQuotaResponse\x12\x18\n" +
+	"\aexisted\x18\x01 \x01(\bR\aexisted\"\x13\n" +
+	"\x11ListQuotasRequest\"\xff\x01\n" +
+	"\x12ListQuotasResponse\x124\n" +
+	"\x06quotas\x18\x01 \x03(\v2\x1c.gantry.admin.v1.QuotaStatusR\x06quotas\x12W\n" +
+	"\fcohort_slots\x18\x02 \x03(\v24.gantry.admin.v1.ListQuotasResponse.CohortSlotsEntryR\vcohortSlots\x12\x1a\n" +
+	"\bwarnings\x18\x03 \x03(\tR\bwarnings\x1a>\n" +
+	"\x10CohortSlotsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x9b\x02\n" +
+	"\vQuotaStatus\x12#\n" +
+	"\rinstance_name\x18\x01 \x01(\tR\finstanceName\x12\x16\n" +
+	"\x06cohort\x18\x02 \x01(\tR\x06cohort\x12\x1b\n" +
+	"\tmin_quota\x18\x03 \x01(\x03R\bminQuota\x12\x1b\n" +
+	"\tmax_quota\x18\x04 \x01(\x03R\bmaxQuota\x12\x1e\n" +
+	"\n" +
+	"configured\x18\x05 \x01(\bR\n" +
+	"configured\x12\x14\n" +
+	"\x05usage\x18\x06 \x01(\x03R\x05usage\x12\x16\n" +
+	"\x06queued\x18\a \x01(\x03R\x06queued\x12!\n" +
+	"\fcohort_slots\x18\b \x01(\x03R\vcohortSlots\x12$\n" +
+	"\x0ecohort_min_sum\x18\t \x01(\x03R\fcohortMinSum\"5\n" +
 	"\x16ListInvocationsRequest\x12\x1b\n" +
 	"\tmax_depth\x18\x01 \x01(\rR\bmaxDepth\"\xe5\x01\n" +
 	"\n" +
@@ -536,10 +1054,15 @@ const file_admin_v1_admin_proto_rawDesc = "" +
 	"\x17ExplainPlatformResponse\x125\n" +
 	"\x06queues\x18\x01 \x03(\v2\x1d.gantry.admin.v1.QueueVerdictR\x06queues\x128\n" +
 	"\aworkers\x18\x02 \x03(\v2\x1e.gantry.admin.v1.WorkerVerdictR\aworkers\x12\x18\n" +
-	"\ainvalid\x18\x03 \x01(\tR\ainvalid2\xd3\x01\n" +
+	"\ainvalid\x18\x03 \x01(\tR\ainvalid2\xa1\x04\n" +
 	"\x05Admin\x12d\n" +
 	"\x0fExplainPlatform\x12'.gantry.admin.v1.ExplainPlatformRequest\x1a(.gantry.admin.v1.ExplainPlatformResponse\x12d\n" +
-	"\x0fListInvocations\x12'.gantry.admin.v1.ListInvocationsRequest\x1a(.gantry.admin.v1.ListInvocationsResponseB5Z3github.com/gantry-build/gantry/api/admin/v1;adminpbb\x06proto3"
+	"\x0fListInvocations\x12'.gantry.admin.v1.ListInvocationsRequest\x1a(.gantry.admin.v1.ListInvocationsResponse\x12J\n" +
+	"\bGetQuota\x12 .gantry.admin.v1.GetQuotaRequest\x1a\x1c.gantry.admin.v1.QuotaStatus\x12O\n" +
+	"\bPutQuota\x12 .gantry.admin.v1.PutQuotaRequest\x1a!.gantry.admin.v1.PutQuotaResponse\x12X\n" +
+	"\vDeleteQuota\x12#.gantry.admin.v1.DeleteQuotaRequest\x1a$.gantry.admin.v1.DeleteQuotaResponse\x12U\n" +
+	"\n" +
+	"ListQuotas\x12\".gantry.admin.v1.ListQuotasRequest\x1a#.gantry.admin.v1.ListQuotasResponseB5Z3github.com/gantry-build/gantry/api/admin/v1;adminpbb\x06proto3"
 
 var (
 	file_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -553,31 +1076,51 @@ func file_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_admin_v1_admin_proto_rawDescData
 }
 
-var file_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_admin_v1_admin_proto_goTypes = []any{
-	(*ListInvocationsRequest)(nil),  // 0: gantry.admin.v1.ListInvocationsRequest
-	(*Invocation)(nil),              // 1: gantry.admin.v1.Invocation
-	(*ListInvocationsResponse)(nil), // 2: gantry.admin.v1.ListInvocationsResponse
-	(*Property)(nil),                // 3: gantry.admin.v1.Property
-	(*ExplainPlatformRequest)(nil),  // 4: gantry.admin.v1.ExplainPlatformRequest
-	(*QueueVerdict)(nil),            // 5: gantry.admin.v1.QueueVerdict
-	(*WorkerVerdict)(nil),           // 6: gantry.admin.v1.WorkerVerdict
-	(*ExplainPlatformResponse)(nil), // 7: gantry.admin.v1.ExplainPlatformResponse
+	(*GetQuotaRequest)(nil),         // 0: gantry.admin.v1.GetQuotaRequest
+	(*PutQuotaRequest)(nil),         // 1: gantry.admin.v1.PutQuotaRequest
+	(*PutQuotaResponse)(nil),        // 2: gantry.admin.v1.PutQuotaResponse
+	(*DeleteQuotaRequest)(nil),      // 3: gantry.admin.v1.DeleteQuotaRequest
+	(*DeleteQuotaResponse)(nil),     // 4: gantry.admin.v1.DeleteQuotaResponse
+	(*ListQuotasRequest)(nil),       // 5: gantry.admin.v1.ListQuotasRequest
+	(*ListQuotasResponse)(nil),      // 6: gantry.admin.v1.ListQuotasResponse
+	(*QuotaStatus)(nil),             // 7: gantry.admin.v1.QuotaStatus
+	(*ListInvocationsRequest)(nil),  // 8: gantry.admin.v1.ListInvocationsRequest
+	(*Invocation)(nil),              // 9: gantry.admin.v1.Invocation
+	(*ListInvocationsResponse)(nil), // 10: gantry.admin.v1.ListInvocationsResponse
+	(*Property)(nil),                // 11: gantry.admin.v1.Property
+	(*ExplainPlatformRequest)(nil),  // 12: gantry.admin.v1.ExplainPlatformRequest
+	(*QueueVerdict)(nil),            // 13: gantry.admin.v1.QueueVerdict
+	(*WorkerVerdict)(nil),           // 14: gantry.admin.v1.WorkerVerdict
+	(*ExplainPlatformResponse)(nil), // 15: gantry.admin.v1.ExplainPlatformResponse
+	nil,                             // 16: gantry.admin.v1.ListQuotasResponse.CohortSlotsEntry
 }
 var file_admin_v1_admin_proto_depIdxs = []int32{
-	1, // 0: gantry.admin.v1.ListInvocationsResponse.invocations:type_name -> gantry.admin.v1.Invocation
-	3, // 1: gantry.admin.v1.ExplainPlatformRequest.properties:type_name -> gantry.admin.v1.Property
-	5, // 2: gantry.admin.v1.ExplainPlatformResponse.queues:type_name -> gantry.admin.v1.QueueVerdict
-	6, // 3: gantry.admin.v1.ExplainPlatformResponse.workers:type_name -> gantry.admin.v1.WorkerVerdict
-	4, // 4: gantry.admin.v1.Admin.ExplainPlatform:input_type -> gantry.admin.v1.ExplainPlatformRequest
-	0, // 5: gantry.admin.v1.Admin.ListInvocations:input_type -> gantry.admin.v1.ListInvocationsRequest
-	7, // 6: gantry.admin.v1.Admin.ExplainPlatform:output_type -> gantry.admin.v1.ExplainPlatformResponse
-	2, // 7: gantry.admin.v1.Admin.ListInvocations:output_type -> gantry.admin.v1.ListInvocationsResponse
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	7,  // 0: gantry.admin.v1.PutQuotaResponse.quota:type_name -> gantry.admin.v1.QuotaStatus
+	7,  // 1: gantry.admin.v1.ListQuotasResponse.quotas:type_name -> gantry.admin.v1.QuotaStatus
+	16, // 2: gantry.admin.v1.ListQuotasResponse.cohort_slots:type_name -> gantry.admin.v1.ListQuotasResponse.CohortSlotsEntry
+	9,  // 3: gantry.admin.v1.ListInvocationsResponse.invocations:type_name -> gantry.admin.v1.Invocation
+	11, // 4: gantry.admin.v1.ExplainPlatformRequest.properties:type_name -> gantry.admin.v1.Property
+	13, // 5: gantry.admin.v1.ExplainPlatformResponse.queues:type_name -> gantry.admin.v1.QueueVerdict
+	14, // 6: gantry.admin.v1.ExplainPlatformResponse.workers:type_name -> gantry.admin.v1.WorkerVerdict
+	12, // 7: gantry.admin.v1.Admin.ExplainPlatform:input_type -> gantry.admin.v1.ExplainPlatformRequest
+	8,  // 8: gantry.admin.v1.Admin.ListInvocations:input_type -> gantry.admin.v1.ListInvocationsRequest
+	0,  // 9: gantry.admin.v1.Admin.GetQuota:input_type -> gantry.admin.v1.GetQuotaRequest
+	1,  // 10: gantry.admin.v1.Admin.PutQuota:input_type -> gantry.admin.v1.PutQuotaRequest
+	3,  // 11: gantry.admin.v1.Admin.DeleteQuota:input_type -> gantry.admin.v1.DeleteQuotaRequest
+	5,  // 12: gantry.admin.v1.Admin.ListQuotas:input_type -> gantry.admin.v1.ListQuotasRequest
+	15, // 13: gantry.admin.v1.Admin.ExplainPlatform:output_type -> gantry.admin.v1.ExplainPlatformResponse
+	10, // 14: gantry.admin.v1.Admin.ListInvocations:output_type -> gantry.admin.v1.ListInvocationsResponse
+	7,  // 15: gantry.admin.v1.Admin.GetQuota:output_type -> gantry.admin.v1.QuotaStatus
+	2,  // 16: gantry.admin.v1.Admin.PutQuota:output_type -> gantry.admin.v1.PutQuotaResponse
+	4,  // 17: gantry.admin.v1.Admin.DeleteQuota:output_type -> gantry.admin.v1.DeleteQuotaResponse
+	6,  // 18: gantry.admin.v1.Admin.ListQuotas:output_type -> gantry.admin.v1.ListQuotasResponse
+	13, // [13:19] is the sub-list for method output_type
+	7,  // [7:13] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_admin_v1_admin_proto_init() }
@@ -585,13 +1128,14 @@ func file_admin_v1_admin_proto_init() {
 	if File_admin_v1_admin_proto != nil {
 		return
 	}
+	file_admin_v1_admin_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_v1_admin_proto_rawDesc), len(file_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

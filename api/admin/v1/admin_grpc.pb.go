@@ -23,6 +23,10 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Admin_ExplainPlatform_FullMethodName = "/gantry.admin.v1.Admin/ExplainPlatform"
 	Admin_ListInvocations_FullMethodName = "/gantry.admin.v1.Admin/ListInvocations"
+	Admin_GetQuota_FullMethodName        = "/gantry.admin.v1.Admin/GetQuota"
+	Admin_PutQuota_FullMethodName        = "/gantry.admin.v1.Admin/PutQuota"
+	Admin_DeleteQuota_FullMethodName     = "/gantry.admin.v1.Admin/DeleteQuota"
+	Admin_ListQuotas_FullMethodName      = "/gantry.admin.v1.Admin/ListQuotas"
 )
 
 // AdminClient is the client API for Admin service.
@@ -36,6 +40,12 @@ type AdminClient interface {
 	// ListInvocations returns the fairness trie: queued and executing
 	// counts per invocation, per level.
 	ListInvocations(ctx context.Context, in *ListInvocationsRequest, opts ...grpc.CallOption) (*ListInvocationsResponse, error)
+	// Quotas per (instance, cohort). Changes are stored durably before
+	// they are acknowledged.
+	GetQuota(ctx context.Context, in *GetQuotaRequest, opts ...grpc.CallOption) (*QuotaStatus, error)
+	PutQuota(ctx context.Context, in *PutQuotaRequest, opts ...grpc.CallOption) (*PutQuotaResponse, error)
+	DeleteQuota(ctx context.Context, in *DeleteQuotaRequest, opts ...grpc.CallOption) (*DeleteQuotaResponse, error)
+	ListQuotas(ctx context.Context, in *ListQuotasRequest, opts ...grpc.CallOption) (*ListQuotasResponse, error)
 }
 
 type adminClient struct {
@@ -66,6 +76,46 @@ func (c *adminClient) ListInvocations(ctx context.Context, in *ListInvocationsRe
 	return out, nil
 }
 
+func (c *adminClient) GetQuota(ctx context.Context, in *GetQuotaRequest, opts ...grpc.CallOption) (*QuotaStatus, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(QuotaStatus)
+	err := c.cc.Invoke(ctx, Admin_GetQuota_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) PutQuota(ctx context.Context, in *PutQuotaRequest, opts ...grpc.CallOption) (*PutQuotaResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutQuotaResponse)
+	err := c.cc.Invoke(ctx, Admin_PutQuota_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) DeleteQuota(ctx context.Context, in *DeleteQuotaRequest, opts ...grpc.CallOption) (*DeleteQuotaResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteQuotaResponse)
+	err := c.cc.Invoke(ctx, Admin_DeleteQuota_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListQuotas(ctx context.Context, in *ListQuotasRequest, opts ...grpc.CallOption) (*ListQuotasResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListQuotasResponse)
+	err := c.cc.Invoke(ctx, Admin_ListQuotas_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -77,6 +127,12 @@ type AdminServer interface {
 	// ListInvocations returns the fairness trie: queued and executing
 	// counts per invocation, per level.
 	ListInvocations(context.Context, *ListInvocationsRequest) (*ListInvocationsResponse, error)
+	// Quotas per (instance, cohort). Changes are stored durably before
+	// they are acknowledged.
+	GetQuota(context.Context, *GetQuotaRequest) (*QuotaStatus, error)
+	PutQuota(context.Context, *PutQuotaRequest) (*PutQuotaResponse, error)
+	DeleteQuota(context.Context, *DeleteQuotaRequest) (*DeleteQuotaResponse, error)
+	ListQuotas(context.Context, *ListQuotasRequest) (*ListQuotasResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -92,6 +148,18 @@ func (UnimplementedAdminServer) ExplainPlatform(context.Context, *ExplainPlatfor
 }
 func (UnimplementedAdminServer) ListInvocations(context.Context, *ListInvocationsRequest) (*ListInvocationsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListInvocations not implemented")
+}
+func (UnimplementedAdminServer) GetQuota(context.Context, *GetQuotaRequest) (*QuotaStatus, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetQuota not implemented")
+}
+func (UnimplementedAdminServer) PutQuota(context.Context, *PutQuotaRequest) (*PutQuotaResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutQuota not implemented")
+}
+func (UnimplementedAdminServer) DeleteQuota(context.Context, *DeleteQuotaRequest) (*DeleteQuotaResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteQuota not implemented")
+}
+func (UnimplementedAdminServer) ListQuotas(context.Context, *ListQuotasRequest) (*ListQuotasResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListQuotas not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -150,6 +218,78 @@ func _Admin_ListInvocations_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_GetQuota_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetQuotaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetQuota(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetQuota_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetQuota(ctx, req.(*GetQuotaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_PutQuota_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutQuotaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).PutQuota(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_PutQuota_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).PutQuota(ctx, req.(*PutQuotaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_DeleteQuota_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteQuotaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DeleteQuota(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DeleteQuota_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DeleteQuota(ctx, req.(*DeleteQuotaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListQuotas_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListQuotasRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListQuotas(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListQuotas_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListQuotas(ctx, req.(*ListQuotasRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -164,6 +304,22 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListInvocations",
 			Handler:    _Admin_ListInvocations_Handler,
+		},
+		{
+			MethodName: "GetQuota",
+			Handler:    _Admin_GetQuota_Handler,
+		},
+		{
+			MethodName: "PutQuota",
+			Handler:    _Admin_PutQuota_Handler,
+		},
+		{
+			MethodName: "DeleteQuota",
+			Handler:    _Admin_DeleteQuota_Handler,
+		},
+		{
+			MethodName: "ListQuotas",
+			Handler:    _Admin_ListQuotas_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -271,8 +271,10 @@ type RegisterRequest struct {
 	// Names of the process wrappers the worker has; an action's
 	// process-wrapper properties must all be among them.
 	ProcessWrappers []string `protobuf:"bytes,10,rep,name=process_wrappers,json=processWrappers,proto3" json:"process_wrappers,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Instance names the worker serves; empty or "*" serves every instance.
+	Instances     []string `protobuf:"bytes,11,rep,name=instances,proto3" json:"instances,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
@@ -371,6 +373,13 @@ func (x *RegisterRequest) GetVersion() string {
 func (x *RegisterRequest) GetProcessWrappers() []string {
 	if x != nil {
 		return x.ProcessWrappers
+	}
+	return nil
+}
+
+func (x *RegisterRequest) GetInstances() []string {
+	if x != nil {
+		return x.Instances
 	}
 	return nil
 }
@@ -1063,7 +1072,7 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"\x04hash\x18\x01 \x01(\tR\x04hash\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\x12'\n" +
-	"\x0fdigest_function\x18\x03 \x01(\x05R\x0edigestFunction\"\xe0\x03\n" +
+	"\x0fdigest_function\x18\x03 \x01(\x05R\x0edigestFunction\"\xfe\x03\n" +
 	"\x0fRegisterRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12:\n" +
 	"\n" +
@@ -1077,7 +1086,8 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"\x06queues\x18\b \x03(\tR\x06queues\x12\x18\n" +
 	"\aversion\x18\t \x01(\tR\aversion\x12)\n" +
 	"\x10process_wrappers\x18\n" +
-	" \x03(\tR\x0fprocessWrappers\x1a<\n" +
+	" \x03(\tR\x0fprocessWrappers\x12\x1c\n" +
+	"\tinstances\x18\v \x03(\tR\tinstances\x1a<\n" +
 	"\x0eResourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"x\n" +
