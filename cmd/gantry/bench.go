@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -50,6 +51,7 @@ type benchFlags struct {
 	platform        []string
 	skipCacheLookup bool
 	noopWorkers     int
+	cpuProfile      string
 }
 
 // benchPlan is a validated benchmark: what to run and when to stop.
@@ -63,6 +65,7 @@ type benchPlan struct {
 	platform        *repb.Platform // nil when no --platform was given
 	skipCacheLookup bool
 	noopWorkers     int
+	cpuProfile      string // write the load generator's CPU profile here
 }
 
 // newBenchCommand returns the "gantry bench" command.
@@ -127,6 +130,7 @@ Gantry server: other REAPI servers have their own worker protocols.`,
 	fl.StringArrayVar(&f.platform, "platform", nil, "platform property name=value for the actions; repeat for several")
 	fl.BoolVar(&f.skipCacheLookup, "skip-cache-lookup", false, "set skip_cache_lookup in every ExecuteRequest")
 	fl.IntVar(&f.noopWorkers, "noop-workers", 0, "start this many in-process no-op workers (Gantry servers only)")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the load generator (read it with go tool pprof)")
 	return cmd
 }
 
@@ -140,6 +144,7 @@ func (f *benchFlags) plan(actionsSet, durationSet bool) (*benchPlan, error) {
 		outputFile:      f.outputFile,
 		skipCacheLookup: f.skipCacheLookup,
 		noopWorkers:     f.noopWorkers,
+		cpuProfile:      f.cpuProfile,
 	}
 	if p.server == "" {
 		return nil, errors.New("--server is empty; give the host:port of a REAPI server, e.g. --server 127.0.0.1:8980")
@@ -254,9 +259,17 @@ func runBench(ctx context.Context, plan *benchPlan, out, errOut io.Writer) error
 	}
 
 	fmt.Fprintf(out, "gantry bench: %s\n", plan.describe())
+	stopProfile, err := startCPUProfile(plan.cpuProfile)
+	if err != nil {
+		stopWorkers()
+		return err
+	}
 	b := &bench{plan: plan, conn: conn, cas: cas}
 	stats := runLoad(loadCtx, plan, b.runAction, errOut)
 	stopWorkers()
+	if err := stopProfile(); err != nil {
+		return err
+	}
 
 	stats.report(out)
 	if cause := context.Cause(loadCtx); cause != nil && !errors.Is(cause, context.Canceled) {
@@ -269,6 +282,29 @@ func runBench(ctx context.Context, plan *benchPlan, out, errOut io.Writer) error
 		return fmt.Errorf("%d of %d actions failed; the first: %v", stats.failed, stats.ok+stats.failed, stats.firstErr)
 	}
 	return nil
+}
+
+// startCPUProfile starts profiling the process into path; the returned
+// function stops it. An empty path does nothing.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // checkServer asks the server for its capabilities and checks that it can
