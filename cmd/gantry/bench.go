@@ -32,6 +32,8 @@ const (
 	defaultServer      = "127.0.0.1:8980"
 	defaultConcurrency = 8
 	defaultActions     = 1000
+	// defaultNoopSlots is how many actions a no-op worker holds at once.
+	defaultNoopSlots = 8
 	// benchIDVar is the environment variable that makes each action unique.
 	benchIDVar = "GANTRY_BENCH_ID"
 	// benchOutput is the output file of --output-file actions.
@@ -51,6 +53,8 @@ type benchFlags struct {
 	platform        []string
 	skipCacheLookup bool
 	noopWorkers     int
+	noopSlots       int
+	findMissing     bool
 	cpuProfile      string
 }
 
@@ -65,6 +69,8 @@ type benchPlan struct {
 	platform        *repb.Platform // nil when no --platform was given
 	skipCacheLookup bool
 	noopWorkers     int
+	noopSlots       int
+	findMissing     bool
 	cpuProfile      string // write the load generator's CPU profile here
 }
 
@@ -87,10 +93,11 @@ Each action is unique (a fresh UUID in its command), so the action cache
 never answers it. By default it runs ["/bin/sh", "-c", "echo <uuid> > out"]
 and checks that the output file "out" holds the UUID; with
 --output-file=false it runs ["true"]. For every action bench uploads the
-Command and Action (FindMissingBlobs + BatchUpdateBlobs), calls Execute and
-measures the time from the Execute call to the completed operation. An
-action counts as failed unless the operation completes with status OK,
-exit code 0 and the expected output.
+Command and Action in one BatchUpdateBlobs call (both are new by
+construction; with --find-missing it asks FindMissingBlobs first, as Bazel
+does), calls Execute and measures the time from the Execute call to the
+completed operation. An action counts as failed unless the operation
+completes with status OK, exit code 0 and the expected output.
 
 It stops after --actions actions or, with --duration, issues actions for
 that long and lets those in flight finish. Interrupting (Ctrl-C) stops early
@@ -103,7 +110,9 @@ The report ends with one machine-readable line:
 
 --noop-workers N starts N in-process workers that speak Gantry's own worker
 protocol and complete every action instantly without running anything, to
-measure the scheduler and Execute path alone. This works only against a
+measure the scheduler and Execute path alone. Each holds up to --noop-slots
+actions: one Poll delivers the results of the previous batch and asks for
+as many new actions as it has slots. This works only against a
 Gantry server: other REAPI servers have their own worker protocols.`,
 		Example: `  gantry bench --actions 5000 --concurrency 32
   gantry bench --server buildbarn:8980 --instance fuse --platform OSFamily=Linux --duration 1m
@@ -130,6 +139,8 @@ Gantry server: other REAPI servers have their own worker protocols.`,
 	fl.StringArrayVar(&f.platform, "platform", nil, "platform property name=value for the actions; repeat for several")
 	fl.BoolVar(&f.skipCacheLookup, "skip-cache-lookup", false, "set skip_cache_lookup in every ExecuteRequest")
 	fl.IntVar(&f.noopWorkers, "noop-workers", 0, "start this many in-process no-op workers (Gantry servers only)")
+	fl.IntVar(&f.noopSlots, "noop-slots", defaultNoopSlots, "actions each no-op worker holds at once")
+	fl.BoolVar(&f.findMissing, "find-missing", false, "call FindMissingBlobs before uploading each action's Command and Action")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the load generator (read it with go tool pprof)")
 	return cmd
 }
@@ -144,6 +155,8 @@ func (f *benchFlags) plan(actionsSet, durationSet bool) (*benchPlan, error) {
 		outputFile:      f.outputFile,
 		skipCacheLookup: f.skipCacheLookup,
 		noopWorkers:     f.noopWorkers,
+		noopSlots:       f.noopSlots,
+		findMissing:     f.findMissing,
 		cpuProfile:      f.cpuProfile,
 	}
 	if p.server == "" {
@@ -171,6 +184,9 @@ func (f *benchFlags) plan(actionsSet, durationSet bool) (*benchPlan, error) {
 	}
 	if p.noopWorkers < 0 {
 		return nil, fmt.Errorf("--noop-workers %d: it must be 0 or more", p.noopWorkers)
+	}
+	if p.noopSlots < 1 {
+		return nil, fmt.Errorf("--noop-slots %d: it must be at least 1", p.noopSlots)
 	}
 	var err error
 	if p.platform, err = parsePlatform(f.platform); err != nil {
@@ -231,8 +247,11 @@ func (p *benchPlan) describe() string {
 	if p.skipCacheLookup {
 		b.WriteString(", skip cache lookup")
 	}
+	if p.findMissing {
+		b.WriteString(", FindMissingBlobs before uploads")
+	}
 	if p.noopWorkers > 0 {
-		fmt.Fprintf(&b, ", %d no-op workers", p.noopWorkers)
+		fmt.Fprintf(&b, ", %d no-op workers with %d slots each", p.noopWorkers, p.noopSlots)
 	}
 	b.WriteString(")")
 	return b.String()
@@ -343,6 +362,7 @@ func startNoopWorkers(ctx context.Context, plan *benchPlan, fail context.CancelC
 	var wg sync.WaitGroup
 	for i := range plan.noopWorkers {
 		w := client.NewNoopWorker(conn, fmt.Sprintf("%s-%d", prefix, i))
+		w.Slots = plan.noopSlots
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -393,7 +413,11 @@ func (b *bench) runAction(ctx context.Context, _ int) (time.Duration, bool, erro
 	if err != nil {
 		return 0, false, fmt.Errorf("encoding the Action: %w", err)
 	}
-	if err := b.cas.PutMany(ctx, blobs); err != nil {
+	upload := b.cas.PutNew
+	if b.plan.findMissing {
+		upload = b.cas.PutMany
+	}
+	if err := upload(ctx, blobs); err != nil {
 		return 0, false, fmt.Errorf("uploading action %s: %w", ad, err)
 	}
 	req := &repb.ExecuteRequest{
