@@ -25,6 +25,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/gctune"
 )
 
 // Defaults of gantry bench.
@@ -126,6 +127,7 @@ Gantry server: other REAPI servers have their own worker protocols.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			gctune.Floor(gctune.DefaultHeadroom)
 			return run(ctx, plan, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
