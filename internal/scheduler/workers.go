@@ -82,6 +82,9 @@ type Assignment struct {
 	LeaseID string
 	Task    *Task
 	Attempt int
+	// ActionBytes and CommandBytes are the task's, taken when it was
+	// leased: a finished task lets go of its own.
+	ActionBytes, CommandBytes []byte
 }
 
 // CommandKind is an instruction for a running lease.
@@ -218,7 +221,7 @@ func (s *Scheduler) leaseLocked(t *Task, w *worker, wt *waiter) *Assignment {
 	for name, n := range t.Req.Resources {
 		w.held[name] += n
 	}
-	a := &Assignment{LeaseID: l.id, Task: t, Attempt: t.attempts}
+	a := &Assignment{LeaseID: l.id, Task: t, Attempt: t.attempts, ActionBytes: t.ActionBytes, CommandBytes: t.CommandBytes}
 	s.emit(Event{Kind: EventLeased, Task: t.ID, Worker: w.info.ID})
 	if wt != nil {
 		wt.ch <- a
