@@ -7,6 +7,7 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -182,15 +183,17 @@ func executeResponse(req *workerpb.CompleteRequest) (*repb.ExecuteResponse, erro
 			return nil, status.Errorf(codes.InvalidArgument, "action_result is not a valid ActionResult: %v", err)
 		}
 	}
+	if len(req.MissingBlobs) == 0 {
+		resp.Status = &rpcstatus.Status{Code: req.StatusCode, Message: req.StatusMessage}
+		return resp, nil
+	}
 	st := status.New(codes.Code(req.StatusCode), req.StatusMessage)
-	if len(req.MissingBlobs) > 0 {
-		pf := &errdetails.PreconditionFailure{}
-		for _, subj := range req.MissingBlobs {
-			pf.Violations = append(pf.Violations, &errdetails.PreconditionFailure_Violation{Type: "MISSING", Subject: subj, Description: "input is not in the CAS"})
-		}
-		if d, err := st.WithDetails(pf); err == nil {
-			st = d
-		}
+	pf := &errdetails.PreconditionFailure{}
+	for _, subj := range req.MissingBlobs {
+		pf.Violations = append(pf.Violations, &errdetails.PreconditionFailure_Violation{Type: "MISSING", Subject: subj, Description: "input is not in the CAS"})
+	}
+	if d, err := st.WithDetails(pf); err == nil {
+		st = d
 	}
 	resp.Status = st.Proto()
 	return resp, nil
