@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/gctune"
 )
 
 // Defaults of gantry bench.
@@ -31,6 +33,8 @@ const (
 	defaultServer      = "127.0.0.1:8980"
 	defaultConcurrency = 8
 	defaultActions     = 1000
+	// defaultNoopSlots is how many actions a no-op worker holds at once.
+	defaultNoopSlots = 8
 	// benchIDVar is the environment variable that makes each action unique.
 	benchIDVar = "GANTRY_BENCH_ID"
 	// benchOutput is the output file of --output-file actions.
@@ -50,6 +54,9 @@ type benchFlags struct {
 	platform        []string
 	skipCacheLookup bool
 	noopWorkers     int
+	noopSlots       int
+	findMissing     bool
+	cpuProfile      string
 }
 
 // benchPlan is a validated benchmark: what to run and when to stop.
@@ -63,6 +70,9 @@ type benchPlan struct {
 	platform        *repb.Platform // nil when no --platform was given
 	skipCacheLookup bool
 	noopWorkers     int
+	noopSlots       int
+	findMissing     bool
+	cpuProfile      string // write the load generator's CPU profile here
 }
 
 // newBenchCommand returns the "gantry bench" command.
@@ -84,10 +94,11 @@ Each action is unique (a fresh UUID in its command), so the action cache
 never answers it. By default it runs ["/bin/sh", "-c", "echo <uuid> > out"]
 and checks that the output file "out" holds the UUID; with
 --output-file=false it runs ["true"]. For every action bench uploads the
-Command and Action (FindMissingBlobs + BatchUpdateBlobs), calls Execute and
-measures the time from the Execute call to the completed operation. An
-action counts as failed unless the operation completes with status OK,
-exit code 0 and the expected output.
+Command and Action in one BatchUpdateBlobs call (both are new by
+construction; with --find-missing it asks FindMissingBlobs first, as Bazel
+does), calls Execute and measures the time from the Execute call to the
+completed operation. An action counts as failed unless the operation
+completes with status OK, exit code 0 and the expected output.
 
 It stops after --actions actions or, with --duration, issues actions for
 that long and lets those in flight finish. Interrupting (Ctrl-C) stops early
@@ -100,7 +111,9 @@ The report ends with one machine-readable line:
 
 --noop-workers N starts N in-process workers that speak Gantry's own worker
 protocol and complete every action instantly without running anything, to
-measure the scheduler and Execute path alone. This works only against a
+measure the scheduler and Execute path alone. Each holds up to --noop-slots
+actions: one Poll delivers the results of the previous batch and asks for
+as many new actions as it has slots. This works only against a
 Gantry server: other REAPI servers have their own worker protocols.`,
 		Example: `  gantry bench --actions 5000 --concurrency 32
   gantry bench --server buildbarn:8980 --instance fuse --platform OSFamily=Linux --duration 1m
@@ -114,6 +127,7 @@ Gantry server: other REAPI servers have their own worker protocols.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			gctune.Floor(gctune.DefaultHeadroom)
 			return run(ctx, plan, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -127,6 +141,9 @@ Gantry server: other REAPI servers have their own worker protocols.`,
 	fl.StringArrayVar(&f.platform, "platform", nil, "platform property name=value for the actions; repeat for several")
 	fl.BoolVar(&f.skipCacheLookup, "skip-cache-lookup", false, "set skip_cache_lookup in every ExecuteRequest")
 	fl.IntVar(&f.noopWorkers, "noop-workers", 0, "start this many in-process no-op workers (Gantry servers only)")
+	fl.IntVar(&f.noopSlots, "noop-slots", defaultNoopSlots, "actions each no-op worker holds at once")
+	fl.BoolVar(&f.findMissing, "find-missing", false, "call FindMissingBlobs before uploading each action's Command and Action")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the load generator (read it with go tool pprof)")
 	return cmd
 }
 
@@ -140,6 +157,9 @@ func (f *benchFlags) plan(actionsSet, durationSet bool) (*benchPlan, error) {
 		outputFile:      f.outputFile,
 		skipCacheLookup: f.skipCacheLookup,
 		noopWorkers:     f.noopWorkers,
+		noopSlots:       f.noopSlots,
+		findMissing:     f.findMissing,
+		cpuProfile:      f.cpuProfile,
 	}
 	if p.server == "" {
 		return nil, errors.New("--server is empty; give the host:port of a REAPI server, e.g. --server 127.0.0.1:8980")
@@ -166,6 +186,9 @@ func (f *benchFlags) plan(actionsSet, durationSet bool) (*benchPlan, error) {
 	}
 	if p.noopWorkers < 0 {
 		return nil, fmt.Errorf("--noop-workers %d: it must be 0 or more", p.noopWorkers)
+	}
+	if p.noopSlots < 1 {
+		return nil, fmt.Errorf("--noop-slots %d: it must be at least 1", p.noopSlots)
 	}
 	var err error
 	if p.platform, err = parsePlatform(f.platform); err != nil {
@@ -226,8 +249,11 @@ func (p *benchPlan) describe() string {
 	if p.skipCacheLookup {
 		b.WriteString(", skip cache lookup")
 	}
+	if p.findMissing {
+		b.WriteString(", FindMissingBlobs before uploads")
+	}
 	if p.noopWorkers > 0 {
-		fmt.Fprintf(&b, ", %d no-op workers", p.noopWorkers)
+		fmt.Fprintf(&b, ", %d no-op workers with %d slots each", p.noopWorkers, p.noopSlots)
 	}
 	b.WriteString(")")
 	return b.String()
@@ -254,9 +280,17 @@ func runBench(ctx context.Context, plan *benchPlan, out, errOut io.Writer) error
 	}
 
 	fmt.Fprintf(out, "gantry bench: %s\n", plan.describe())
+	stopProfile, err := startCPUProfile(plan.cpuProfile)
+	if err != nil {
+		stopWorkers()
+		return err
+	}
 	b := &bench{plan: plan, conn: conn, cas: cas}
 	stats := runLoad(loadCtx, plan, b.runAction, errOut)
 	stopWorkers()
+	if err := stopProfile(); err != nil {
+		return err
+	}
 
 	stats.report(out)
 	if cause := context.Cause(loadCtx); cause != nil && !errors.Is(cause, context.Canceled) {
@@ -269,6 +303,29 @@ func runBench(ctx context.Context, plan *benchPlan, out, errOut io.Writer) error
 		return fmt.Errorf("%d of %d actions failed; the first: %v", stats.failed, stats.ok+stats.failed, stats.firstErr)
 	}
 	return nil
+}
+
+// startCPUProfile starts profiling the process into path; the returned
+// function stops it. An empty path does nothing.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // checkServer asks the server for its capabilities and checks that it can
@@ -307,6 +364,7 @@ func startNoopWorkers(ctx context.Context, plan *benchPlan, fail context.CancelC
 	var wg sync.WaitGroup
 	for i := range plan.noopWorkers {
 		w := client.NewNoopWorker(conn, fmt.Sprintf("%s-%d", prefix, i))
+		w.Slots = plan.noopSlots
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -357,7 +415,11 @@ func (b *bench) runAction(ctx context.Context, _ int) (time.Duration, bool, erro
 	if err != nil {
 		return 0, false, fmt.Errorf("encoding the Action: %w", err)
 	}
-	if err := b.cas.PutMany(ctx, blobs); err != nil {
+	upload := b.cas.PutNew
+	if b.plan.findMissing {
+		upload = b.cas.PutMany
+	}
+	if err := upload(ctx, blobs); err != nil {
 		return 0, false, fmt.Errorf("uploading action %s: %w", ad, err)
 	}
 	req := &repb.ExecuteRequest{

@@ -647,14 +647,30 @@ func (f *fakeGantry) Register(_ context.Context, req *workerpb.RegisterRequest) 
 }
 
 func (f *fakeGantry) Poll(ctx context.Context, req *workerpb.PollRequest) (*workerpb.PollResponse, error) {
+	resp := &workerpb.PollResponse{}
+	for _, c := range req.Completions {
+		c.WorkerId = req.WorkerId
+		done, _ := f.Complete(ctx, c)
+		resp.CompletionsAccepted = append(resp.CompletionsAccepted, done.Accepted)
+	}
 	select {
 	case a := <-f.queue:
-		return &workerpb.PollResponse{Assignment: a}, nil
+		resp.Assignment = a
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-time.After(time.Duration(req.WaitMs) * time.Millisecond):
-		return &workerpb.PollResponse{}, nil
+		return resp, nil
 	}
+	// Hand out more queued work, up to what the worker asked for.
+	for n := 1; n < int(req.MaxAssignments); n++ {
+		select {
+		case a := <-f.queue:
+			resp.MoreAssignments = append(resp.MoreAssignments, a)
+		default:
+			return resp, nil
+		}
+	}
+	return resp, nil
 }
 
 func (f *fakeGantry) Heartbeat(context.Context, *workerpb.HeartbeatRequest) (*workerpb.HeartbeatResponse, error) {

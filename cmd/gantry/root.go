@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/gctune"
 	"github.com/gantry-build/gantry/internal/server"
 	"github.com/gantry-build/gantry/internal/version"
 )
@@ -65,6 +66,7 @@ Flags given on the command line override the config file.`,
 				cfg.DataDir = dataDir
 			}
 			log := newLogger(cfg.Log)
+			gctune.Floor(gctune.DefaultHeadroom)
 			srv, err := server.New(cfg, log)
 			if err != nil {
 				return err

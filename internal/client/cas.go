@@ -546,21 +546,36 @@ func packBatches(ds []digest.Digest, maxBatch int64) (batches [][]digest.Digest,
 // any too large for a batch with ByteStream Write. Every blob's data is
 // checked against its digest first.
 func (c *CAS) PutMany(ctx context.Context, blobs map[digest.Digest][]byte) error {
+	return c.putMany(ctx, blobs, true)
+}
+
+// PutNew is PutMany without the FindMissingBlobs call, for blobs the
+// caller knows the server lacks (for example the Command of an action
+// made unique): one BatchUpdateBlobs call uploads up to the batch limit.
+// Data is not re-hashed: the caller computed the digests.
+func (c *CAS) PutNew(ctx context.Context, blobs map[digest.Digest][]byte) error {
+	return c.putMany(ctx, blobs, false)
+}
+
+func (c *CAS) putMany(ctx context.Context, blobs map[digest.Digest][]byte, findMissing bool) error {
 	ds := make([]digest.Digest, 0, len(blobs))
 	for d, data := range blobs {
 		if err := c.check(d); err != nil {
 			return err
 		}
-		if !c.skipLocalVerify {
+		if findMissing && !c.skipLocalVerify {
 			if got := digest.Compute(d.Function, data); got != d {
 				return &blobstore.MismatchError{Want: d, Got: got}
 			}
 		}
 		ds = append(ds, d)
 	}
-	missing, err := c.FindMissing(ctx, ds)
-	if err != nil {
-		return err
+	missing := ds
+	if findMissing {
+		var err error
+		if missing, err = c.FindMissing(ctx, ds); err != nil {
+			return err
+		}
 	}
 	batches, large := packBatches(missing, c.maxBatch)
 	return runParallel(ctx, len(batches)+len(large), func(ctx context.Context, i int) error {

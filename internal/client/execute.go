@@ -26,6 +26,10 @@ var retryDelay = func(n int) time.Duration {
 	return d/2 + rand.N(d/2+1) // jitter, so that many clients do not retry in step
 }
 
+// streamEndWait is how long Execute waits for the server to end a stream
+// after the done operation.
+const streamEndWait = time.Second
+
 // errStreamEnded marks an Operation stream that ended before done.
 var errStreamEnded = errors.New("the server ended the Operation stream before the operation was done")
 
@@ -47,21 +51,10 @@ func Execute(ctx context.Context, conn grpc.ClientConnInterface, req *repb.Execu
 	breaks := 0
 	for {
 		waiting := name != ""
-		var stream grpc.ServerStreamingClient[longrunningpb.Operation]
-		var err error
-		if waiting {
-			stream, err = exec.WaitExecution(ctx, &repb.WaitExecutionRequest{Name: name})
-		} else {
-			stream, err = exec.Execute(ctx, req)
-		}
-		progressed := false
-		if err == nil {
-			var op *longrunningpb.Operation
-			op, progressed, err = follow(stream, &name)
-			if op != nil {
-				resp, err := unpack(op)
-				return resp, name, err
-			}
+		op, progressed, err := attempt(ctx, exec, req, &name)
+		if op != nil {
+			resp, err := unpack(op)
+			return resp, name, err
 		}
 		if ctx.Err() != nil {
 			return nil, name, fmt.Errorf("executing action %s: %w", digestString(req), ctx.Err())
@@ -90,6 +83,34 @@ func Execute(ctx context.Context, conn grpc.ClientConnInterface, req *repb.Execu
 			return nil, name, fmt.Errorf("executing action %s: %w", digestString(req), ctx.Err())
 		}
 	}
+}
+
+// attempt runs one Execute call, or WaitExecution if *name is set, and
+// follows its stream until the operation is done (see follow). The
+// stream's resources are released when it returns: a stream left open
+// would keep a goroutine and its buffers until ctx ends.
+func attempt(ctx context.Context, exec repb.ExecutionClient, req *repb.ExecuteRequest, name *string) (done *longrunningpb.Operation, progressed bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var stream grpc.ServerStreamingClient[longrunningpb.Operation]
+	if *name != "" {
+		stream, err = exec.WaitExecution(ctx, &repb.WaitExecutionRequest{Name: *name})
+	} else {
+		stream, err = exec.Execute(ctx, req)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	done, progressed, err = follow(stream, name)
+	if done != nil {
+		// The server ends the stream after the done operation; reading
+		// that end finishes the call cleanly instead of cancelling it. A
+		// server that keeps the stream open is cut off after a while.
+		t := time.AfterFunc(streamEndWait, cancel)
+		stream.Recv()
+		t.Stop()
+	}
+	return done, progressed, err
 }
 
 // follow reads an Operation stream until an operation is done. It records

@@ -34,9 +34,11 @@ const (
 // blob. It measures the scheduler and Execute path without any execution
 // cost. It only works against a Gantry scheduler.
 //
-// It registers with one core and one slot, properties OSFamily=linux (or
-// Properties) and accept_unknown_properties, and heartbeats at the
-// interval the scheduler asks for.
+// It registers with Slots cores and slots (default 1), properties
+// OSFamily=linux (or Properties) and accept_unknown_properties, and
+// heartbeats at the interval the scheduler asks for. Each Poll asks for up
+// to Slots actions and carries the results of the previous Poll's
+// actions, so one call per batch both delivers results and fetches work.
 type NoopWorker struct {
 	// ID is the worker id sent to the scheduler; it must be unique.
 	ID string
@@ -46,6 +48,8 @@ type NoopWorker struct {
 	// PollWait is how long one Poll may wait for work; 0 means
 	// DefaultPollWait.
 	PollWait time.Duration
+	// Slots is how many actions the worker holds at once; 0 means 1.
+	Slots int
 	// Logger receives warnings; nil means slog.Default().
 	Logger *slog.Logger
 
@@ -56,8 +60,8 @@ type NoopWorker struct {
 	interval   atomic.Int64 // heartbeat interval in ms
 	reregister atomic.Bool
 
-	mu    sync.Mutex
-	lease string // the lease being completed, for heartbeats
+	mu     sync.Mutex
+	leases map[string]struct{} // the leases being completed, for heartbeats
 }
 
 // NewNoopWorker returns a NoopWorker with id that talks to the scheduler
@@ -97,6 +101,10 @@ func (w *NoopWorker) Run(ctx context.Context) error {
 	if wait <= 0 {
 		wait = DefaultPollWait
 	}
+	slots := w.slots()
+	// pending are the results of the last assignments: the next Poll
+	// delivers them (they are ready at once) and asks for more work.
+	var pending []*workerpb.CompleteRequest
 	failures := 0
 	for ctx.Err() == nil {
 		if w.reregister.Swap(false) {
@@ -104,7 +112,17 @@ func (w *NoopWorker) Run(ctx context.Context) error {
 				return ignoreCancel(ctx, err)
 			}
 		}
-		resp, err := w.client.Poll(ctx, &workerpb.PollRequest{WorkerId: w.ID, FreeCores: 1, WaitMs: wait.Milliseconds()})
+		req := &workerpb.PollRequest{WorkerId: w.ID, FreeCores: int32(slots), WaitMs: wait.Milliseconds(), Completions: pending}
+		if slots > 1 {
+			req.MaxAssignments = int32(slots)
+		}
+		resp, err := w.client.Poll(ctx, req)
+		if err == nil && len(resp.CompletionsAccepted) != len(pending) {
+			err = fmt.Errorf("the scheduler answered %d of the %d results sent with the poll; it does not support results in Poll (is it an older Gantry?)", len(resp.CompletionsAccepted), len(pending))
+		}
+		if err == nil && len(resp.MoreAssignments) >= slots {
+			err = fmt.Errorf("the scheduler handed out %d assignments for %d free slots", len(resp.MoreAssignments)+1, slots)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -112,24 +130,43 @@ func (w *NoopWorker) Run(ctx context.Context) error {
 			if !transient(err) {
 				return w.protocolError("Poll", err)
 			}
+			// The results go again with the next poll; any the scheduler
+			// did take are refused then as no longer leased.
 			failures++
 			w.Logger.Warn("noop worker: Poll failed; retrying", "worker", w.ID, "err", err)
 			sleep(ctx, retryDelay(min(failures, 6)))
 			continue
 		}
 		failures = 0
+		for i, ok := range resp.CompletionsAccepted {
+			if ok {
+				w.completed.Add(1)
+			} else {
+				w.rejected.Add(1)
+			}
+			w.removeLease(pending[i].LeaseId)
+		}
+		pending = nil
 		if resp.Reregister {
 			w.reregister.Store(true)
 			continue
 		}
-		if resp.Assignment != nil {
-			if err := w.complete(ctx, resp.Assignment); err != nil {
-				return ignoreCancel(ctx, err)
+		if resp.Assignment == nil {
+			continue
+		}
+		for _, a := range append([]*workerpb.Assignment{resp.Assignment}, resp.MoreAssignments...) {
+			c, err := w.completion(a)
+			if err != nil {
+				return err
 			}
+			w.addLease(a.LeaseId)
+			pending = append(pending, c)
 		}
 	}
 	return nil
 }
+
+func (w *NoopWorker) slots() int { return max(w.Slots, 1) }
 
 // register announces the worker, retrying transient errors.
 func (w *NoopWorker) register(ctx context.Context) error {
@@ -141,8 +178,8 @@ func (w *NoopWorker) register(ctx context.Context) error {
 		WorkerId:                w.ID,
 		Properties:              props,
 		AcceptUnknownProperties: true,
-		Cores:                   1,
-		Slots:                   1,
+		Cores:                   int32(w.slots()),
+		Slots:                   int32(w.slots()),
 		Version:                 "gantry-noop-worker",
 	}
 	for failures := 1; ; failures++ {
@@ -159,33 +196,17 @@ func (w *NoopWorker) register(ctx context.Context) error {
 	}
 }
 
-// complete reports an immediate success for assignment a.
-func (w *NoopWorker) complete(ctx context.Context, a *workerpb.Assignment) error {
-	w.setLease(a.LeaseId)
-	defer w.setLease("")
-	req := &workerpb.CompleteRequest{WorkerId: w.ID, LeaseId: a.LeaseId}
+// completion is the report of an immediate success for assignment a.
+func (w *NoopWorker) completion(a *workerpb.Assignment) (*workerpb.CompleteRequest, error) {
+	req := &workerpb.CompleteRequest{LeaseId: a.LeaseId}
 	result, err := noopResult(a, w.ID)
 	if err != nil {
 		req.StatusCode = int32(codes.InvalidArgument)
 		req.StatusMessage = err.Error()
 	} else if req.ActionResult, err = proto.Marshal(result); err != nil {
-		return fmt.Errorf("encoding the ActionResult: %w", err)
+		return nil, fmt.Errorf("encoding the ActionResult: %w", err)
 	}
-	for failures := 1; ; failures++ {
-		resp, err := w.client.Complete(ctx, req)
-		if err == nil {
-			if resp.Accepted {
-				w.completed.Add(1)
-			} else {
-				w.rejected.Add(1)
-			}
-			return nil
-		}
-		if ctx.Err() != nil || !transient(err) || failures > ExecuteRetries {
-			return w.protocolError("Complete", err)
-		}
-		sleep(ctx, retryDelay(failures))
-	}
+	return req, nil
 }
 
 // noopResult is the ActionResult of a successful run of a that produced
@@ -232,9 +253,18 @@ func assignmentFunction(d *workerpb.Digest) digest.Function {
 	return digest.SHA256
 }
 
-func (w *NoopWorker) setLease(id string) {
+func (w *NoopWorker) addLease(id string) {
 	w.mu.Lock()
-	w.lease = id
+	if w.leases == nil {
+		w.leases = map[string]struct{}{}
+	}
+	w.leases[id] = struct{}{}
+	w.mu.Unlock()
+}
+
+func (w *NoopWorker) removeLease(id string) {
+	w.mu.Lock()
+	delete(w.leases, id)
 	w.mu.Unlock()
 }
 
@@ -250,8 +280,8 @@ func (w *NoopWorker) heartbeatLoop(ctx context.Context) {
 		}
 		req := &workerpb.HeartbeatRequest{WorkerId: w.ID}
 		w.mu.Lock()
-		if w.lease != "" {
-			req.Leases = []*workerpb.LeaseState{{LeaseId: w.lease, Stage: workerpb.Stage_EXECUTING}}
+		for id := range w.leases {
+			req.Leases = append(req.Leases, &workerpb.LeaseState{LeaseId: id, Stage: workerpb.Stage_EXECUTING})
 		}
 		w.mu.Unlock()
 		resp, err := w.client.Heartbeat(ctx, req)

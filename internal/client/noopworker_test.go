@@ -54,14 +54,25 @@ func (f *fakeScheduler) Register(_ context.Context, req *workerpb.RegisterReques
 func (f *fakeScheduler) Poll(ctx context.Context, req *workerpb.PollRequest) (*workerpb.PollResponse, error) {
 	f.mu.Lock()
 	f.pollReqs = append(f.pollReqs, req)
+	accept := f.accept
 	f.mu.Unlock()
+	// Results riding on the poll are delivered as if by Complete.
+	var accepted []bool
+	for _, c := range req.Completions {
+		c = proto.CloneOf(c)
+		c.WorkerId = req.WorkerId
+		f.completes <- c
+		accepted = append(accepted, accept)
+	}
 	select {
 	case r := <-f.polls:
+		r = proto.CloneOf(r)
+		r.CompletionsAccepted = accepted
 		return r, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-time.After(time.Duration(req.WaitMs) * time.Millisecond):
-		return &workerpb.PollResponse{}, nil
+		return &workerpb.PollResponse{CompletionsAccepted: accepted}, nil
 	}
 }
 
@@ -204,7 +215,7 @@ func TestNoopWorkerCompletesAssignments(t *testing.T) {
 	case <-time.After(waitLimit):
 		t.Fatal("no heartbeat arrived")
 	}
-	// The counter moves when Complete's answer arrives, after the fake saw it.
+	// The counter moves when the answer arrives, after the fake saw the result.
 	eventually(t, "Completed() counts every lease", func() bool { return w.Completed() == int64(len(tests)) })
 
 	fake.mu.Lock()
@@ -218,6 +229,54 @@ func TestNoopWorkerCompletesAssignments(t *testing.T) {
 		if p.WorkerId != "noop-1" || p.FreeCores != 1 || p.WaitMs != 50 {
 			t.Errorf("Poll request %v, want worker noop-1, 1 free core, wait 50 ms", p)
 		}
+	}
+}
+
+// A worker with several slots asks for that many actions per Poll and
+// delivers their results with the next one.
+func TestNoopWorkerSlots(t *testing.T) {
+	fake := newFakeScheduler()
+	conn, _ := startServer(t, func(g *grpc.Server) { workerpb.RegisterWorkersServer(g, fake) })
+	cmd := &repb.Command{OutputFiles: []string{"out"}}
+	fake.polls <- &workerpb.PollResponse{Assignment: assignment(t, "m1", digest.SHA256, cmd),
+		MoreAssignments: []*workerpb.Assignment{assignment(t, "m2", digest.SHA256, cmd), assignment(t, "m3", digest.SHA256, cmd)}}
+	fake.polls <- &workerpb.PollResponse{Assignment: assignment(t, "m4", digest.SHA256, cmd)}
+	w := NewNoopWorker(conn, "noop-5")
+	w.Slots = 4
+	w.PollWait = 50 * time.Millisecond
+	runWorker(t, w)
+	got := map[string]bool{}
+	for range 4 {
+		select {
+		case req := <-fake.completes:
+			if req.StatusCode != 0 || len(req.ActionResult) == 0 {
+				t.Errorf("lease %s completed with status %d and a %d-byte result, want OK with a result", req.LeaseId, req.StatusCode, len(req.ActionResult))
+			}
+			got[req.LeaseId] = true
+		case <-time.After(waitLimit):
+			t.Fatalf("only %d of 4 leases completed: %v", len(got), got)
+		}
+	}
+	if len(got) != 4 {
+		t.Errorf("completed leases %v, want m1-m4 once each", got)
+	}
+	eventually(t, "Completed() counts every lease", func() bool { return w.Completed() == 4 })
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	if reg := fake.registers[0]; reg.Cores != 4 || reg.Slots != 4 {
+		t.Errorf("registered %d cores, %d slots; want 4 and 4", reg.Cores, reg.Slots)
+	}
+	for i, p := range fake.pollReqs {
+		if p.FreeCores != 4 || p.MaxAssignments != 4 {
+			t.Errorf("Poll %d: free_cores %d, max_assignments %d; want 4 and 4", i, p.FreeCores, p.MaxAssignments)
+		}
+	}
+	// The results of the first three leases rode on the second poll.
+	if len(fake.pollReqs) < 2 {
+		t.Fatalf("%d polls, want at least 2", len(fake.pollReqs))
+	}
+	if n := len(fake.pollReqs[1].Completions); n != 3 {
+		t.Errorf("the second Poll carried %d results, want 3", n)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/emptypb"
 
@@ -55,16 +56,28 @@ func (s *Service) Register(g *grpc.Server) {
 	longrunningpb.RegisterOperationsServer(g, s)
 }
 
+// Type URLs of the messages operations carry in Any fields.
+var (
+	metadataURL = typeURL(&repb.ExecuteOperationMetadata{})
+	responseURL = typeURL(&repb.ExecuteResponse{})
+)
+
+func typeURL(m proto.Message) string {
+	return "type.googleapis.com/" + string(m.ProtoReflect().Descriptor().FullName())
+}
+
 func operation(name string, st scheduler.OperationState, fn digest.Function) *longrunningpb.Operation {
-	md, _ := anypb.New(&repb.ExecuteOperationMetadata{
+	// Encoded here rather than with anypb.New, which looks the type URL
+	// up and builds it again for every message.
+	md, _ := proto.Marshal(&repb.ExecuteOperationMetadata{
 		Stage:          st.Stage,
 		ActionDigest:   st.ActionDigest.Proto(),
 		DigestFunction: fn,
 	})
-	op := &longrunningpb.Operation{Name: name, Metadata: md, Done: st.Done}
+	op := &longrunningpb.Operation{Name: name, Metadata: &anypb.Any{TypeUrl: metadataURL, Value: md}, Done: st.Done}
 	if st.Done {
-		resp, _ := anypb.New(st.Response)
-		op.Result = &longrunningpb.Operation_Response{Response: resp}
+		resp, _ := proto.Marshal(st.Response)
+		op.Result = &longrunningpb.Operation_Response{Response: &anypb.Any{TypeUrl: responseURL, Value: resp}}
 	}
 	return op
 }

@@ -159,6 +159,9 @@ type inputWalk struct {
 // checkInputRoot walks the tree under root, validating every directory,
 // and fails with MISSING violations for every blob not in the CAS.
 func checkInputRoot(ctx context.Context, cas blobstore.Store, root digest.Digest) error {
+	if root.IsEmpty() {
+		return nil // the empty directory: nothing to fetch, nothing to check
+	}
 	w := &inputWalk{cas: cas, seen: map[seenKey]bool{}, files: map[digest.Digest]bool{}}
 	w.walk(ctx, root, "")
 	if w.err != nil {

@@ -7,6 +7,7 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -70,27 +71,65 @@ func (s *WorkerService) Poll(ctx context.Context, req *workerpb.PollRequest) (*w
 	if wait <= 0 || wait > s.MaxPollWait {
 		wait = s.MaxPollWait
 	}
+	var accepted []bool
+	if len(req.Completions) > 0 {
+		// Check every completion before delivering any.
+		resps := make([]*repb.ExecuteResponse, len(req.Completions))
+		for i, c := range req.Completions {
+			if c.WorkerId != "" && c.WorkerId != req.WorkerId {
+				return nil, status.Errorf(codes.InvalidArgument, "completions[%d] is for worker %q, but the poll is from %q; a worker completes only its own leases", i, c.WorkerId, req.WorkerId)
+			}
+			var err error
+			if resps[i], err = executeResponse(c); err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "completions[%d]: %s", i, status.Convert(err).Message())
+			}
+		}
+		accepted = make([]bool, len(resps))
+		for i, c := range req.Completions {
+			accepted[i] = s.complete(ctx, req.WorkerId, c, resps[i])
+		}
+	}
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	a, err := s.sched.Poll(pctx, req.WorkerId, scheduler.Capacity{Cores: int(req.FreeCores)})
+	limit := min(max(int(req.MaxAssignments), 1), maxAssignmentsPerPoll)
+	as, err := s.sched.PollMany(pctx, req.WorkerId, scheduler.Capacity{Cores: int(req.FreeCores)}, limit)
 	if err == scheduler.ErrUnknownWorker {
-		return &workerpb.PollResponse{Reregister: true}, nil
+		return &workerpb.PollResponse{Reregister: true, CompletionsAccepted: accepted}, nil
 	}
-	if err != nil || a == nil {
-		return &workerpb.PollResponse{}, err
+	if err != nil {
+		return nil, err
 	}
+	resp := &workerpb.PollResponse{CompletionsAccepted: accepted}
+	if len(as) == 0 {
+		return resp, nil
+	}
+	resp.Assignment = assignment(as[0])
+	if len(as) > 1 {
+		resp.MoreAssignments = make([]*workerpb.Assignment, len(as)-1)
+		for i, a := range as[1:] {
+			resp.MoreAssignments[i] = assignment(a)
+		}
+	}
+	return resp, nil
+}
+
+// maxAssignmentsPerPoll bounds PollRequest.max_assignments.
+const maxAssignmentsPerPoll = 256
+
+// assignment is the wire form of a.
+func assignment(a *scheduler.Assignment) *workerpb.Assignment {
 	t := a.Task
-	return &workerpb.PollResponse{Assignment: &workerpb.Assignment{
+	return &workerpb.Assignment{
 		LeaseId:      a.LeaseID,
 		TaskId:       t.ID,
 		InstanceName: t.Instance,
 		ActionDigest: &workerpb.Digest{Hash: t.ActionDigest.Hash, SizeBytes: t.ActionDigest.Size, DigestFunction: int32(t.ActionDigest.Function)},
-		Action:       t.ActionBytes,
-		Command:      t.CommandBytes,
+		Action:       a.ActionBytes,
+		Command:      a.CommandBytes,
 		Cores:        int32(t.Req.Cores),
 		Cacheable:    t.Cacheable,
 		Attempt:      int32(a.Attempt),
-	}}, nil
+	}
 }
 
 // Heartbeat implements the worker protocol.
@@ -126,6 +165,16 @@ func (s *WorkerService) Heartbeat(_ context.Context, req *workerpb.HeartbeatRequ
 
 // Complete implements the worker protocol.
 func (s *WorkerService) Complete(ctx context.Context, req *workerpb.CompleteRequest) (*workerpb.CompleteResponse, error) {
+	resp, err := executeResponse(req)
+	if err != nil {
+		return nil, err
+	}
+	return &workerpb.CompleteResponse{Accepted: s.complete(ctx, req.WorkerId, req, resp)}, nil
+}
+
+// executeResponse is the ExecuteResponse a completion reports. Its only
+// error is INVALID_ARGUMENT for an action_result that does not decode.
+func executeResponse(req *workerpb.CompleteRequest) (*repb.ExecuteResponse, error) {
 	resp := &repb.ExecuteResponse{Message: req.Message}
 	// An OK completion always has a result, though a result with only
 	// default fields marshals to no bytes at all.
@@ -135,21 +184,30 @@ func (s *WorkerService) Complete(ctx context.Context, req *workerpb.CompleteRequ
 			return nil, status.Errorf(codes.InvalidArgument, "action_result is not a valid ActionResult: %v", err)
 		}
 	}
+	if len(req.MissingBlobs) == 0 {
+		resp.Status = &rpcstatus.Status{Code: req.StatusCode, Message: req.StatusMessage}
+		return resp, nil
+	}
 	st := status.New(codes.Code(req.StatusCode), req.StatusMessage)
-	if len(req.MissingBlobs) > 0 {
-		pf := &errdetails.PreconditionFailure{}
-		for _, subj := range req.MissingBlobs {
-			pf.Violations = append(pf.Violations, &errdetails.PreconditionFailure_Violation{Type: "MISSING", Subject: subj, Description: "input is not in the CAS"})
-		}
-		if d, err := st.WithDetails(pf); err == nil {
-			st = d
-		}
+	pf := &errdetails.PreconditionFailure{}
+	for _, subj := range req.MissingBlobs {
+		pf.Violations = append(pf.Violations, &errdetails.PreconditionFailure_Violation{Type: "MISSING", Subject: subj, Description: "input is not in the CAS"})
+	}
+	if d, err := st.WithDetails(pf); err == nil {
+		st = d
 	}
 	resp.Status = st.Proto()
-	if req.UpdateActionCache && resp.Result != nil && st.Code() == codes.OK && resp.Result.ExitCode == 0 {
-		t, ok := s.sched.LeaseTask(req.WorkerId, req.LeaseId)
+	return resp, nil
+}
+
+// complete delivers resp, the outcome of workerID's lease req.LeaseId,
+// writing the ActionCache first when req asks for it. It reports whether
+// the lease was still valid.
+func (s *WorkerService) complete(ctx context.Context, workerID string, req *workerpb.CompleteRequest, resp *repb.ExecuteResponse) bool {
+	if req.UpdateActionCache && resp.Result != nil && resp.Status.GetCode() == int32(codes.OK) && resp.Result.ExitCode == 0 {
+		t, ok := s.sched.LeaseTask(workerID, req.LeaseId)
 		if !ok {
-			return &workerpb.CompleteResponse{Accepted: false}, nil
+			return false
 		}
 		if t.Cacheable && s.UpdateActionCache != nil {
 			if err := s.UpdateActionCache(ctx, t.Instance, t.ActionDigest, resp.Result); err != nil {
@@ -158,5 +216,5 @@ func (s *WorkerService) Complete(ctx context.Context, req *workerpb.CompleteRequ
 			}
 		}
 	}
-	return &workerpb.CompleteResponse{Accepted: s.sched.Complete(req.WorkerId, req.LeaseId, resp)}, nil
+	return s.sched.Complete(workerID, req.LeaseId, resp)
 }

@@ -638,6 +638,9 @@ func (s *Scheduler) completeTaskLocked(t *Task, resp *repb.ExecuteResponse) {
 	t.state = stateDone
 	t.stage = repb.ExecutionStage_COMPLETED
 	t.response = resp
+	// It is never handed out again: keep only what the retained
+	// operations need.
+	t.ActionBytes, t.CommandBytes = nil, nil
 	s.forgetInflightLocked(t)
 	s.releaseInvocationLocked(t)
 	for _, op := range t.ops {

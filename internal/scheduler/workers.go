@@ -105,6 +105,9 @@ type Assignment struct {
 	LeaseID string
 	Task    *Task
 	Attempt int
+	// ActionBytes and CommandBytes are the task's, taken when it was
+	// leased: a finished task lets go of its own.
+	ActionBytes, CommandBytes []byte
 }
 
 // CommandKind is an instruction for a running lease.
@@ -152,6 +155,19 @@ func (s *Scheduler) RegisterWorker(info WorkerInfo) {
 // Poll leases the best task the worker can take, waiting until ctx ends
 // if there is none.
 func (s *Scheduler) Poll(ctx context.Context, workerID string, free Capacity) (*Assignment, error) {
+	as, err := s.PollMany(ctx, workerID, free, 1)
+	if len(as) == 0 {
+		return nil, err
+	}
+	return as[0], err
+}
+
+// PollMany is Poll for a worker with room for several actions. It waits
+// for the first task as Poll does; then it leases, without waiting, the
+// best queued tasks that fit in what the earlier ones leave of free, up
+// to limit tasks in all. It returns no assignments when the wait ended
+// with no work.
+func (s *Scheduler) PollMany(ctx context.Context, workerID string, free Capacity, limit int) ([]*Assignment, error) {
 	s.mu.Lock()
 	w, ok := s.workers[workerID]
 	if !ok {
@@ -163,9 +179,9 @@ func (s *Scheduler) Poll(ctx context.Context, workerID string, free Capacity) (*
 	t := s.queue.pick(w.inv, w.lastSeen, &probe)
 	if t != nil {
 		s.queue.take(t)
-		a := s.leaseLocked(t, w, nil)
+		as := s.leaseMoreLocked(w, free, limit, s.leaseLocked(t, w, nil))
 		s.mu.Unlock()
-		return a, nil
+		return as, nil
 	}
 	wt := &waiter{worker: w, free: free, ch: make(chan *Assignment, 1)}
 	s.waiters = append(s.waiters, wt)
@@ -173,7 +189,12 @@ func (s *Scheduler) Poll(ctx context.Context, workerID string, free Capacity) (*
 
 	select {
 	case a := <-wt.ch:
-		return a, nil
+		if limit <= 1 {
+			return []*Assignment{a}, nil
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.leaseMoreLocked(w, free, limit, a), nil
 	case <-ctx.Done():
 	}
 	s.mu.Lock()
@@ -194,6 +215,24 @@ func (s *Scheduler) Poll(ctx context.Context, workerID string, free Capacity) (*
 		s.requeueFrontLocked(t)
 	}
 	return nil, nil
+}
+
+// leaseMoreLocked adds to first, just leased to w, the best queued tasks
+// that fit in what the leased ones leave of free, up to limit in all.
+func (s *Scheduler) leaseMoreLocked(w *worker, free Capacity, limit int, first *Assignment) []*Assignment {
+	as := []*Assignment{first}
+	free.Cores -= max(first.Task.Req.Cores, 1)
+	for len(as) < limit && free.Cores > 0 {
+		wt := waiter{worker: w, free: free}
+		t := s.queue.pick(w.inv, s.clock.Now(), &wt)
+		if t == nil {
+			break
+		}
+		s.queue.take(t)
+		as = append(as, s.leaseLocked(t, w, nil))
+		free.Cores -= max(t.Req.Cores, 1)
+	}
+	return as
 }
 
 // leaseLocked gives t to w. With a waiter, the assignment goes on its channel.
@@ -218,7 +257,7 @@ func (s *Scheduler) leaseLocked(t *Task, w *worker, wt *waiter) *Assignment {
 		}
 		w.inv = t.inv
 	}
-	a := &Assignment{LeaseID: l.id, Task: t, Attempt: t.attempts}
+	a := &Assignment{LeaseID: l.id, Task: t, Attempt: t.attempts, ActionBytes: t.ActionBytes, CommandBytes: t.CommandBytes}
 	s.emit(Event{Kind: EventLeased, Task: t.ID, Worker: w.info.ID})
 	if wt != nil {
 		wt.ch <- a

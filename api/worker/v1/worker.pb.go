@@ -447,7 +447,19 @@ type PollRequest struct {
 	FreeMemoryBytes int64            `protobuf:"varint,3,opt,name=free_memory_bytes,json=freeMemoryBytes,proto3" json:"free_memory_bytes,omitempty"`
 	FreeResources   map[string]int64 `protobuf:"bytes,4,rep,name=free_resources,json=freeResources,proto3" json:"free_resources,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// How long the scheduler may hold the call when there is no work.
-	WaitMs        int64 `protobuf:"varint,5,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	WaitMs int64 `protobuf:"varint,5,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	// The most actions the worker takes from this call; 0 means 1. Once
+	// one action is leased the scheduler adds, without waiting, queued
+	// actions that fit in the free_cores (and resources) the earlier ones
+	// leave, up to this many in all. A worker with several free slots
+	// sets it to save a Poll per action under load.
+	MaxAssignments int32 `protobuf:"varint,6,opt,name=max_assignments,json=maxAssignments,proto3" json:"max_assignments,omitempty"`
+	// Outcomes of earlier leases of this worker, delivered before the poll
+	// as if each were sent with Complete (their worker_id may be left
+	// empty): a worker that has results and wants more work saves a call.
+	// If any has an action_result that is not a valid ActionResult, the
+	// call fails with INVALID_ARGUMENT and none is delivered.
+	Completions   []*CompleteRequest `protobuf:"bytes,7,rep,name=completions,proto3" json:"completions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -517,15 +529,35 @@ func (x *PollRequest) GetWaitMs() int64 {
 	return 0
 }
 
+func (x *PollRequest) GetMaxAssignments() int32 {
+	if x != nil {
+		return x.MaxAssignments
+	}
+	return 0
+}
+
+func (x *PollRequest) GetCompletions() []*CompleteRequest {
+	if x != nil {
+		return x.Completions
+	}
+	return nil
+}
+
 type PollResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Empty when the wait ended with no work.
 	Assignment *Assignment `protobuf:"bytes,1,opt,name=assignment,proto3" json:"assignment,omitempty"`
 	// The scheduler no longer knows the worker (e.g. it restarted): register
 	// again before polling.
-	Reregister    bool `protobuf:"varint,2,opt,name=reregister,proto3" json:"reregister,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reregister bool `protobuf:"varint,2,opt,name=reregister,proto3" json:"reregister,omitempty"`
+	// Further actions leased by the same call, only when the request's
+	// max_assignments is above 1 (assignment is then set too).
+	MoreAssignments []*Assignment `protobuf:"bytes,3,rep,name=more_assignments,json=moreAssignments,proto3" json:"more_assignments,omitempty"`
+	// One entry per PollRequest.completions, in order: whether the result
+	// was accepted (CompleteResponse.accepted).
+	CompletionsAccepted []bool `protobuf:"varint,4,rep,packed,name=completions_accepted,json=completionsAccepted,proto3" json:"completions_accepted,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *PollResponse) Reset() {
@@ -570,6 +602,20 @@ func (x *PollResponse) GetReregister() bool {
 		return x.Reregister
 	}
 	return false
+}
+
+func (x *PollResponse) GetMoreAssignments() []*Assignment {
+	if x != nil {
+		return x.MoreAssignments
+	}
+	return nil
+}
+
+func (x *PollResponse) GetCompletionsAccepted() []bool {
+	if x != nil {
+		return x.CompletionsAccepted
+	}
+	return nil
 }
 
 type Assignment struct {
@@ -1093,24 +1139,28 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"x\n" +
 	"\x10RegisterResponse\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x01 \x01(\x03R\x13heartbeatIntervalMs\x120\n" +
-	"\x14heartbeat_timeout_ms\x18\x02 \x01(\x03R\x12heartbeatTimeoutMs\"\xa9\x02\n" +
+	"\x14heartbeat_timeout_ms\x18\x02 \x01(\x03R\x12heartbeatTimeoutMs\"\x97\x03\n" +
 	"\vPollRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1d\n" +
 	"\n" +
 	"free_cores\x18\x02 \x01(\x05R\tfreeCores\x12*\n" +
 	"\x11free_memory_bytes\x18\x03 \x01(\x03R\x0ffreeMemoryBytes\x12W\n" +
 	"\x0efree_resources\x18\x04 \x03(\v20.gantry.worker.v1.PollRequest.FreeResourcesEntryR\rfreeResources\x12\x17\n" +
-	"\await_ms\x18\x05 \x01(\x03R\x06waitMs\x1a@\n" +
+	"\await_ms\x18\x05 \x01(\x03R\x06waitMs\x12'\n" +
+	"\x0fmax_assignments\x18\x06 \x01(\x05R\x0emaxAssignments\x12C\n" +
+	"\vcompletions\x18\a \x03(\v2!.gantry.worker.v1.CompleteRequestR\vcompletions\x1a@\n" +
 	"\x12FreeResourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"l\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xe8\x01\n" +
 	"\fPollResponse\x12<\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x1c.gantry.worker.v1.AssignmentR\n" +
 	"assignment\x12\x1e\n" +
 	"\n" +
 	"reregister\x18\x02 \x01(\bR\n" +
-	"reregister\"\xa4\x02\n" +
+	"reregister\x12G\n" +
+	"\x10more_assignments\x18\x03 \x03(\v2\x1c.gantry.worker.v1.AssignmentR\x0fmoreAssignments\x121\n" +
+	"\x14completions_accepted\x18\x04 \x03(\bR\x13completionsAccepted\"\xa4\x02\n" +
 	"\n" +
 	"Assignment\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x17\n" +
@@ -1205,25 +1255,27 @@ var file_worker_v1_worker_proto_depIdxs = []int32{
 	2,  // 0: gantry.worker.v1.RegisterRequest.properties:type_name -> gantry.worker.v1.Property
 	15, // 1: gantry.worker.v1.RegisterRequest.resources:type_name -> gantry.worker.v1.RegisterRequest.ResourcesEntry
 	16, // 2: gantry.worker.v1.PollRequest.free_resources:type_name -> gantry.worker.v1.PollRequest.FreeResourcesEntry
-	8,  // 3: gantry.worker.v1.PollResponse.assignment:type_name -> gantry.worker.v1.Assignment
-	3,  // 4: gantry.worker.v1.Assignment.action_digest:type_name -> gantry.worker.v1.Digest
-	0,  // 5: gantry.worker.v1.LeaseState.stage:type_name -> gantry.worker.v1.Stage
-	9,  // 6: gantry.worker.v1.HeartbeatRequest.leases:type_name -> gantry.worker.v1.LeaseState
-	1,  // 7: gantry.worker.v1.LeaseCommand.command:type_name -> gantry.worker.v1.Command
-	11, // 8: gantry.worker.v1.HeartbeatResponse.commands:type_name -> gantry.worker.v1.LeaseCommand
-	4,  // 9: gantry.worker.v1.Workers.Register:input_type -> gantry.worker.v1.RegisterRequest
-	6,  // 10: gantry.worker.v1.Workers.Poll:input_type -> gantry.worker.v1.PollRequest
-	10, // 11: gantry.worker.v1.Workers.Heartbeat:input_type -> gantry.worker.v1.HeartbeatRequest
-	13, // 12: gantry.worker.v1.Workers.Complete:input_type -> gantry.worker.v1.CompleteRequest
-	5,  // 13: gantry.worker.v1.Workers.Register:output_type -> gantry.worker.v1.RegisterResponse
-	7,  // 14: gantry.worker.v1.Workers.Poll:output_type -> gantry.worker.v1.PollResponse
-	12, // 15: gantry.worker.v1.Workers.Heartbeat:output_type -> gantry.worker.v1.HeartbeatResponse
-	14, // 16: gantry.worker.v1.Workers.Complete:output_type -> gantry.worker.v1.CompleteResponse
-	13, // [13:17] is the sub-list for method output_type
-	9,  // [9:13] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	13, // 3: gantry.worker.v1.PollRequest.completions:type_name -> gantry.worker.v1.CompleteRequest
+	8,  // 4: gantry.worker.v1.PollResponse.assignment:type_name -> gantry.worker.v1.Assignment
+	8,  // 5: gantry.worker.v1.PollResponse.more_assignments:type_name -> gantry.worker.v1.Assignment
+	3,  // 6: gantry.worker.v1.Assignment.action_digest:type_name -> gantry.worker.v1.Digest
+	0,  // 7: gantry.worker.v1.LeaseState.stage:type_name -> gantry.worker.v1.Stage
+	9,  // 8: gantry.worker.v1.HeartbeatRequest.leases:type_name -> gantry.worker.v1.LeaseState
+	1,  // 9: gantry.worker.v1.LeaseCommand.command:type_name -> gantry.worker.v1.Command
+	11, // 10: gantry.worker.v1.HeartbeatResponse.commands:type_name -> gantry.worker.v1.LeaseCommand
+	4,  // 11: gantry.worker.v1.Workers.Register:input_type -> gantry.worker.v1.RegisterRequest
+	6,  // 12: gantry.worker.v1.Workers.Poll:input_type -> gantry.worker.v1.PollRequest
+	10, // 13: gantry.worker.v1.Workers.Heartbeat:input_type -> gantry.worker.v1.HeartbeatRequest
+	13, // 14: gantry.worker.v1.Workers.Complete:input_type -> gantry.worker.v1.CompleteRequest
+	5,  // 15: gantry.worker.v1.Workers.Register:output_type -> gantry.worker.v1.RegisterResponse
+	7,  // 16: gantry.worker.v1.Workers.Poll:output_type -> gantry.worker.v1.PollResponse
+	12, // 17: gantry.worker.v1.Workers.Heartbeat:output_type -> gantry.worker.v1.HeartbeatResponse
+	14, // 18: gantry.worker.v1.Workers.Complete:output_type -> gantry.worker.v1.CompleteResponse
+	15, // [15:19] is the sub-list for method output_type
+	11, // [11:15] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_worker_v1_worker_proto_init() }

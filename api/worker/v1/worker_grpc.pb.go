@@ -40,7 +40,10 @@ type WorkersClient interface {
 	// either side). It returns the heartbeat interval the worker must keep.
 	Register(ctx context.Context, in *RegisterRequest, opts ...grpc.CallOption) (*RegisterResponse, error)
 	// Poll waits (up to wait_ms) for one action the worker can run with
-	// the capacity it says is free, and leases it to the worker.
+	// the capacity it says is free, and leases it to the worker. A worker
+	// that sets max_assignments above 1 may get several at once. Results of
+	// earlier leases may ride along (completions): they are delivered first,
+	// exactly as by Complete.
 	Poll(ctx context.Context, in *PollRequest, opts ...grpc.CallOption) (*PollResponse, error)
 	// Heartbeat keeps the worker and its leases alive and reports stage
 	// changes. The response lists leases the worker must stop (cancelled or
@@ -106,7 +109,10 @@ type WorkersServer interface {
 	// either side). It returns the heartbeat interval the worker must keep.
 	Register(context.Context, *RegisterRequest) (*RegisterResponse, error)
 	// Poll waits (up to wait_ms) for one action the worker can run with
-	// the capacity it says is free, and leases it to the worker.
+	// the capacity it says is free, and leases it to the worker. A worker
+	// that sets max_assignments above 1 may get several at once. Results of
+	// earlier leases may ride along (completions): they are delivered first,
+	// exactly as by Complete.
 	Poll(context.Context, *PollRequest) (*PollResponse, error)
 	// Heartbeat keeps the worker and its leases alive and reports stage
 	// changes. The response lists leases the worker must stop (cancelled or
