@@ -366,11 +366,12 @@ func registerSchedulerMetrics(reg prometheus.Registerer, sched *scheduler.Schedu
 		{"gantry_scheduler_leased_actions", "Actions held by workers.", func(s scheduler.Stats) int { return s.Leased }},
 		{"gantry_scheduler_operations", "Operations known (running and recently finished).", func(s scheduler.Stats) int { return s.Operations }},
 		{"gantry_scheduler_workers", "Registered workers.", func(s scheduler.Stats) int { return s.Workers }},
-		{"gantry_scheduler_preemptions", "Actions pre-empted for instances below their min quota since the start.", func(s scheduler.Stats) int { return int(s.Preemptions) }},
 	} {
 		get := g.get
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, func() float64 { return float64(get(sched.Stats())) }))
 	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gantry_scheduler_preemptions_total",
+		Help: "Actions pre-empted for instances below their min quota."}, func() float64 { return float64(sched.Stats().Preemptions) }))
 }
 
 // Queues converts configured provision queues.
