@@ -129,7 +129,6 @@ func (v *verifier) count(p []byte) error {
 	return nil
 }
 
-
 func (v *verifier) check() error {
 	if v.err != nil {
 		return v.err

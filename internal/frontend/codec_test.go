@@ -8,8 +8,11 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -29,6 +32,37 @@ func TestCodecMatchesProto(t *testing.T) {
 		withUnknown,
 		&bspb.WriteRequest{ResourceName: "uploads/u/blobs/x/1", WriteOffset: 5, Data: []byte("abc"), FinishWrite: true},
 		&repb.FindMissingBlobsRequest{InstanceName: "i", BlobDigests: []*repb.Digest{{Hash: "h", SizeBytes: 3}}},
+	)
+	// The response encoders: plain messages, and ones they leave to proto.
+	h := strings.Repeat("cd", 32)
+	fm := &repb.FindMissingBlobsResponse{}
+	bu := &repb.BatchUpdateBlobsResponse{}
+	for i := range 3000 {
+		fm.MissingBlobDigests = append(fm.MissingBlobDigests, &repb.Digest{Hash: h[:i%65], SizeBytes: int64(i*i*i) - 5})
+		r := &repb.BatchUpdateBlobsResponse_Response{Digest: &repb.Digest{Hash: h, SizeBytes: int64(i)}, Status: &rpcstatus.Status{}}
+		switch i % 7 {
+		case 1:
+			r.Status = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "bad blob"}
+		case 2:
+			r.Status = &rpcstatus.Status{Code: -1}
+		case 3:
+			r.Digest = nil
+		case 4:
+			r.Status = nil
+		case 5:
+			r.Digest = &repb.Digest{}
+		}
+		bu.Responses = append(bu.Responses, r)
+	}
+	odd := &repb.Digest{Hash: "x"}
+	odd.ProtoReflect().SetUnknown([]byte{0x18, 0x01})
+	withDetails, _ := status.New(codes.Internal, "x").WithDetails(&repb.Digest{Hash: "y"})
+	msgs = append(msgs, fm, bu,
+		&repb.FindMissingBlobsResponse{},
+		&repb.BatchUpdateBlobsResponse{},
+		&repb.FindMissingBlobsResponse{MissingBlobDigests: []*repb.Digest{odd}},
+		&repb.BatchUpdateBlobsResponse{Responses: []*repb.BatchUpdateBlobsResponse_Response{{Digest: odd}}},
+		&repb.BatchUpdateBlobsResponse{Responses: []*repb.BatchUpdateBlobsResponse_Response{{Status: withDetails.Proto()}}},
 	)
 	for _, m := range msgs {
 		t.Run(fmt.Sprintf("%T/%d", m, proto.Size(m)), func(t *testing.T) {
