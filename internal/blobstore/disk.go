@@ -226,7 +226,7 @@ func (s *Disk) path(d digest.Digest) string {
 
 // FindMissing implements Store.
 func (s *Disk) FindMissing(_ context.Context, ds []digest.Digest) ([]digest.Digest, error) {
-	var missing []digest.Digest
+	missing := make([]digest.Digest, 0, len(ds)/4)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, d := range ds {
