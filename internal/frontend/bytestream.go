@@ -102,10 +102,9 @@ func (s *Server) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) 
 	defer close(stop)
 	for c := range chunks {
 		if err := stream.SendMsg(c); err != nil {
-			// gRPC may or may not have taken the buffer: leave it to the
-			// garbage collector.
-			for range chunks {
-			}
+			// gRPC may or may not have taken the buffer: leave it, and the
+			// chunks still queued, to the garbage collector. Closing stop
+			// ends the reader.
 			return err
 		}
 	}

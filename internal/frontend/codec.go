@@ -267,8 +267,19 @@ func (w *wire) fill() bool {
 }
 
 // varint reads a varint as protowire.ConsumeVarint does: at most ten
-// bytes, the tenth at most 1.
+// bytes, the tenth at most 1. One-byte varints (tags, short lengths) are
+// read inline.
 func (w *wire) varint() (uint64, bool) {
+	if len(w.cur) > 0 && w.cur[0] < 0x80 {
+		v := uint64(w.cur[0])
+		w.cur = w.cur[1:]
+		w.left--
+		return v, true
+	}
+	return w.varintSlow()
+}
+
+func (w *wire) varintSlow() (uint64, bool) {
 	if len(w.cur) >= binaryMaxVarintLen {
 		v, n := protowire.ConsumeVarint(w.cur)
 		if n < 0 {
