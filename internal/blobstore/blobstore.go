@@ -108,6 +108,16 @@ func newVerifier(d digest.Digest) verifier {
 }
 
 func (v *verifier) write(p []byte) error {
+	if err := v.count(p); err != nil {
+		return err
+	}
+	v.h.Write(p)
+	return nil
+}
+
+// count counts p's bytes, failing if they overflow the announced size;
+// the caller must then write p to v.h.
+func (v *verifier) count(p []byte) error {
 	if v.err != nil {
 		return v.err
 	}
@@ -115,7 +125,6 @@ func (v *verifier) write(p []byte) error {
 		v.err = &MismatchError{Want: v.want, Got: digest.Digest{Function: v.want.Function, Size: v.n + int64(len(p))}}
 		return v.err
 	}
-	v.h.Write(p)
 	v.n += int64(len(p))
 	return nil
 }

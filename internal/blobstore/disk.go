@@ -1,7 +1,6 @@
 package blobstore
 
 import (
-	"bufio"
 	"container/list"
 	"context"
 	"errors"
@@ -227,7 +226,7 @@ func (s *Disk) path(d digest.Digest) string {
 
 // FindMissing implements Store.
 func (s *Disk) FindMissing(_ context.Context, ds []digest.Digest) ([]digest.Digest, error) {
-	var missing []digest.Digest
+	missing := make([]digest.Digest, 0, len(ds)/4)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, d := range ds {
@@ -479,16 +478,11 @@ func (s *Disk) Create(_ context.Context, d digest.Digest) (Writer, error) {
 		return nil, fmt.Errorf("creating temporary blob file: %w", err)
 	}
 	w.f = f
-	// Clients stream in chunks as small as 16 KiB (Bazel); gathering them
-	// saves a system call per chunk.
-	w.bw = bufio.NewWriterSize(f, writeBuffer)
+	w.fw = newFileWriter(f)
 	return w, nil
 }
 
-// writeBuffer is the size of the writes to a large blob's file.
-const writeBuffer = 1 << 20
-
-// diskWriter writes one blob: into buf if it is small, else through bw
+// diskWriter writes one blob: into buf if it is small, else through fw
 // into the temporary file f.
 type diskWriter struct {
 	s    *Disk
@@ -496,7 +490,7 @@ type diskWriter struct {
 	buf  []byte
 	hdr  int // bytes reserved for a record header at the start of buf
 	f    *os.File
-	bw   *bufio.Writer
+	fw   *fileWriter
 	done bool // committed or closed
 }
 
@@ -504,14 +498,20 @@ func (w *diskWriter) Write(p []byte) (int, error) {
 	if w.done {
 		return 0, errWriterDone
 	}
+	if w.f != nil {
+		if err := w.v.count(p); err != nil {
+			return 0, err
+		}
+		if err := w.fw.write(p, w.v.h); err != nil {
+			return 0, fmt.Errorf("writing blob %s: %w", w.v.want, err)
+		}
+		return len(p), nil
+	}
 	if err := w.v.write(p); err != nil {
 		return 0, err
 	}
-	if w.f == nil {
-		w.buf = append(w.buf, p...)
-		return len(p), nil
-	}
-	return w.bw.Write(p)
+	w.buf = append(w.buf, p...)
+	return len(p), nil
 }
 
 func (w *diskWriter) Written() int64 { return w.v.n }
@@ -535,7 +535,7 @@ func (w *diskWriter) Commit() error {
 		w.buf = nil
 		return err
 	}
-	if err := w.bw.Flush(); err != nil {
+	if err := w.fw.finish(); err != nil {
 		return fmt.Errorf("writing blob %s: %w", d, err)
 	}
 	if w.s.fsync {
@@ -563,6 +563,7 @@ func (w *diskWriter) Close() error {
 	if w.f == nil {
 		return nil
 	}
+	w.fw.finish()
 	w.f.Close()
 	return os.Remove(w.f.Name())
 }

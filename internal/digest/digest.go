@@ -207,11 +207,7 @@ func Parse(fn Function, hash string, size int64) (Digest, error) {
 	}
 	// FindMissingBlobs parses thousands of digests per call: keep this
 	// loop cheap and report the culprit only on failure.
-	var bad byte
-	for i := 0; i < len(hash); i++ {
-		bad |= notLowerHex[hash[i]]
-	}
-	if bad != 0 {
+	if !isLowerHex(hash) {
 		i := 0
 		for notLowerHex[hash[i]] == 0 {
 			i++
@@ -219,6 +215,37 @@ func Parse(fn Function, hash string, size int64) (Digest, error) {
 		return Digest{}, errorf("digest %q/%d: hash must be lowercase hexadecimal (0-9, a-f); found %q at position %d", truncate(hash), size, hash[i], i)
 	}
 	return Digest{Function: fn, Hash: hash, Size: size}, nil
+}
+
+// isLowerHex reports whether s holds only 0-9 and a-f. It checks eight
+// bytes at a time: a hash is 32 to 128 of them.
+func isLowerHex(s string) bool {
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		if !lowerHex8(x) {
+			return false
+		}
+	}
+	var bad byte
+	for ; i < len(s); i++ {
+		bad |= notLowerHex[s[i]]
+	}
+	return bad == 0
+}
+
+// lowerHex8 reports whether each byte of x is in 0-9 or a-f. With no high
+// bit set, adding 0x80-c to a byte sets its high bit exactly when the byte
+// is at least c, without a carry into the next byte.
+func lowerHex8(x uint64) bool {
+	const ones, high = 0x0101010101010101, 0x8080808080808080
+	if x&high != 0 {
+		return false
+	}
+	digit := (x + ones*(0x80-'0')) &^ (x + ones*(0x80-'9'-1))
+	letter := (x + ones*(0x80-'a')) &^ (x + ones*(0x80-'f'-1))
+	return (digit|letter)&high == high
 }
 
 // notLowerHex is 1 for the bytes not allowed in a hash.

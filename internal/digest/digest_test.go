@@ -280,3 +280,16 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+func TestIsLowerHex(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		want := notLowerHex[c] == 0
+		for pos := 0; pos < 19; pos++ {
+			b := []byte(strings.Repeat("0a9f", 5)[:19])
+			b[pos] = byte(c)
+			if got := isLowerHex(string(b)); got != want {
+				t.Fatalf("isLowerHex with %#x at %d = %v, want %v", c, pos, got, want)
+			}
+		}
+	}
+}

@@ -70,8 +70,11 @@ func (s *Server) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) 
 		}
 		return stream.Send(&bspb.ReadResponse{Data: buf})
 	}
-	// Several chunks: read the next one while this one is sent.
-	chunks := make(chan []byte, 2)
+	// Several chunks: read the next one while this one is sent. Each is
+	// read into a pooled buffer that goes back to the pool once gRPC has
+	// written it to the connection (see codec.Marshal): a sent message
+	// must not change, and gRPC writes it after Send returns.
+	chunks := make(chan *pooledChunk, 2)
 	stop := make(chan struct{})
 	var readErr error
 	var wg sync.WaitGroup
@@ -80,25 +83,28 @@ func (s *Server) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) 
 		defer wg.Done()
 		defer close(chunks)
 		for left := remaining; left > 0; {
-			// A fresh buffer per message: gRPC forbids changing a
-			// message after Send, since stats handlers may read it later.
-			buf := make([]byte, min(int64(chunk), left))
-			if _, err := io.ReadFull(r, buf); err != nil {
+			c := newPooledChunk(int(min(int64(chunk), left)))
+			if _, err := io.ReadFull(r, c.data); err != nil {
+				c.release()
 				readErr = err
 				return
 			}
-			left -= int64(len(buf))
+			left -= int64(len(c.data))
 			select {
-			case chunks <- buf:
+			case chunks <- c:
 			case <-stop:
+				c.release()
 				return
 			}
 		}
 	}()
 	defer wg.Wait() // before r is closed
 	defer close(stop)
-	for buf := range chunks {
-		if err := stream.Send(&bspb.ReadResponse{Data: buf}); err != nil {
+	for c := range chunks {
+		if err := stream.SendMsg(c); err != nil {
+			// gRPC may or may not have taken the buffer: leave it, and the
+			// chunks still queued, to the garbage collector. Closing stop
+			// ends the reader.
 			return err
 		}
 	}
@@ -107,6 +113,28 @@ func (s *Server) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) 
 	}
 	return nil
 }
+
+// pooledChunk is a ReadResponse whose data is in a pooled buffer. The
+// codec encodes it as a ReadResponse (the same bytes) and hands the buffer
+// to gRPC, which returns it to the pool once it is written.
+type pooledChunk struct {
+	buf  *[]byte
+	data []byte
+}
+
+func newPooledChunk(n int) *pooledChunk {
+	b := getData(n)
+	return &pooledChunk{buf: &b, data: b}
+}
+
+// release returns an unsent chunk's buffer.
+func (c *pooledChunk) release() { releaseData(c.data) }
+
+// chunkPool is the mem.BufferPool of pooledChunk buffers.
+type chunkPool struct{}
+
+func (chunkPool) Get(n int) *[]byte { b := getData(n); return &b }
+func (chunkPool) Put(b *[]byte)     { releaseData(*b) }
 
 // chunkSender turns a byte stream into ReadResponses of at most size bytes.
 type chunkSender struct {
@@ -264,7 +292,7 @@ func (s *Server) Write(stream bspb.ByteStream_WriteServer) error {
 			data = data[min(skip, int64(len(data))):]
 		}
 		pos += int64(len(req.Data))
-		if err := p.write(data); err != nil {
+		if err := p.write(data, req.Data); err != nil {
 			p.close()
 			s.dropUploadLocked(name, u)
 			return storeError(err, "blob "+d.String())
@@ -300,7 +328,7 @@ func (s *Server) Write(stream bspb.ByteStream_WriteServer) error {
 type writePipe struct {
 	w       blobstore.Writer
 	written func(n int64) // called after each write with the total
-	ch      chan []byte
+	ch      chan pipeItem
 	done    chan struct{} // closed when the goroutine has stopped
 	failed  chan struct{} // closed when a write fails
 	err     error         // the failure; read after failed or done
@@ -314,7 +342,7 @@ const writePipeDepth = 4
 func newWritePipe(w blobstore.Writer, written func(int64)) *writePipe {
 	p := &writePipe{
 		w: w, written: written,
-		ch:     make(chan []byte, writePipeDepth),
+		ch:     make(chan pipeItem, writePipeDepth),
 		done:   make(chan struct{}),
 		failed: make(chan struct{}),
 	}
@@ -322,13 +350,21 @@ func newWritePipe(w blobstore.Writer, written func(int64)) *writePipe {
 	return p
 }
 
+// pipeItem is data to write, and the decoded buffer it lies in, which
+// goes back to its pool once written (a Writer keeps no reference to what
+// it is given).
+type pipeItem struct{ data, buf []byte }
+
 func (p *writePipe) run() {
 	defer close(p.done)
-	for data := range p.ch {
+	for it := range p.ch {
 		if p.err != nil {
+			releaseData(it.buf)
 			continue // drain
 		}
-		if _, err := p.w.Write(data); err != nil {
+		_, err := p.w.Write(it.data)
+		releaseData(it.buf)
+		if err != nil {
 			p.err = err
 			close(p.failed)
 			continue
@@ -337,10 +373,12 @@ func (p *writePipe) run() {
 	}
 }
 
-// write queues data; it fails once an earlier write has failed.
-func (p *writePipe) write(data []byte) error {
+// write queues data, a part of buf, the data of a received WriteRequest
+// that the pipe releases once written (see releaseData); it fails once an
+// earlier write has failed. The caller must not use buf afterwards.
+func (p *writePipe) write(data, buf []byte) error {
 	select {
-	case p.ch <- data:
+	case p.ch <- pipeItem{data, buf}:
 		return nil
 	case <-p.failed:
 		return p.err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"runtime"
 	"strconv"
 	"sync"
 
@@ -29,7 +28,8 @@ func (s *Server) FindMissingBlobs(ctx context.Context, req *repb.FindMissingBlob
 	if err != nil {
 		return nil, err
 	}
-	ds := make([]digest.Digest, len(req.BlobDigests))
+	ds := getDigests(len(req.BlobDigests))
+	defer digestSlices.Put(&ds)
 	for i, pd := range req.BlobDigests {
 		if ds[i], err = parseListDigest(fn, pd, "blob_digests[%d]", i); err != nil {
 			return nil, err
@@ -53,6 +53,19 @@ func (s *Server) FindMissingBlobs(ctx context.Context, req *repb.FindMissingBlob
 		resp.MissingBlobDigests = append(resp.MissingBlobDigests, missing[j].Proto())
 	}
 	return resp, nil
+}
+
+// digestSlices recycles FindMissingBlobs' digest lists: a call of 10,000
+// digests would otherwise allocate (and zero) 320 KB, and the garbage
+// collector's work grows with that. A pooled list keeps the strings of
+// its last call alive until it is reused or the pool is emptied.
+var digestSlices sync.Pool
+
+func getDigests(n int) []digest.Digest {
+	if p, _ := digestSlices.Get().(*[]digest.Digest); p != nil && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]digest.Digest, n)
 }
 
 func rpcStatus(err error) *rpcstatus.Status {
@@ -106,34 +119,47 @@ func (s *Server) BatchUpdateBlobs(ctx context.Context, req *repb.BatchUpdateBlob
 	for _, d := range missing {
 		need[d] = true
 	}
-	// Write in parallel: hashing and file creation dominate, and they scale
-	// with cores.
-	work := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < runtime.GOMAXPROCS(0)*2; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				errs[i] = s.putBatchBlob(ctx, ds[i], req.Requests[i])
-			}
-		}()
-	}
+	// Store the missing blobs in one go: the store verifies them, on all
+	// cores, and appends the small ones to its pack in a few writes.
+	var putIdx []int
+	var putDs []digest.Digest
+	var putData [][]byte
 	for i := range ds {
 		switch {
 		case errs[i] != nil:
 		case need[ds[i]]:
-			// A digest sent twice in one batch is written twice: each copy
+			// A digest sent twice in one batch is stored twice: each copy
 			// gets the status of its own data, and the store keeps one.
-			work <- i
+			data := req.Requests[i].Data
+			if req.Requests[i].Compressor == repb.Compressor_ZSTD {
+				if data, errs[i] = decodeZstd(data, ds[i].Size); errs[i] != nil {
+					errs[i] = invalid("blob %s: %v", ds[i], errs[i])
+					continue
+				}
+			}
+			putIdx = append(putIdx, i)
+			putDs = append(putDs, ds[i])
+			putData = append(putData, data)
 		default:
 			errs[i] = verifyPresentCopy(ds[i], req.Requests[i])
 		}
 	}
-	close(work)
-	wg.Wait()
+	for k, err := range blobstore.PutBatch(ctx, s.cas, putDs, putData) {
+		if err != nil {
+			errs[putIdx[k]] = storeError(err, "blob "+putDs[k].String())
+		}
+	}
+	// The responses and their statuses share two allocations.
+	rs := make([]repb.BatchUpdateBlobsResponse_Response, len(req.Requests))
+	oks := make([]rpcstatus.Status, len(req.Requests))
 	for i, r := range req.Requests {
-		resp.Responses[i] = &repb.BatchUpdateBlobsResponse_Response{Digest: r.Digest, Status: rpcStatus(errs[i])}
+		rs[i].Digest = r.Digest
+		if errs[i] == nil {
+			rs[i].Status = &oks[i]
+		} else {
+			rs[i].Status = rpcStatus(errs[i])
+		}
+		resp.Responses[i] = &rs[i]
 	}
 	return resp, nil
 }
@@ -146,18 +172,6 @@ func verifyPresentCopy(d digest.Digest, r *repb.BatchUpdateBlobsRequest_Request)
 		return invalid("blob %s: received %d bytes, but the digest says %d; nothing was stored", d, len(r.Data), d.Size)
 	}
 	return nil
-}
-
-func (s *Server) putBatchBlob(ctx context.Context, d digest.Digest, r *repb.BatchUpdateBlobsRequest_Request) error {
-	data := r.Data
-	if r.Compressor == repb.Compressor_ZSTD {
-		var err error
-		data, err = decodeZstd(data, d.Size)
-		if err != nil {
-			return invalid("blob %s: %v", d, err)
-		}
-	}
-	return storeError(blobstore.Put(ctx, s.cas, d, data), "blob "+d.String())
 }
 
 // maxZstdWindow bounds the window a client's zstd stream may ask the

@@ -3,12 +3,17 @@ package frontend
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -27,6 +32,37 @@ func TestCodecMatchesProto(t *testing.T) {
 		withUnknown,
 		&bspb.WriteRequest{ResourceName: "uploads/u/blobs/x/1", WriteOffset: 5, Data: []byte("abc"), FinishWrite: true},
 		&repb.FindMissingBlobsRequest{InstanceName: "i", BlobDigests: []*repb.Digest{{Hash: "h", SizeBytes: 3}}},
+	)
+	// The response encoders: plain messages, and ones they leave to proto.
+	h := strings.Repeat("cd", 32)
+	fm := &repb.FindMissingBlobsResponse{}
+	bu := &repb.BatchUpdateBlobsResponse{}
+	for i := range 3000 {
+		fm.MissingBlobDigests = append(fm.MissingBlobDigests, &repb.Digest{Hash: h[:i%65], SizeBytes: int64(i*i*i) - 5})
+		r := &repb.BatchUpdateBlobsResponse_Response{Digest: &repb.Digest{Hash: h, SizeBytes: int64(i)}, Status: &rpcstatus.Status{}}
+		switch i % 7 {
+		case 1:
+			r.Status = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "bad blob"}
+		case 2:
+			r.Status = &rpcstatus.Status{Code: -1}
+		case 3:
+			r.Digest = nil
+		case 4:
+			r.Status = nil
+		case 5:
+			r.Digest = &repb.Digest{}
+		}
+		bu.Responses = append(bu.Responses, r)
+	}
+	odd := &repb.Digest{Hash: "x"}
+	odd.ProtoReflect().SetUnknown([]byte{0x18, 0x01})
+	withDetails, _ := status.New(codes.Internal, "x").WithDetails(&repb.Digest{Hash: "y"})
+	msgs = append(msgs, fm, bu,
+		&repb.FindMissingBlobsResponse{},
+		&repb.BatchUpdateBlobsResponse{},
+		&repb.FindMissingBlobsResponse{MissingBlobDigests: []*repb.Digest{odd}},
+		&repb.BatchUpdateBlobsResponse{Responses: []*repb.BatchUpdateBlobsResponse_Response{{Digest: odd}}},
+		&repb.BatchUpdateBlobsResponse{Responses: []*repb.BatchUpdateBlobsResponse_Response{{Status: withDetails.Proto()}}},
 	)
 	for _, m := range msgs {
 		t.Run(fmt.Sprintf("%T/%d", m, proto.Size(m)), func(t *testing.T) {
@@ -52,4 +88,167 @@ func TestCodecMatchesProto(t *testing.T) {
 			}
 		})
 	}
+}
+
+// decoderCases are the request types the codec decodes itself, each with
+// a constructor of an empty message.
+var decoderCases = []func() proto.Message{
+	func() proto.Message { return &bspb.WriteRequest{} },
+	func() proto.Message { return &repb.FindMissingBlobsRequest{} },
+	func() proto.Message { return &repb.BatchUpdateBlobsRequest{} },
+}
+
+// splitBuffers cuts data into buffers at points drawn from seed, as gRPC
+// hands a message over in frame-sized pieces.
+func splitBuffers(data []byte, seed uint64) mem.BufferSlice {
+	var bs mem.BufferSlice
+	for len(data) > 0 {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		n := 1 + int(seed>>33)%max(1, len(data))
+		if seed&(1<<20) != 0 {
+			n = 1 + int(seed>>40)%17 // many tiny pieces now and then
+		}
+		n = min(n, len(data))
+		bs = append(bs, mem.SliceBuffer(data[:n]))
+		data = data[n:]
+	}
+	return bs
+}
+
+// checkDecoder decodes data as kind with the codec (split into buffers)
+// and with proto.Unmarshal, and fails unless both give the same.
+func checkDecoder(t *testing.T, kind int, data []byte, seed uint64) {
+	c := encoding.GetCodecV2("proto")
+	want := decoderCases[kind]()
+	wantErr := proto.Unmarshal(data, want)
+	in := bytes.Clone(data)
+	got := decoderCases[kind]()
+	gotErr := c.Unmarshal(splitBuffers(in, seed), got)
+	if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
+		t.Fatalf("%T from %x: codec error %v, proto error %v", got, data, gotErr, wantErr)
+	}
+	if wantErr != nil {
+		return
+	}
+	// The message must not alias gRPC's buffers, which are reused.
+	for i := range in {
+		in[i] = 0xa5
+	}
+	if !proto.Equal(got, want) {
+		t.Fatalf("%T from %x: codec gave %v, proto %v", got, data, got, want)
+	}
+	opts := proto.MarshalOptions{Deterministic: true}
+	gb, err1 := opts.Marshal(got)
+	wb, err2 := opts.Marshal(want)
+	if err1 != nil || err2 != nil || !bytes.Equal(gb, wb) {
+		t.Fatalf("%T from %x: re-encoded differently (%v, %v)", got, data, err1, err2)
+	}
+	// proto leaves empty bytes fields nil; so must the codec.
+	switch g := got.(type) {
+	case *bspb.WriteRequest:
+		if (g.Data == nil) != (want.(*bspb.WriteRequest).Data == nil) {
+			t.Fatalf("WriteRequest from %x: data nil-ness differs", data)
+		}
+	case *repb.BatchUpdateBlobsRequest:
+		for i, r := range g.Requests {
+			w := want.(*repb.BatchUpdateBlobsRequest).Requests[i]
+			if (r.Data == nil) != (w.Data == nil) || (r.Digest == nil) != (w.Digest == nil) {
+				t.Fatalf("BatchUpdateBlobsRequest from %x: request %d differs in nil-ness", data, i)
+			}
+		}
+	case *repb.FindMissingBlobsRequest:
+		for i, d := range g.BlobDigests {
+			if (d == nil) != (want.(*repb.FindMissingBlobsRequest).BlobDigests[i] == nil) {
+				t.Fatalf("FindMissingBlobsRequest from %x: digest %d differs in nil-ness", data, i)
+			}
+		}
+	}
+}
+
+// decoderSeeds are well-formed messages of each decoded kind, and a few
+// that take proto's path (unknown fields, repeated singular fields).
+func decoderSeeds() (kinds []int, msgs [][]byte) {
+	add := func(kind int, m proto.Message) {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			panic(err)
+		}
+		kinds, msgs = append(kinds, kind), append(msgs, b)
+	}
+	h := strings.Repeat("ab", 32)
+	add(0, &bspb.WriteRequest{})
+	add(0, &bspb.WriteRequest{ResourceName: "uploads/u/blobs/" + h + "/3", WriteOffset: 5, FinishWrite: true, Data: []byte("abc")})
+	add(0, &bspb.WriteRequest{WriteOffset: -1, Data: bytes.Repeat([]byte{7}, 20000)})
+	add(1, &repb.FindMissingBlobsRequest{})
+	add(1, &repb.FindMissingBlobsRequest{InstanceName: "main", DigestFunction: repb.DigestFunction_SHA256,
+		BlobDigests: []*repb.Digest{{Hash: h, SizeBytes: 3}, {}, {Hash: "x", SizeBytes: -2}}})
+	add(2, &repb.BatchUpdateBlobsRequest{})
+	add(2, &repb.BatchUpdateBlobsRequest{InstanceName: "i/j", DigestFunction: repb.DigestFunction_BLAKE3,
+		Requests: []*repb.BatchUpdateBlobsRequest_Request{
+			{Digest: &repb.Digest{Hash: h, SizeBytes: 3}, Data: []byte("abc")},
+			{Digest: &repb.Digest{}, Compressor: repb.Compressor_ZSTD},
+			{},
+			{Data: bytes.Repeat([]byte{1}, 5000)},
+		}})
+	for kind := range decoderCases {
+		base := msgs[len(msgs)-1]
+		for i := range msgs {
+			if kinds[i] == kind {
+				base = msgs[i]
+			}
+		}
+		unknown := protowire.AppendTag(bytes.Clone(base), 99, protowire.VarintType)
+		unknown = protowire.AppendVarint(unknown, 1)
+		kinds, msgs = append(kinds, kind), append(msgs, unknown)
+		twice := append(bytes.Clone(base), base...) // every field twice
+		kinds, msgs = append(kinds, kind), append(msgs, twice)
+		kinds, msgs = append(kinds, kind), append(msgs, base[:len(base)/2])
+		kinds, msgs = append(kinds, kind), append(msgs, []byte{0x0a, 0x02, 0xff, 0xfe}) // bad UTF-8
+	}
+	return kinds, msgs
+}
+
+func TestDecodersMatchProto(t *testing.T) {
+	kinds, msgs := decoderSeeds()
+	for i, data := range msgs {
+		for seed := uint64(0); seed < 50; seed++ {
+			checkDecoder(t, kinds[i], data, seed)
+		}
+	}
+}
+
+// TestDecodersTakeFastPath makes sure the codec's own decoders accept what
+// clients send (otherwise TestDecodersMatchProto would only test proto).
+func TestDecodersTakeFastPath(t *testing.T) {
+	h := strings.Repeat("0f", 32)
+	wr, _ := proto.Marshal(&bspb.WriteRequest{ResourceName: "uploads/u/blobs/" + h + "/3", WriteOffset: 1 << 40, FinishWrite: true, Data: []byte("abc")})
+	if !decodeWriteRequest(splitBuffers(wr, 1), &bspb.WriteRequest{}) {
+		t.Error("WriteRequest took proto's path")
+	}
+	fm := &repb.FindMissingBlobsRequest{InstanceName: "x"}
+	bu := &repb.BatchUpdateBlobsRequest{InstanceName: "x"}
+	for i := range 1000 {
+		fm.BlobDigests = append(fm.BlobDigests, &repb.Digest{Hash: h, SizeBytes: int64(i)})
+		bu.Requests = append(bu.Requests, &repb.BatchUpdateBlobsRequest_Request{Digest: &repb.Digest{Hash: h, SizeBytes: 3}, Data: []byte("abc")})
+	}
+	fb, _ := proto.Marshal(fm)
+	if !decodeFindMissing(splitBuffers(fb, 2), &repb.FindMissingBlobsRequest{}) {
+		t.Error("FindMissingBlobsRequest took proto's path")
+	}
+	bb, _ := proto.Marshal(bu)
+	if !decodeBatchUpdate(splitBuffers(bb, 3), &repb.BatchUpdateBlobsRequest{}) {
+		t.Error("BatchUpdateBlobsRequest took proto's path")
+	}
+}
+
+// FuzzDecoders checks the codec's decoders against proto.Unmarshal on
+// arbitrary input: go test -fuzz FuzzDecoders ./internal/frontend/
+func FuzzDecoders(f *testing.F) {
+	kinds, msgs := decoderSeeds()
+	for i, data := range msgs {
+		f.Add(uint8(kinds[i]), uint64(i), data)
+	}
+	f.Fuzz(func(t *testing.T, kind uint8, seed uint64, data []byte) {
+		checkDecoder(t, int(kind)%len(decoderCases), data, seed)
+	})
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
@@ -41,6 +42,10 @@ func serverOptions() []grpc.ServerOption {
 		grpc.MaxSendMsgSize(maxMsg),
 		grpc.InitialWindowSize(8 << 20),
 		grpc.InitialConnWindowSize(16 << 20),
+		grpc.ReadBufferSize(256 << 10),
+		grpc.WriteBufferSize(256 << 10),
+		grpc.SharedWriteBuffer(true),
+		experimental.BufferPool(BufferPool()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(gm.Unary),
 		grpc.ChainStreamInterceptor(gm.Stream),
