@@ -1,0 +1,91 @@
+// Package statestore makes the scheduler's promises durable. A Store holds
+// records — (kind, key) -> value bytes, one table of the same shape in
+// every backend — and applies batches of changes atomically. The scheduler
+// encodes its own records; the store does not interpret values.
+//
+// Apply is called by many goroutines at once (every Execute, Poll and
+// Complete); backends group-commit: the batches waiting while one commit
+// is in flight go together in the next one, so durability costs one
+// commit per round, not one per call.
+package statestore
+
+import (
+	"context"
+	"sort"
+	"sync"
+)
+
+// Mutation is one change: Value replaces the record, or Delete removes it.
+type Mutation struct {
+	Kind   string
+	Key    string
+	Value  []byte
+	Delete bool
+}
+
+// Store is a durable record store.
+type Store interface {
+	// Apply makes the batch durable, all of it or none, before it
+	// returns. Batches from concurrent calls may share a commit; their
+	// order is the order Apply was called in.
+	Apply(ctx context.Context, batch []Mutation) error
+	// Load calls fn for every record of kind, in key order.
+	Load(ctx context.Context, kind string, fn func(key string, value []byte) error) error
+	// Close flushes and releases the store.
+	Close() error
+}
+
+// Memory is a Store that keeps records in memory, for tests.
+type Memory struct {
+	mu      sync.Mutex
+	records map[string]map[string][]byte
+	// Commits counts Apply calls, for tests.
+	Commits int
+}
+
+// NewMemory returns an empty Memory store.
+func NewMemory() *Memory { return &Memory{records: map[string]map[string][]byte{}} }
+
+// Apply implements Store.
+func (m *Memory) Apply(_ context.Context, batch []Mutation) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.Commits++
+	for _, mu := range batch {
+		k := m.records[mu.Kind]
+		if k == nil {
+			k = map[string][]byte{}
+			m.records[mu.Kind] = k
+		}
+		if mu.Delete {
+			delete(k, mu.Key)
+		} else {
+			k[mu.Key] = append([]byte(nil), mu.Value...)
+		}
+	}
+	return nil
+}
+
+// Load implements Store.
+func (m *Memory) Load(_ context.Context, kind string, fn func(key string, value []byte) error) error {
+	m.mu.Lock()
+	keys := make([]string, 0, len(m.records[kind]))
+	for k := range m.records[kind] {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	vals := make([][]byte, len(keys))
+	for i, k := range keys {
+		vals[i] = m.records[kind][k]
+	}
+	m.mu.Unlock()
+	for i, k := range keys {
+		if err := fn(k, vals[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close implements Store.
+func (m *Memory) Close() error { return nil }
