@@ -15,6 +15,7 @@ const (
 	EventGaveUp      EventKind = "gave_up"
 	EventWorkerAdded EventKind = "worker_added"
 	EventPreempted   EventKind = "preempted"
+	EventStoreFailed EventKind = "store_failed"
 )
 
 // Event describes a state change, for logs, metrics and tests.

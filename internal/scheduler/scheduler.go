@@ -5,6 +5,7 @@
 package scheduler
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -194,6 +195,7 @@ type Scheduler struct {
 	ops      map[string]*Operation
 	inflight map[uint64]*Task
 	queue    *queue
+	jr       *journal
 	fair     *fairness
 	ten      *tenancy
 	// preemptions counts actions pre-empted for min quotas.
@@ -348,9 +350,20 @@ type SubmitRequest struct {
 // action already in flight in the same instance is joined rather than run
 // again.
 func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
+	name, ticket, err := s.submit(req)
+	if err != nil {
+		return "", err
+	}
+	if err := s.durable(context.Background(), ticket); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 	preq, err := platform.ParseRequest(req.Platform)
 	if err != nil {
-		return "", status.Error(codes.InvalidArgument, err.Error())
+		return "", 0, status.Error(codes.InvalidArgument, err.Error())
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -359,11 +372,11 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 		name = "op-" + s.newID()
 	}
 	if _, taken := s.ops[name]; taken {
-		return "", status.Errorf(codes.AlreadyExists, "operation name %s is taken", name)
+		return "", 0, status.Errorf(codes.AlreadyExists, "operation name %s is taken", name)
 	}
 	analysis := platform.SelectQueue(s.queues, req.Platform)
 	if analysis.Chosen < 0 {
-		return "", &NoQueueError{Analysis: analysis, Platform: req.Platform}
+		return "", 0, &NoQueueError{Analysis: analysis, Platform: req.Platform}
 	}
 	queueName := analysis.Verdicts[analysis.Chosen].Queue
 	now := s.clock.Now()
@@ -399,14 +412,17 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 	s.unwatched.add(op)
 	t.ops = append(t.ops, op)
 	s.ops[op.Name] = op
+	s.touchTask(t)
+	s.touchOp(op)
 	s.emit(Event{Kind: EventSubmitted, Task: t.ID, Operation: op.Name})
-	return op.Name, nil
+	return op.Name, s.ticketLocked(), nil
 }
 
 // enqueueLocked puts a task on the queue, or straight to a waiting worker.
 func (s *Scheduler) enqueueLocked(t *Task) {
 	t.state = stateQueued
 	t.stage = repb.ExecutionStage_QUEUED
+	s.touchTask(t)
 	if len(s.waiters) > 0 {
 		// Locality: of the idle workers that can take it, the one whose
 		// last invocation is closest to the task's (deepest common
@@ -540,7 +556,16 @@ func (s *Scheduler) RemoveWatcher(name string) {
 // other operation shares it.
 func (s *Scheduler) Cancel(name string) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	err := s.cancelLocked(name)
+	ticket := s.ticketLocked()
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.durable(context.Background(), ticket)
+}
+
+func (s *Scheduler) cancelLocked(name string) error {
 	op, ok := s.ops[name]
 	if !ok {
 		return ErrNotFound
@@ -571,6 +596,7 @@ func (s *Scheduler) abandonTaskLocked(t *Task, reason string) {
 		s.holdCancelledLocked(l)
 	}
 	t.state = stateDone
+	s.touchTask(t)
 	s.forgetInflightLocked(t)
 	s.releaseInvocationLocked(t)
 	s.emit(Event{Kind: EventCancelled, Task: t.ID, Reason: reason})
@@ -615,6 +641,7 @@ func (s *Scheduler) finishOpLocked(op *Operation, resp *repb.ExecuteResponse) {
 	op.done = true
 	op.response = resp
 	op.doneAt = s.clock.Now()
+	s.touchOp(op)
 	s.notifyOpLocked(op)
 }
 
@@ -637,6 +664,7 @@ func (s *Scheduler) notifyTaskLocked(t *Task) {
 func (s *Scheduler) completeTaskLocked(t *Task, resp *repb.ExecuteResponse) {
 	t.state = stateDone
 	t.stage = repb.ExecutionStage_COMPLETED
+	s.touchTask(t)
 	t.response = resp
 	// It is never handed out again: keep only what the retained
 	// operations need.

@@ -45,6 +45,9 @@ type worker struct {
 	// cohort is the worker's cohort ("" for none); ten the quota state.
 	cohort string
 	ten    *tenancy
+	// restored marks a worker known only from stored leases after a
+	// restart: it must register again before it gets work.
+	restored bool
 }
 
 // serves reports whether the worker takes work of instance.
@@ -145,6 +148,7 @@ func (s *Scheduler) RegisterWorker(info WorkerInfo) {
 		w.lastSeen = now
 		w.matchCache = map[string]bool{}
 		w.cohort = cohort
+		w.restored = false
 		return
 	}
 	s.workers[info.ID] = &worker{info: info, lastSeen: now, leases: map[string]*lease{}, held: map[string]int64{}, cancelled: map[string]map[string]int64{}, matchCache: map[string]bool{},
@@ -170,7 +174,7 @@ func (s *Scheduler) Poll(ctx context.Context, workerID string, free Capacity) (*
 func (s *Scheduler) PollMany(ctx context.Context, workerID string, free Capacity, limit int) ([]*Assignment, error) {
 	s.mu.Lock()
 	w, ok := s.workers[workerID]
-	if !ok {
+	if !ok || w.restored {
 		s.mu.Unlock()
 		return nil, ErrUnknownWorker
 	}
@@ -180,8 +184,9 @@ func (s *Scheduler) PollMany(ctx context.Context, workerID string, free Capacity
 	if t != nil {
 		s.queue.take(t)
 		as := s.leaseMoreLocked(w, free, limit, s.leaseLocked(t, w, nil))
+		ticket := s.ticketLocked()
 		s.mu.Unlock()
-		return as, nil
+		return s.deliver(ctx, as, ticket)
 	}
 	wt := &waiter{worker: w, free: free, ch: make(chan *Assignment, 1)}
 	s.waiters = append(s.waiters, wt)
@@ -189,12 +194,14 @@ func (s *Scheduler) PollMany(ctx context.Context, workerID string, free Capacity
 
 	select {
 	case a := <-wt.ch:
-		if limit <= 1 {
-			return []*Assignment{a}, nil
-		}
 		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.leaseMoreLocked(w, free, limit, a), nil
+		as := []*Assignment{a}
+		if limit > 1 {
+			as = s.leaseMoreLocked(w, free, limit, a)
+		}
+		ticket := s.ticketLocked()
+		s.mu.Unlock()
+		return s.deliver(ctx, as, ticket)
 	case <-ctx.Done():
 	}
 	s.mu.Lock()
@@ -215,6 +222,31 @@ func (s *Scheduler) PollMany(ctx context.Context, workerID string, free Capacity
 		s.requeueFrontLocked(t)
 	}
 	return nil, nil
+}
+
+// deliver returns assignments once their leases are stored: a worker
+// must never run a lease the scheduler would forget in a restart. If
+// storing fails, the leases time out and their tasks are requeued.
+func (s *Scheduler) deliver(ctx context.Context, as []*Assignment, ticket uint64) ([]*Assignment, error) {
+	// Not the poll's own context: it may end just as work was found.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := s.durable(ctx, ticket); err != nil {
+		return nil, err
+	}
+	return as, nil
+}
+
+// waitDurable waits (bounded) for a change whose caller cannot be told
+// about a storage failure; the failure is recorded as an event.
+func (s *Scheduler) waitDurable(ticket uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.durable(ctx, ticket); err != nil {
+		s.mu.Lock()
+		s.emit(Event{Kind: EventStoreFailed, Reason: err.Error()})
+		s.mu.Unlock()
+	}
 }
 
 // leaseMoreLocked adds to first, just leased to w, the best queued tasks
@@ -243,6 +275,7 @@ func (s *Scheduler) leaseLocked(t *Task, w *worker, wt *waiter) *Assignment {
 	t.state = stateLeased
 	t.lease = l
 	t.attempts++
+	s.touchTask(t)
 	t.lastWorker = w.info.ID
 	s.leases[l.id] = l
 	w.leases[l.id] = l
@@ -305,6 +338,16 @@ func (s *Scheduler) Heartbeat(workerID string, reports []LeaseReport) ([]LeaseCo
 	}
 	now := s.clock.Now()
 	w.lastSeen = now
+	if w.restored {
+		// After a restart: the leases it reports are its own and stay;
+		// it registers again to get work.
+		for _, r := range reports {
+			if l, ok := w.leases[r.LeaseID]; ok {
+				l.lastSeen = now
+			}
+		}
+		return nil, ErrUnknownWorker
+	}
 	cmds := w.commands
 	w.commands = nil
 	pending := make(map[string]bool, len(cmds))
@@ -347,6 +390,12 @@ func (s *Scheduler) Heartbeat(workerID string, reports []LeaseReport) ([]LeaseCo
 // Complete ends a lease with the task's outcome. It returns false when
 // the lease is no longer valid; the report is then ignored.
 func (s *Scheduler) Complete(workerID, leaseID string, resp *repb.ExecuteResponse) bool {
+	ok, ticket := s.complete(workerID, leaseID, resp)
+	s.waitDurable(ticket)
+	return ok
+}
+
+func (s *Scheduler) complete(workerID, leaseID string, resp *repb.ExecuteResponse) (bool, uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w, ok := s.workers[workerID]; ok {
@@ -359,7 +408,7 @@ func (s *Scheduler) Complete(workerID, leaseID string, resp *repb.ExecuteRespons
 	l, ok := s.leases[leaseID]
 	if !ok || l.worker.info.ID != workerID {
 		s.emit(Event{Kind: EventLateReport, Worker: workerID, Reason: "lease " + leaseID + " is not held"})
-		return false
+		return false, 0
 	}
 	t := l.task
 	s.dropLeaseLocked(l)
@@ -368,7 +417,7 @@ func (s *Scheduler) Complete(workerID, leaseID string, resp *repb.ExecuteRespons
 	if len(t.Req.Resources) > 0 {
 		s.offerLocked(l.worker)
 	}
-	return true
+	return true, s.ticketLocked()
 }
 
 // holdCancelledLocked keeps the resources of a lease the scheduler just
@@ -452,6 +501,7 @@ func (s *Scheduler) Tick() {
 	}
 	s.failUnsatisfiableLocked(now)
 	s.preemptLocked(now)
+	s.ticketLocked() // start storing what the timers changed
 	// Only operations nobody watches can be abandoned: Tick looks at those,
 	// not at every operation.
 	for op, next := s.unwatched.head, (*Operation)(nil); op != nil; op = next {
@@ -470,6 +520,7 @@ func (s *Scheduler) Tick() {
 		s.finished = s.finished[1:]
 		if s.ops[op.Name] == op {
 			delete(s.ops, op.Name)
+			s.touchOp(op)
 		}
 		s.dropOpFromTaskLocked(op)
 	}

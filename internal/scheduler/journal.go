@@ -1,0 +1,382 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/platform"
+	"github.com/gantry-build/gantry/internal/statestore"
+)
+
+// Durability: with a store attached (Attach), every change to a task or
+// operation marks it dirty under the scheduler's lock, and the call that
+// made the change waits, after releasing the lock, until a flush has
+// written the objects' current state. One flusher goroutine writes every
+// object dirtied since the last flush in one Apply (group commit), so the
+// cost is one commit per round of concurrent calls. What is written is
+// always the latest state, so flushes can never apply out of order.
+//
+// Records: kind "task" (an unfinished task: identity, action, platform,
+// invocation, priority and queue position, attempts, lease) and kind "op"
+// (an operation: its task, or its final response). A finished task leaves
+// the store; its operations keep the response until retention ends.
+
+const (
+	kindTask = "task"
+	kindOp   = "op"
+)
+
+type journal struct {
+	store statestore.Store
+
+	// Guarded by Scheduler.mu.
+	dirtyTasks map[*Task]struct{}
+	dirtyOps   map[*Operation]struct{}
+	seq        uint64 // changes marked so far
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	flushed uint64 // changes durable
+	err     error  // the last flush's error, for the calls waiting on it
+	kick    chan struct{}
+	done    chan struct{} // closed when the flusher has stopped
+}
+
+func newJournal(store statestore.Store) *journal {
+	j := &journal{store: store, dirtyTasks: map[*Task]struct{}{}, dirtyOps: map[*Operation]struct{}{}, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	j.cond = sync.NewCond(&j.mu)
+	return j
+}
+
+// Attach makes the scheduler durable in store and restores what store
+// holds: queued work in its order, leases (kept if their worker reports
+// them within the heartbeat timeout, requeued otherwise), and operations
+// with their callers' names. Call it once, before serving. Changes are
+// stored until ctx ends (then the last ones are flushed).
+func (s *Scheduler) Attach(ctx context.Context, store statestore.Store) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.jr != nil {
+		return errors.New("scheduler already has a store")
+	}
+	dropped, err := s.restoreLocked(ctx, store)
+	if err != nil {
+		return err
+	}
+	s.jr = newJournal(store)
+	for _, t := range dropped {
+		s.touchTask(t)
+	}
+	s.ticketLocked()
+	go s.runJournal(ctx)
+	return nil
+}
+
+// Flush waits until every change made so far is stored. With a store
+// whose Attach context has ended, it waits for the final flush.
+func (s *Scheduler) Flush(ctx context.Context) error {
+	s.mu.Lock()
+	j := s.jr
+	var ticket uint64
+	if j != nil {
+		ticket = s.ticketLocked()
+	}
+	s.mu.Unlock()
+	if j == nil {
+		return nil
+	}
+	select {
+	case <-j.done:
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if j.flushed < ticket {
+			return errors.New("the scheduler's store was closed before the last changes were written")
+		}
+		return j.err
+	default:
+	}
+	return s.durable(ctx, ticket)
+}
+
+// Stopped is closed when the store's flusher has written its last changes
+// after the Attach context ended.
+func (s *Scheduler) Stopped() <-chan struct{} {
+	if s.jr == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return s.jr.done
+}
+
+// touchTask and touchOp mark objects dirty (under s.mu).
+func (s *Scheduler) touchTask(t *Task) {
+	if s.jr != nil {
+		s.jr.dirtyTasks[t] = struct{}{}
+		s.jr.seq++
+	}
+}
+
+func (s *Scheduler) touchOp(op *Operation) {
+	if s.jr != nil {
+		s.jr.dirtyOps[op] = struct{}{}
+		s.jr.seq++
+	}
+}
+
+// ticketLocked is what a call must wait for: every change so far.
+func (s *Scheduler) ticketLocked() uint64 {
+	if s.jr == nil {
+		return 0
+	}
+	select {
+	case s.jr.kick <- struct{}{}:
+	default:
+	}
+	return s.jr.seq
+}
+
+// durable waits until the changes up to ticket are stored.
+func (s *Scheduler) durable(ctx context.Context, ticket uint64) error {
+	j := s.jr
+	if j == nil || ticket == 0 {
+		return nil
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for j.flushed < ticket {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		j.cond.Wait()
+	}
+	if j.err != nil {
+		return status.Errorf(codes.Unavailable, "the scheduler could not store the change: %v; retry", j.err)
+	}
+	return nil
+}
+
+// runJournal flushes until ctx ends.
+func (s *Scheduler) runJournal(ctx context.Context) {
+	j := s.jr
+	defer close(j.done)
+	// Wake waiters whose context ends (cond has no context support).
+	stop := context.AfterFunc(ctx, func() { j.mu.Lock(); j.cond.Broadcast(); j.mu.Unlock() })
+	defer stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.flush(context.Background()) // last changes
+			return
+		case <-j.kick:
+		}
+		s.flush(ctx)
+	}
+}
+
+// flush writes every dirty object's current state in one Apply.
+func (s *Scheduler) flush(ctx context.Context) {
+	j := s.jr
+	s.mu.Lock()
+	seq := j.seq
+	batch := make([]statestore.Mutation, 0, len(j.dirtyTasks)+len(j.dirtyOps))
+	for t := range j.dirtyTasks {
+		batch = append(batch, s.taskMutationLocked(t))
+	}
+	for op := range j.dirtyOps {
+		batch = append(batch, s.opMutationLocked(op))
+	}
+	clear(j.dirtyTasks)
+	clear(j.dirtyOps)
+	s.mu.Unlock()
+	var err error
+	if len(batch) > 0 {
+		err = j.store.Apply(ctx, batch)
+	}
+	j.mu.Lock()
+	j.flushed, j.err = seq, err
+	j.cond.Broadcast()
+	j.mu.Unlock()
+}
+
+type taskRecord struct {
+	ID         string              `json:"id"`
+	Instance   string              `json:"instance"`
+	Function   int32               `json:"fn"`
+	Hash       string              `json:"hash"`
+	Size       int64               `json:"size"`
+	Platform   platform.Properties `json:"platform"`
+	Action     []byte              `json:"action,omitempty"`
+	Command    []byte              `json:"command,omitempty"`
+	Cacheable  bool                `json:"cacheable"`
+	Queue      string              `json:"queue"`
+	Priority   int32               `json:"priority"`
+	Seq        int64               `json:"seq"`
+	Attempts   int                 `json:"attempts"`
+	Invocation []string            `json:"invocation,omitempty"`
+	QueuedAt   time.Time           `json:"queued_at"`
+	Lease      string              `json:"lease,omitempty"`
+	Worker     string              `json:"worker,omitempty"`
+}
+
+type opRecord struct {
+	Task     string    `json:"task,omitempty"`
+	Done     bool      `json:"done,omitempty"`
+	Response []byte    `json:"response,omitempty"`
+	DoneAt   time.Time `json:"done_at,omitzero"`
+}
+
+func (s *Scheduler) taskMutationLocked(t *Task) statestore.Mutation {
+	m := statestore.Mutation{Kind: kindTask, Key: t.ID}
+	if t.state == stateDone {
+		m.Delete = true
+		return m
+	}
+	r := taskRecord{ID: t.ID, Instance: t.Instance, Function: int32(t.ActionDigest.Function), Hash: t.ActionDigest.Hash, Size: t.ActionDigest.Size,
+		Platform: t.Platform, Action: t.ActionBytes, Command: t.CommandBytes, Cacheable: t.Cacheable, Queue: t.Queue,
+		Priority: t.priority, Seq: t.seq, Attempts: t.attempts, QueuedAt: t.queuedAt}
+	if t.inv != nil {
+		r.Invocation = t.inv.path()
+	}
+	if t.state == stateLeased && t.lease != nil {
+		r.Lease, r.Worker = t.lease.id, t.lease.worker.info.ID
+	}
+	m.Value, _ = json.Marshal(r)
+	return m
+}
+
+func (s *Scheduler) opMutationLocked(op *Operation) statestore.Mutation {
+	m := statestore.Mutation{Kind: kindOp, Key: op.Name}
+	if s.ops[op.Name] != op {
+		m.Delete = true
+		return m
+	}
+	r := opRecord{Task: op.task.ID, Done: op.done, DoneAt: op.doneAt}
+	if op.done {
+		r.Response, _ = proto.Marshal(op.response)
+	}
+	m.Value, _ = json.Marshal(r)
+	return m
+}
+
+// restoreLocked rebuilds the scheduler's state from store.
+func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (dropped []*Task, err error) {
+	now := s.clock.Now()
+	var tasks []*taskRecord
+	err = store.Load(ctx, kindTask, func(key string, value []byte) error {
+		r := &taskRecord{}
+		if err := json.Unmarshal(value, r); err != nil {
+			return fmt.Errorf("task record %s: %w", key, err)
+		}
+		tasks = append(tasks, r)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loading scheduler state: %w", err)
+	}
+	// Queue positions come back in their original order.
+	sort.Slice(tasks, func(i, j int) bool { return tasks[i].Seq < tasks[j].Seq })
+	byID := map[string]*Task{}
+	for _, r := range tasks {
+		preq, err := platform.ParseRequest(r.Platform)
+		if err != nil {
+			return nil, fmt.Errorf("task record %s: %w", r.ID, err)
+		}
+		d := digest.Digest{Function: digest.Function(r.Function), Hash: r.Hash, Size: r.Size}
+		t := &Task{ID: r.ID, Instance: r.Instance, ActionDigest: d, Platform: r.Platform, ActionBytes: r.Action, CommandBytes: r.Command,
+			Cacheable: r.Cacheable, Queue: r.Queue, Req: preq, bucketKey: r.Queue + "\x00" + r.Instance + "\x00" + r.Platform.Key(),
+			priority: r.Priority, seq: r.Seq, heapIndex: -1, attempts: r.Attempts, queuedAt: r.QueuedAt,
+			dedupKey: dedupKey{r.Instance, d}, inv: s.fair.node(r.Invocation)}
+		s.nextSeq = max(s.nextSeq, t.seq)
+		s.frontSeq = min(s.frontSeq, t.seq)
+		if t.Cacheable && s.inflightLocked(t.dedupKey) == nil {
+			fp := t.dedupKey.fingerprint()
+			t.dedupNext = s.inflight[fp]
+			s.inflight[fp] = t
+		}
+		byID[t.ID] = t
+		if r.Lease == "" {
+			t.state, t.stage = stateQueued, repb.ExecutionStage_QUEUED
+			s.queue.push(t, now)
+			continue
+		}
+		// The lease stays while its worker reconnects and reports it.
+		w := s.workers[r.Worker]
+		if w == nil {
+			w = &worker{info: WorkerInfo{ID: r.Worker}, lastSeen: now, leases: map[string]*lease{}, held: map[string]int64{},
+				cancelled: map[string]map[string]int64{}, matchCache: map[string]bool{}, ten: s.ten, restored: true}
+			s.workers[r.Worker] = w
+		}
+		l := &lease{id: r.Lease, worker: w, task: t, lastSeen: now, stage: repb.ExecutionStage_QUEUED, started: now}
+		t.state, t.stage, t.lease = stateLeased, repb.ExecutionStage_EXECUTING, l
+		s.leases[l.id] = l
+		w.leases[l.id] = l
+		s.fair.started(t.inv, +1, now)
+	}
+	var finished []*Operation
+	err = store.Load(ctx, kindOp, func(name string, value []byte) error {
+		r := &opRecord{}
+		if err := json.Unmarshal(value, r); err != nil {
+			return fmt.Errorf("operation record %s: %w", name, err)
+		}
+		op := &Operation{Name: name, goneSince: now}
+		if r.Done {
+			resp := &repb.ExecuteResponse{}
+			if err := proto.Unmarshal(r.Response, resp); err != nil {
+				return fmt.Errorf("operation record %s: %w", name, err)
+			}
+			op.done, op.response, op.doneAt = true, resp, r.DoneAt
+			op.task = &Task{ID: r.Task, state: stateDone, stage: repb.ExecutionStage_COMPLETED, response: resp}
+			if t := byID[r.Task]; t != nil {
+				op.task = t
+				t.ops = append(t.ops, op)
+			}
+			finished = append(finished, op)
+		} else {
+			t := byID[r.Task]
+			if t == nil {
+				return nil // its task finished without the operation: drop it
+			}
+			op.task = t
+			t.ops = append(t.ops, op)
+			s.unwatched.add(op)
+		}
+		s.ops[name] = op
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loading scheduler state: %w", err)
+	}
+	sort.Slice(finished, func(i, j int) bool { return finished[i].doneAt.Before(finished[j].doneAt) })
+	s.finished = append(s.finished, finished...)
+	// Tasks nobody waits for any more are dropped.
+	for _, t := range byID {
+		if len(t.ops) > 0 {
+			continue
+		}
+		switch t.state {
+		case stateQueued:
+			s.queue.remove(t)
+		case stateLeased:
+			l := t.lease
+			l.worker.commands = append(l.worker.commands, LeaseCommand{LeaseID: l.id, Kind: CommandCancel, Reason: "no client waits for it any more"})
+			s.dropLeaseLocked(l)
+		}
+		t.state = stateDone
+		s.forgetInflightLocked(t)
+		s.releaseInvocationLocked(t)
+		dropped = append(dropped, t)
+	}
+	return dropped, nil
+}
