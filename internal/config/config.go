@@ -62,6 +62,18 @@ type SchedulerConfig struct {
 	// PreemptionDelay is how long an instance below its min quota waits
 	// for a free slot before running work is pre-empted for it.
 	PreemptionDelay Duration `yaml:"preemption_delay"`
+	// Store is where the scheduler's state is kept durably.
+	Store StoreConfig `yaml:"store"`
+}
+
+// StoreConfig selects the scheduler's state store.
+type StoreConfig struct {
+	// Backend is embedded (files under data_dir/scheduler/state),
+	// postgres, or memory (nothing survives a restart).
+	Backend string `yaml:"backend"`
+	// DSN is the PostgreSQL connection string for the postgres backend,
+	// e.g. postgres://gantry@db.example:5432/gantry?sslmode=verify-full.
+	DSN string `yaml:"dsn"`
 }
 
 // LabelConfig is a named set of platform properties.
@@ -210,6 +222,7 @@ func Default() Config {
 			UnsatisfiableWait: Duration(10 * time.Minute),
 			StartupGrace:      Duration(time.Minute),
 			PreemptionDelay:   Duration(10 * time.Second),
+			Store:             StoreConfig{Backend: "embedded"},
 			Fairness: FairnessConfig{
 				Keys:            append([]string(nil), invocation.Default...),
 				PriorityHalving: 10,
@@ -415,6 +428,15 @@ func (c *Config) Validate() error {
 				bad(fmt.Sprintf("%s.labels[%d]", path, j), "unknown label %q; define it under scheduler.labels", l)
 			}
 		}
+	}
+	switch c.Scheduler.Store.Backend {
+	case "embedded", "memory":
+	case "postgres":
+		if c.Scheduler.Store.DSN == "" {
+			bad("scheduler.store.dsn", "the postgres backend needs a connection string, e.g. postgres://gantry@db:5432/gantry")
+		}
+	default:
+		bad("scheduler.store.backend", "%q is not a store; use embedded, postgres or memory", c.Scheduler.Store.Backend)
 	}
 	if c.Scheduler.PreemptionDelay <= 0 {
 		bad("scheduler.preemption_delay", "must be positive: it is the grace running work gets before it is pre-empted")
