@@ -1,0 +1,714 @@
+package statestore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Embedded is the Store of a single `gantry serve`: a directory holding an
+// append-only log of CRC-checked records and, from time to time, a
+// snapshot of every live record. All records live in memory as well; Load
+// serves from there and the files are only read at open.
+//
+// Files in the directory:
+//
+//	LOCK               flock'ed while open: one process at a time
+//	log.<gen>          the logs (16 hex digits of generation), appended to
+//	snapshot           every record as of the start of log.<gen>
+//	snapshot.tmp       a snapshot being written (removed at open)
+//
+// A group commit appends one record to the newest log and fsyncs it. When
+// the log has grown past CompactRatio times the live data (and past
+// CompactMinBytes), the committer starts log.<gen+1> and a background
+// goroutine writes a snapshot of the records as of that moment (temp file,
+// fsync, rename, fsync of the directory), then removes the older logs.
+// Open reads the snapshot and replays the logs that follow it; a torn or
+// corrupt record at the end of the newest log (a crash mid-write) is cut
+// off, but damage followed by intact records is reported as an error.
+type Embedded struct {
+	dir  string
+	opts EmbeddedOptions
+	lock *os.File
+
+	mu      sync.Mutex // guards pending, closed
+	pending []*request
+	closed  bool
+	wake    chan struct{}
+	done    chan struct{}
+
+	dataMu sync.RWMutex
+	data   map[string]map[string][]byte
+	live   int64 // encoded bytes of the live records, roughly
+
+	// Owned by the committer goroutine after open.
+	log     *os.File
+	logGen  uint64
+	logSize int64
+	seq     uint64 // of the next record
+	broken  error
+	buf     []byte
+
+	compacting  sync.WaitGroup
+	compactBusy atomic.Bool
+	compactErr  atomic.Pointer[error]
+
+	commits     atomic.Uint64
+	compactions atomic.Uint64
+}
+
+// EmbeddedOptions tunes an Embedded store; the zero value is the default.
+type EmbeddedOptions struct {
+	// CompactMinBytes is the log size below which no compaction runs
+	// (default 4 MiB).
+	CompactMinBytes int64
+	// CompactRatio: compact when the log exceeds this many times the live
+	// data (default 4).
+	CompactRatio int64
+}
+
+type request struct {
+	batch []Mutation
+	size  int
+	taken bool // by a commit; guarded by the store's mu
+	err   error
+	done  chan struct{}
+}
+
+var _ Store = (*Embedded)(nil)
+
+const (
+	snapshotMagic = "GNTSNAP1"
+	snapshotHead  = 8 + 8 + 8 + 4 // magic, generation, next seq, CRC
+	snapshotChunk = 1 << 20
+)
+
+// ErrClosed is returned by calls on a closed store.
+var ErrClosed = errors.New("statestore: store is closed")
+
+// OpenEmbedded opens (creating if needed) the Embedded store in dir, with
+// the default options.
+func OpenEmbedded(dir string) (*Embedded, error) {
+	return OpenEmbeddedWith(dir, EmbeddedOptions{})
+}
+
+// OpenEmbeddedWith opens (creating if needed) the Embedded store in dir.
+func OpenEmbeddedWith(dir string, opts EmbeddedOptions) (*Embedded, error) {
+	s := &Embedded{dir: dir, opts: opts, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if s.opts.CompactMinBytes <= 0 {
+		s.opts.CompactMinBytes = 4 << 20
+	}
+	if s.opts.CompactRatio <= 0 {
+		s.opts.CompactRatio = 4
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating the state directory: %w", err)
+	}
+	lock, err := lockDir(filepath.Join(dir, "LOCK"))
+	if err != nil {
+		return nil, err
+	}
+	s.lock = lock
+	if err := s.open(); err != nil {
+		if s.log != nil {
+			s.log.Close()
+		}
+		lock.Close()
+		return nil, err
+	}
+	go s.committer()
+	return s, nil
+}
+
+func logName(gen uint64) string { return fmt.Sprintf("log.%016x", gen) }
+
+// open reads the snapshot and the logs into memory and opens the newest
+// log for appending.
+func (s *Embedded) open() error {
+	os.Remove(filepath.Join(s.dir, "snapshot.tmp"))
+	s.data = map[string]map[string][]byte{}
+	snapGen, nextSeq, err := s.readSnapshot()
+	if err != nil {
+		return err
+	}
+	s.seq = nextSeq
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("reading the state directory: %w", err)
+	}
+	var gens []uint64
+	for _, e := range entries {
+		name, ok := strings.CutPrefix(e.Name(), "log.")
+		if !ok {
+			continue
+		}
+		gen, err := strconv.ParseUint(name, 16, 64)
+		if err != nil || len(name) != 16 {
+			continue
+		}
+		if gen < snapGen {
+			// Already in the snapshot: a compaction stopped before removing it.
+			os.Remove(filepath.Join(s.dir, e.Name()))
+			continue
+		}
+		gens = append(gens, gen)
+	}
+	sort.Slice(gens, func(i, j int) bool { return gens[i] < gens[j] })
+	for i, gen := range gens {
+		last := i == len(gens)-1
+		size, err := s.replayLog(filepath.Join(s.dir, logName(gen)), last)
+		if err != nil {
+			return err
+		}
+		s.logGen, s.logSize = gen, size
+	}
+	if len(gens) == 0 {
+		s.logGen, s.logSize = max(snapGen, 1), 0
+	}
+	f, err := os.OpenFile(filepath.Join(s.dir, logName(s.logGen)), os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("opening the state log: %w", err)
+	}
+	s.log = f
+	if len(gens) == 0 {
+		if err := syncDir(s.dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readSnapshot loads the snapshot, if any, and returns the generation of
+// the first log after it and the sequence number that log starts at.
+func (s *Embedded) readSnapshot() (gen, nextSeq uint64, err error) {
+	path := filepath.Join(s.dir, "snapshot")
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, 1, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading the state snapshot: %w", err)
+	}
+	damaged := func(why string) error {
+		return fmt.Errorf("state snapshot %s is damaged (%s); it is written whole and renamed into place, so this is disk corruption, not an interrupted write: restore it from a backup or move the state directory away", path, why)
+	}
+	if len(b) < snapshotHead || string(b[:8]) != snapshotMagic {
+		return 0, 0, damaged("bad header")
+	}
+	if crc32.Checksum(b[:snapshotHead-4], castagnoli) != binary.LittleEndian.Uint32(b[snapshotHead-4:]) {
+		return 0, 0, damaged("header checksum mismatch")
+	}
+	gen = binary.LittleEndian.Uint64(b[8:])
+	nextSeq = binary.LittleEndian.Uint64(b[16:])
+	b = b[snapshotHead:]
+	for {
+		seq, muts, n, err := decodeRecord(b)
+		if err != nil {
+			return 0, 0, damaged(err.Error())
+		}
+		b = b[n:]
+		if seq == ^uint64(0) && len(muts) == 0 { // the trailer
+			if len(b) != 0 {
+				return 0, 0, damaged("data after the trailer")
+			}
+			return gen, nextSeq, nil
+		}
+		s.applyLocked(muts, true)
+	}
+}
+
+// replayLog applies the records of one log and returns its intact length.
+// In the newest log a torn tail is cut off.
+func (s *Embedded) replayLog(path string, last bool) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("reading the state log: %w", err)
+	}
+	off, seq, tailErr := replay(b, s.seq, func(muts []Mutation) { s.applyLocked(muts, true) })
+	s.seq = seq
+	if tailErr == nil {
+		return int64(off), nil
+	}
+	if tailErr.middle || !last {
+		return 0, fmt.Errorf("state log %s is damaged at offset %d (%v) and intact records follow: this is disk corruption, not an interrupted write; refusing to start without them: restore the state directory from a backup or move it away", path, off, tailErr.err)
+	}
+	// A crash mid-write: cut the torn record off so appends follow the
+	// last intact one.
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return 0, fmt.Errorf("repairing the state log: %w", err)
+	}
+	defer f.Close()
+	if err := f.Truncate(int64(off)); err != nil {
+		return 0, fmt.Errorf("repairing the state log: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return 0, fmt.Errorf("repairing the state log: %w", err)
+	}
+	return int64(off), nil
+}
+
+type replayError struct {
+	err    error
+	middle bool // intact records follow the damage
+}
+
+// replay decodes the records of a log, calling apply for each, and returns
+// the offset after the last intact record and the next sequence number.
+// A non-nil replayError describes what stopped it before the end of b.
+func replay(b []byte, seq uint64, apply func([]Mutation)) (int, uint64, *replayError) {
+	off := 0
+	for off < len(b) {
+		rseq, muts, n, err := decodeRecord(b[off:])
+		if err == nil && rseq != seq {
+			err = fmt.Errorf("record has sequence number %d, expected %d", rseq, seq)
+			// An intact record out of sequence is not a torn write.
+			return off, seq, &replayError{err: err, middle: true}
+		}
+		if err != nil {
+			re := &replayError{err: err}
+			// Damage is in the middle when the record's stated length
+			// fits and the record after it is intact and next in order:
+			// a torn write leaves nothing intact after itself.
+			if len(b)-off >= recordHeader {
+				l := int(binary.LittleEndian.Uint32(b[off:]))
+				if l <= maxRecord && off+recordHeader+l < len(b) {
+					nseq, _, _, nerr := decodeRecord(b[off+recordHeader+l:])
+					re.middle = nerr == nil && nseq == seq+1
+				}
+			}
+			return off, seq, re
+		}
+		apply(muts)
+		seq++
+		off += n
+	}
+	return off, seq, nil
+}
+
+// applyLocked applies mutations to memory; the caller holds dataMu (or is
+// opening). Values are copied when copyValues is set.
+func (s *Embedded) applyLocked(muts []Mutation, copyValues bool) {
+	for _, m := range muts {
+		k := s.data[m.Kind]
+		if old, ok := k[m.Key]; ok {
+			s.live -= int64(entrySize(m.Kind, m.Key, old))
+		}
+		if m.Delete {
+			if k != nil {
+				delete(k, m.Key)
+			}
+			continue
+		}
+		if k == nil {
+			k = map[string][]byte{}
+			s.data[m.Kind] = k
+		}
+		v := m.Value
+		if copyValues || v == nil {
+			v = append(make([]byte, 0, len(v)), v...)
+		}
+		k[m.Key] = v
+		s.live += int64(entrySize(m.Kind, m.Key, v))
+	}
+}
+
+func entrySize(kind, key string, v []byte) int { return 4 + len(kind) + len(key) + len(v) }
+
+// Apply implements Store. If ctx ends while the batch still waits for a
+// commit, Apply returns ctx's error and the batch is not applied; once a
+// commit has taken it, Apply returns that commit's result.
+func (s *Embedded) Apply(ctx context.Context, batch []Mutation) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := validate(batch); err != nil {
+		return err
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	r := &request{batch: make([]Mutation, len(batch)), done: make(chan struct{})}
+	for i, m := range batch {
+		if !m.Delete {
+			m.Value = append(make([]byte, 0, len(m.Value)), m.Value...)
+		} else {
+			m.Value = nil
+		}
+		r.batch[i] = m
+		r.size += mutationSize(m)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.pending = append(s.pending, r)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return waitRequest(ctx, &s.mu, &s.pending, r)
+}
+
+// waitRequest waits for r's commit, or withdraws r if ctx ends first and
+// no commit has taken it yet.
+func waitRequest(ctx context.Context, mu *sync.Mutex, pending *[]*request, r *request) error {
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	if !r.taken {
+		for i, p := range *pending {
+			if p == r {
+				*pending = append((*pending)[:i], (*pending)[i+1:]...)
+				break
+			}
+		}
+		mu.Unlock()
+		return ctx.Err()
+	}
+	mu.Unlock()
+	<-r.done
+	return r.err
+}
+
+// takePending removes from pending the requests of the next commit, in
+// call order, up to maxBytes (at least one).
+func takePending(mu *sync.Mutex, pending *[]*request, maxBytes int) []*request {
+	mu.Lock()
+	defer mu.Unlock()
+	n, size := 0, 0
+	for n < len(*pending) {
+		size += (*pending)[n].size
+		if n > 0 && size > maxBytes {
+			break
+		}
+		(*pending)[n].taken = true
+		n++
+	}
+	reqs := append([]*request(nil), (*pending)[:n]...)
+	rest := copy(*pending, (*pending)[n:])
+	clear((*pending)[rest:])
+	*pending = (*pending)[:rest]
+	return reqs
+}
+
+func (s *Embedded) committer() {
+	defer close(s.done)
+	for {
+		reqs := takePending(&s.mu, &s.pending, MaxBatchBytes)
+		if len(reqs) == 0 {
+			s.mu.Lock()
+			closed := s.closed && len(s.pending) == 0
+			s.mu.Unlock()
+			if closed {
+				return
+			}
+			<-s.wake
+			continue
+		}
+		err := s.commit(reqs)
+		for _, r := range reqs {
+			r.err = err
+			close(r.done)
+		}
+		if err == nil {
+			s.maybeCompact()
+		}
+	}
+}
+
+// commit writes one record holding every batch of reqs and fsyncs it.
+func (s *Embedded) commit(reqs []*request) error {
+	if s.broken != nil {
+		return s.broken
+	}
+	var muts []Mutation
+	if len(reqs) == 1 {
+		muts = reqs[0].batch
+	} else {
+		for _, r := range reqs {
+			muts = append(muts, r.batch...)
+		}
+	}
+	s.buf = appendRecord(s.buf[:0], s.seq, muts)
+	if _, err := s.log.WriteAt(s.buf, s.logSize); err != nil {
+		// Leave no partial record for a later one to follow.
+		if terr := s.log.Truncate(s.logSize); terr != nil {
+			s.broken = fmt.Errorf("statestore: the state log could not be repaired after a failed write (%v): restart to recover", terr)
+		}
+		return fmt.Errorf("statestore: writing the state log: %w", err)
+	}
+	if err := s.log.Sync(); err != nil {
+		// After a failed fsync the kernel's copy of the file cannot be
+		// trusted: refuse further commits; a restart replays what is there.
+		s.broken = fmt.Errorf("statestore: syncing the state log failed (%v): restart to recover", err)
+		return s.broken
+	}
+	s.logSize += int64(len(s.buf))
+	if cap(s.buf) > 4<<20 {
+		s.buf = nil // do not keep a large group's buffer
+	}
+	s.seq++
+	s.dataMu.Lock()
+	s.applyLocked(muts, false)
+	s.dataMu.Unlock()
+	s.commits.Add(1)
+	return nil
+}
+
+// maybeCompact starts a new log and writes a snapshot in the background
+// when the log has grown large against the live data.
+func (s *Embedded) maybeCompact() {
+	s.dataMu.RLock()
+	live := s.live
+	s.dataMu.RUnlock()
+	if s.logSize < s.opts.CompactMinBytes || s.logSize < s.opts.CompactRatio*live || s.compactBusy.Load() {
+		return
+	}
+	if err := s.startCompaction(); err != nil {
+		s.compactErr.Store(&err)
+	}
+}
+
+func (s *Embedded) startCompaction() error {
+	gen := s.logGen + 1
+	f, err := os.OpenFile(filepath.Join(s.dir, logName(gen)), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("statestore: starting a new log: %w", err)
+	}
+	if err := syncDir(s.dir); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return err
+	}
+	s.log.Close()
+	s.log, s.logGen, s.logSize = f, gen, 0
+	// A copy of the maps; values are never modified in place, so they
+	// can be shared with the snapshot writer.
+	s.dataMu.RLock()
+	snap := make(map[string]map[string][]byte, len(s.data))
+	for kind, m := range s.data {
+		c := make(map[string][]byte, len(m))
+		for k, v := range m {
+			c[k] = v
+		}
+		snap[kind] = c
+	}
+	s.dataMu.RUnlock()
+	seq := s.seq
+	s.compactBusy.Store(true)
+	s.compacting.Add(1)
+	go func() {
+		defer s.compacting.Done()
+		defer s.compactBusy.Store(false)
+		if err := writeSnapshot(s.dir, gen, seq, snap); err != nil {
+			s.compactErr.Store(&err)
+			return
+		}
+		s.compactErr.Store(nil)
+		s.compactions.Add(1)
+		for g := gen - 1; g > 0; g-- {
+			if err := os.Remove(filepath.Join(s.dir, logName(g))); errors.Is(err, os.ErrNotExist) {
+				break
+			}
+		}
+	}()
+	return nil
+}
+
+// writeSnapshot writes data as the snapshot preceding log gen, whose
+// first record has sequence number seq.
+func writeSnapshot(dir string, gen, seq uint64, data map[string]map[string][]byte) error {
+	tmp := filepath.Join(dir, "snapshot.tmp")
+	f, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("statestore: writing a snapshot: %w", err)
+	}
+	fail := func(err error) error {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("statestore: writing a snapshot: %w", err)
+	}
+	buf := make([]byte, 0, 2*snapshotChunk)
+	buf = append(buf, snapshotMagic...)
+	buf = binary.LittleEndian.AppendUint64(buf, gen)
+	buf = binary.LittleEndian.AppendUint64(buf, seq)
+	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
+	kinds := make([]string, 0, len(data))
+	for kind := range data {
+		kinds = append(kinds, kind)
+	}
+	sort.Strings(kinds)
+	var chunk []Mutation
+	size := 0
+	flush := func() error {
+		if len(chunk) > 0 {
+			buf = appendRecord(buf, 0, chunk)
+			chunk, size = chunk[:0], 0
+		}
+		if len(buf) >= snapshotChunk {
+			if _, err := f.Write(buf); err != nil {
+				return err
+			}
+			buf = buf[:0]
+		}
+		return nil
+	}
+	for _, kind := range kinds {
+		for k, v := range data[kind] {
+			m := Mutation{Kind: kind, Key: k, Value: v}
+			chunk = append(chunk, m)
+			size += mutationSize(m)
+			if size >= snapshotChunk {
+				if err := flush(); err != nil {
+					return fail(err)
+				}
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return fail(err)
+	}
+	buf = appendRecord(buf, ^uint64(0), nil)
+	if _, err := f.Write(buf); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("statestore: writing a snapshot: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "snapshot")); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("statestore: writing a snapshot: %w", err)
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("statestore: syncing the state directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("statestore: syncing the state directory: %w", err)
+	}
+	return nil
+}
+
+// Load implements Store, from memory.
+func (s *Embedded) Load(ctx context.Context, kind string, fn func(key string, value []byte) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.dataMu.RLock()
+	m := s.data[kind]
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	vals := make([][]byte, len(keys))
+	sort.Strings(keys)
+	for i, k := range keys {
+		vals[i] = m[k]
+	}
+	s.dataMu.RUnlock()
+	for i, k := range keys {
+		if i%1024 == 1023 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		// A copy: the caller may keep or change it.
+		if err := fn(k, append([]byte(nil), vals[i]...)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Commits returns the number of group commits (log records) written since
+// open.
+func (s *Embedded) Commits() uint64 { return s.commits.Load() }
+
+// EmbeddedStats describes an Embedded store's files.
+type EmbeddedStats struct {
+	Commits     uint64
+	Compactions uint64
+	LogBytes    int64 // of the newest log
+	LiveBytes   int64 // encoded size of the live records, roughly
+	// CompactErr is the last compaction's failure, if it failed.
+	CompactErr error
+}
+
+// Stats reports counters. It is safe to call at any time.
+func (s *Embedded) Stats() EmbeddedStats {
+	st := EmbeddedStats{Commits: s.commits.Load(), Compactions: s.compactions.Load()}
+	if e := s.compactErr.Load(); e != nil {
+		st.CompactErr = *e
+	}
+	s.dataMu.RLock()
+	st.LiveBytes = s.live
+	s.dataMu.RUnlock()
+	if fi, err := os.Stat(filepath.Join(s.dir, logName(s.currentGen()))); err == nil {
+		st.LogBytes = fi.Size()
+	}
+	return st
+}
+
+func (s *Embedded) currentGen() uint64 {
+	// logGen is owned by the committer; the newest log file is the one
+	// with the highest generation.
+	entries, _ := os.ReadDir(s.dir)
+	var gen uint64
+	for _, e := range entries {
+		if name, ok := strings.CutPrefix(e.Name(), "log."); ok {
+			if g, err := strconv.ParseUint(name, 16, 64); err == nil && g > gen {
+				gen = g
+			}
+		}
+	}
+	return gen
+}
+
+// Close waits for the batches already passed to Apply to commit, finishes
+// a running compaction and closes the files. Apply after Close returns
+// ErrClosed.
+func (s *Embedded) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	<-s.done
+	s.compacting.Wait()
+	err := s.log.Close()
+	s.lock.Close()
+	return err
+}
+
+var _ io.Closer = (*Embedded)(nil)

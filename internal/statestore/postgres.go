@@ -1,0 +1,377 @@
+package statestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Postgres is a Store in a PostgreSQL database, shared by several Gantry
+// processes: table gantry_state(kind, key, value), and gantry_schema with
+// the schema version. One goroutine group-commits: it takes every batch
+// waiting, writes them in one transaction and wakes their callers with
+// the common result.
+type Postgres struct {
+	pool *pgxpool.Pool
+	cfg  *pgxpool.Config
+
+	mu      sync.Mutex // guards pending, closed
+	pending []*request
+	closed  bool
+	wake    chan struct{}
+	done    chan struct{}
+
+	commits atomic.Uint64
+
+	leadMu   sync.Mutex
+	lead     *leadership
+	leadStop bool
+}
+
+var _ Store = (*Postgres)(nil)
+
+const (
+	schemaVersion = 1
+	// schemaLockKey and leaderLockKey are advisory lock keys ("gantry"
+	// in ASCII, and one more).
+	schemaLockKey = 0x67616e747279
+	leaderLockKey = 0x67616e747279 + 1
+	// commitTimeout bounds one commit transaction.
+	commitTimeout = 30 * time.Second
+	// pingInterval is how often the leadership connection is checked.
+	pingInterval = 500 * time.Millisecond
+)
+
+// ErrNotLeader is returned by TryLead when another session holds the
+// leadership.
+var ErrNotLeader = errors.New("statestore: another process holds the leadership")
+
+// OpenPostgres connects to the database at dsn (a libpq URL or key=value
+// string), creating the tables if they are missing.
+func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("statestore: parsing the PostgreSQL address: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("statestore: connecting to PostgreSQL: %w", err)
+	}
+	p := &Postgres{pool: pool, cfg: cfg, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if err := p.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	go p.committer()
+	return p, nil
+}
+
+func (p *Postgres) migrate(ctx context.Context) error {
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		// Serialise concurrent first starts.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(schemaLockKey)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS gantry_schema (
+			one boolean PRIMARY KEY DEFAULT true CHECK (one),
+			version integer NOT NULL)`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO gantry_schema (version) VALUES ($1) ON CONFLICT DO NOTHING`, schemaVersion); err != nil {
+			return err
+		}
+		var v int
+		if err := tx.QueryRow(ctx, `SELECT version FROM gantry_schema`).Scan(&v); err != nil {
+			return err
+		}
+		if v > schemaVersion {
+			return fmt.Errorf("the database's schema version is %d, newer than this Gantry's %d: upgrade Gantry", v, schemaVersion)
+		}
+		// key sorts bytewise (COLLATE "C"), as Go strings do, so that the
+		// primary key's index serves Load's order.
+		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS gantry_state (
+			kind text NOT NULL,
+			key text COLLATE "C" NOT NULL,
+			value bytea NOT NULL,
+			PRIMARY KEY (kind, key))`)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("statestore: preparing the PostgreSQL schema: %w", err)
+	}
+	return nil
+}
+
+// Apply implements Store. If ctx ends while the batch still waits for a
+// commit, Apply returns ctx's error and the batch is not applied; once a
+// commit has taken it, Apply returns that commit's result (bounded by a
+// 30 s transaction timeout). A connection lost during COMMIT leaves the
+// outcome unknown, as with any database: Apply then returns an error
+// although the batch may have been applied.
+func (p *Postgres) Apply(ctx context.Context, batch []Mutation) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := validate(batch); err != nil {
+		return err
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	r := &request{batch: make([]Mutation, len(batch)), done: make(chan struct{})}
+	for i, m := range batch {
+		if !m.Delete {
+			m.Value = append(make([]byte, 0, len(m.Value)), m.Value...)
+		} else {
+			m.Value = nil
+		}
+		r.batch[i] = m
+		r.size += mutationSize(m)
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	p.pending = append(p.pending, r)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	return waitRequest(ctx, &p.mu, &p.pending, r)
+}
+
+func (p *Postgres) committer() {
+	defer close(p.done)
+	for {
+		reqs := takePending(&p.mu, &p.pending, MaxBatchBytes)
+		if len(reqs) == 0 {
+			p.mu.Lock()
+			closed := p.closed && len(p.pending) == 0
+			p.mu.Unlock()
+			if closed {
+				return
+			}
+			<-p.wake
+			continue
+		}
+		err := p.commit(reqs)
+		for _, r := range reqs {
+			r.err = err
+			close(r.done)
+		}
+	}
+}
+
+type stateKey struct{ kind, key string }
+
+// commit writes the batches of reqs in one transaction. Within one
+// transaction only the last change of each record matters, so the batches
+// are folded to one upsert and one delete statement.
+func (p *Postgres) commit(reqs []*request) error {
+	last := map[stateKey]Mutation{}
+	for _, r := range reqs {
+		for _, m := range r.batch {
+			last[stateKey{m.Kind, m.Key}] = m
+		}
+	}
+	var upKinds, upKeys, delKinds, delKeys []string
+	var upValues [][]byte
+	for k, m := range last {
+		if m.Delete {
+			delKinds, delKeys = append(delKinds, k.kind), append(delKeys, k.key)
+		} else {
+			upKinds, upKeys = append(upKinds, k.kind), append(upKeys, k.key)
+			v := m.Value
+			if v == nil {
+				v = []byte{}
+			}
+			upValues = append(upValues, v)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		if len(delKinds) > 0 {
+			b.Queue(`DELETE FROM gantry_state s USING unnest($1::text[], $2::text[]) AS d(kind, key)
+				WHERE s.kind = d.kind AND s.key = d.key`, delKinds, delKeys)
+		}
+		if len(upKinds) > 0 {
+			b.Queue(`INSERT INTO gantry_state (kind, key, value)
+				SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])
+				ON CONFLICT (kind, key) DO UPDATE SET value = EXCLUDED.value`, upKinds, upKeys, upValues)
+		}
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return fmt.Errorf("statestore: committing to PostgreSQL: %w", err)
+	}
+	p.commits.Add(1)
+	return nil
+}
+
+// Load implements Store: a cursor over the kind's records in key order,
+// in one read-only snapshot.
+func (p *Postgres) Load(ctx context.Context, kind string, fn func(key string, value []byte) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+	err := pgx.BeginTxFunc(ctx, p.pool, opts, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DECLARE gantry_load NO SCROLL CURSOR FOR
+			SELECT key, value FROM gantry_state WHERE kind = $1 ORDER BY key`, kind); err != nil {
+			return err
+		}
+		type rec struct {
+			key   string
+			value []byte
+		}
+		for {
+			rows, err := tx.Query(ctx, `FETCH 256 FROM gantry_load`)
+			if err != nil {
+				return err
+			}
+			recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (rec, error) {
+				var r rec
+				err := row.Scan(&r.key, &r.value)
+				return r, err
+			})
+			if err != nil {
+				return err
+			}
+			if len(recs) == 0 {
+				return nil
+			}
+			// Call fn after the rows are read: fn may use the store.
+			for _, r := range recs {
+				if err := fn(r.key, r.value); err != nil {
+					return errCallback{err}
+				}
+			}
+		}
+	})
+	var cb errCallback
+	if errors.As(err, &cb) {
+		return cb.err
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("statestore: loading %q from PostgreSQL: %w", kind, err)
+	}
+	return nil
+}
+
+type errCallback struct{ err error }
+
+func (e errCallback) Error() string { return e.err.Error() }
+
+// Commits returns the number of commit transactions since open.
+func (p *Postgres) Commits() uint64 { return p.commits.Load() }
+
+type leadership struct {
+	conn *pgx.Conn
+	lost chan struct{}
+	stop chan struct{}
+}
+
+// TryLead tries to become the leader among the processes sharing the
+// database: it takes a session-level advisory lock on a connection of its
+// own. It returns ErrNotLeader if another session holds it. On success,
+// lost is closed when the leadership ends: the connection died or failed
+// its health check (checked every 500 ms), or the store was closed. The
+// server releases the lock when that session ends, so another process can
+// then take over. Calling TryLead while leading returns the same channel.
+func (p *Postgres) TryLead(ctx context.Context) (lost <-chan struct{}, err error) {
+	p.leadMu.Lock()
+	defer p.leadMu.Unlock()
+	if p.leadStop {
+		return nil, ErrClosed
+	}
+	if l := p.lead; l != nil {
+		select {
+		case <-l.lost:
+		default:
+			return l.lost, nil
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, p.cfg.ConnConfig.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("statestore: connecting for leadership: %w", err)
+	}
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, int64(leaderLockKey)).Scan(&ok); err != nil {
+		conn.Close(context.Background())
+		return nil, fmt.Errorf("statestore: taking the leadership lock: %w", err)
+	}
+	if !ok {
+		conn.Close(context.Background())
+		return nil, ErrNotLeader
+	}
+	l := &leadership{conn: conn, lost: make(chan struct{}), stop: make(chan struct{})}
+	p.lead = l
+	go l.watch()
+	return l.lost, nil
+}
+
+// watch checks the leadership connection until it fails or stop closes,
+// then closes the connection (ending the session and its lock) and lost.
+func (l *leadership) watch() {
+	defer close(l.lost)
+	t := time.NewTicker(pingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			l.conn.Close(ctx)
+			cancel()
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := l.conn.Ping(ctx)
+		cancel()
+		if err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			l.conn.Close(ctx)
+			cancel()
+			return
+		}
+	}
+}
+
+// Close waits for the batches already passed to Apply to commit, gives up
+// the leadership and closes the connections.
+func (p *Postgres) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	<-p.done
+	p.leadMu.Lock()
+	p.leadStop = true
+	if l := p.lead; l != nil {
+		close(l.stop)
+		<-l.lost
+	}
+	p.leadMu.Unlock()
+	p.pool.Close()
+	return nil
+}
