@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +32,8 @@ type farm struct {
 	conn *grpc.ClientConn
 	cas  *client.CAS
 	dir  string
+	// stop shuts the server down (also done at cleanup).
+	stop func()
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -58,8 +61,10 @@ func startFarm(t *testing.T, mod func(*config.Config)) *farm {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close(); cancel(); <-done })
-	return &farm{t: t, srv: srv, conn: conn, cas: client.NewCAS(conn, "", digest.SHA256, 0), dir: cfg.DataDir}
+	var once sync.Once
+	stop := func() { once.Do(func() { conn.Close(); cancel(); <-done }) }
+	t.Cleanup(stop)
+	return &farm{t: t, srv: srv, conn: conn, cas: client.NewCAS(conn, "", digest.SHA256, 0), dir: cfg.DataDir, stop: stop}
 }
 
 func (f *farm) put(m proto.Message) digest.Digest {

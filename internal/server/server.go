@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,7 @@ import (
 	"github.com/gantry-build/gantry/internal/metrics"
 	"github.com/gantry-build/gantry/internal/platform"
 	"github.com/gantry-build/gantry/internal/scheduler"
+	"github.com/gantry-build/gantry/internal/statestore"
 	"github.com/gantry-build/gantry/internal/worker"
 )
 
@@ -49,6 +51,10 @@ type Server struct {
 	Frontend  *frontend.Server
 	Scheduler *scheduler.Scheduler
 	exec      *execution.Service
+	// state keeps the scheduler's state; stopState ends its flusher.
+	state      statestore.Store
+	stopState  context.CancelFunc
+	closeState sync.Once
 }
 
 // New builds a server from cfg and binds its ports.
@@ -171,6 +177,21 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		})
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
+	// Last: restore the scheduler's state (the store locks it, so a
+	// second server on the same data fails here, after its ports).
+	state, err := openStateStore(context.Background(), cfg)
+	if err != nil {
+		s.closeListeners()
+		return nil, fmt.Errorf("opening the scheduler's state store (scheduler.store): %w", err)
+	}
+	stateCtx, stopState := context.WithCancel(context.Background())
+	if err := sched.Attach(stateCtx, state); err != nil {
+		stopState()
+		state.Close()
+		s.closeListeners()
+		return nil, fmt.Errorf("restoring the scheduler's state: %w", err)
+	}
+	s.state, s.stopState = state, stopState
 	return s, nil
 }
 
@@ -200,6 +221,13 @@ func durations(ds []config.Duration) []time.Duration {
 		out[i] = d.D()
 	}
 	return out
+}
+
+func (s *Server) closeListeners() {
+	s.grpcLis.Close()
+	if s.httpLis != nil {
+		s.httpLis.Close()
+	}
 }
 
 // GRPCAddr is the bound gRPC address.
@@ -324,6 +352,13 @@ func (s *Server) Stop() {
 	case <-time.After(5 * time.Second):
 		s.grpc.Stop()
 	}
+	s.closeState.Do(func() {
+		s.stopState()
+		<-s.Scheduler.Stopped()
+		if err := s.state.Close(); err != nil {
+			s.log.Error("closing the scheduler's state store", "err", err)
+		}
+	})
 }
 
 func openCAS(cfg config.Config) (blobstore.Store, error) {

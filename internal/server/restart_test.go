@@ -1,0 +1,105 @@
+package server
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/gantry-build/gantry/internal/client"
+	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/digest"
+)
+
+// An Execute accepted by one server process is finished by the next one
+// on the same data directory: the client follows its operation name.
+func TestQueuedOperationSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	noWorker := func(c *config.Config) { c.DataDir = dir; c.Worker.Enabled = false }
+	f := startFarm(t, noWorker)
+	cmd := shCmd("echo survived > out", "out")
+	a := &repb.Action{CommandDigest: f.put(cmd).Proto(), InputRootDigest: digest.Empty(digest.SHA256).Proto()}
+	ad := f.put(a)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stream, err := repb.NewExecutionClient(f.conn).Execute(ctx, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var name string
+	for {
+		op := mustRecv(t, stream)
+		name = op.Name
+		if stageOf(t, op) == repb.ExecutionStage_QUEUED {
+			break
+		}
+	}
+	cancel()
+	f.stop()
+
+	// The next process, now with a worker.
+	f2 := startFarm(t, func(c *config.Config) { c.DataDir = dir })
+	if st := f2.srv.Scheduler.Stats(); st.Operations != 1 {
+		t.Fatalf("restored %+v, want the one operation", st)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	wait, err := repb.NewExecutionClient(f2.conn).WaitExecution(ctx, &repb.WaitExecutionRequest{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *longrunningpb.Operation
+	for {
+		op, err := wait.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("WaitExecution(%s) after restart: %v", name, err)
+		}
+		last = op
+	}
+	if last == nil || !last.Done {
+		t.Fatalf("operation %s not done after restart: %v", name, last)
+	}
+	resp := responseOf(t, last)
+	if err := client.CheckResponse(resp); err != nil {
+		t.Fatal(err)
+	}
+	if got := f2.read(resp.Result.OutputFiles[0].Digest); got != "survived\n" {
+		t.Errorf("output %q", got)
+	}
+}
+
+func mustRecv(t *testing.T, s grpc.ServerStreamingClient[longrunningpb.Operation]) *longrunningpb.Operation {
+	t.Helper()
+	op, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return op
+}
+
+func stageOf(t *testing.T, op *longrunningpb.Operation) repb.ExecutionStage_Value {
+	t.Helper()
+	md := &repb.ExecuteOperationMetadata{}
+	if err := op.Metadata.UnmarshalTo(md); err != nil {
+		t.Fatal(err)
+	}
+	return md.Stage
+}
+
+func responseOf(t *testing.T, op *longrunningpb.Operation) *repb.ExecuteResponse {
+	t.Helper()
+	resp := &repb.ExecuteResponse{}
+	if err := anypb.UnmarshalTo(op.GetResponse(), resp, proto.UnmarshalOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
