@@ -29,6 +29,7 @@ func benchApply(b *testing.B, s Store, appliers int) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	start := time.Now()
 	for g := 0; g < appliers; g++ {
 		wg.Add(1)
@@ -60,6 +61,7 @@ func benchApply(b *testing.B, s Store, appliers int) {
 	}
 	b.ReportMetric(float64(3*b.N)/elapsed, "mutations/s")
 	b.ReportMetric(float64(b.N)/elapsed, "applies/s")
+	b.ReportMetric((cpuTime()-cpu0).Seconds()*1e6/float64(b.N), "cpu-us/apply")
 }
 
 var benchAppliers = []int{1, 16, 64}

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package pgtest starts a throwaway PostgreSQL server for tests, from
 // Debian's server binaries (/usr/lib/postgresql/*/bin): a temp data
 // directory, a free loopback port, trust authentication, stopped when the
