@@ -111,8 +111,14 @@ func OpenEmbeddedWith(dir string, opts EmbeddedOptions) (*Embedded, error) {
 	if s.opts.CompactRatio <= 0 {
 		s.opts.CompactRatio = 4
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("creating the state directory: %w", err)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("statestore: creating the state directory: %w", err)
+		}
+		// Make the new directory's own entry durable too.
+		if err := syncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
+			return nil, err
+		}
 	}
 	lock, err := lockDir(filepath.Join(dir, "LOCK"))
 	if err != nil {
