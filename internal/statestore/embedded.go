@@ -625,26 +625,28 @@ func (s *Embedded) Load(ctx context.Context, kind string, fn func(key string, va
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	type rec struct {
+		key   string
+		value []byte
+	}
+	// Copy the references under the lock (values are never changed in
+	// place) and sort outside it, so commits wait only for the copy.
 	s.dataMu.RLock()
 	m := s.data[kind]
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	vals := make([][]byte, len(keys))
-	sort.Strings(keys)
-	for i, k := range keys {
-		vals[i] = m[k]
+	recs := make([]rec, 0, len(m))
+	for k, v := range m {
+		recs = append(recs, rec{k, v})
 	}
 	s.dataMu.RUnlock()
-	for i, k := range keys {
+	sort.Slice(recs, func(i, j int) bool { return recs[i].key < recs[j].key })
+	for i, r := range recs {
 		if i%1024 == 1023 {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 		}
 		// A copy: the caller may keep or change it.
-		if err := fn(k, append([]byte(nil), vals[i]...)); err != nil {
+		if err := fn(r.key, append([]byte(nil), r.value...)); err != nil {
 			return err
 		}
 	}
