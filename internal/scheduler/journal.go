@@ -33,8 +33,9 @@ import (
 // the store; its operations keep the response until retention ends.
 
 const (
-	kindTask = "task"
-	kindOp   = "op"
+	kindTask      = "task"
+	kindTaskState = "tstate"
+	kindOp        = "op"
 )
 
 type journal struct {
@@ -185,21 +186,30 @@ func (s *Scheduler) runJournal(ctx context.Context) {
 	}
 }
 
-// flush writes every dirty object's current state in one Apply.
+// flush writes every dirty object's current state in one Apply. The
+// state is copied under the lock and encoded after it is released.
 func (s *Scheduler) flush(ctx context.Context) {
 	j := s.jr
 	s.mu.Lock()
 	seq := j.seq
-	batch := make([]statestore.Mutation, 0, len(j.dirtyTasks)+len(j.dirtyOps))
+	tasks := make([]taskSnap, 0, len(j.dirtyTasks))
 	for t := range j.dirtyTasks {
-		batch = append(batch, s.taskMutationLocked(t))
+		tasks = append(tasks, s.snapTaskLocked(t))
 	}
+	ops := make([]opSnap, 0, len(j.dirtyOps))
 	for op := range j.dirtyOps {
-		batch = append(batch, s.opMutationLocked(op))
+		ops = append(ops, s.snapOpLocked(op))
 	}
 	clear(j.dirtyTasks)
 	clear(j.dirtyOps)
 	s.mu.Unlock()
+	batch := make([]statestore.Mutation, 0, 2*len(tasks)+len(ops))
+	for _, t := range tasks {
+		batch = t.mutations(batch)
+	}
+	for _, op := range ops {
+		batch = append(batch, op.mutation())
+	}
 	var err error
 	if len(batch) > 0 {
 		err = j.store.Apply(ctx, batch)
@@ -210,24 +220,30 @@ func (s *Scheduler) flush(ctx context.Context) {
 	j.mu.Unlock()
 }
 
+// A task is two records: "task", what never changes (written once), and
+// "tstate", its queue position, attempts and lease (small, rewritten on
+// every change).
 type taskRecord struct {
-	ID         string              `json:"id"`
-	Instance   string              `json:"instance"`
-	Function   int32               `json:"fn"`
-	Hash       string              `json:"hash"`
-	Size       int64               `json:"size"`
-	Platform   platform.Properties `json:"platform"`
-	Action     []byte              `json:"action,omitempty"`
-	Command    []byte              `json:"command,omitempty"`
-	Cacheable  bool                `json:"cacheable"`
-	Queue      string              `json:"queue"`
-	Priority   int32               `json:"priority"`
-	Seq        int64               `json:"seq"`
-	Attempts   int                 `json:"attempts"`
-	Invocation []string            `json:"invocation,omitempty"`
-	QueuedAt   time.Time           `json:"queued_at"`
-	Lease      string              `json:"lease,omitempty"`
-	Worker     string              `json:"worker,omitempty"`
+	ID        string              `json:"id"`
+	Instance  string              `json:"instance"`
+	Function  int32               `json:"fn"`
+	Hash      string              `json:"hash"`
+	Size      int64               `json:"size"`
+	Platform  platform.Properties `json:"platform"`
+	Action    []byte              `json:"action,omitempty"`
+	Command   []byte              `json:"command,omitempty"`
+	Cacheable bool                `json:"cacheable"`
+	Queue     string              `json:"queue"`
+	QueuedAt  time.Time           `json:"queued_at"`
+}
+
+type taskStateRecord struct {
+	Priority   int32    `json:"priority"`
+	Seq        int64    `json:"seq"`
+	Attempts   int      `json:"attempts"`
+	Invocation []string `json:"invocation,omitempty"`
+	Lease      string   `json:"lease,omitempty"`
+	Worker     string   `json:"worker,omitempty"`
 }
 
 type opRecord struct {
@@ -237,48 +253,103 @@ type opRecord struct {
 	DoneAt   time.Time `json:"done_at,omitzero"`
 }
 
-func (s *Scheduler) taskMutationLocked(t *Task) statestore.Mutation {
-	m := statestore.Mutation{Kind: kindTask, Key: t.ID}
-	if t.state == stateDone {
-		m.Delete = true
-		return m
-	}
-	r := taskRecord{ID: t.ID, Instance: t.Instance, Function: int32(t.ActionDigest.Function), Hash: t.ActionDigest.Hash, Size: t.ActionDigest.Size,
-		Platform: t.Platform, Action: t.ActionBytes, Command: t.CommandBytes, Cacheable: t.Cacheable, Queue: t.Queue,
-		Priority: t.priority, Seq: t.seq, Attempts: t.attempts, QueuedAt: t.queuedAt}
-	if t.inv != nil {
-		r.Invocation = t.inv.path()
-	}
-	if t.state == stateLeased && t.lease != nil {
-		r.Lease, r.Worker = t.lease.id, t.lease.worker.info.ID
-	}
-	m.Value, _ = json.Marshal(r)
-	return m
+type taskSnap struct {
+	id     string
+	delete bool
+	first  *taskRecord // set when the "task" record is not stored yet
+	state  taskStateRecord
 }
 
-func (s *Scheduler) opMutationLocked(op *Operation) statestore.Mutation {
-	m := statestore.Mutation{Kind: kindOp, Key: op.Name}
+func (s *Scheduler) snapTaskLocked(t *Task) taskSnap {
+	if t.state == stateDone {
+		return taskSnap{id: t.ID, delete: true}
+	}
+	ts := taskSnap{id: t.ID, state: taskStateRecord{Priority: t.priority, Seq: t.seq, Attempts: t.attempts}}
+	if t.inv != nil {
+		ts.state.Invocation = t.inv.path()
+	}
+	if t.state == stateLeased && t.lease != nil {
+		ts.state.Lease, ts.state.Worker = t.lease.id, t.lease.worker.info.ID
+	}
+	if !t.stored {
+		t.stored = true
+		ts.first = &taskRecord{ID: t.ID, Instance: t.Instance, Function: int32(t.ActionDigest.Function), Hash: t.ActionDigest.Hash, Size: t.ActionDigest.Size,
+			Platform: t.Platform, Action: t.ActionBytes, Command: t.CommandBytes, Cacheable: t.Cacheable, Queue: t.Queue, QueuedAt: t.queuedAt}
+	}
+	return ts
+}
+
+func (ts taskSnap) mutations(batch []statestore.Mutation) []statestore.Mutation {
+	if ts.delete {
+		return append(batch, statestore.Mutation{Kind: kindTask, Key: ts.id, Delete: true}, statestore.Mutation{Kind: kindTaskState, Key: ts.id, Delete: true})
+	}
+	if ts.first != nil {
+		v, _ := json.Marshal(ts.first)
+		batch = append(batch, statestore.Mutation{Kind: kindTask, Key: ts.id, Value: v})
+	}
+	v, _ := json.Marshal(ts.state)
+	return append(batch, statestore.Mutation{Kind: kindTaskState, Key: ts.id, Value: v})
+}
+
+type opSnap struct {
+	name   string
+	delete bool
+	rec    opRecord
+	resp   *repb.ExecuteResponse
+}
+
+func (s *Scheduler) snapOpLocked(op *Operation) opSnap {
 	if s.ops[op.Name] != op {
-		m.Delete = true
-		return m
+		return opSnap{name: op.Name, delete: true}
 	}
-	r := opRecord{Task: op.task.ID, Done: op.done, DoneAt: op.doneAt}
+	o := opSnap{name: op.Name, rec: opRecord{Task: op.task.ID, Done: op.done, DoneAt: op.doneAt}}
 	if op.done {
-		r.Response, _ = proto.Marshal(op.response)
+		o.resp = op.response // never changed once set
 	}
-	m.Value, _ = json.Marshal(r)
-	return m
+	return o
+}
+
+func (o opSnap) mutation() statestore.Mutation {
+	if o.delete {
+		return statestore.Mutation{Kind: kindOp, Key: o.name, Delete: true}
+	}
+	if o.resp != nil {
+		o.rec.Response, _ = proto.Marshal(o.resp)
+	}
+	v, _ := json.Marshal(o.rec)
+	return statestore.Mutation{Kind: kindOp, Key: o.name, Value: v}
 }
 
 // restoreLocked rebuilds the scheduler's state from store.
 func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (dropped []*Task, err error) {
 	now := s.clock.Now()
-	var tasks []*taskRecord
+	type stored struct {
+		taskRecord
+		taskStateRecord
+	}
+	states := map[string]*taskStateRecord{}
+	err = store.Load(ctx, kindTaskState, func(key string, value []byte) error {
+		st := &taskStateRecord{}
+		if err := json.Unmarshal(value, st); err != nil {
+			return fmt.Errorf("task state record %s: %w", key, err)
+		}
+		states[key] = st
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loading scheduler state: %w", err)
+	}
+	var tasks []*stored
 	err = store.Load(ctx, kindTask, func(key string, value []byte) error {
-		r := &taskRecord{}
-		if err := json.Unmarshal(value, r); err != nil {
+		r := &stored{}
+		if err := json.Unmarshal(value, &r.taskRecord); err != nil {
 			return fmt.Errorf("task record %s: %w", key, err)
 		}
+		st := states[key]
+		if st == nil {
+			return nil // written by a flush cut short: never acknowledged
+		}
+		r.taskStateRecord = *st
 		tasks = append(tasks, r)
 		return nil
 	})
@@ -297,7 +368,7 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 		t := &Task{ID: r.ID, Instance: r.Instance, ActionDigest: d, Platform: r.Platform, ActionBytes: r.Action, CommandBytes: r.Command,
 			Cacheable: r.Cacheable, Queue: r.Queue, Req: preq, bucketKey: r.Queue + "\x00" + r.Instance + "\x00" + r.Platform.Key(),
 			priority: r.Priority, seq: r.Seq, heapIndex: -1, attempts: r.Attempts, queuedAt: r.QueuedAt,
-			dedupKey: dedupKey{r.Instance, d}, inv: s.fair.node(r.Invocation)}
+			dedupKey: dedupKey{r.Instance, d}, inv: s.fair.node(r.Invocation), stored: true}
 		s.nextSeq = max(s.nextSeq, t.seq)
 		s.frontSeq = min(s.frontSeq, t.seq)
 		if t.Cacheable && s.inflightLocked(t.dedupKey) == nil {

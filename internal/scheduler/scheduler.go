@@ -129,6 +129,8 @@ type Task struct {
 	// inv is the task's invocation: the lowest common ancestor of the
 	// invocations of every operation that joined it.
 	inv *inode
+	// stored: the task's unchanging record is in the store.
+	stored bool
 }
 
 type dedupKey struct {
