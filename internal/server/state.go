@@ -14,8 +14,16 @@ func openStateStore(ctx context.Context, cfg config.Config) (statestore.Store, e
 	case "memory":
 		return statestore.NewMemory(), nil
 	case "postgres":
-		return statestore.OpenPostgres(ctx, cfg.Scheduler.Store.DSN)
+		p, err := statestore.OpenPostgres(ctx, cfg.Scheduler.Store.DSN)
+		if err != nil {
+			return nil, err
+		}
+		return p, nil
 	default:
-		return statestore.OpenEmbedded(filepath.Join(cfg.DataDir, "scheduler", "state"))
+		e, err := statestore.OpenEmbedded(filepath.Join(cfg.DataDir, "scheduler", "state"))
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
 	}
 }
