@@ -15,13 +15,21 @@ import (
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/statestore/pgtest"
 )
 
 // An Execute accepted by one server process is finished by the next one
 // on the same data directory: the client follows its operation name.
 func TestQueuedOperationSurvivesRestart(t *testing.T) {
+	t.Run("embedded", func(t *testing.T) { testSurvivesRestart(t, config.StoreConfig{Backend: "embedded"}) })
+	t.Run("postgres", func(t *testing.T) {
+		testSurvivesRestart(t, config.StoreConfig{Backend: "postgres", DSN: pgtest.Start(t)})
+	})
+}
+
+func testSurvivesRestart(t *testing.T, store config.StoreConfig) {
 	dir := t.TempDir()
-	noWorker := func(c *config.Config) { c.DataDir = dir; c.Worker.Enabled = false }
+	noWorker := func(c *config.Config) { c.DataDir = dir; c.Worker.Enabled = false; c.Scheduler.Store = store }
 	f := startFarm(t, noWorker)
 	cmd := shCmd("echo survived > out", "out")
 	a := &repb.Action{CommandDigest: f.put(cmd).Proto(), InputRootDigest: digest.Empty(digest.SHA256).Proto()}
@@ -44,7 +52,10 @@ func TestQueuedOperationSurvivesRestart(t *testing.T) {
 	f.stop()
 
 	// The next process, now with a worker.
-	f2 := startFarm(t, func(c *config.Config) { c.DataDir = dir })
+	if store.Backend == "postgres" {
+		dir = t.TempDir() // another machine: only PostgreSQL is shared
+	}
+	f2 := startFarm(t, func(c *config.Config) { c.DataDir = dir; c.Scheduler.Store = store })
 	if st := f2.srv.Scheduler.Stats(); st.Operations != 1 {
 		t.Fatalf("restored %+v, want the one operation", st)
 	}
