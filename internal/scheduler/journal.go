@@ -52,10 +52,17 @@ type journal struct {
 	err     error  // the last flush's error, for the calls waiting on it
 	kick    chan struct{}
 	done    chan struct{} // closed when the flusher has stopped
+
+	// With a Pipeliner store, commits overlap: each flush queues its
+	// batch and a goroutine reports the commit, in flush order (prev).
+	inflight sync.WaitGroup
+	prev     chan struct{}
 }
 
 func newJournal(store statestore.Store) *journal {
-	j := &journal{store: store, dirtyTasks: map[*Task]struct{}{}, dirtyOps: map[*Operation]struct{}{}, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	j := &journal{store: store, dirtyTasks: map[*Task]struct{}{}, dirtyOps: map[*Operation]struct{}{}, kick: make(chan struct{}, 1), done: make(chan struct{}),
+		prev: make(chan struct{})}
+	close(j.prev)
 	j.cond = sync.NewCond(&j.mu)
 	return j
 }
@@ -179,6 +186,7 @@ func (s *Scheduler) runJournal(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			s.flush(context.Background()) // last changes
+			j.inflight.Wait()
 			return
 		case <-j.kick:
 		}
@@ -210,14 +218,41 @@ func (s *Scheduler) flush(ctx context.Context) {
 	for _, op := range ops {
 		batch = append(batch, op.mutation())
 	}
-	var err error
-	if len(batch) > 0 {
-		err = j.store.Apply(ctx, batch)
+	if len(batch) == 0 {
+		j.record(seq, nil)
+		return
 	}
+	p, ok := j.store.(statestore.Pipeliner)
+	if !ok {
+		j.record(seq, j.store.Apply(ctx, batch))
+		return
+	}
+	wait, err := p.Enqueue(context.WithoutCancel(ctx), batch)
+	prev, mine := j.prev, make(chan struct{})
+	j.prev = mine
+	j.inflight.Add(1)
+	go func() {
+		defer j.inflight.Done()
+		defer close(mine)
+		if err == nil {
+			err = wait(context.Background())
+		}
+		<-prev // report in flush order
+		j.record(seq, err)
+	}()
+}
+
+// record notes that the changes up to seq were stored, or failed. A
+// failure sticks: the store's state is then unknown, and every later call
+// fails until the server is restarted (it restores what was stored).
+func (j *journal) record(seq uint64, err error) {
 	j.mu.Lock()
-	j.flushed, j.err = seq, err
+	defer j.mu.Unlock()
+	if err != nil && j.err == nil {
+		j.err = err
+	}
+	j.flushed = max(j.flushed, seq)
 	j.cond.Broadcast()
-	j.mu.Unlock()
 }
 
 // A task is two records: "task", what never changes (written once), and

@@ -220,6 +220,11 @@ func (s *Scheduler) PollMany(ctx context.Context, workerID string, free Capacity
 		s.dropLeaseLocked(l)
 		t.attempts--
 		s.requeueFrontLocked(t)
+	} else if _, held := w.cancelled[a.LeaseID]; held {
+		// Cancelled meanwhile: its resources wait for the worker to stop
+		// running it, but the worker never got it.
+		s.releaseCancelledLocked(w, a.LeaseID)
+		s.offerLocked(w)
 	}
 	return nil, nil
 }

@@ -335,14 +335,24 @@ func entrySize(kind, key string, v []byte) int { return 4 + len(kind) + len(key)
 // commit, Apply returns ctx's error and the batch is not applied; once a
 // commit has taken it, Apply returns that commit's result.
 func (s *Embedded) Apply(ctx context.Context, batch []Mutation) error {
-	if err := ctx.Err(); err != nil {
+	wait, err := s.Enqueue(ctx, batch)
+	if err != nil {
 		return err
+	}
+	return wait(ctx)
+}
+
+// Enqueue implements Pipeliner: the batch is queued, in call order, when
+// it returns; wait reports its commit.
+func (s *Embedded) Enqueue(ctx context.Context, batch []Mutation) (wait func(context.Context) error, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	if err := validate(batch); err != nil {
-		return err
+		return nil, err
 	}
 	if len(batch) == 0 {
-		return nil
+		return func(context.Context) error { return nil }, nil
 	}
 	r := &request{batch: make([]Mutation, len(batch)), done: make(chan struct{})}
 	for i, m := range batch {
@@ -357,7 +367,7 @@ func (s *Embedded) Apply(ctx context.Context, batch []Mutation) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	s.pending = append(s.pending, r)
 	s.mu.Unlock()
@@ -365,7 +375,7 @@ func (s *Embedded) Apply(ctx context.Context, batch []Mutation) error {
 	case s.wake <- struct{}{}:
 	default:
 	}
-	return waitRequest(ctx, &s.mu, &s.pending, r)
+	return func(ctx context.Context) error { return waitRequest(ctx, &s.mu, &s.pending, r) }, nil
 }
 
 // waitRequest waits for r's commit, or withdraws r if ctx ends first and

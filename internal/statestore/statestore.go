@@ -35,6 +35,15 @@ type Store interface {
 	Close() error
 }
 
+// Pipeliner is a Store that can queue a batch without waiting for its
+// commit, so that one caller can keep several commits in flight in order.
+// Batches queued by Enqueue commit in the order Enqueue was called; if a
+// batch's commit fails, no later one is reported as committed before it.
+type Pipeliner interface {
+	Store
+	Enqueue(ctx context.Context, batch []Mutation) (wait func(context.Context) error, err error)
+}
+
 // Memory is a Store that keeps records in memory, for tests.
 type Memory struct {
 	mu      sync.Mutex
