@@ -41,11 +41,7 @@ type Embedded struct {
 	opts EmbeddedOptions
 	lock *os.File
 
-	mu      sync.Mutex // guards pending, closed
-	pending []*request
-	closed  bool
-	wake    chan struct{}
-	done    chan struct{}
+	q *commitQueue
 
 	dataMu sync.RWMutex
 	data   map[string]map[string][]byte
@@ -104,7 +100,7 @@ func OpenEmbedded(dir string) (*Embedded, error) {
 
 // OpenEmbeddedWith opens (creating if needed) the Embedded store in dir.
 func OpenEmbeddedWith(dir string, opts EmbeddedOptions) (*Embedded, error) {
-	s := &Embedded{dir: dir, opts: opts, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	s := &Embedded{dir: dir, opts: opts, q: newCommitQueue()}
 	if s.opts.CompactMinBytes <= 0 {
 		s.opts.CompactMinBytes = 4 << 20
 	}
@@ -132,7 +128,11 @@ func OpenEmbeddedWith(dir string, opts EmbeddedOptions) (*Embedded, error) {
 		lock.Close()
 		return nil, err
 	}
-	go s.committer()
+	go s.q.run(s.commit, func(err error) {
+		if err == nil {
+			s.maybeCompact()
+		}
+	})
 	return s, nil
 }
 
@@ -345,107 +345,7 @@ func (s *Embedded) Apply(ctx context.Context, batch []Mutation) error {
 // Enqueue implements Pipeliner: the batch is queued, in call order, when
 // it returns; wait reports its commit.
 func (s *Embedded) Enqueue(ctx context.Context, batch []Mutation) (wait func(context.Context) error, err error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := validate(batch); err != nil {
-		return nil, err
-	}
-	if len(batch) == 0 {
-		return func(context.Context) error { return nil }, nil
-	}
-	r := &request{batch: make([]Mutation, len(batch)), done: make(chan struct{})}
-	for i, m := range batch {
-		if !m.Delete {
-			m.Value = append(make([]byte, 0, len(m.Value)), m.Value...)
-		} else {
-			m.Value = nil
-		}
-		r.batch[i] = m
-		r.size += mutationSize(m)
-	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, ErrClosed
-	}
-	s.pending = append(s.pending, r)
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-	return func(ctx context.Context) error { return waitRequest(ctx, &s.mu, &s.pending, r) }, nil
-}
-
-// waitRequest waits for r's commit, or withdraws r if ctx ends first and
-// no commit has taken it yet.
-func waitRequest(ctx context.Context, mu *sync.Mutex, pending *[]*request, r *request) error {
-	select {
-	case <-r.done:
-		return r.err
-	case <-ctx.Done():
-	}
-	mu.Lock()
-	if !r.taken {
-		for i, p := range *pending {
-			if p == r {
-				*pending = append((*pending)[:i], (*pending)[i+1:]...)
-				break
-			}
-		}
-		mu.Unlock()
-		return ctx.Err()
-	}
-	mu.Unlock()
-	<-r.done
-	return r.err
-}
-
-// takePending removes from pending the requests of the next commit, in
-// call order, up to maxBytes (at least one).
-func takePending(mu *sync.Mutex, pending *[]*request, maxBytes int) []*request {
-	mu.Lock()
-	defer mu.Unlock()
-	n, size := 0, 0
-	for n < len(*pending) {
-		size += (*pending)[n].size
-		if n > 0 && size > maxBytes {
-			break
-		}
-		(*pending)[n].taken = true
-		n++
-	}
-	reqs := append([]*request(nil), (*pending)[:n]...)
-	rest := copy(*pending, (*pending)[n:])
-	clear((*pending)[rest:])
-	*pending = (*pending)[:rest]
-	return reqs
-}
-
-func (s *Embedded) committer() {
-	defer close(s.done)
-	for {
-		reqs := takePending(&s.mu, &s.pending, MaxBatchBytes)
-		if len(reqs) == 0 {
-			s.mu.Lock()
-			closed := s.closed && len(s.pending) == 0
-			s.mu.Unlock()
-			if closed {
-				return
-			}
-			<-s.wake
-			continue
-		}
-		err := s.commit(reqs)
-		for _, r := range reqs {
-			r.err = err
-			close(r.done)
-		}
-		if err == nil {
-			s.maybeCompact()
-		}
-	}
+	return s.q.enqueue(ctx, batch)
 }
 
 // commit writes one record holding every batch of reqs and fsyncs it.
@@ -711,18 +611,9 @@ func (s *Embedded) currentGen() uint64 {
 // a running compaction and closes the files. Apply after Close returns
 // ErrClosed.
 func (s *Embedded) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.q.close() {
 		return nil
 	}
-	s.closed = true
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-	<-s.done
 	s.compacting.Wait()
 	err := s.log.Close()
 	s.lock.Close()

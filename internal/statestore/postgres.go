@@ -21,11 +21,7 @@ type Postgres struct {
 	pool *pgxpool.Pool
 	cfg  *pgxpool.Config
 
-	mu      sync.Mutex // guards pending, closed
-	pending []*request
-	closed  bool
-	wake    chan struct{}
-	done    chan struct{}
+	q *commitQueue
 
 	commits atomic.Uint64
 
@@ -63,12 +59,12 @@ func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
 	if err != nil {
 		return nil, fmt.Errorf("statestore: connecting to PostgreSQL: %w", err)
 	}
-	p := &Postgres{pool: pool, cfg: cfg, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	p := &Postgres{pool: pool, cfg: cfg, q: newCommitQueue()}
 	if err := p.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
 	}
-	go p.committer()
+	go p.q.run(p.commit, nil)
 	return p, nil
 }
 
@@ -115,59 +111,16 @@ func (p *Postgres) migrate(ctx context.Context) error {
 // outcome unknown, as with any database: Apply then returns an error
 // although the batch may have been applied.
 func (p *Postgres) Apply(ctx context.Context, batch []Mutation) error {
-	if err := ctx.Err(); err != nil {
+	wait, err := p.Enqueue(ctx, batch)
+	if err != nil {
 		return err
 	}
-	if err := validate(batch); err != nil {
-		return err
-	}
-	if len(batch) == 0 {
-		return nil
-	}
-	r := &request{batch: make([]Mutation, len(batch)), done: make(chan struct{})}
-	for i, m := range batch {
-		if !m.Delete {
-			m.Value = append(make([]byte, 0, len(m.Value)), m.Value...)
-		} else {
-			m.Value = nil
-		}
-		r.batch[i] = m
-		r.size += mutationSize(m)
-	}
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return ErrClosed
-	}
-	p.pending = append(p.pending, r)
-	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-	return waitRequest(ctx, &p.mu, &p.pending, r)
+	return wait(ctx)
 }
 
-func (p *Postgres) committer() {
-	defer close(p.done)
-	for {
-		reqs := takePending(&p.mu, &p.pending, MaxBatchBytes)
-		if len(reqs) == 0 {
-			p.mu.Lock()
-			closed := p.closed && len(p.pending) == 0
-			p.mu.Unlock()
-			if closed {
-				return
-			}
-			<-p.wake
-			continue
-		}
-		err := p.commit(reqs)
-		for _, r := range reqs {
-			r.err = err
-			close(r.done)
-		}
-	}
+// Enqueue implements Pipeliner.
+func (p *Postgres) Enqueue(ctx context.Context, batch []Mutation) (wait func(context.Context) error, err error) {
+	return p.q.enqueue(ctx, batch)
 }
 
 type stateKey struct{ kind, key string }
@@ -353,18 +306,9 @@ func (l *leadership) watch() {
 // Close waits for the batches already passed to Apply to commit, gives up
 // the leadership and closes the connections.
 func (p *Postgres) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !p.q.close() {
 		return nil
 	}
-	p.closed = true
-	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-	<-p.done
 	p.leadMu.Lock()
 	p.leadStop = true
 	if l := p.lead; l != nil {

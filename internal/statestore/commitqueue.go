@@ -1,0 +1,148 @@
+package statestore
+
+import (
+	"context"
+	"sync"
+)
+
+// commitQueue is the group commit both backends share: Apply calls queue
+// their batches in call order, and one committer goroutine takes every
+// batch waiting (up to MaxBatchBytes) into each commit.
+type commitQueue struct {
+	mu      sync.Mutex // guards pending, closed
+	pending []*request
+	closed  bool
+	wake    chan struct{}
+	done    chan struct{} // closed when the committer has stopped
+}
+
+func newCommitQueue() *commitQueue {
+	return &commitQueue{wake: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// enqueue validates and copies batch and queues it; wait reports its
+// commit.
+func (q *commitQueue) enqueue(ctx context.Context, batch []Mutation) (wait func(context.Context) error, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := validate(batch); err != nil {
+		return nil, err
+	}
+	if len(batch) == 0 {
+		return func(context.Context) error { return nil }, nil
+	}
+	r := &request{batch: make([]Mutation, len(batch)), done: make(chan struct{})}
+	for i, m := range batch {
+		if !m.Delete {
+			m.Value = append(make([]byte, 0, len(m.Value)), m.Value...)
+		} else {
+			m.Value = nil
+		}
+		r.batch[i] = m
+		r.size += mutationSize(m)
+	}
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil, ErrClosed
+	}
+	q.pending = append(q.pending, r)
+	q.mu.Unlock()
+	q.kick()
+	return func(ctx context.Context) error { return q.wait(ctx, r) }, nil
+}
+
+func (q *commitQueue) kick() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wait waits for r's commit, or withdraws r if ctx ends first and no
+// commit has taken it yet.
+func (q *commitQueue) wait(ctx context.Context, r *request) error {
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+	}
+	q.mu.Lock()
+	if !r.taken {
+		for i, p := range q.pending {
+			if p == r {
+				q.pending = append(q.pending[:i], q.pending[i+1:]...)
+				break
+			}
+		}
+		q.mu.Unlock()
+		return ctx.Err()
+	}
+	q.mu.Unlock()
+	<-r.done
+	return r.err
+}
+
+// take removes the requests of the next commit, in call order, up to
+// maxBytes (at least one).
+func (q *commitQueue) take(maxBytes int) []*request {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n, size := 0, 0
+	for n < len(q.pending) {
+		size += q.pending[n].size
+		if n > 0 && size > maxBytes {
+			break
+		}
+		q.pending[n].taken = true
+		n++
+	}
+	reqs := append([]*request(nil), q.pending[:n]...)
+	rest := copy(q.pending, q.pending[n:])
+	clear(q.pending[rest:])
+	q.pending = q.pending[:rest]
+	return reqs
+}
+
+// run is the committer: it commits what is queued until the queue is
+// closed and drained. after runs once per commit with its result.
+func (q *commitQueue) run(commit func([]*request) error, after func(error)) {
+	defer close(q.done)
+	for {
+		reqs := q.take(MaxBatchBytes)
+		if len(reqs) == 0 {
+			q.mu.Lock()
+			closed := q.closed && len(q.pending) == 0
+			q.mu.Unlock()
+			if closed {
+				return
+			}
+			<-q.wake
+			continue
+		}
+		err := commit(reqs)
+		for _, r := range reqs {
+			r.err = err
+			close(r.done)
+		}
+		if after != nil {
+			after(err)
+		}
+	}
+}
+
+// close stops taking batches, lets the committer drain what is queued and
+// waits for it. It reports false when the queue was already closed.
+func (q *commitQueue) close() bool {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return false
+	}
+	q.closed = true
+	q.mu.Unlock()
+	q.kick()
+	<-q.done
+	return true
+}
