@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -594,31 +593,8 @@ func (s *crashServer) startOnce() (*crashProc, error) {
 		exited:   make(chan struct{}),
 	}
 	p := &crashProc{gantryProc: g}
-	logFile, err := os.Create(g.LogPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{
-		"serve",
-		"--listen", g.GRPCAddr,
-		"--http-listen", g.HTTPAddr,
-		"--data-dir", g.DataDir,
-	}, s.args...)
-	g.cmd = exec.Command(s.bin, args...)
-	g.cmd.Dir = s.dir
-	g.cmd.Stdout = logFile
-	g.cmd.Stderr = logFile
-	g.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	t.Logf("starting %s %q (start %d)", s.bin, args, s.starts)
-	if err := g.cmd.Start(); err != nil {
-		logFile.Close()
-		t.Fatalf("starting gantry: %v", err)
-	}
-	go func() {
-		g.err = g.cmd.Wait()
-		logFile.Close()
-		close(g.exited)
-	}()
+	t.Logf("start %d of gantry", s.starts)
+	g.launch(t, s.bin, s.dir, s.args...)
 	t.Cleanup(func() {
 		if !p.killed {
 			g.stop(t)

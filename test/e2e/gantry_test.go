@@ -64,6 +64,23 @@ func startGantry(t *testing.T, extraArgs ...string) *gantryProc {
 		LogPath:  filepath.Join(dir, "gantry.log"),
 		exited:   make(chan struct{}),
 	}
+	g.launch(t, bin, dir, extraArgs...)
+	// Registered after testDir's cleanup, so it runs before the directory goes.
+	t.Cleanup(func() { g.stop(t) })
+
+	start := time.Now()
+	if err := g.waitHealthy(gantryStartTimeout); err != nil {
+		t.Fatalf("gantry did not become healthy: %v", err)
+	}
+	t.Logf("gantry healthy after %v: grpc=%s http=%s", time.Since(start).Round(time.Millisecond), g.GRPCAddr, g.HTTPAddr)
+	return g
+}
+
+// launch starts `gantry serve` for g (its addresses, data dir and log) in
+// its own process group, so stopping it also stops anything it spawned
+// (workers, actions). g.exited closes when the process ends.
+func (g *gantryProc) launch(t *testing.T, bin, dir string, extraArgs ...string) {
+	t.Helper()
 	logFile, err := os.Create(g.LogPath)
 	if err != nil {
 		t.Fatal(err)
@@ -78,8 +95,6 @@ func startGantry(t *testing.T, extraArgs ...string) *gantryProc {
 	g.cmd.Dir = dir
 	g.cmd.Stdout = logFile
 	g.cmd.Stderr = logFile
-	// Own process group, so stopping it also stops anything it spawned (workers,
-	// actions).
 	g.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	t.Logf("starting %s %q", bin, args)
 	if err := g.cmd.Start(); err != nil {
@@ -91,15 +106,6 @@ func startGantry(t *testing.T, extraArgs ...string) *gantryProc {
 		logFile.Close()
 		close(g.exited)
 	}()
-	// Registered after testDir's cleanup, so it runs before the directory goes.
-	t.Cleanup(func() { g.stop(t) })
-
-	start := time.Now()
-	if err := g.waitHealthy(gantryStartTimeout); err != nil {
-		t.Fatalf("gantry did not become healthy: %v", err)
-	}
-	t.Logf("gantry healthy after %v: grpc=%s http=%s", time.Since(start).Round(time.Millisecond), g.GRPCAddr, g.HTTPAddr)
-	return g
 }
 
 // waitHealthy polls /healthz until it answers 200, the process exits, or timeout.
