@@ -142,6 +142,8 @@ type WorkerConfig struct {
 	CacheMaxSize ByteSize `yaml:"cache_max_size"`
 	// Wrapper is an argv prefix every action runs under (e.g. a sandbox).
 	Wrapper []string `yaml:"wrapper"`
+	// Sandbox configures the bubblewrap sandbox (see sandbox.go).
+	Sandbox SandboxConfig `yaml:"sandbox"`
 }
 
 // Storage configures the CAS and the ActionCache.
@@ -233,6 +235,7 @@ func Default() Config {
 			Enabled:                 true,
 			AcceptUnknownProperties: true,
 			CacheMaxSize:            10 << 30,
+			Sandbox:                 defaultSandbox(),
 		},
 		Log: LogConfig{Level: "info", Format: "text"},
 	}
@@ -466,6 +469,7 @@ func (c *Config) Validate() error {
 			bad("worker.process_wrappers."+name, "a wrapper needs a name and a command, e.g. {nice: [/usr/bin/nice, -n, \"10\"]}")
 		}
 	}
+	validateSandbox(c.Worker.Sandbox, bad)
 	if c.Worker.Cores < 0 || c.Worker.InputFetchSlots < 0 || c.Worker.ReportSlots < 0 {
 		bad("worker", "cores, input_fetch_slots and report_slots must not be negative")
 	}

@@ -295,6 +295,7 @@ func (s *Server) runEmbeddedWorker(ctx context.Context) error {
 	if wc.WorkDir == "" {
 		wc.WorkDir = filepath.Join(s.cfg.DataDir, "worker")
 	}
+	wc.Sandbox.HiddenPaths = hideDataDir(wc.Sandbox.HiddenPaths, s.cfg.DataDir)
 	w, err := worker.New(conn, WorkerConfig(wc, s.log))
 	if err != nil {
 		return err
@@ -316,7 +317,9 @@ func WorkerConfig(wc config.WorkerConfig, log *slog.Logger) worker.Config {
 	for k, vs := range wc.Properties {
 		props[k] = vs
 	}
+	sbc, all := SandboxConfig(wc.Sandbox)
 	return worker.Config{
+		Sandbox: sbc, SandboxAll: all,
 		ID: wc.ID, Cores: cores, MemoryBytes: mem,
 		InputFetchSlots: wc.InputFetchSlots, ReportSlots: wc.ReportSlots,
 		Properties: worker.Properties(props), AcceptUnknownProperties: wc.AcceptUnknownProperties,

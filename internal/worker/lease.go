@@ -19,6 +19,7 @@ import (
 	"github.com/gantry-build/gantry/internal/worker/execroot"
 	"github.com/gantry-build/gantry/internal/worker/outputs"
 	"github.com/gantry-build/gantry/internal/worker/runner"
+	"github.com/gantry-build/gantry/internal/worker/sandbox"
 )
 
 // runLease takes one assignment through InputFetch, Execute and Report.
@@ -100,10 +101,24 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	for i, ev := range cmd.EnvironmentVariables {
 		env[i] = ev.Name + "=" + ev.Value
 	}
-	wrapper, env, err := w.wrap(action, cmd, env)
+	wrapper, env, sandboxed, err := w.wrap(action, cmd, env)
 	if err != nil {
 		w.complete(l, failure(codes.FailedPrecondition, "action %s: %v", ad, err))
 		return
+	}
+	var sbx *sandbox.Action
+	if sandboxed {
+		pol, err := w.sandboxPolicy(action, cmd)
+		if err != nil {
+			w.complete(l, failure(codes.InvalidArgument, "action %s: %v", ad, err))
+			return
+		}
+		if sbx, err = w.sb.Prepare(rootDir, pol); err != nil {
+			w.complete(l, failure(codes.Internal, "action %s: %v", ad, err))
+			return
+		}
+		defer sbx.Finish()
+		wrapper = append(append([]string{}, sbx.Wrapper...), wrapper...)
 	}
 	stdout, stdoutW, err := newCapture(logPath(w.logs, l.id, "stdout"))
 	if err != nil {
@@ -120,6 +135,9 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	spec := runner.Spec{
 		Args: cmd.Arguments, Env: env, Dir: filepath.Join(rootDir, filepath.FromSlash(cmd.WorkingDirectory)),
 		StdoutFile: stdoutW, StderrFile: stderrW, Wrapper: wrapper,
+	}
+	if sbx != nil {
+		spec.UseCgroupFD, spec.CgroupFD = sbx.UseCgroupFD, sbx.CgroupFD
 	}
 	if action.Timeout != nil {
 		spec.Timeout = action.Timeout.AsDuration()
@@ -140,8 +158,15 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	stop := context.AfterFunc(ctx, proc.Cancel)
 	res := proc.Wait()
 	stop()
+	var sbOut sandbox.Outcome
+	if sbx != nil {
+		sbOut = sbx.Finish() // kills what is left in the action's cgroup
+	}
 	stdout.finish()
 	stderr.finish()
+	if sbOut.OOMKilled {
+		stderr.note("gantry: " + sbOut.Message)
+	}
 	defer stdout.discard()
 	defer stderr.discard()
 	md.ExecutionCompletedTimestamp = timestamppb.Now()
@@ -182,6 +207,12 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 		return
 	}
 	req := &workerpb.CompleteRequest{ActionResult: marshalResult(ar)}
+	if sbOut.OOMKilled {
+		req.Message = fmt.Sprintf("action %s: %s", ad, sbOut.Message)
+		if ar.ExitCode == 0 { // a child was killed but the action hid it
+			req.Message += " (the command still exited 0)"
+		}
+	}
 	req.UpdateActionCache = ar.ExitCode == 0 && a.Cacheable && !action.DoNotCache
 	w.complete(l, req)
 }
@@ -229,23 +260,43 @@ func outputFailure(ad digest.Digest, err error) *workerpb.CompleteRequest {
 // wrap applies the action's special platform properties: process-wrapper
 // names select configured command prefixes (in the order given), and
 // max-cores is passed to the action as GANTRY_MAX_CORES.
-func (w *Worker) wrap(action *repb.Action, cmd *repb.Command, env []string) ([]string, []string, error) {
+//
+// sandboxed says the action runs in the bubblewrap sandbox (the worker runs
+// every action there, or the action named it as a process wrapper); the
+// other wrappers then run inside it, so their programs are resolved here.
+func (w *Worker) wrap(action *repb.Action, cmd *repb.Command, env []string) (wrapper, outEnv []string, sandboxed bool, err error) {
 	p := action.Platform
 	if p == nil || len(p.Properties) == 0 {
 		p = cmd.Platform
 	}
-	wrapper := append([]string(nil), w.cfg.Wrapper...)
+	sandboxed = w.sb != nil && w.cfg.SandboxAll
+	var parts [][]string
+	if len(w.cfg.Wrapper) > 0 {
+		parts = append(parts, w.cfg.Wrapper)
+	}
 	for _, prop := range p.GetProperties() {
 		switch prop.Name {
 		case platform.ProcessWrapper:
+			if prop.Value == SandboxWrapper && w.sb != nil {
+				sandboxed = true
+				continue
+			}
 			argv, ok := w.cfg.ProcessWrappers[prop.Value]
 			if !ok {
-				return nil, nil, fmt.Errorf("process wrapper %q is not configured on worker %s", prop.Value, w.cfg.ID)
+				return nil, nil, false, fmt.Errorf("process wrapper %q is not configured on worker %s", prop.Value, w.cfg.ID)
 			}
-			wrapper = append(wrapper, argv...)
+			parts = append(parts, argv)
 		case platform.MaxCores:
 			env = append(env, "GANTRY_MAX_CORES="+prop.Value)
 		}
 	}
-	return wrapper, env, nil
+	for _, argv := range parts {
+		if sandboxed {
+			if argv, err = resolveWrappers(argv); err != nil {
+				return nil, nil, false, err
+			}
+		}
+		wrapper = append(wrapper, argv...)
+	}
+	return wrapper, env, sandboxed, nil
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/worker/execroot"
 	"github.com/gantry-build/gantry/internal/worker/filecache"
+	"github.com/gantry-build/gantry/internal/worker/sandbox"
 )
 
 // Config describes a worker.
@@ -56,6 +57,10 @@ type Config struct {
 	// PollWait is how long one Poll may be held by the scheduler.
 	PollWait time.Duration
 	Logger   *slog.Logger
+	// Sandbox, when set, offers the bubblewrap sandbox (process-wrapper
+	// "bubblewrap"); SandboxAll runs every action in it.
+	Sandbox    *sandbox.Config
+	SandboxAll bool
 }
 
 // Worker is a running worker.
@@ -71,6 +76,7 @@ type Worker struct {
 	fetch  *semaphore.Weighted
 	exec   *semaphore.Weighted
 	report *semaphore.Weighted
+	sb     *sandbox.Sandbox
 
 	heartbeatEvery time.Duration
 	kick           chan struct{} // asks the heartbeat loop to report now
@@ -137,6 +143,9 @@ func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("creating %s: %w", d, err)
 		}
+	}
+	if err := w.setupSandbox(); err != nil {
+		return nil, err
 	}
 	w.cas = newInstanceCAS(conn)
 	cache, err := filecache.New(filepath.Join(cfg.WorkDir, "cache"), cfg.CacheMaxBytes, w.cas)
@@ -385,6 +394,9 @@ func (w *Worker) wrapperNames() []string {
 	names := make([]string, 0, len(w.cfg.ProcessWrappers))
 	for n := range w.cfg.ProcessWrappers {
 		names = append(names, n)
+	}
+	if w.sb != nil {
+		names = append(names, SandboxWrapper)
 	}
 	sort.Strings(names)
 	return names

@@ -68,6 +68,11 @@ type Spec struct {
 	// the worker's configuration, not the action's); the action's program
 	// is passed to it resolved, as an absolute path.
 	Wrapper []string
+	// CgroupFD, when UseCgroupFD is set, is an open cgroup v2 directory
+	// the process starts in (CLONE_INTO_CGROUP), so that everything it
+	// forks is limited and can be killed with the cgroup.
+	UseCgroupFD bool
+	CgroupFD    int
 }
 
 // Result describes how a process ended.
@@ -177,7 +182,7 @@ func Start(spec Spec) (*Process, error) {
 		Dir:         dir,
 		Stdout:      stdout,
 		Stderr:      stderr,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, UseCgroupFD: spec.UseCgroupFD, CgroupFD: spec.CgroupFD},
 	}
 	p := &Process{cmd: cmd, done: make(chan struct{}), timeout: spec.Timeout}
 	// Hold the lock across Start so the timer cannot fire before pid is set.

@@ -1,0 +1,84 @@
+package worker
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+
+	"github.com/gantry-build/gantry/internal/worker/sandbox"
+)
+
+// SandboxWrapper is the process-wrapper value that asks for the built-in
+// bubblewrap sandbox on a worker that has one (worker.sandbox).
+const SandboxWrapper = "bubblewrap"
+
+// setupSandbox builds the worker's sandbox, if configured, and logs which
+// isolation and limits are active.
+func (w *Worker) setupSandbox() error {
+	if w.cfg.Sandbox == nil {
+		w.log.Info("actions run without a sandbox (worker.sandbox.enabled is false)")
+		return nil
+	}
+	if _, clash := w.cfg.ProcessWrappers[SandboxWrapper]; clash {
+		return fmt.Errorf("worker.process_wrappers.%s clashes with the built-in sandbox of that name; rename the wrapper", SandboxWrapper)
+	}
+	sc := *w.cfg.Sandbox
+	sc.WorkDir = w.cfg.WorkDir
+	sb, err := sandbox.New(sc)
+	if err != nil {
+		return err
+	}
+	w.sb = sb
+	scope := "actions that ask for it (process-wrapper=" + SandboxWrapper + ")"
+	if w.cfg.SandboxAll {
+		scope = "every action"
+	}
+	w.log.Info("sandbox active for "+scope, "sandbox", sb.Describe())
+	return nil
+}
+
+// sandboxPolicy reads the action's sandbox properties.
+func (w *Worker) sandboxPolicy(action *repb.Action, cmd *repb.Command) (sandbox.Policy, error) {
+	p := action.Platform
+	if p == nil || len(p.Properties) == 0 {
+		p = cmd.Platform
+	}
+	props := make([]sandbox.Property, 0, len(p.GetProperties()))
+	for _, pp := range p.GetProperties() {
+		props = append(props, sandbox.Property{Name: pp.Name, Value: pp.Value})
+	}
+	return sandbox.ParsePolicy(props, w.cfg.Sandbox.Limits)
+}
+
+// resolveWrappers makes a wrapper's program an absolute path: inside the
+// sandbox it would be looked up in the action's PATH, not the worker's.
+func resolveWrappers(argv []string) ([]string, error) {
+	if len(argv) == 0 {
+		return argv, nil
+	}
+	p, err := exec.LookPath(argv[0])
+	if err != nil {
+		return nil, fmt.Errorf("wrapper %q: %w; fix the worker's wrapper configuration", argv[0], err)
+	}
+	return append([]string{p}, argv[1:]...), nil
+}
+
+// note appends a line to a finished capture (e.g. the sandbox's
+// out-of-memory report), so that it shows in the action's stderr.
+func (c *capture) note(msg string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	line := []byte("\n" + msg + "\n")
+	if c.spill == nil {
+		c.buf.Write(line)
+		return
+	}
+	f, err := os.OpenFile(c.spillPath, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return
+	}
+	f.Write(line)
+	f.Close()
+}
