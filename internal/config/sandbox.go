@@ -29,11 +29,13 @@ type SandboxConfig struct {
 	// CgroupParent is a delegated cgroup v2 directory for per-action
 	// cgroups; empty uses the rlimit fallback.
 	CgroupParent string `yaml:"cgroup_parent"`
+	// TmpSize bounds each action's private /tmp (a tmpfs); 0 = half of RAM.
+	TmpSize ByteSize `yaml:"tmp_size"`
 }
 
 // defaultSandbox is the sandbox section's default: off, nobody/nogroup.
 func defaultSandbox() SandboxConfig {
-	return SandboxConfig{Mode: "off", UID: 65534, GID: 65534, UIDCount: 1, PidsLimit: 4096}
+	return SandboxConfig{Mode: "off", UID: 65534, GID: 65534, UIDCount: 1, PidsLimit: 4096, TmpSize: 1 << 30}
 }
 
 // validateSandbox reports the sandbox section's mistakes through bad.
@@ -56,6 +58,9 @@ func validateSandbox(s SandboxConfig, bad func(path, format string, args ...any)
 		if !filepath.IsAbs(p) {
 			bad("worker.sandbox.hidden_paths", "entry %d (%q) must be an absolute path", i, p)
 		}
+	}
+	if s.TmpSize < 0 {
+		bad("worker.sandbox.tmp_size", "must not be negative (0 means the tmpfs default, half of RAM)")
 	}
 	if s.MemoryLimit < 0 || s.MaxMemoryLimit < 0 || s.PidsLimit < 0 || s.MaxPidsLimit < 0 {
 		bad("worker.sandbox", "limits must not be negative (0 means none)")

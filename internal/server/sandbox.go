@@ -15,7 +15,7 @@ func SandboxConfig(s config.SandboxConfig) (cfg *sandbox.Config, all bool) {
 	}
 	return &sandbox.Config{
 		Bwrap: s.Bwrap, UID: s.UID, GID: s.GID, UIDCount: s.UIDCount,
-		HiddenPaths: s.HiddenPaths, CgroupParent: s.CgroupParent,
+		HiddenPaths: s.HiddenPaths, CgroupParent: s.CgroupParent, TmpSize: int64(s.TmpSize),
 		Limits: sandbox.Limits{
 			AllowNetwork: s.AllowNetwork,
 			MemoryLimit:  int64(s.MemoryLimit), MaxMemoryLimit: int64(s.MaxMemoryLimit),

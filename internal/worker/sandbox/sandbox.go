@@ -56,6 +56,9 @@ type Config struct {
 	// CgroupParent is a cgroup v2 directory delegated to the worker; ""
 	// uses the rlimit fallback.
 	CgroupParent string
+	// TmpSize bounds the action's private /tmp (bytes; 0 = the kernel's
+	// tmpfs default, half of RAM).
+	TmpSize int64
 }
 
 // Sandbox prepares sandboxed runs. It is safe for concurrent use.
@@ -267,8 +270,11 @@ func (s *Sandbox) argv(dir string, a *Action) []string {
 		"--ro-bind", "/", "/",
 		"--dev", "/dev",
 		"--proc", "/proc",
-		"--perms", "1777", "--tmpfs", "/tmp",
 	}
+	if s.cfg.TmpSize > 0 {
+		args = append(args, "--size", strconv.FormatInt(s.cfg.TmpSize, 10))
+	}
+	args = append(args, "--perms", "1777", "--tmpfs", "/tmp")
 	mounts := []string{"/tmp"} // tmpfs mount points so far
 	made := map[string]bool{}
 	// mkdirs creates the ancestors of p that lie inside a tmpfs (bwrap
