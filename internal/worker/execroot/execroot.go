@@ -101,6 +101,9 @@ func Build(ctx context.Context, cache *filecache.Cache, cas blobstore.Store, fn 
 		return nil, newMissing(missing)
 	}
 	root := b.dirs[inputRoot]
+	if err := b.checkSize(root); err != nil {
+		return nil, err
+	}
 	if err := b.validateSymlinks([]*dirInfo{root}, ""); err != nil {
 		return nil, err
 	}
@@ -312,7 +315,10 @@ func (b *builder) fetchTree(ctx context.Context, root digest.Digest) ([]digest.D
 	level := []item{{root, ""}}
 	queued := map[digest.Digest]bool{root: true}
 	var missing []digest.Digest
-	for len(level) > 0 {
+	for depth := 0; len(level) > 0; depth++ {
+		if depth > MaxDepth {
+			return nil, invalidf(level[0].path, "the input tree nests directories more than %d deep, this worker's limit; flatten the inputs", MaxDepth)
+		}
 		infos := make([]*dirInfo, len(level))
 		errs := make([]error, len(level))
 		sem := make(chan struct{}, fetchConcurrency)
