@@ -17,3 +17,9 @@ echo "== go vet"
 go vet ./...
 echo "== go test -race"
 go test -race -count=1 -timeout 60m "$@" ./...
+# Every fuzz target for a few seconds (about 2 minutes in all); always in CI,
+# locally with FUZZ=1.
+if [ "${CI:-}" = "true" ] || [ "${FUZZ:-}" = "1" ]; then
+  echo "== go test -fuzz (scripts/fuzz.sh)"
+  scripts/fuzz.sh
+fi

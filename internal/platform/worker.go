@@ -2,6 +2,7 @@ package platform
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -81,6 +82,9 @@ func ParseRequest(props Properties) (Request, error) {
 		}
 		if r.Resources == nil {
 			r.Resources = map[string]int64{}
+		}
+		if r.Resources[res] > math.MaxInt64-n {
+			return r, fmt.Errorf("platform property %s asks for more than %d in total; ask for a smaller amount", p.Name, int64(math.MaxInt64))
 		}
 		r.Resources[res] += n
 	}

@@ -1,0 +1,65 @@
+package execution
+
+import (
+	"path"
+	"strings"
+	"testing"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/protobuf/proto"
+)
+
+// FuzzValidateDirectory feeds arbitrary Directory messages (as clients
+// upload them) at arbitrary places in the tree: validation must not panic,
+// and what it accepts must have plain, unique names and symlinks that stay
+// inside the input root.
+func FuzzValidateDirectory(f *testing.F) {
+	seed := func(d *repb.Directory, at string) {
+		b, _ := proto.Marshal(d)
+		f.Add(b, at)
+	}
+	seed(&repb.Directory{Files: []*repb.FileNode{{Name: "a"}, {Name: "b"}}}, "")
+	seed(&repb.Directory{Symlinks: []*repb.SymlinkNode{{Name: "l", Target: "../x"}}}, "d")
+	seed(&repb.Directory{Symlinks: []*repb.SymlinkNode{{Name: "l", Target: "../../x"}}}, "d")
+	seed(&repb.Directory{Directories: []*repb.DirectoryNode{{Name: ".."}}}, "")
+	seed(&repb.Directory{Symlinks: []*repb.SymlinkNode{{Name: "abs", Target: "/etc/passwd"}}}, "a/b")
+	f.Fuzz(func(t *testing.T, msg []byte, at string) {
+		dir := &repb.Directory{}
+		if proto.Unmarshal(msg, dir) != nil {
+			return
+		}
+		if at != "" && (path.Clean(at) != at || strings.HasPrefix(at, "/") || strings.HasPrefix(at, "..")) {
+			return // the walk only passes clean relative paths
+		}
+		if ValidateDirectory(dir, at) != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for _, n := range names(dir) {
+			if n == "" || n == "." || n == ".." || strings.ContainsAny(n, "/\x00") || seen[n] {
+				t.Fatalf("accepted bad or duplicate name %q", n)
+			}
+			seen[n] = true
+		}
+		for _, l := range dir.Symlinks {
+			p := path.Join(at, path.Dir(l.Name), l.Target)
+			if path.IsAbs(l.Target) || p == ".." || strings.HasPrefix(p, "../") {
+				t.Fatalf("accepted symlink %q -> %q at %q, which leaves the root", l.Name, l.Target, at)
+			}
+		}
+	})
+}
+
+func names(d *repb.Directory) []string {
+	var out []string
+	for _, f := range d.Files {
+		out = append(out, f.Name)
+	}
+	for _, s := range d.Directories {
+		out = append(out, s.Name)
+	}
+	for _, l := range d.Symlinks {
+		out = append(out, l.Name)
+	}
+	return out
+}
