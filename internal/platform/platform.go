@@ -30,6 +30,12 @@ const (
 	ResourcePrefix = "resource:"
 	WorkerName     = "Worker"
 	ProcessWrapper = "process-wrapper"
+	// Sandbox settings (see internal/worker/sandbox): requests to the
+	// worker's sandbox, not labels to match.
+	SandboxNetwork       = "network"
+	SandboxDockerNetwork = "dockerNetwork"
+	SandboxMemoryLimit   = "memory-limit"
+	SandboxPidsLimit     = "pids-limit"
 )
 
 // FromProto converts and sorts REAPI platform properties.

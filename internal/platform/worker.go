@@ -12,7 +12,8 @@ import (
 // worker or names a wrapper, rather than being a label to match.
 func IsSpecial(name string) bool {
 	switch name {
-	case MinCores, MaxCores, MinMem, WorkerName, ProcessWrapper:
+	case MinCores, MaxCores, MinMem, WorkerName, ProcessWrapper,
+		SandboxNetwork, SandboxDockerNetwork, SandboxMemoryLimit, SandboxPidsLimit:
 		return true
 	}
 	return strings.HasPrefix(name, ResourcePrefix)

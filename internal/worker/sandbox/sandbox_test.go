@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gantry-build/gantry/internal/platform"
 )
 
 func TestParsePolicy(t *testing.T) {
@@ -234,4 +236,14 @@ func FuzzParseOOMKills(f *testing.F) {
 			t.Fatalf("negative count %d", n)
 		}
 	})
+}
+
+// The scheduler must treat the sandbox properties as requests, not as
+// labels a worker has to declare.
+func TestPropertiesAreSpecialToTheScheduler(t *testing.T) {
+	for _, p := range []string{PropNetwork, PropDockerNetwork, PropMemoryLimit, PropPidsLimit} {
+		if !platform.IsSpecial(p) {
+			t.Errorf("platform.IsSpecial(%q) = false", p)
+		}
+	}
 }
