@@ -156,6 +156,16 @@ func TestSandboxRunsNormalActionAsUnprivilegedUser(t *testing.T) {
 	if r.ExitCode != 3 {
 		t.Errorf("the action could change an input file (exit %d)", r.ExitCode)
 	}
+	// The working directory is kept, also with Bazel's PWD=/proc/self/cwd
+	// in the environment (bwrap would otherwise start in "/").
+	wd := shCmd("cat a.txt > out.txt", "out.txt")
+	wd.WorkingDirectory = "in"
+	wd.EnvironmentVariables = append(wd.EnvironmentVariables, &repb.Command_EnvironmentVariable{Name: "PWD", Value: "/proc/self/cwd"})
+	r = f.mustRun(ctx, root, wd)
+	if r.ExitCode != 0 || len(r.OutputFiles) != 1 || f.read(r.OutputFiles[0].Digest) != "input\n" {
+		_, stderr := f.stdio(r)
+		t.Errorf("working directory in: exit %d, outputs %v, stderr %q", r.ExitCode, r.OutputFiles, stderr)
+	}
 }
 
 func TestSandboxEscapesFail(t *testing.T) {

@@ -113,7 +113,7 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 			w.complete(l, failure(codes.InvalidArgument, "action %s: %v", ad, err))
 			return
 		}
-		if sbx, err = w.sb.Prepare(rootDir, pol); err != nil {
+		if sbx, err = w.sb.Prepare(rootDir, filepath.Join(rootDir, filepath.FromSlash(cmd.WorkingDirectory)), pol); err != nil {
 			w.complete(l, failure(codes.Internal, "action %s: %v", ad, err))
 			return
 		}

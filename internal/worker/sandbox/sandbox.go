@@ -167,7 +167,7 @@ func (s *Sandbox) selfTest() error {
 	if err := s.checkReachable(dir); err != nil {
 		return err
 	}
-	a, err := s.Prepare(dir, Policy{})
+	a, err := s.Prepare(dir, "", Policy{})
 	if err != nil {
 		return err
 	}
@@ -239,10 +239,11 @@ type Outcome struct {
 	Message string
 }
 
-// Prepare sets up the sandbox for an action whose exec root is dir: hands
-// the exec root's directories to the action user, creates the cgroup, and
+// Prepare sets up the sandbox for an action whose exec root is dir and
+// whose working directory is workDir (inside dir; "" means dir): hands the
+// exec root's directories to the action user, creates the cgroup, and
 // returns the command prefix.
-func (s *Sandbox) Prepare(dir string, pol Policy) (*Action, error) {
+func (s *Sandbox) Prepare(dir, workDir string, pol Policy) (*Action, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -261,11 +262,14 @@ func (s *Sandbox) Prepare(dir string, pol Policy) (*Action, error) {
 			return nil, err
 		}
 	}
-	a.Wrapper = s.argv(dir, a)
+	if workDir == "" {
+		workDir = dir
+	}
+	a.Wrapper = s.argv(dir, workDir, a)
 	return a, nil
 }
 
-func (s *Sandbox) argv(dir string, a *Action) []string {
+func (s *Sandbox) argv(dir, workDir string, a *Action) []string {
 	args := []string{s.bwrap,
 		"--ro-bind", "/", "/",
 		"--dev", "/dev",
@@ -305,7 +309,9 @@ func (s *Sandbox) argv(dir string, a *Action) []string {
 		mounts = append(mounts, h)
 	}
 	mkdirs(dir)
-	args = append(args, "--bind", dir, dir,
+	// An explicit --chdir: left to itself bwrap would take $PWD, which
+	// Bazel sets to /proc/self/cwd (meaning "/" once inside).
+	args = append(args, "--bind", dir, dir, "--chdir", workDir,
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--die-with-parent", "--new-session",
 		"--hostname", "sandbox",

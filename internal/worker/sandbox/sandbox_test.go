@@ -130,7 +130,7 @@ func TestArgvHidesWorkDirAndBindsExecRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := s.Prepare(filepath.Join(wd, "roots", "1"), Policy{PidsLimit: 50})
+	a, err := s.Prepare(filepath.Join(wd, "roots", "1"), "", Policy{PidsLimit: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestArgvHidesWorkDirAndBindsExecRoot(t *testing.T) {
 			t.Fatal("no stat")
 		}
 		// A second concurrent action gets the other uid.
-		b, err := s.Prepare(filepath.Join(wd, "roots", "1"), Policy{})
+		b, err := s.Prepare(filepath.Join(wd, "roots", "1"), "", Policy{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +163,7 @@ func TestArgvHidesWorkDirAndBindsExecRoot(t *testing.T) {
 		b.Finish()
 	}
 	// Network on drops --unshare-net.
-	c, err := s.Prepare(filepath.Join(wd, "roots", "1"), Policy{Network: true})
+	c, err := s.Prepare(filepath.Join(wd, "roots", "1"), "", Policy{Network: true})
 	if err != nil {
 		t.Fatal(err)
 	}
