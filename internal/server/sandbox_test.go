@@ -315,6 +315,19 @@ func TestSandboxEscapesFail(t *testing.T) {
 		}
 	})
 
+	t.Run("FillsTmp", func(t *testing.T) {
+		// The private /tmp is a tmpfs of tmp_size (64MiB here): filling it
+		// fails the write, not the worker.
+		r := f.mustRun(ctx, empty, shCmd("head -c 100000000 /dev/zero > /tmp/fill && exit 0; exit 9"))
+		if _, stderr := f.stdio(r); r.ExitCode != 9 || !strings.Contains(stderr, "No space left") {
+			t.Errorf("writing 100MB to a 64MiB /tmp: exit %d, stderr %q", r.ExitCode, stderr)
+		}
+		// Each action has its own /tmp: the next one starts empty.
+		if r := f.mustRun(ctx, empty, shCmd("test -e /tmp/fill && exit 9; exit 0")); r.ExitCode != 0 {
+			t.Error("an action saw the previous action's /tmp")
+		}
+	})
+
 	t.Run("BadProperties", func(t *testing.T) {
 		for _, p := range [][]string{{"memory-limit", "lots"}, {"pids-limit", "-1"}, {"network", "maybe"}} {
 			resp := f.run(ctx, empty, shCmd("true"), withPlatform(p...))
