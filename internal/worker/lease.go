@@ -154,6 +154,9 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	}
 	w.mu.Lock()
 	l.proc = proc
+	if sbx != nil {
+		l.proc = sandboxedProc{proc, sbx}
+	}
 	w.mu.Unlock()
 	stop := context.AfterFunc(ctx, proc.Cancel)
 	res := proc.Wait()

@@ -7,6 +7,7 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 
+	"github.com/gantry-build/gantry/internal/worker/runner"
 	"github.com/gantry-build/gantry/internal/worker/sandbox"
 )
 
@@ -81,4 +82,26 @@ func (c *capture) note(msg string) {
 	}
 	f.Write(line)
 	f.Close()
+}
+
+// sandboxedProc suspends and resumes a sandboxed action: the runner's
+// process-group signals stop the timeout clock and bwrap, the sandbox
+// stops the action inside its own session (or cgroup).
+type sandboxedProc struct {
+	p   *runner.Process
+	sbx *sandbox.Action
+}
+
+func (s sandboxedProc) Suspend() error {
+	if err := s.p.Suspend(); err != nil {
+		return err
+	}
+	return s.sbx.Freeze(s.p.Pid())
+}
+
+func (s sandboxedProc) Resume() error {
+	if err := s.sbx.Thaw(s.p.Pid()); err != nil {
+		return err
+	}
+	return s.p.Resume()
 }

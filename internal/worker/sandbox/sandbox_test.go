@@ -5,8 +5,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gantry-build/gantry/internal/platform"
 )
@@ -246,4 +249,73 @@ func TestPropertiesAreSpecialToTheScheduler(t *testing.T) {
 			t.Errorf("platform.IsSpecial(%q) = false", p)
 		}
 	}
+}
+
+// procState returns the state letter of every process whose command line
+// contains marker.
+func procState(marker string) map[int]string {
+	out := map[int]string{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if !strings.Contains(string(cmd), marker) || strings.Contains(string(cmd), "bwrap") {
+			continue
+		}
+		st, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if i := strings.LastIndexByte(string(st), ')'); i > 0 && i+2 < len(st) {
+			out[pid] = string(st[i+2])
+		}
+	}
+	return out
+}
+
+func TestFreezeStopsTheActionInsideItsSession(t *testing.T) {
+	requireBwrap(t)
+	base := t.TempDir()
+	root := filepath.Join(base, "roots", "1")
+	os.MkdirAll(root, 0o755)
+	s, err := New(Config{WorkDir: base, UID: 61720, GID: 65534})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.Prepare(root, "", Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Finish()
+	marker := "gantry-freeze-test-" + strconv.Itoa(os.Getpid())
+	argv := append(append([]string{}, a.Wrapper...), "/bin/sh", "-c", "while :; do sleep 0.01; done; : "+marker)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	// waitFor polls (bounded) until every marked process is in a state
+	// accepted by ok.
+	waitFor := func(what string, ok func(string) bool) {
+		t.Helper()
+		var states map[int]string
+		for i := 0; i < 200; i++ {
+			states = procState(marker)
+			all := len(states) > 0
+			for _, st := range states {
+				all = all && ok(st)
+			}
+			if all {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Fatalf("%s: process states %v", what, states)
+	}
+	waitFor("running", func(st string) bool { return st != "T" && st != "t" })
+	a.Freeze(cmd.Process.Pid)
+	waitFor("frozen", func(st string) bool { return st == "T" || st == "t" })
+	a.Thaw(cmd.Process.Pid)
+	waitFor("thawed", func(st string) bool { return st != "T" && st != "t" })
 }
