@@ -182,6 +182,10 @@ func checkInputRoot(ctx context.Context, cas blobstore.Store, root digest.Digest
 	return nil
 }
 
+// MaxInputDepth bounds how deeply an input tree's directories nest (the
+// workers refuse deeper trees too; see execroot.MaxDepth).
+var MaxInputDepth = 512
+
 // seenKey identifies a visited directory. Whether a relative symlink
 // escapes the root depends on the depth the directory sits at, so the same
 // digest is checked once per depth.
@@ -214,7 +218,11 @@ func (w *inputWalk) walk(ctx context.Context, root digest.Digest, rootPath strin
 	}
 	level := []node{{root, rootPath}}
 	w.seen[seenKey{root, depth(rootPath)}] = true
-	for len(level) > 0 && w.err == nil {
+	for n := 0; len(level) > 0 && w.err == nil; n++ {
+		if n > MaxInputDepth {
+			w.fail(status.Errorf(codes.InvalidArgument, "input tree: directories nest more than %d deep (at %q); flatten the inputs", MaxInputDepth, level[0].path))
+			return
+		}
 		next := make([][]node, len(level))
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 16)

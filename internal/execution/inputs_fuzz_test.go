@@ -1,12 +1,18 @@
 package execution
 
 import (
+	"context"
 	"path"
 	"strings"
 	"testing"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/digest"
 )
 
 // FuzzValidateDirectory feeds arbitrary Directory messages (as clients
@@ -62,4 +68,45 @@ func names(d *repb.Directory) []string {
 		out = append(out, l.Name)
 	}
 	return out
+}
+
+func TestCheckInputRootRefusesDeepNesting(t *testing.T) {
+	ctx := context.Background()
+	cas := blobstore.NewMemory(0)
+	put := func(d *repb.Directory) digest.Digest {
+		b, _ := proto.Marshal(d)
+		dd := digest.Compute(digest.SHA256, b)
+		if err := blobstore.Put(ctx, cas, dd, b); err != nil {
+			t.Fatal(err)
+		}
+		return dd
+	}
+	chain := func(n int) digest.Digest {
+		d := put(&repb.Directory{Files: []*repb.FileNode{{Name: "f", Digest: digest.Empty(digest.SHA256).Proto()}}})
+		for i := 0; i < n; i++ {
+			d = put(&repb.Directory{Directories: []*repb.DirectoryNode{{Name: "d", Digest: d.Proto()}}})
+		}
+		return d
+	}
+	if err := checkInputRoot(ctx, cas, chain(MaxInputDepth)); err != nil {
+		t.Errorf("depth %d refused: %v", MaxInputDepth, err)
+	}
+	err := checkInputRoot(ctx, cas, chain(MaxInputDepth+1))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "nest more than") {
+		t.Errorf("depth %d: %v, want INVALID_ARGUMENT about nesting", MaxInputDepth+1, err)
+	}
+}
+
+func FuzzCheckRelativePath(f *testing.F) {
+	for _, s := range []string{"out/a", "../x", "/abs", "a/../../b", "a/./b", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if CheckRelativePath("output path", p) != nil {
+			return
+		}
+		if c := path.Clean(p); path.IsAbs(p) || c == ".." || strings.HasPrefix(c, "../") {
+			t.Fatalf("accepted %q, which leaves the root", p)
+		}
+	})
 }
