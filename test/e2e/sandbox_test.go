@@ -42,9 +42,6 @@ func TestBazelRemoteExecutionInSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := startGantry(t, "--config", cfg)
-	if log := readTail(g.LogPath, 64<<10); !strings.Contains(log, "sandbox active for every action") {
-		t.Errorf("the server log does not say the sandbox is active:\n%s", log)
-	}
 	w := newBazelWorkspace(t, c)
 	flags := []string{
 		"--remote_executor=" + g.GRPCURL(),
@@ -60,4 +57,9 @@ func TestBazelRemoteExecutionInSandbox(t *testing.T) {
 	}
 	expectTestsPassed(t, res)
 	w.checkOutputs()
+	// The embedded worker has run actions by now, so it has logged how
+	// they are isolated.
+	if log := readTail(g.LogPath, 64<<10); !strings.Contains(log, "sandbox active for every action") {
+		t.Errorf("the server log does not say the sandbox is active:\n%s", log)
+	}
 }
