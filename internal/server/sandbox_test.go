@@ -331,6 +331,27 @@ func TestSandboxEscapesFail(t *testing.T) {
 		}
 	})
 
+	t.Run("OutputSymlinksOutside", func(t *testing.T) {
+		// Declared outputs that are symlinks out of the root must not make
+		// the worker upload host files.
+		hostFile, err := os.ReadFile("/etc/passwd")
+		if err != nil {
+			t.Skip(err)
+		}
+		for _, target := range []string{"/etc/passwd", "../../../../../../../../../../etc/passwd"} {
+			resp := f.run(ctx, empty, shCmd("mkdir -p out && ln -s "+target+" out/leak", "out/leak"))
+			t.Logf("symlink to %s: status %v", target, resp.Status)
+			for _, of := range resp.GetResult().GetOutputFiles() {
+				if f.read(of.Digest) == string(hostFile) {
+					t.Errorf("symlink to %s: the worker uploaded the host's /etc/passwd", target)
+				}
+			}
+			if resp.Status.GetCode() == 0 && len(resp.GetResult().GetOutputFileSymlinks())+len(resp.GetResult().GetOutputSymlinks()) == 0 {
+				t.Errorf("symlink to %s: accepted without being reported as a symlink: %v", target, resp)
+			}
+		}
+	})
+
 	t.Run("BadProperties", func(t *testing.T) {
 		for _, p := range [][]string{{"memory-limit", "lots"}, {"pids-limit", "-1"}, {"network", "maybe"}} {
 			resp := f.run(ctx, empty, shCmd("true"), withPlatform(p...))
