@@ -53,6 +53,8 @@ func validateSandbox(s SandboxConfig, bad func(path, format string, args ...any)
 	}
 	if s.UIDCount < 1 || s.UIDCount > 1<<16 {
 		bad("worker.sandbox.uid_count", "must be between 1 and 65536")
+	} else if uint64(s.UID)+uint64(s.UIDCount) > 1<<32-1 {
+		bad("worker.sandbox.uid_count", "uids %d..%d run past the largest uid (4294967294); lower uid or uid_count", s.UID, uint64(s.UID)+uint64(s.UIDCount)-1)
 	}
 	for i, p := range s.HiddenPaths {
 		if !filepath.IsAbs(p) {

@@ -29,6 +29,7 @@ func TestSandboxConfigErrors(t *testing.T) {
 		{"mode: sometimes", `worker.sandbox.mode: "sometimes" is not a mode`},
 		{"mode: all\n    uid: 0", "worker.sandbox.uid: uid and gid must not be 0"},
 		{"mode: all\n    uid_count: 0", "worker.sandbox.uid_count"},
+		{"mode: all\n    uid: 4294967295\n    uid_count: 2", "run past the largest uid"},
 		{"mode: all\n    hidden_paths: [relative/dir]", "worker.sandbox.hidden_paths: entry 0"},
 		{"mode: all\n    memory_limit: 4GiB\n    max_memory_limit: 1GiB", "worker.sandbox.memory_limit: the default"},
 		{"mode: all\n    pids_limit: 100\n    max_pids_limit: 10", "worker.sandbox.pids_limit: the default"},

@@ -101,6 +101,9 @@ func New(cfg Config) (*Sandbox, error) {
 	if cfg.UIDCount <= 0 {
 		s.cfg.UIDCount = 1
 	}
+	if uint64(cfg.UID)+uint64(s.cfg.UIDCount) > 1<<32-1 {
+		return nil, fmt.Errorf("sandbox: uids %d..%d run past the largest uid; lower worker.sandbox.uid or uid_count", cfg.UID, uint64(cfg.UID)+uint64(s.cfg.UIDCount)-1)
+	}
 	for i := s.cfg.UIDCount - 1; i >= 0; i-- {
 		s.freeUIDs = append(s.freeUIDs, cfg.UID+uint32(i))
 	}

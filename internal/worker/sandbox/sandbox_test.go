@@ -110,6 +110,14 @@ func TestNewReportsMissingBwrap(t *testing.T) {
 	}
 }
 
+func TestNewRejectsUIDOverflow(t *testing.T) {
+	requireBwrap(t)
+	_, err := New(Config{WorkDir: t.TempDir(), UID: 1<<32 - 2, GID: 65534, UIDCount: 3})
+	if err == nil || !strings.Contains(err.Error(), "largest uid") {
+		t.Errorf("err = %v: uids wrapping round to 0 (root) must be refused", err)
+	}
+}
+
 func requireBwrap(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("bwrap"); err != nil {
