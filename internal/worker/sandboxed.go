@@ -96,12 +96,26 @@ func (s sandboxedProc) Suspend() error {
 	if err := s.p.Suspend(); err != nil {
 		return err
 	}
+	if s.ended() { // its pid may belong to another process by now
+		return nil
+	}
 	return s.sbx.Freeze(s.p.Pid())
 }
 
 func (s sandboxedProc) Resume() error {
-	if err := s.sbx.Thaw(s.p.Pid()); err != nil {
-		return err
+	if !s.ended() {
+		if err := s.sbx.Thaw(s.p.Pid()); err != nil {
+			return err
+		}
 	}
 	return s.p.Resume()
+}
+
+func (s sandboxedProc) ended() bool {
+	select {
+	case <-s.p.Done():
+		return true
+	default:
+		return false
+	}
 }
