@@ -173,6 +173,9 @@ type CASConfig struct {
 	PackThreshold ByteSize `yaml:"pack_threshold"`
 	// SegmentSize is the size of a pack segment; 0 uses the default (64MiB).
 	SegmentSize ByteSize `yaml:"segment_size"`
+	// DirectIOThreshold: blobs of at least this size are written with
+	// O_DIRECT, bypassing the page cache; 0 turns it off.
+	DirectIOThreshold ByteSize `yaml:"direct_io_threshold"`
 }
 
 // ACConfig configures the action cache.
@@ -206,7 +209,7 @@ func Default() Config {
 		HTTPListen: "127.0.0.1:9090",
 		DataDir:    "./gantry-data",
 		Storage: Storage{
-			CAS:               CASConfig{Backend: "disk", MaxSize: 10 << 30},
+			CAS:               CASConfig{Backend: "disk", MaxSize: 10 << 30, DirectIOThreshold: 32 << 20},
 			ActionCache:       ACConfig{Backend: "disk", MaxSize: 1 << 30},
 			MaxBatchSize:      4 << 20,
 			ReadChunkSize:     1 << 20,

@@ -366,7 +366,7 @@ func openCAS(cfg config.Config) (blobstore.Store, error) {
 	if c.Backend == "memory" {
 		return blobstore.NewMemory(int64(c.MaxSize)), nil
 	}
-	s, err := blobstore.NewDisk(filepath.Join(cfg.DataDir, "cas"), blobstore.DiskOptions{MaxBytes: int64(c.MaxSize), Fsync: c.Fsync, PackThreshold: int64(c.PackThreshold), SegmentSize: int64(c.SegmentSize)})
+	s, err := blobstore.NewDisk(filepath.Join(cfg.DataDir, "cas"), blobstore.DiskOptions{MaxBytes: int64(c.MaxSize), Fsync: c.Fsync, PackThreshold: int64(c.PackThreshold), SegmentSize: int64(c.SegmentSize), DirectIOThreshold: int64(c.DirectIOThreshold)})
 	if err != nil {
 		return nil, fmt.Errorf("opening the CAS under %s: %w", cfg.DataDir, err)
 	}
