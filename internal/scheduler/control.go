@@ -119,6 +119,8 @@ type WorkerStatus struct {
 	Held     map[string]int64
 	// Restored: known only from stored leases since a restart.
 	Restored bool
+	// Polling: a poll of the worker waits for work right now.
+	Polling bool
 	Leases   []LeaseStatus
 }
 
@@ -145,7 +147,7 @@ func (s *Scheduler) Workers() []WorkerStatus {
 	defer s.mu.Unlock()
 	out := make([]WorkerStatus, 0, len(s.workers))
 	for id, w := range s.workers {
-		ws := WorkerStatus{Info: w.info, Control: s.controls[id], LastSeen: w.lastSeen, Cohort: w.cohort, Restored: w.restored, Held: map[string]int64{}}
+		ws := WorkerStatus{Info: w.info, Control: s.controls[id], LastSeen: w.lastSeen, Cohort: w.cohort, Restored: w.restored, Polling: s.isWaitingLocked(w), Held: map[string]int64{}}
 		for k, v := range w.held {
 			if v != 0 {
 				ws.Held[k] = v
