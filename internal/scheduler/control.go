@@ -121,7 +121,7 @@ type WorkerStatus struct {
 	Restored bool
 	// Polling: a poll of the worker waits for work right now.
 	Polling bool
-	Leases   []LeaseStatus
+	Leases  []LeaseStatus
 }
 
 // State names what the worker is doing for operators.
