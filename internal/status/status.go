@@ -230,9 +230,9 @@ func (h *Handler) invocations(w http.ResponseWriter, r *http.Request) {
 	parentExec := map[string]int{}
 	siblings := map[string]int{}
 	for _, st := range stats {
-		parentExec[strings.Join(st.Path, "\x00")] = st.Executing
+		parentExec[pathKey(st.Path)] = st.Executing
 		if len(st.Path) > 0 && st.Queued+st.Executing > 0 {
-			siblings[strings.Join(st.Path[:len(st.Path)-1], "\x00")]++
+			siblings[pathKey(st.Path[:len(st.Path)-1])]++
 		}
 	}
 	for i, st := range stats {
@@ -243,7 +243,10 @@ func (h *Handler) invocations(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		rows[i].Key = st.Path[len(st.Path)-1]
-		parent := strings.Join(st.Path[:len(st.Path)-1], "\x00")
+		if rows[i].Key == "" {
+			rows[i].Key = "(none)"
+		}
+		parent := pathKey(st.Path[:len(st.Path)-1])
 		if pe := parentExec[parent]; pe > 0 {
 			rows[i].Share = 100 * float64(st.Executing) / float64(pe)
 		}
@@ -263,6 +266,11 @@ func (h *Handler) invocations(w http.ResponseWriter, r *http.Request) {
 		Rows []invocation
 		Page page
 	}{h.frame(r, "Invocations", true), keys, rows[min(p.Offset(), len(rows)):min(p.Offset()+p.Per, len(rows))], p})
+}
+
+// pathKey is a map key for an invocation path ("" keys are common).
+func pathKey(p []string) string {
+	return strconv.Itoa(len(p)) + "\x00" + strings.Join(p, "\x00")
 }
 
 func (h *Handler) failures(w http.ResponseWriter, r *http.Request) {
