@@ -13,8 +13,12 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/invocation"
 )
 
 // scenario is a farm with one worker ("w1") and three actions: one
@@ -36,20 +40,27 @@ func startScenario(t *testing.T, ctx context.Context) *scenario {
 		c.Status.Refresh = 0
 	})
 	s := &scenario{farm: f, base: "http://" + f.srv.HTTPAddr()}
-	fail := f.start(ctx, shCmd("echo oops-out; echo oops-err >&2; exit 3"))
+	fail := f.start(withInvocation(ctx, "build-7", "test"), shCmd("echo oops-out; echo oops-err >&2; exit 3"))
 	if r := fail.wait(ctx, t); r.Result.GetExitCode() != 3 {
 		t.Fatalf("failing action: %v", r)
 	}
 	s.failed = fail.name
-	run := f.start(ctx, gated(f.dir, "run"))
+	run := f.start(withInvocation(ctx, "build-9", "compile"), gated(f.dir, "run"))
 	waitForPID(ctx, t, filepath.Join(f.dir, "run.pid"))
 	waitFor(ctx, t, "the action to be executing", func() bool {
 		info, err := f.srv.Scheduler.Operation(run.name)
 		return err == nil && info.Stage == repb.ExecutionStage_EXECUTING
 	})
 	s.running = run.name
-	s.queued = f.start(ctx, shCmd("echo never"), &repb.Platform_Property{Name: "pool", Value: "nowhere"}).name
+	s.queued = f.start(withInvocation(ctx, "build-9", "link"), shCmd("echo never"), &repb.Platform_Property{Name: "pool", Value: "nowhere"}).name
 	return s
+}
+
+// withInvocation sends Bazel's request metadata for a build (correlated
+// invocations id) and one of its commands (tool invocation id).
+func withInvocation(ctx context.Context, build, tool string) context.Context {
+	b, _ := proto.Marshal(&repb.RequestMetadata{CorrelatedInvocationsId: build, ToolInvocationId: tool, ToolDetails: &repb.ToolDetails{ToolName: "bazel"}})
+	return metadata.AppendToOutgoingContext(ctx, invocation.RequestMetadataHeader, string(b))
 }
 
 func (s *scenario) get(t *testing.T, path string, hdr ...string) (int, string) {
@@ -111,7 +122,7 @@ func TestStatusPages(t *testing.T) {
 	_, body = s.get(t, "/status/failures")
 	contains(t, "failures", body, s.failed, ">3<", "w1")
 	_, body = s.get(t, "/status/invocations", "Accept", "text/html")
-	contains(t, "invocations page", body, "<table id=\"invocations\"", "(all)")
+	contains(t, "invocations page", body, "<table id=\"invocations\"", "(all)", "build-9", "compile", "link")
 	if _, text := s.get(t, "/status/invocations"); strings.Contains(text, "<html") {
 		t.Error("/status/invocations without Accept: text/html is not text")
 	}
@@ -161,6 +172,20 @@ func TestStatusPages(t *testing.T) {
 	}
 	_, body = s.get(t, "/status")
 	contains(t, "overview after drain", body, ">draining<", `value="undrain"`)
+
+	// The Kill button of the queued operation.
+	req, _ := http.NewRequest("POST", s.base+"/status/kill", strings.NewReader(url.Values{"name": {s.queued}, "csrf": {m[1]}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := http.DefaultClient.Do(req) // follows the redirect to the overview
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	contains(t, "overview after kill", string(b), s.queued+" killed")
+	if info, err := s.srv.Scheduler.Operation(s.queued); err != nil || !info.Done || info.Response.Status.GetCode() != int32(codes.Canceled) {
+		t.Errorf("killed operation: %+v %v", info, err)
+	}
 	s.finish(t, ctx)
 }
 
