@@ -21,7 +21,7 @@ func TestWorkersOperationAndReloadCLI(t *testing.T) {
 		t.Fatalf("list: %v\n%s", err, out)
 	}
 	for _, step := range []struct{ cmd, state string }{
-		{"drain", "drained"}, {"pause", "paused"}, {"resume", "drained"}, {"undrain", "active"}, {"terminate", "terminating"}, {"undrain", "active"},
+		{"drain", "drained"}, {"pause", "paused"}, {"resume", "drained"}, {"undrain", "active"}, {"pause", "paused"}, {"terminate", "terminating"}, {"undrain", "active"},
 	} {
 		out, err := run(t, "workers", step.cmd, "--server", addr, "--reason", "cli test", "w1")
 		if err != nil || strings.TrimSpace(out) != "w1: "+step.state {

@@ -106,7 +106,10 @@ func (s *AdminService) UndrainWorker(ctx context.Context, req *adminpb.WorkerCon
 
 // TerminateWorker implements adminpb.AdminServer.
 func (s *AdminService) TerminateWorker(ctx context.Context, req *adminpb.WorkerControlRequest) (*adminpb.WorkerControlResponse, error) {
-	return s.control(ctx, "terminate", req, func(c *scheduler.WorkerControl) { c.Drain, c.Terminate = true, true })
+	return s.control(ctx, "terminate", req, func(c *scheduler.WorkerControl) {
+		// Its running actions must finish: a paused worker resumes.
+		c.Drain, c.Terminate, c.Pause = true, true, false
+	})
 }
 
 // PauseWorker implements adminpb.AdminServer.

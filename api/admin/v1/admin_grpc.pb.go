@@ -61,7 +61,8 @@ type AdminClient interface {
 	DrainWorker(ctx context.Context, in *WorkerControlRequest, opts ...grpc.CallOption) (*WorkerControlResponse, error)
 	// UndrainWorker undoes DrainWorker and TerminateWorker.
 	UndrainWorker(ctx context.Context, in *WorkerControlRequest, opts ...grpc.CallOption) (*WorkerControlResponse, error)
-	// TerminateWorker drains the worker; once idle its process exits
+	// TerminateWorker drains the worker (resuming it if paused); once idle
+	// its process exits
 	// cleanly (an embedded worker stops, the server keeps running).
 	TerminateWorker(ctx context.Context, in *WorkerControlRequest, opts ...grpc.CallOption) (*WorkerControlResponse, error)
 	// PauseWorker suspends the worker's running actions (SIGSTOP; their
@@ -248,7 +249,8 @@ type AdminServer interface {
 	DrainWorker(context.Context, *WorkerControlRequest) (*WorkerControlResponse, error)
 	// UndrainWorker undoes DrainWorker and TerminateWorker.
 	UndrainWorker(context.Context, *WorkerControlRequest) (*WorkerControlResponse, error)
-	// TerminateWorker drains the worker; once idle its process exits
+	// TerminateWorker drains the worker (resuming it if paused); once idle
+	// its process exits
 	// cleanly (an embedded worker stops, the server keeps running).
 	TerminateWorker(context.Context, *WorkerControlRequest) (*WorkerControlResponse, error)
 	// PauseWorker suspends the worker's running actions (SIGSTOP; their
