@@ -62,8 +62,8 @@ type AdminClient interface {
 	// UndrainWorker undoes DrainWorker and TerminateWorker.
 	UndrainWorker(ctx context.Context, in *WorkerControlRequest, opts ...grpc.CallOption) (*WorkerControlResponse, error)
 	// TerminateWorker drains the worker (resuming it if paused); once idle
-	// its process exits
-	// cleanly (an embedded worker stops, the server keeps running).
+	// its process exits cleanly (an embedded worker stops, the server keeps
+	// running).
 	TerminateWorker(ctx context.Context, in *WorkerControlRequest, opts ...grpc.CallOption) (*WorkerControlResponse, error)
 	// PauseWorker suspends the worker's running actions (SIGSTOP; their
 	// timeouts stop counting) and gives it no new work; ResumeWorker lets
@@ -250,8 +250,8 @@ type AdminServer interface {
 	// UndrainWorker undoes DrainWorker and TerminateWorker.
 	UndrainWorker(context.Context, *WorkerControlRequest) (*WorkerControlResponse, error)
 	// TerminateWorker drains the worker (resuming it if paused); once idle
-	// its process exits
-	// cleanly (an embedded worker stops, the server keeps running).
+	// its process exits cleanly (an embedded worker stops, the server keeps
+	// running).
 	TerminateWorker(context.Context, *WorkerControlRequest) (*WorkerControlResponse, error)
 	// PauseWorker suspends the worker's running actions (SIGSTOP; their
 	// timeouts stop counting) and gives it no new work; ResumeWorker lets
