@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,10 +110,13 @@ func TestDrainFinishesRunningWorkAndTakesNoMore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	admin := adminpb.NewAdminClient(f.conn)
+	var mu sync.Mutex
 	var leased []string
 	f.srv.Scheduler.OnEvent(func(e scheduler.Event) {
 		if e.Kind == scheduler.EventLeased {
+			mu.Lock()
 			leased = append(leased, e.Task)
+			mu.Unlock()
 		}
 	})
 	a := f.start(ctx, gated(f.dir, "a"))
@@ -153,9 +157,11 @@ func TestDrainFinishesRunningWorkAndTakesNoMore(t *testing.T) {
 	if r := b.wait(ctx, t); client.CheckResponse(r) != nil {
 		t.Fatalf("after undrain: %v", r)
 	}
+	mu.Lock()
 	if len(leased) != 2 {
 		t.Errorf("leased %d times, want 2", len(leased))
 	}
+	mu.Unlock()
 	// Unknown workers and empty ids are refused with a hint.
 	if _, err := admin.DrainWorker(ctx, &adminpb.WorkerControlRequest{WorkerId: "nope"}); status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "gantry workers list") {
 		t.Errorf("drain of an unknown worker: %v", err)
