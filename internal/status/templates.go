@@ -113,7 +113,7 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 
 <h2>Queues</h2>
 <table><tr><th>Queue</th><th>Instance</th><th>Queued</th></tr>
-{{range .Queues}}<tr><td>{{.Queue}}</td><td>{{.Instance}}</td><td class="n">{{.Queued}}</td></tr>
+{{range .Queues}}<tr><td>{{.Queue}}</td><td>{{or .Instance "(default)"}}</td><td class="n">{{.Queued}}</td></tr>
 {{else}}<tr><td colspan="3" class="muted">nothing queued</td></tr>{{end}}</table>
 
 <h2>Cohorts and quotas</h2>
@@ -141,7 +141,7 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 
 <h2>Operations in progress</h2>
 <table id="operations"><tr><th>Operation</th><th>Instance</th><th>Stage</th><th>Queue</th><th>Waiting</th><th>Worker</th><th>Kill</th></tr>
-{{range .Ops}}<tr><td><a href="/status/operation?name={{.Name}}">{{.Name}}</a></td><td>{{.Instance}}</td><td>{{.Stage}}</td><td>{{.Queue}}</td><td>{{ago $f.Now .QueuedAt}}</td><td>{{if not .LeasedAt.IsZero}}{{.Worker}}{{end}}</td>
+{{range .Ops}}<tr><td><a href="/status/operation?name={{.Name}}">{{.Name}}</a></td><td>{{or .Instance "(default)"}}</td><td>{{.Stage}}</td><td>{{.Queue}}</td><td>{{ago $f.Now .QueuedAt}}</td><td>{{if not .LeasedAt.IsZero}}{{.Worker}}{{end}}</td>
 <td><form class="inline" method="post" action="/status/kill"><input type="hidden" name="csrf" value="{{$f.Token}}"><input type="hidden" name="name" value="{{.Name}}"><button>Kill</button></form></td></tr>
 {{else}}<tr><td colspan="7" class="muted">none</td></tr>{{end}}</table>
 {{template "pager" .OpPage}}
@@ -160,7 +160,7 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 {{define "failures"}}{{template "head" .}}
 <p>The most recent failed operations (an error status or a non-zero exit code), newest first; the server keeps the last 500 in memory.</p>
 <table id="failures"><tr><th>When (UTC)</th><th>Operation</th><th>Instance</th><th>Worker</th><th>Status</th><th>Exit</th><th>Message</th></tr>
-{{range .Failures}}<tr><td>{{when .At}}</td><td><a href="/status/operation?name={{.Name}}">{{.Name}}</a></td><td>{{.Instance}}</td><td>{{.Worker}}</td><td>{{.Code}}</td><td class="n">{{.ExitCode}}</td><td>{{truncate .Message 200}}</td></tr>
+{{range .Failures}}<tr><td>{{when .At}}</td><td><a href="/status/operation?name={{.Name}}">{{.Name}}</a></td><td>{{or .Instance "(default)"}}</td><td>{{.Worker}}</td><td>{{.Code}}</td><td class="n">{{.ExitCode}}</td><td>{{truncate .Message 200}}</td></tr>
 {{else}}<tr><td colspan="7" class="muted">no failures</td></tr>{{end}}</table>
 {{template "pager" .Page}}
 {{template "foot" .}}{{end}}
@@ -169,7 +169,7 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 {{$f := .}}
 <table id="summary">
 <tr><th>State</th><td>{{if .Op.Done}}completed{{else}}{{.Op.Stage}}{{end}}</td></tr>
-<tr><th>Instance</th><td>{{.Op.Instance}}</td></tr>
+<tr><th>Instance</th><td>{{or .Op.Instance "(default)"}}</td></tr>
 <tr><th>Action</th><td>{{.Op.ActionDigest}}</td></tr>
 <tr><th>Queue</th><td>{{.Op.Queue}} (priority {{.Op.Priority}}, {{.Op.Cores}} cores)</td></tr>
 <tr><th>Invocation</th><td>{{join .Op.Invocation " › "}}</td></tr>
