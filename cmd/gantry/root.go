@@ -23,7 +23,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newWorkerCommand(), newBenchCommand(), newQueuesCommand(), newQuotaCommand(), newVersionCommand())
+	root.AddCommand(newServeCommand(), newWorkerCommand(), newBenchCommand(), newQueuesCommand(), newQuotaCommand(), newWorkersCommand(), newOperationCommand(), newReloadCommand(), newVersionCommand())
 	return root
 }
 
@@ -73,6 +73,7 @@ Flags given on the command line override the config file.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			srv.SetConfigFile(configPath)
 			go reloadOnHangup(ctx, configPath, srv, log)
 			return srv.Run(ctx)
 		},

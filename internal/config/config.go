@@ -29,6 +29,7 @@ type Config struct {
 	Worker    WorkerConfig    `yaml:"worker"`
 	GRPC      GRPC            `yaml:"grpc"`
 	Log       LogConfig       `yaml:"log"`
+	Status    StatusConfig    `yaml:"status"`
 }
 
 // SchedulerConfig tunes the scheduler.
@@ -208,6 +209,7 @@ func Default() Config {
 		Listen:     "127.0.0.1:8980",
 		HTTPListen: "127.0.0.1:9090",
 		DataDir:    "./gantry-data",
+		Status:     StatusConfig{Refresh: Duration(10 * time.Second)},
 		Storage: Storage{
 			CAS:               CASConfig{Backend: "disk", MaxSize: 10 << 30, DirectIOThreshold: 32 << 20},
 			ActionCache:       ACConfig{Backend: "disk", MaxSize: 1 << 30},

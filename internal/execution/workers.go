@@ -149,7 +149,8 @@ func (s *WorkerService) Heartbeat(_ context.Context, req *workerpb.HeartbeatRequ
 	if err != nil {
 		return nil, err
 	}
-	resp := &workerpb.HeartbeatResponse{}
+	ctl := s.sched.WorkerControlOf(req.WorkerId)
+	resp := &workerpb.HeartbeatResponse{Drain: ctl.Drain, Pause: ctl.Pause, Terminate: ctl.Terminate}
 	for _, c := range cmds {
 		kind := workerpb.Command_CANCEL
 		switch c.Kind {

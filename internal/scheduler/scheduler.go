@@ -220,6 +220,11 @@ type Scheduler struct {
 	// idPrefix and idSerial make task and lease ids (newID).
 	idPrefix string
 	idSerial uint64
+	// controls are operators' worker controls, by worker id; failures a
+	// ring of recently failed operations (control.go).
+	controls map[string]WorkerControl
+	failures []FailedOperation
+	failNext int
 }
 
 type seenWorker struct {
@@ -568,6 +573,10 @@ func (s *Scheduler) Cancel(name string) error {
 }
 
 func (s *Scheduler) cancelLocked(name string) error {
+	return s.cancelWithLocked(name, "operation cancelled by request")
+}
+
+func (s *Scheduler) cancelWithLocked(name, msg string) error {
 	op, ok := s.ops[name]
 	if !ok {
 		return ErrNotFound
@@ -575,7 +584,7 @@ func (s *Scheduler) cancelLocked(name string) error {
 	if op.done {
 		return nil
 	}
-	s.finishOpLocked(op, &repb.ExecuteResponse{Status: status.New(codes.Canceled, "operation cancelled by request").Proto()})
+	s.finishOpLocked(op, &repb.ExecuteResponse{Status: status.New(codes.Canceled, msg).Proto()})
 	t := op.task
 	for _, other := range t.ops {
 		if !other.done {
@@ -643,6 +652,7 @@ func (s *Scheduler) finishOpLocked(op *Operation, resp *repb.ExecuteResponse) {
 	op.done = true
 	op.response = resp
 	op.doneAt = s.clock.Now()
+	s.noteFinishedLocked(op, resp)
 	s.touchOp(op)
 	s.notifyOpLocked(op)
 }

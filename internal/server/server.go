@@ -34,6 +34,7 @@ import (
 	"github.com/gantry-build/gantry/internal/platform"
 	"github.com/gantry-build/gantry/internal/scheduler"
 	"github.com/gantry-build/gantry/internal/statestore"
+	"github.com/gantry-build/gantry/internal/status"
 	"github.com/gantry-build/gantry/internal/worker"
 )
 
@@ -51,10 +52,12 @@ type Server struct {
 	Frontend  *frontend.Server
 	Scheduler *scheduler.Scheduler
 	exec      *execution.Service
+	admin     *execution.AdminService
 	// state keeps the scheduler's state; stopState ends its flusher.
 	state      statestore.Store
 	stopState  context.CancelFunc
 	closeState sync.Once
+	status     *status.Handler
 }
 
 // New builds a server from cfg and binds its ports.
@@ -154,8 +157,15 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	admin.SaveQuotas = qf.save
 	admin.Logger = log
 	admin.Attach(g)
+	cf := controlsFile{path: filepath.Join(cfg.DataDir, "scheduler", "worker-controls.json")}
+	controls, err := cf.load()
+	if err != nil {
+		return nil, fmt.Errorf("loading the worker controls: %w", err)
+	}
+	sched.RestoreWorkerControls(controls)
+	admin.SaveWorkerControls = cf.save
 
-	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched, exec: exec}
+	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched, exec: exec, admin: admin}
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen (gRPC) on %s: %w; pick a free address with --listen", cfg.Listen, err)
 	}
@@ -170,6 +180,9 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		s.status = status.New(sched, admin, cas, exec.KeyNames, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log})
+		mux.Handle("/status", s.status)
+		mux.Handle("/status/", s.status)
 		mux.HandleFunc("/status/invocations", s.serveInvocations)
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain")
@@ -299,7 +312,13 @@ func (s *Server) runEmbeddedWorker(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return w.Run(ctx)
+	if err := w.Run(ctx); err != nil || ctx.Err() != nil {
+		return err
+	}
+	// Terminated by an operator: the server itself keeps serving.
+	s.log.Info("the embedded worker was terminated; the server keeps running without it (restart the server to get it back)", "worker", wc.ID)
+	<-ctx.Done()
+	return nil
 }
 
 // WorkerConfig turns the config file's worker section into a worker.Config.

@@ -136,6 +136,10 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	}
 	w.mu.Lock()
 	l.proc = proc
+	if w.paused {
+		// The worker was paused while the action got ready.
+		proc.Suspend()
+	}
 	w.mu.Unlock()
 	stop := context.AfterFunc(ctx, proc.Cancel)
 	res := proc.Wait()
