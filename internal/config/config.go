@@ -29,6 +29,9 @@ type Config struct {
 	Worker    WorkerConfig    `yaml:"worker"`
 	GRPC      GRPC            `yaml:"grpc"`
 	Log       LogConfig       `yaml:"log"`
+	// TLS and Auth secure the ports (docs/OPERATIONS.md, "Security").
+	TLS  TLSConfig  `yaml:"tls"`
+	Auth AuthConfig `yaml:"auth"`
 }
 
 // SchedulerConfig tunes the scheduler.
@@ -234,7 +237,8 @@ func Default() Config {
 			AcceptUnknownProperties: true,
 			CacheMaxSize:            10 << 30,
 		},
-		Log: LogConfig{Level: "info", Format: "text"},
+		Log:  LogConfig{Level: "info", Format: "text"},
+		Auth: AuthConfig{JWT: JWTConfig{SubjectClaim: "sub", RequireExpiry: true}, CertificateNames: []string{"cn"}},
 	}
 }
 
@@ -479,6 +483,7 @@ func (c *Config) Validate() error {
 	default:
 		bad("log.format", "%q is not a format; use text or json", c.Log.Format)
 	}
+	c.validateSecurity(bad)
 	if len(errs) > 0 {
 		sort.Strings(errs)
 		return fmt.Errorf("invalid configuration:\n  %s", strings.Join(errs, "\n  "))
