@@ -101,3 +101,10 @@ func lookupMethod(fullMethod string) (m method, ok bool) {
 	}
 	return method{}, false
 }
+
+// Mapped reports whether fullMethod has a permission mapping (or is one
+// of the open health and reflection methods).
+func Mapped(fullMethod string) bool {
+	_, ok := lookupMethod(fullMethod)
+	return ok
+}
