@@ -75,3 +75,41 @@ func FuzzMatch(f *testing.F) {
 		_ = got
 	})
 }
+
+// FuzzBearer: any authorization header value is either a known identity
+// or UNAUTHENTICATED, never a panic or another code.
+func FuzzBearer(f *testing.F) {
+	tk, err := ParseTokens([]byte("alice alice-token-0123456789\n"), "t")
+	if err != nil {
+		f.Fatal(err)
+	}
+	v, err := NewJWTVerifier(JWTOptions{HS256Secret: testSecret, RequireExpiry: true})
+	if err != nil {
+		f.Fatal(err)
+	}
+	s := &Settings{Tokens: tk, JWT: v}
+	f.Add("Bearer alice-token-0123456789")
+	f.Add("bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln")
+	f.Add("Basic dXNlcjpwdw==")
+	f.Add("Bearer a.b.c")
+	f.Add("Bearer " + strings.Repeat(".", 3))
+	f.Fuzz(func(t *testing.T, header string) {
+		tok, present, err := bearer([]string{header})
+		if !present {
+			t.Fatal("a header was not seen")
+		}
+		if err != nil {
+			return
+		}
+		id, err := s.identifyToken(tok)
+		if err != nil {
+			if !strings.Contains(err.Error(), "Unauthenticated") {
+				t.Fatalf("error %v is not UNAUTHENTICATED", err)
+			}
+			return
+		}
+		if id.Subject != "alice" && id.Source != SourceJWT {
+			t.Fatalf("token %q gave %v", tok, id)
+		}
+	})
+}
