@@ -626,3 +626,36 @@ func TestAuthenticatedUserIsTheFairnessKey(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestTLSWithoutAuth: TLS alone keeps everything allowed, refuses plain
+// text, and the embedded worker still runs actions.
+func TestTLSWithoutAuth(t *testing.T) {
+	f := startSecureFarm(t, func(c *config.Config) {
+		c.Auth = config.Default().Auth
+		c.TLS.ClientCAFile, c.TLS.ClientAuth = "", ""
+	})
+	ctx := ctxT(t)
+	plain, err := client.Dial(f.srv.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := repb.NewCapabilitiesClient(plain).GetCapabilities(ctx, &repb.GetCapabilitiesRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("plain text to a TLS port: %v", err)
+	}
+	conn := f.dial(client.Security{})
+	cas := client.NewCAS(conn, "", digest.SHA256, 0)
+	put := func(m proto.Message) digest.Digest {
+		b, _ := proto.Marshal(m)
+		d := digest.Compute(digest.SHA256, b)
+		if err := blobstore.Put(ctx, cas, d, b); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	ad := put(&repb.Action{CommandDigest: put(shCmd("echo tls > out.txt", "out.txt")).Proto(), InputRootDigest: put(&repb.Directory{}).Proto()})
+	resp, _, err := client.Execute(ctx, conn, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
+	if err != nil || resp.Result.GetExitCode() != 0 || len(resp.Result.GetOutputFiles()) != 1 {
+		t.Fatalf("execute over TLS: %v %v", resp, err)
+	}
+}
