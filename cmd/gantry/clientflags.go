@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/gantry-build/gantry/internal/client"
+	"github.com/gantry-build/gantry/internal/config"
 )
 
 // clientSecurity is how the subcommands that connect to a server (worker,
@@ -22,6 +23,24 @@ func addClientSecurityFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&clientSecurity.KeyFile, "tls-key", os.Getenv("GANTRY_TLS_KEY"), "PEM private key of --tls-cert (env GANTRY_TLS_KEY)")
 	fs.StringVar(&clientSecurity.ServerName, "tls-server-name", os.Getenv("GANTRY_TLS_SERVER_NAME"), "name to verify in the server's certificate instead of the host (env GANTRY_TLS_SERVER_NAME)")
 	fs.StringVar(&clientSecurity.TokenFile, "token-file", os.Getenv("GANTRY_TOKEN_FILE"), "file holding a bearer token (static token or JWT) sent with every call (env GANTRY_TOKEN_FILE)")
+}
+
+// applyClientConfig fills the client security flags not given on the
+// command line (or in the environment) from a config file's client section.
+func applyClientConfig(fs *pflag.FlagSet, c config.ClientConfig) {
+	set := func(flag string, dst *string, v string) {
+		if v != "" && !fs.Changed(flag) && *dst == "" {
+			*dst = v
+		}
+	}
+	if c.TLS && !fs.Changed("tls") {
+		clientSecurity.TLS = true
+	}
+	set("tls-ca", &clientSecurity.CAFile, c.TLSCAFile)
+	set("tls-cert", &clientSecurity.CertFile, c.TLSCertFile)
+	set("tls-key", &clientSecurity.KeyFile, c.TLSKeyFile)
+	set("tls-server-name", &clientSecurity.ServerName, c.TLSServerName)
+	set("token-file", &clientSecurity.TokenFile, c.TokenFile)
 }
 
 // dialServer connects to a Gantry server with the client security flags.

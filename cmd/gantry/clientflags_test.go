@@ -59,3 +59,17 @@ func TestClientSecurityFlags(t *testing.T) {
 		t.Fatalf("a missing token file: %v", err)
 	}
 }
+
+// TestClientConfigDefaults: a config file's client section fills what the
+// command line and environment leave empty, never overriding them.
+func TestClientConfigDefaults(t *testing.T) {
+	root := newRootCommand()
+	fs := root.PersistentFlags()
+	if err := fs.Parse([]string{"--tls-ca", "flag-ca.pem"}); err != nil {
+		t.Fatal(err)
+	}
+	applyClientConfig(fs, config.ClientConfig{TLSCAFile: "file-ca.pem", TokenFile: "file.token", TLS: true})
+	if clientSecurity.CAFile != "flag-ca.pem" || clientSecurity.TokenFile != "file.token" || !clientSecurity.TLS {
+		t.Fatalf("merged: %+v", clientSecurity)
+	}
+}

@@ -75,6 +75,7 @@ exec roots under --work-dir. The worker section of --config sets the rest.`,
 				host, _ := os.Hostname()
 				wc.ID = host
 			}
+			applyClientConfig(cmd.Flags(), cfg.Client)
 			conn, err := dialServer(schedulerAddr)
 			if err != nil {
 				return fmt.Errorf("connecting to the scheduler at %s: %w", schedulerAddr, err)

@@ -32,6 +32,8 @@ type Config struct {
 	// TLS and Auth secure the ports (docs/OPERATIONS.md, "Security").
 	TLS  TLSConfig  `yaml:"tls"`
 	Auth AuthConfig `yaml:"auth"`
+	// Client is how `gantry worker` connects to the server.
+	Client ClientConfig `yaml:"client"`
 }
 
 // SchedulerConfig tunes the scheduler.

@@ -147,3 +147,15 @@ func isLoopback(addr string) bool {
 	host = strings.Trim(host, "[]")
 	return host == "localhost" || strings.HasPrefix(host, "127.") || host == "::1"
 }
+
+// ClientConfig is how `gantry worker --config` reaches the server: the
+// defaults of its --tls, --tls-ca, --tls-cert, --tls-key,
+// --tls-server-name and --token-file flags.
+type ClientConfig struct {
+	TLS           bool   `yaml:"tls"`
+	TLSCAFile     string `yaml:"tls_ca_file"`
+	TLSCertFile   string `yaml:"tls_cert_file"`
+	TLSKeyFile    string `yaml:"tls_key_file"`
+	TLSServerName string `yaml:"tls_server_name"`
+	TokenFile     string `yaml:"token_file"`
+}
