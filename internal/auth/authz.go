@@ -139,8 +139,8 @@ func (a *Authorizer) authenticate(ctx context.Context) (*Identity, error) {
 		}
 	}
 	s := a.settings()
-	md, _ := metadata.FromIncomingContext(ctx)
-	tok, present, err := bearer(md.Get("authorization"))
+	// Not FromIncomingContext: that copies every header of the call.
+	tok, present, err := bearer(metadata.ValueFromIncomingContext(ctx, "authorization"))
 	if err != nil {
 		return nil, err
 	}

@@ -659,3 +659,45 @@ func TestTLSWithoutAuth(t *testing.T) {
 		t.Fatalf("execute over TLS: %v %v", resp, err)
 	}
 }
+
+// BenchmarkAuthOverhead: FindMissingBlobs round trips over loopback
+// (plain text) with auth off and with a static token and a policy.
+func BenchmarkAuthOverhead(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(map[bool]string{false: "auth-off", true: "token"}[on], func(b *testing.B) {
+			dir := b.TempDir()
+			cfg := config.Default()
+			cfg.Listen, cfg.HTTPListen, cfg.DataDir, cfg.Worker.Enabled = "127.0.0.1:0", "", dir, false
+			sec := client.Security{}
+			if on {
+				tf := filepath.Join(dir, "tokens")
+				os.WriteFile(tf, []byte("bench bench-token-0123456789\n"), 0o600)
+				sec.TokenFile = filepath.Join(dir, "bench.token")
+				os.WriteFile(sec.TokenFile, []byte("bench-token-0123456789"), 0o600)
+				cfg.Auth.Enabled, cfg.Auth.TokensFile = true, tf
+				cfg.Auth.Policy = []config.PolicyRule{{Identities: []string{"bench"}, Instances: []string{"main"}, Permissions: []string{"read"}}}
+			}
+			srv, err := New(cfg, quietLogger())
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { srv.Run(ctx); close(done) }()
+			defer func() { cancel(); <-done }()
+			conn, err := client.DialSecure(srv.GRPCAddr(), sec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			cas := repb.NewContentAddressableStorageClient(conn)
+			req := &repb.FindMissingBlobsRequest{InstanceName: "main", BlobDigests: []*repb.Digest{emptyDigest.Proto()}}
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := cas.FindMissingBlobs(context.Background(), req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
