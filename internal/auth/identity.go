@@ -64,6 +64,9 @@ func (id *Identity) String() string {
 	if id == nil {
 		return "nobody"
 	}
+	if id.Source == SourceAnonymous {
+		return "anonymous (no credentials)"
+	}
 	return id.Source.String() + ":" + id.Subject
 }
 

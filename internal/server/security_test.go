@@ -701,3 +701,29 @@ func BenchmarkAuthOverhead(b *testing.B) {
 		})
 	}
 }
+
+// TestAnonymousAccess: with allow_anonymous, callers without credentials
+// get what the policy grants "anonymous" and no more; bad credentials are
+// still refused.
+func TestAnonymousAccess(t *testing.T) {
+	f := startSecureFarm(t, func(c *config.Config) {
+		c.Worker.Enabled = false
+		c.Auth.AllowAnonymous = true
+		c.Auth.Policy = append(c.Auth.Policy, config.PolicyRule{Identities: []string{"anonymous"}, Instances: []string{"public"}, Permissions: []string{"ac.read"}})
+	})
+	ctx := ctxT(t)
+	get := func(c *grpc.ClientConn, inst string) error {
+		_, err := repb.NewActionCacheClient(c).GetActionResult(ctx, &repb.GetActionResultRequest{InstanceName: inst, ActionDigest: emptyDigest.Proto()})
+		return err
+	}
+	anon := f.dial(client.Security{})
+	if err := get(anon, "public"); status.Code(err) != codes.NotFound {
+		t.Fatalf("anonymous on public: %v, want NOT_FOUND (allowed)", err)
+	}
+	if err := get(anon, "inst"); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "anonymous (no credentials) lacks permission ac.read") {
+		t.Fatalf("anonymous on inst: %v", err)
+	}
+	if err := get(f.dial(client.Security{TokenFile: f.write("bad", "bad-token-0123456789abc")}), "public"); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("a bad token with anonymous allowed: %v", err)
+	}
+}
