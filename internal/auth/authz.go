@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
@@ -41,6 +42,10 @@ type Authorizer struct {
 	// OperationInstance returns the instance an operation belongs to;
 	// ok is false for an unknown operation.
 	OperationInstance func(name string) (instance string, ok bool)
+	// workers binds worker ids to the identity that registered them
+	// (worker id -> Identity.String()), so that one worker cannot poll,
+	// heartbeat or complete as another.
+	workers sync.Map
 }
 
 // New returns an Authorizer with settings s.
@@ -288,7 +293,32 @@ func (a *Authorizer) UnaryInterceptor(ctx context.Context, req any, info *grpc.U
 	if err := a.authorize(id, m, info.FullMethod, req); err != nil {
 		return nil, err
 	}
+	if m.need == PermWorker {
+		return a.workerCall(WithIdentity(ctx, id), id, info.FullMethod, req, handler)
+	}
 	return handler(WithIdentity(ctx, id), req)
+}
+
+// workerCall binds a worker id to the identity that registers it, and
+// refuses worker-protocol calls for that id from any other identity. An
+// id not registered since this server started passes (the scheduler
+// then asks the worker to register again).
+func (a *Authorizer) workerCall(ctx context.Context, id *Identity, fullMethod string, req any, handler grpc.UnaryHandler) (any, error) {
+	r, ok := req.(interface{ GetWorkerId() string })
+	if !ok {
+		return handler(ctx, req)
+	}
+	wid, who := r.GetWorkerId(), id.String()
+	if owner, ok := a.workers.Load(wid); ok && owner.(string) != who {
+		return nil, status.Errorf(codes.PermissionDenied, "worker id %q was registered by %s, not %s (%s); give every worker its own id (--id)", wid, owner, who, fullMethod)
+	}
+	resp, err := handler(ctx, req)
+	if err == nil && fullMethod == workersSvc+"Register" {
+		if owner, loaded := a.workers.LoadOrStore(wid, who); loaded && owner.(string) != who {
+			return nil, status.Errorf(codes.PermissionDenied, "worker id %q was registered by %s, not %s; give every worker its own id (--id)", wid, owner, who)
+		}
+	}
+	return resp, err
 }
 
 // StreamInterceptor authenticates streaming calls at once and authorizes

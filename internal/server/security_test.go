@@ -727,3 +727,40 @@ func TestAnonymousAccess(t *testing.T) {
 		t.Fatalf("a bad token with anonymous allowed: %v", err)
 	}
 }
+
+// TestWorkerIDBoundToIdentity: one worker identity cannot poll or
+// register as a worker another identity registered.
+func TestWorkerIDBoundToIdentity(t *testing.T) {
+	f := startSecureFarm(t, func(c *config.Config) {
+		c.Worker.Enabled = false
+		c.Auth.Policy = append(c.Auth.Policy, config.PolicyRule{Identities: []string{"bob"}, Instances: []string{"*"}, Permissions: []string{"worker"}})
+	})
+	ctx := ctxT(t)
+	owner, other := workerpb.NewWorkersClient(f.as("p-worker")), workerpb.NewWorkersClient(f.as("bob"))
+	reg := func(c workerpb.WorkersClient, id string) error {
+		_, err := c.Register(ctx, &workerpb.RegisterRequest{WorkerId: id, Cores: 1, Slots: 1})
+		return err
+	}
+	poll := func(c workerpb.WorkersClient, id string) error {
+		_, err := c.Poll(ctx, &workerpb.PollRequest{WorkerId: id, WaitMs: 1})
+		return err
+	}
+	if err := reg(owner, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(owner, "w1"); err != nil {
+		t.Fatalf("the owner polling: %v", err)
+	}
+	if err := poll(other, "w1"); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `worker id "w1" was registered by token:p-worker, not token:bob`) {
+		t.Fatalf("bob polling as w1: %v", err)
+	}
+	if err := reg(other, "w1"); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("bob registering w1: %v", err)
+	}
+	if err := reg(other, "w2"); err != nil {
+		t.Fatalf("bob registering his own worker: %v", err)
+	}
+	if err := poll(other, "w2"); err != nil {
+		t.Fatalf("bob polling his own worker: %v", err)
+	}
+}
