@@ -12,14 +12,13 @@ import (
 	"github.com/spf13/cobra"
 
 	adminpb "github.com/gantry-build/gantry/api/admin/v1"
-	"github.com/gantry-build/gantry/internal/client"
 )
 
 // adminCall runs f with an admin client of *addr and a deadline.
 func adminCall(cmd *cobra.Command, addr *string, f func(context.Context, adminpb.AdminClient) error) error {
 	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 	defer cancel()
-	conn, err := client.Dial(*addr)
+	conn, err := dialServer(*addr)
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", *addr, err)
 	}

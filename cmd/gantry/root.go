@@ -23,6 +23,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	addClientSecurityFlags(root.PersistentFlags())
 	root.AddCommand(newServeCommand(), newWorkerCommand(), newBenchCommand(), newQueuesCommand(), newQuotaCommand(), newWorkersCommand(), newOperationCommand(), newReloadCommand(), newVersionCommand())
 	return root
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/server"
 	"github.com/gantry-build/gantry/internal/worker"
@@ -76,7 +75,8 @@ exec roots under --work-dir. The worker section of --config sets the rest.`,
 				host, _ := os.Hostname()
 				wc.ID = host
 			}
-			conn, err := client.Dial(schedulerAddr)
+			applyClientConfig(cmd.Flags(), cfg.Client)
+			conn, err := dialServer(schedulerAddr)
 			if err != nil {
 				return fmt.Errorf("connecting to the scheduler at %s: %w", schedulerAddr, err)
 			}

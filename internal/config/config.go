@@ -30,6 +30,11 @@ type Config struct {
 	GRPC      GRPC            `yaml:"grpc"`
 	Log       LogConfig       `yaml:"log"`
 	Status    StatusConfig    `yaml:"status"`
+	// TLS and Auth secure the ports (docs/OPERATIONS.md, "Security").
+	TLS  TLSConfig  `yaml:"tls"`
+	Auth AuthConfig `yaml:"auth"`
+	// Client is how `gantry worker` connects to the server.
+	Client ClientConfig `yaml:"client"`
 }
 
 // SchedulerConfig tunes the scheduler.
@@ -239,7 +244,8 @@ func Default() Config {
 			AcceptUnknownProperties: true,
 			CacheMaxSize:            10 << 30,
 		},
-		Log: LogConfig{Level: "info", Format: "text"},
+		Log:  LogConfig{Level: "info", Format: "text"},
+		Auth: AuthConfig{JWT: JWTConfig{SubjectClaim: "sub", RequireExpiry: true}, CertificateNames: []string{"cn"}},
 	}
 }
 
@@ -484,6 +490,7 @@ func (c *Config) Validate() error {
 	default:
 		bad("log.format", "%q is not a format; use text or json", c.Log.Format)
 	}
+	c.validateSecurity(bad)
 	if len(errs) > 0 {
 		sort.Strings(errs)
 		return fmt.Errorf("invalid configuration:\n  %s", strings.Join(errs, "\n  "))

@@ -25,7 +25,6 @@ import (
 
 	"github.com/gantry-build/gantry/internal/actioncache"
 	"github.com/gantry-build/gantry/internal/blobstore"
-	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/execution"
 	"github.com/gantry-build/gantry/internal/frontend"
@@ -53,6 +52,7 @@ type Server struct {
 	Scheduler *scheduler.Scheduler
 	exec      *execution.Service
 	admin     *execution.AdminService
+	sec       *security
 	// state keeps the scheduler's state; stopState ends its flusher.
 	state      statestore.Store
 	stopState  context.CancelFunc
@@ -115,6 +115,10 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		}
 	}
 	registerSchedulerMetrics(reg, sched)
+	sec, err := newSecurity(cfg)
+	if err != nil {
+		return nil, err
+	}
 	maxMsg := cfg.GRPCMaxMessageSize()
 	g := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMsg),
@@ -140,6 +144,11 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		// ~10% of the CPU with many small calls). Calls beyond these
 		// workers get a goroutine of their own as before.
 		grpc.NumStreamWorkers(streamWorkers),
+		// TLS, and the embedded worker's in-process connection.
+		grpc.Creds(sec.creds()),
+		// Authentication and authorization (after the metrics).
+		grpc.ChainUnaryInterceptor(sec.unary()...),
+		grpc.ChainStreamInterceptor(sec.stream()...),
 	)
 	fe.Register(g)
 	exec := execution.New(sched, cas, fe.LookupActionResult, log)
@@ -165,7 +174,13 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	sched.RestoreWorkerControls(controls)
 	admin.SaveWorkerControls = cf.save
 
-	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched, exec: exec, admin: admin}
+	if sec.authz != nil {
+		sec.authz.OperationInstance = func(name string) (string, bool) {
+			st, _, err := sched.Watch(name)
+			return st.Instance, err == nil
+		}
+	}
+	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched, exec: exec, admin: admin, sec: sec}
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen (gRPC) on %s: %w; pick a free address with --listen", cfg.Listen, err)
 	}
@@ -188,7 +203,8 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 			w.Header().Set("Content-Type", "text/plain")
 			fmt.Fprintln(w, "ok")
 		})
-		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		s.httpLis = sec.httpListener(s.httpLis)
+		s.http = &http.Server{Handler: sec.httpHandler(mux), ReadHeaderTimeout: 10 * time.Second}
 	}
 	// Last: restore the scheduler's state (the store locks it, so a
 	// second server on the same data fails here, after its ports).
@@ -258,6 +274,9 @@ func (s *Server) HTTPAddr() string {
 func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 2)
 	go func() { errc <- s.grpc.Serve(s.grpcLis) }()
+	if s.sec.internal != nil {
+		go s.grpc.Serve(s.sec.internal) // ends with GracefulStop
+	}
 	if s.http != nil {
 		go func() {
 			if err := s.http.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
@@ -295,7 +314,7 @@ func (s *Server) Run(ctx context.Context) error {
 // runEmbeddedWorker runs a worker in this process that reaches the
 // scheduler over the server's own gRPC port, like any other worker.
 func (s *Server) runEmbeddedWorker(ctx context.Context) error {
-	conn, err := client.Dial(dialAddr(s.GRPCAddr()))
+	conn, err := s.sec.dialEmbedded(s.GRPCAddr())
 	if err != nil {
 		return err
 	}
@@ -464,6 +483,9 @@ func (s *Server) Reload(cfg config.Config) error {
 	}
 	keys, err := invocation.ParseAll(cfg.Scheduler.Fairness.Keys)
 	if err != nil {
+		return err
+	}
+	if err := s.sec.reload(cfg, s.log); err != nil {
 		return err
 	}
 	s.Scheduler.SetQueues(Queues(cfg.Scheduler.Queues))
