@@ -29,6 +29,9 @@ type Config struct {
 	Worker    WorkerConfig    `yaml:"worker"`
 	GRPC      GRPC            `yaml:"grpc"`
 	Log       LogConfig       `yaml:"log"`
+	// Role and Cluster: see cluster.go.
+	Role    string        `yaml:"role"`
+	Cluster ClusterConfig `yaml:"cluster"`
 }
 
 // SchedulerConfig tunes the scheduler.
@@ -234,7 +237,9 @@ func Default() Config {
 			AcceptUnknownProperties: true,
 			CacheMaxSize:            10 << 30,
 		},
-		Log: LogConfig{Level: "info", Format: "text"},
+		Log:     LogConfig{Level: "info", Format: "text"},
+		Role:    RoleAll,
+		Cluster: defaultCluster(),
 	}
 }
 
@@ -479,6 +484,7 @@ func (c *Config) Validate() error {
 	default:
 		bad("log.format", "%q is not a format; use text or json", c.Log.Format)
 	}
+	c.validateCluster(bad)
 	if len(errs) > 0 {
 		sort.Strings(errs)
 		return fmt.Errorf("invalid configuration:\n  %s", strings.Join(errs, "\n  "))

@@ -84,33 +84,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		Logger:            log,
 	})
 	sc := cfg.Scheduler
-	sched := scheduler.New(scheduler.Config{
-		HeartbeatInterval: sc.HeartbeatInterval.D(),
-		HeartbeatTimeout:  sc.HeartbeatTimeout.D(),
-		MaxAttempts:       sc.MaxAttempts,
-		CallerGrace:       sc.CallerGrace.D(),
-		Retention:         sc.Retention.D(),
-		Queues:            Queues(sc.Queues),
-		UnsatisfiableWait: sc.UnsatisfiableWait.D(),
-		StartupGrace:      sc.StartupGrace.D(),
-		PriorityHalving:   sc.Fairness.PriorityHalving,
-		Stickiness:        durations(sc.Fairness.Stickiness),
-		Labels:            labels(sc.Labels),
-		Cohorts:           cohorts(sc.Cohorts),
-		PreemptionDelay:   sc.PreemptionDelay.D(),
-	}, scheduler.RealClock{})
-	qf := quotaFile{path: filepath.Join(cfg.DataDir, "scheduler", "quotas.json")}
-	stored, err := qf.load()
-	if err != nil {
-		return nil, fmt.Errorf("loading quotas: %w", err)
-	}
-	for _, q := range stored {
-		if warning, err := sched.SetQuota(q); err != nil {
-			log.Error("stored quota does not fit the configuration; it is not applied (and is dropped at the next quota change)", "instance", q.Instance, "cohort", q.Cohort, "min_quota", q.Min, "max_quota", q.Max, "err", err)
-		} else if warning != "" {
-			log.Warn(warning)
-		}
-	}
+	sched := scheduler.New(schedulerConfig(cfg), scheduler.RealClock{})
 	registerSchedulerMetrics(reg, sched)
 	maxMsg := cfg.GRPCMaxMessageSize()
 	g := grpc.NewServer(
@@ -151,7 +125,6 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	ws.Attach(g)
 	admin := execution.NewAdminService(sched)
 	admin.KeyNames = exec.KeyNames
-	admin.SaveQuotas = qf.save
 	admin.Logger = log
 	admin.Attach(g)
 
@@ -191,8 +164,37 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		s.closeListeners()
 		return nil, fmt.Errorf("restoring the scheduler's state: %w", err)
 	}
+	// Quotas are in the state store (an older quotas.json moves there).
+	if err := restoreQuotas(stateCtx, sched, state, filepath.Join(cfg.DataDir, "scheduler", "quotas.json"), log); err != nil {
+		stopState()
+		<-sched.Stopped()
+		state.Close()
+		s.closeListeners()
+		return nil, fmt.Errorf("restoring the quotas: %w", err)
+	}
+	admin.SaveQuotas = quotaState{store: state}.save
 	s.state, s.stopState = state, stopState
 	return s, nil
+}
+
+// schedulerConfig is the scheduler's part of cfg.
+func schedulerConfig(cfg config.Config) scheduler.Config {
+	sc := cfg.Scheduler
+	return scheduler.Config{
+		HeartbeatInterval: sc.HeartbeatInterval.D(),
+		HeartbeatTimeout:  sc.HeartbeatTimeout.D(),
+		MaxAttempts:       sc.MaxAttempts,
+		CallerGrace:       sc.CallerGrace.D(),
+		Retention:         sc.Retention.D(),
+		Queues:            Queues(sc.Queues),
+		UnsatisfiableWait: sc.UnsatisfiableWait.D(),
+		StartupGrace:      sc.StartupGrace.D(),
+		PriorityHalving:   sc.Fairness.PriorityHalving,
+		Stickiness:        durations(sc.Fairness.Stickiness),
+		Labels:            labels(sc.Labels),
+		Cohorts:           cohorts(sc.Cohorts),
+		PreemptionDelay:   sc.PreemptionDelay.D(),
+	}
 }
 
 func labels(ls []config.LabelConfig) []scheduler.Label {
@@ -282,20 +284,25 @@ func (s *Server) Run(ctx context.Context) error {
 // runEmbeddedWorker runs a worker in this process that reaches the
 // scheduler over the server's own gRPC port, like any other worker.
 func (s *Server) runEmbeddedWorker(ctx context.Context) error {
-	conn, err := client.Dial(dialAddr(s.GRPCAddr()))
+	return runWorker(ctx, s.GRPCAddr(), s.cfg, s.log)
+}
+
+// runWorker runs the configured worker against the gRPC port at addr.
+func runWorker(ctx context.Context, addr string, cfg config.Config, log *slog.Logger) error {
+	conn, err := client.Dial(dialAddr(addr))
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	wc := s.cfg.Worker
+	wc := cfg.Worker
 	if wc.ID == "" {
 		host, _ := os.Hostname()
 		wc.ID = host + "-embedded"
 	}
 	if wc.WorkDir == "" {
-		wc.WorkDir = filepath.Join(s.cfg.DataDir, "worker")
+		wc.WorkDir = filepath.Join(cfg.DataDir, "worker")
 	}
-	w, err := worker.New(conn, WorkerConfig(wc, s.log))
+	w, err := worker.New(conn, WorkerConfig(wc, log))
 	if err != nil {
 		return err
 	}
