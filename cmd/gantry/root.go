@@ -78,6 +78,8 @@ Flags given on the command line override the config file.`,
 			defer stop()
 			if srv, ok := node.(*server.Server); ok {
 				go reloadOnHangup(ctx, configPath, srv, log)
+			} else {
+				signal.Ignore(syscall.SIGHUP) // nothing to reload in these roles yet
 			}
 			return node.Run(ctx)
 		},
