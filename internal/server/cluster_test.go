@@ -14,6 +14,8 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	adminpb "github.com/gantry-build/gantry/api/admin/v1"
@@ -216,4 +218,86 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatalf("the new leader stopped: %v", rb.err)
 	default:
 	}
+}
+
+// A frontend with no scheduler leading answers forwarded calls with
+// UNAVAILABLE and says what to do; once a scheduler leads, calls reach
+// it, and its own errors come back unchanged. The frontend's storage
+// services work all along.
+func TestFrontendForwarding(t *testing.T) {
+	dsn := pgtest.Start(t)
+	log := quietLogger()
+	fe, err := NewFrontendNode(clusterConfig(t, config.RoleFrontend, dsn), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe.leaders.wait = 300 * time.Millisecond
+	runNode(t, fe)
+	conn, err := client.Dial(fe.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	cas := client.NewCAS(conn, "", digest.SHA256, 0)
+	cmd, _ := proto.Marshal(shCmd("true"))
+	cd := digest.Compute(digest.SHA256, cmd)
+	if err := blobstore.Put(ctx, cas, cd, cmd); err != nil {
+		t.Fatalf("CAS on the frontend without a scheduler: %v", err)
+	}
+	missing := digest.Compute(digest.SHA256, []byte("no such action"))
+	execute := func() error {
+		_, _, err := client.Execute(ctx, conn, &repb.ExecuteRequest{ActionDigest: missing.Proto()})
+		return err
+	}
+	_, err = repb.NewCapabilitiesClient(conn).GetCapabilities(ctx, &repb.GetCapabilitiesRequest{})
+	if err != nil {
+		t.Fatalf("GetCapabilities: %v", err)
+	}
+	stream, err := repb.NewExecutionClient(conn).Execute(ctx, &repb.ExecuteRequest{ActionDigest: missing.Proto()})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if st, _ := status.FromError(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "no scheduler leads") {
+		t.Fatalf("Execute with no leader = %v, want UNAVAILABLE saying no scheduler leads", err)
+	}
+
+	scfg := clusterConfig(t, config.RoleScheduler, dsn)
+	scfg.Cluster.CAS = fe.GRPCAddr()
+	s, err := NewSchedulerNode(scfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runNode(t, s)
+	waitFor(t, "the scheduler to lead", s.Leading)
+	// The leader's answer for an action not in the (frontend's) CAS.
+	var st *status.Status
+	waitFor(t, "the frontend to forward to the leader", func() bool {
+		st, _ = status.FromError(execute())
+		return st.Code() != codes.Unavailable
+	})
+	if st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), missing.Hash) {
+		t.Fatalf("Execute of a missing action through the frontend = %v, want the leader's FAILED_PRECONDITION naming it", st)
+	}
+	// An action whose command is in the frontend's CAS runs... with no
+	// worker it queues: the leader read it from the frontend's CAS.
+	act, _ := proto.Marshal(&repb.Action{CommandDigest: cd.Proto(), InputRootDigest: digest.Empty(digest.SHA256).Proto()})
+	ad := digest.Compute(digest.SHA256, act)
+	if err := blobstore.Put(ctx, cas, ad, act); err != nil {
+		t.Fatal(err)
+	}
+	stream, err = repb.NewExecutionClient(conn).Execute(ctx, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("Execute through the frontend: %v", err)
+	}
+	if stage := stageOf(t, op); stage != repb.ExecutionStage_QUEUED && stage != repb.ExecutionStage_CACHE_CHECK {
+		t.Fatalf("stage %v, want QUEUED", stage)
+	}
+	waitFor(t, "the operation at the leader", func() bool { return s.Scheduler().Stats().Queued == 1 })
 }

@@ -57,6 +57,8 @@ type leaderConns struct {
 	interval time.Duration
 	log      *slog.Logger
 	maxMsg   int
+	// wait bounds how long a call waits for a reachable leader.
+	wait time.Duration
 
 	mu      sync.Mutex
 	term    int64
@@ -66,7 +68,7 @@ type leaderConns struct {
 }
 
 func newLeaderConns(store *statestore.Postgres, interval time.Duration, maxMsg int, log *slog.Logger) *leaderConns {
-	return &leaderConns{store: store, interval: interval, log: log, maxMsg: maxMsg, changed: make(chan struct{})}
+	return &leaderConns{store: store, interval: interval, log: log, maxMsg: maxMsg, wait: forwardWait, changed: make(chan struct{})}
 }
 
 // run re-reads the leader every interval until ctx ends.
@@ -194,7 +196,7 @@ func (lc *leaderConns) handler(_ any, ss grpc.ServerStream) error {
 // no leader is reachable: a leader that just died is still published
 // until a standby takes over.
 func (lc *leaderConns) open(ctx context.Context, method string) (grpc.ClientStream, error) {
-	wait, cancel := context.WithTimeout(ctx, forwardWait)
+	wait, cancel := context.WithTimeout(ctx, lc.wait)
 	defer cancel()
 	desc := &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
 	var lastErr error
