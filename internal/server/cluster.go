@@ -156,6 +156,23 @@ func NewSchedulerNode(cfg config.Config, log *slog.Logger) (*SchedulerNode, erro
 			}
 			return 0
 		}))
+	for _, g := range []struct {
+		name, help string
+		get        func(scheduler.Stats) int
+	}{
+		{"gantry_scheduler_queued_actions", "Actions waiting for a worker (0 on a standby).", func(s scheduler.Stats) int { return s.Queued }},
+		{"gantry_scheduler_leased_actions", "Actions held by workers (0 on a standby).", func(s scheduler.Stats) int { return s.Leased }},
+		{"gantry_scheduler_operations", "Operations known (0 on a standby).", func(s scheduler.Stats) int { return s.Operations }},
+		{"gantry_scheduler_workers", "Registered workers (0 on a standby).", func(s scheduler.Stats) int { return s.Workers }},
+	} {
+		get := g.get
+		n.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, func() float64 {
+			if s := n.sched.Load(); s != nil {
+				return float64(get(s.Stats()))
+			}
+			return 0
+		}))
+	}
 	if n.httpLis, n.http, err = clusterHTTP(cfg.HTTPListen, n.reg, n.state); err != nil {
 		return fail(err)
 	}
