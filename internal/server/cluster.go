@@ -130,6 +130,9 @@ func NewSchedulerNode(cfg config.Config, log *slog.Logger) (*SchedulerNode, erro
 	n := &SchedulerNode{cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry()}
 	fail := func(err error) (*SchedulerNode, error) {
 		store.Close()
+		if n.casConn != nil {
+			n.casConn.Close()
+		}
 		if n.lis != nil {
 			n.lis.Close()
 		}
