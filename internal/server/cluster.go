@@ -54,6 +54,27 @@ func NewNode(cfg config.Config, log *slog.Logger) (Node, error) {
 	}
 }
 
+// leadAlone makes an all-in-one server on PostgreSQL the leader, so that
+// it is fenced like a scheduler node and a second server (or a scheduler
+// node) on the same database cannot run beside it.
+func leadAlone(state statestore.Store, grpcAddr string) (<-chan struct{}, error) {
+	pg, ok := state.(*statestore.Postgres)
+	if !ok {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, lost, err := pg.Lead(ctx, dialAddr(grpcAddr))
+	if errors.Is(err, statestore.ErrNotLeader) {
+		li, _ := pg.Leader(ctx)
+		return nil, fmt.Errorf("another Gantry scheduler (at %s) uses this PostgreSQL database (scheduler.store.dsn): stop it, or run this one with --role scheduler to stand by", li.Address)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("taking the scheduler leadership on PostgreSQL: %w", err)
+	}
+	return lost, nil
+}
+
 func clusterGRPCOptions(cfg config.Config) []grpc.ServerOption {
 	maxMsg := cfg.GRPCMaxMessageSize()
 	return []grpc.ServerOption{

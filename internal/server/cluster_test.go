@@ -301,3 +301,23 @@ func TestFrontendForwarding(t *testing.T) {
 	}
 	waitFor(t, "the operation at the leader", func() bool { return s.Scheduler().Stats().Queued == 1 })
 }
+
+// gantry serve (role all) on PostgreSQL leads too: a second one on the
+// same database is refused with the first one's address, and it can
+// start once the first has stopped.
+func TestServeOnPostgresLeads(t *testing.T) {
+	dsn := pgtest.Start(t)
+	mod := func(c *config.Config) {
+		c.Worker.Enabled = false
+		c.Scheduler.Store = config.StoreConfig{Backend: "postgres", DSN: dsn}
+	}
+	f := startFarm(t, mod)
+	cfg := config.Default()
+	cfg.Listen, cfg.HTTPListen, cfg.DataDir = "127.0.0.1:0", "", t.TempDir()
+	mod(&cfg)
+	if _, err := New(cfg, quietLogger()); err == nil || !strings.Contains(err.Error(), f.srv.GRPCAddr()) {
+		t.Fatalf("a second server on the database: %v; want a refusal naming %s", err, f.srv.GRPCAddr())
+	}
+	f.stop()
+	startFarm(t, mod)
+}

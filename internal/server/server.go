@@ -55,6 +55,8 @@ type Server struct {
 	state      statestore.Store
 	stopState  context.CancelFunc
 	closeState sync.Once
+	// lost closes when a PostgreSQL store's leadership ends (nil: never).
+	lost <-chan struct{}
 }
 
 // New builds a server from cfg and binds its ports.
@@ -156,6 +158,11 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		s.closeListeners()
 		return nil, fmt.Errorf("opening the scheduler's state store (scheduler.store): %w", err)
+	}
+	if s.lost, err = leadAlone(state, s.GRPCAddr()); err != nil {
+		state.Close()
+		s.closeListeners()
+		return nil, err
 	}
 	stateCtx, stopState := context.WithCancel(context.Background())
 	if err := sched.Attach(stateCtx, state); err != nil {
@@ -267,6 +274,9 @@ func (s *Server) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
+	case <-s.lost:
+		s.grpc.Stop() // no more answers from a deposed scheduler
+		err = ErrLostLeadership
 	case err = <-workerDone:
 		workerDone = nil
 		if err != nil {
