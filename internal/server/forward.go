@@ -174,8 +174,9 @@ func (lc *leaderConns) handler(_ any, ss grpc.ServerStream) error {
 		}
 	}()
 	// Leader to client.
-	header, err := cs.Header()
-	if err == nil {
+	// A call that ends without a header (an error status only) has its
+	// status from RecvMsg below.
+	if header, herr := cs.Header(); herr == nil && len(header) > 0 {
 		err = ss.SendHeader(header)
 	}
 	for err == nil {
