@@ -15,6 +15,7 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -266,6 +267,7 @@ func TestFrontendForwarding(t *testing.T) {
 
 	scfg := clusterConfig(t, config.RoleScheduler, dsn)
 	scfg.Cluster.CAS = fe.GRPCAddr()
+	scfg.Scheduler.Fairness.Keys = []string{"user"}
 	s, err := NewSchedulerNode(scfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +290,9 @@ func TestFrontendForwarding(t *testing.T) {
 	if err := blobstore.Put(ctx, cas, ad, act); err != nil {
 		t.Fatal(err)
 	}
-	stream, err = repb.NewExecutionClient(conn).Execute(ctx, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
+	// Headers pass through: the leader's fairness sees the user.
+	userCtx := metadata.AppendToOutgoingContext(ctx, "x-gantry-user", "alice")
+	stream, err = repb.NewExecutionClient(conn).Execute(userCtx, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,6 +304,17 @@ func TestFrontendForwarding(t *testing.T) {
 		t.Fatalf("stage %v, want QUEUED", stage)
 	}
 	waitFor(t, "the operation at the leader", func() bool { return s.Scheduler().Stats().Queued == 1 })
+	invs, err := adminpb.NewAdminClient(conn).ListInvocations(ctx, &adminpb.ListInvocationsRequest{})
+	if err != nil {
+		t.Fatalf("ListInvocations through the frontend: %v", err)
+	}
+	found := false
+	for _, inv := range invs.Invocations {
+		found = found || (len(inv.Path) == 1 && inv.Path[0] == "alice" && inv.Queued == 1)
+	}
+	if !found {
+		t.Errorf("invocations %v (keys %v): want alice with the queued action", invs.Invocations, invs.Keys)
+	}
 }
 
 // gantry serve (role all) on PostgreSQL leads too: a second one on the
