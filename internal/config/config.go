@@ -35,6 +35,9 @@ type Config struct {
 	Auth AuthConfig `yaml:"auth"`
 	// Client is how `gantry worker` connects to the server.
 	Client ClientConfig `yaml:"client"`
+	// Role and Cluster: see cluster.go.
+	Role    string        `yaml:"role"`
+	Cluster ClusterConfig `yaml:"cluster"`
 }
 
 // SchedulerConfig tunes the scheduler.
@@ -244,8 +247,10 @@ func Default() Config {
 			AcceptUnknownProperties: true,
 			CacheMaxSize:            10 << 30,
 		},
-		Log:  LogConfig{Level: "info", Format: "text"},
-		Auth: AuthConfig{JWT: JWTConfig{SubjectClaim: "sub", RequireExpiry: true}, CertificateNames: []string{"cn"}},
+		Log:     LogConfig{Level: "info", Format: "text"},
+		Auth:    AuthConfig{JWT: JWTConfig{SubjectClaim: "sub", RequireExpiry: true}, CertificateNames: []string{"cn"}},
+		Role:    RoleAll,
+		Cluster: defaultCluster(),
 	}
 }
 
@@ -491,6 +496,7 @@ func (c *Config) Validate() error {
 		bad("log.format", "%q is not a format; use text or json", c.Log.Format)
 	}
 	c.validateSecurity(bad)
+	c.validateCluster(bad)
 	if len(errs) > 0 {
 		sort.Strings(errs)
 		return fmt.Errorf("invalid configuration:\n  %s", strings.Join(errs, "\n  "))

@@ -25,6 +25,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/actioncache"
 	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/execution"
 	"github.com/gantry-build/gantry/internal/frontend"
@@ -58,6 +59,8 @@ type Server struct {
 	stopState  context.CancelFunc
 	closeState sync.Once
 	status     *status.Handler
+	// lost closes when a PostgreSQL store's leadership ends (nil: never).
+	lost <-chan struct{}
 }
 
 // New builds a server from cfg and binds its ports.
@@ -87,33 +90,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		Logger:            log,
 	})
 	sc := cfg.Scheduler
-	sched := scheduler.New(scheduler.Config{
-		HeartbeatInterval: sc.HeartbeatInterval.D(),
-		HeartbeatTimeout:  sc.HeartbeatTimeout.D(),
-		MaxAttempts:       sc.MaxAttempts,
-		CallerGrace:       sc.CallerGrace.D(),
-		Retention:         sc.Retention.D(),
-		Queues:            Queues(sc.Queues),
-		UnsatisfiableWait: sc.UnsatisfiableWait.D(),
-		StartupGrace:      sc.StartupGrace.D(),
-		PriorityHalving:   sc.Fairness.PriorityHalving,
-		Stickiness:        durations(sc.Fairness.Stickiness),
-		Labels:            labels(sc.Labels),
-		Cohorts:           cohorts(sc.Cohorts),
-		PreemptionDelay:   sc.PreemptionDelay.D(),
-	}, scheduler.RealClock{})
-	qf := quotaFile{path: filepath.Join(cfg.DataDir, "scheduler", "quotas.json")}
-	stored, err := qf.load()
-	if err != nil {
-		return nil, fmt.Errorf("loading quotas: %w", err)
-	}
-	for _, q := range stored {
-		if warning, err := sched.SetQuota(q); err != nil {
-			log.Error("stored quota does not fit the configuration; it is not applied (and is dropped at the next quota change)", "instance", q.Instance, "cohort", q.Cohort, "min_quota", q.Min, "max_quota", q.Max, "err", err)
-		} else if warning != "" {
-			log.Warn(warning)
-		}
-	}
+	sched := scheduler.New(schedulerConfig(cfg), scheduler.RealClock{})
 	registerSchedulerMetrics(reg, sched)
 	sec, err := newSecurity(cfg)
 	if err != nil {
@@ -163,7 +140,6 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	ws.Attach(g)
 	admin := execution.NewAdminService(sched)
 	admin.KeyNames = exec.KeyNames
-	admin.SaveQuotas = qf.save
 	admin.Logger = log
 	admin.Attach(g)
 	cf := controlsFile{path: filepath.Join(cfg.DataDir, "scheduler", "worker-controls.json")}
@@ -213,6 +189,11 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		s.closeListeners()
 		return nil, fmt.Errorf("opening the scheduler's state store (scheduler.store): %w", err)
 	}
+	if s.lost, err = leadAlone(state, s.GRPCAddr()); err != nil {
+		state.Close()
+		s.closeListeners()
+		return nil, err
+	}
 	stateCtx, stopState := context.WithCancel(context.Background())
 	if err := sched.Attach(stateCtx, state); err != nil {
 		stopState()
@@ -220,8 +201,37 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		s.closeListeners()
 		return nil, fmt.Errorf("restoring the scheduler's state: %w", err)
 	}
+	// Quotas are in the state store (an older quotas.json moves there).
+	if err := restoreQuotas(stateCtx, sched, state, filepath.Join(cfg.DataDir, "scheduler", "quotas.json"), log); err != nil {
+		stopState()
+		<-sched.Stopped()
+		state.Close()
+		s.closeListeners()
+		return nil, fmt.Errorf("restoring the quotas: %w", err)
+	}
+	admin.SaveQuotas = quotaState{store: state}.save
 	s.state, s.stopState = state, stopState
 	return s, nil
+}
+
+// schedulerConfig is the scheduler's part of cfg.
+func schedulerConfig(cfg config.Config) scheduler.Config {
+	sc := cfg.Scheduler
+	return scheduler.Config{
+		HeartbeatInterval: sc.HeartbeatInterval.D(),
+		HeartbeatTimeout:  sc.HeartbeatTimeout.D(),
+		MaxAttempts:       sc.MaxAttempts,
+		CallerGrace:       sc.CallerGrace.D(),
+		Retention:         sc.Retention.D(),
+		Queues:            Queues(sc.Queues),
+		UnsatisfiableWait: sc.UnsatisfiableWait.D(),
+		StartupGrace:      sc.StartupGrace.D(),
+		PriorityHalving:   sc.Fairness.PriorityHalving,
+		Stickiness:        durations(sc.Fairness.Stickiness),
+		Labels:            labels(sc.Labels),
+		Cohorts:           cohorts(sc.Cohorts),
+		PreemptionDelay:   sc.PreemptionDelay.D(),
+	}
 }
 
 func labels(ls []config.LabelConfig) []scheduler.Label {
@@ -297,6 +307,9 @@ func (s *Server) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
+	case <-s.lost:
+		s.grpc.Stop() // no more answers from a deposed scheduler
+		err = ErrLostLeadership
 	case err = <-workerDone:
 		workerDone = nil
 		if err != nil {
@@ -314,30 +327,42 @@ func (s *Server) Run(ctx context.Context) error {
 // runEmbeddedWorker runs a worker in this process that reaches the
 // scheduler over the server's own gRPC port, like any other worker.
 func (s *Server) runEmbeddedWorker(ctx context.Context) error {
-	conn, err := s.sec.dialEmbedded(s.GRPCAddr())
+	err := runWorker(ctx, func() (*grpc.ClientConn, error) { return s.sec.dialEmbedded(s.GRPCAddr()) }, s.cfg, s.log)
+	if err != nil || ctx.Err() != nil {
+		return err
+	}
+	// Terminated by an operator: the server itself keeps serving.
+	s.log.Info("the embedded worker was terminated; the server keeps running without it (restart the server to get it back)", "worker", s.cfg.Worker.ID)
+	<-ctx.Done()
+	return nil
+}
+
+// plainDial dials the gRPC port at addr without credentials.
+func plainDial(addr string) func() (*grpc.ClientConn, error) {
+	return func() (*grpc.ClientConn, error) { return client.Dial(dialAddr(addr)) }
+}
+
+// runWorker runs the configured worker over the connection dial makes.
+// It returns when ctx ends, or when an operator terminated the worker.
+func runWorker(ctx context.Context, dial func() (*grpc.ClientConn, error), cfg config.Config, log *slog.Logger) error {
+	conn, err := dial()
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	wc := s.cfg.Worker
+	wc := cfg.Worker
 	if wc.ID == "" {
 		host, _ := os.Hostname()
 		wc.ID = host + "-embedded"
 	}
 	if wc.WorkDir == "" {
-		wc.WorkDir = filepath.Join(s.cfg.DataDir, "worker")
+		wc.WorkDir = filepath.Join(cfg.DataDir, "worker")
 	}
-	w, err := worker.New(conn, WorkerConfig(wc, s.log))
+	w, err := worker.New(conn, WorkerConfig(wc, log))
 	if err != nil {
 		return err
 	}
-	if err := w.Run(ctx); err != nil || ctx.Err() != nil {
-		return err
-	}
-	// Terminated by an operator: the server itself keeps serving.
-	s.log.Info("the embedded worker was terminated; the server keeps running without it (restart the server to get it back)", "worker", wc.ID)
-	<-ctx.Done()
-	return nil
+	return w.Run(ctx)
 }
 
 // WorkerConfig turns the config file's worker section into a worker.Config.
