@@ -202,13 +202,15 @@ type Scheduler struct {
 	ten      *tenancy
 	// preemptions counts actions pre-empted for min quotas.
 	preemptions int64
-	workers     map[string]*worker
-	leases      map[string]*lease
-	waiters     []*waiter
-	nextSeq     int64
-	frontSeq    int64
-	listeners   []func(Event)
-	queues      []platform.Queue
+	// counters feed the metrics (metrics.go).
+	counters  schedCounters
+	workers   map[string]*worker
+	leases    map[string]*lease
+	waiters   []*waiter
+	nextSeq   int64
+	frontSeq  int64
+	listeners []func(Event)
+	queues    []platform.Queue
 	// unwatched are the unfinished operations no caller is streaming;
 	// finished are finished operations in the order they finished.
 	unwatched opList
