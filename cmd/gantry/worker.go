@@ -13,6 +13,7 @@ import (
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/server"
+	"github.com/gantry-build/gantry/internal/tracing"
 	"github.com/gantry-build/gantry/internal/worker"
 )
 
@@ -82,6 +83,12 @@ exec roots under --work-dir. The worker section of --config sets the rest.`,
 			}
 			defer conn.Close()
 			log := newLogger(cfg.Log)
+			tc := cfg.Tracing
+			stopTracing, err := tracing.Setup(context.Background(), tracing.Config{OTLPEndpoint: tc.OTLPEndpoint, Insecure: tc.Insecure, SampleRatio: tc.SampleRatio, Service: tc.ServiceName})
+			if err != nil {
+				return err
+			}
+			defer stopTracing(context.Background())
 			w, err := worker.New(conn, server.WorkerConfig(wc, log))
 			if err != nil {
 				return err

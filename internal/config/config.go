@@ -29,6 +29,8 @@ type Config struct {
 	Worker    WorkerConfig    `yaml:"worker"`
 	GRPC      GRPC            `yaml:"grpc"`
 	Log       LogConfig       `yaml:"log"`
+	Metrics   MetricsConfig   `yaml:"metrics"`
+	Tracing   TracingConfig   `yaml:"tracing"`
 }
 
 // SchedulerConfig tunes the scheduler.
@@ -479,6 +481,7 @@ func (c *Config) Validate() error {
 	default:
 		bad("log.format", "%q is not a format; use text or json", c.Log.Format)
 	}
+	c.validateObservability(bad)
 	if len(errs) > 0 {
 		sort.Strings(errs)
 		return fmt.Errorf("invalid configuration:\n  %s", strings.Join(errs, "\n  "))

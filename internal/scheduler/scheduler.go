@@ -111,6 +111,9 @@ type Task struct {
 	// a worker.
 	Queue string
 	Req   platform.Request
+	// TraceParent is the W3C trace context of the submitting Execute's
+	// span, handed to workers with the lease ("" when tracing is off).
+	TraceParent string
 
 	bucketKey  string
 	priority   int32
@@ -185,6 +188,8 @@ type OperationState struct {
 	Done         bool
 	// Response is set when Done.
 	Response *repb.ExecuteResponse
+	// Queue is the provision queue of the operation's task.
+	Queue string
 }
 
 // Scheduler is safe for concurrent use. One mutex guards the state; every
@@ -348,6 +353,8 @@ type SubmitRequest struct {
 	// Invocation is the operation's invocation path (see fair.go); empty
 	// queues it at the root.
 	Invocation []string
+	// TraceParent links the task to the submitter's trace (Task.TraceParent).
+	TraceParent string
 }
 
 // Submit creates an operation for the action. An identical cacheable
@@ -403,7 +410,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 			Cacheable: !req.DoNotCache, Queue: queueName, Req: preq,
 			bucketKey: queueName + "\x00" + req.Instance + "\x00" + req.Platform.Key(), priority: req.Priority, seq: s.nextSeq,
 			heapIndex: -1, stage: repb.ExecutionStage_QUEUED, queuedAt: now, dedupKey: key,
-			inv: s.fair.node(req.Invocation),
+			inv: s.fair.node(req.Invocation), TraceParent: req.TraceParent,
 		}
 		if t.Cacheable {
 			fp := key.fingerprint()
@@ -510,7 +517,7 @@ func (s *Scheduler) Watch(name string) (OperationState, <-chan struct{}, error) 
 
 func (s *Scheduler) stateLocked(op *Operation) OperationState {
 	t := op.task
-	st := OperationState{Name: op.Name, Instance: t.Instance, ActionDigest: t.ActionDigest, Stage: t.stage}
+	st := OperationState{Name: op.Name, Instance: t.Instance, ActionDigest: t.ActionDigest, Stage: t.stage, Queue: t.Queue}
 	if op.done {
 		st.Done, st.Stage, st.Response = true, repb.ExecutionStage_COMPLETED, op.response
 	}

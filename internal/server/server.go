@@ -55,6 +55,8 @@ type Server struct {
 	state      statestore.Store
 	stopState  context.CancelFunc
 	closeState sync.Once
+	// obs: metrics, tracing, health (observability.go).
+	obs *observability
 }
 
 // New builds a server from cfg and binds its ports.
@@ -112,6 +114,10 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		}
 	}
 	registerSchedulerMetrics(reg, sched)
+	obs, err := newObservability(cfg, reg, sched, cas)
+	if err != nil {
+		return nil, err
+	}
 	maxMsg := cfg.GRPCMaxMessageSize()
 	g := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMsg),
@@ -130,8 +136,8 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		// handlers (see frontend.BufferPool).
 		experimental.BufferPool(frontend.BufferPool()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.ChainUnaryInterceptor(gm.Unary),
-		grpc.ChainStreamInterceptor(gm.Stream),
+		grpc.ChainUnaryInterceptor(gm.Unary, obs.storage.Unary),
+		grpc.ChainStreamInterceptor(gm.Stream, obs.storage.Stream),
 		// Reused handler goroutines keep their grown stacks: a new
 		// goroutine per call grows its stack on every call (copystack was
 		// ~10% of the CPU with many small calls). Calls beyond these
@@ -154,8 +160,10 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	admin.SaveQuotas = qf.save
 	admin.Logger = log
 	admin.Attach(g)
+	obs.attach(g, exec, ws)
+	obs.markServices(g)
 
-	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched, exec: exec}
+	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched, exec: exec, obs: obs}
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen (gRPC) on %s: %w; pick a free address with --listen", cfg.Listen, err)
 	}
@@ -340,6 +348,7 @@ func dialAddr(listen string) string {
 
 // Stop shuts the server down, giving in-flight calls a few seconds.
 func (s *Server) Stop() {
+	s.obs.serving(false)
 	if s.http != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		s.http.Shutdown(sctx)
@@ -358,6 +367,7 @@ func (s *Server) Stop() {
 		if err := s.state.Close(); err != nil {
 			s.log.Error("closing the scheduler's state store", "err", err)
 		}
+		s.obs.stop()
 	})
 }
 
