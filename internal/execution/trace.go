@@ -56,11 +56,15 @@ func (s *Service) submit(ctx context.Context, sub *scheduler.SubmitRequest) erro
 
 // leaseTraceParent records the scheduler.Lease span of an assignment and
 // returns the context to send to the worker ("" without tracing).
-func leaseTraceParent(workerID string, a *scheduler.Assignment) string {
-	if a.Task.TraceParent == "" || !tracing.Enabled() {
+func leaseTraceParent(sched *scheduler.Scheduler, workerID string, a *scheduler.Assignment) string {
+	if !tracing.Enabled() {
 		return ""
 	}
-	ctx, span := tracing.Start(tracing.WithTraceParent(context.Background(), a.Task.TraceParent), "scheduler.Lease",
+	parent := sched.TraceParent(a.Task)
+	if parent == "" {
+		return ""
+	}
+	ctx, span := tracing.Start(tracing.WithTraceParent(context.Background(), parent), "scheduler.Lease",
 		attribute.String("gantry.worker", workerID),
 		attribute.String("gantry.lease", a.LeaseID),
 		attribute.Int("gantry.attempt", a.Attempt),

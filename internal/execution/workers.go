@@ -106,12 +106,12 @@ func (s *WorkerService) Poll(ctx context.Context, req *workerpb.PollRequest) (*w
 		return resp, nil
 	}
 	resp.Assignment = assignment(as[0])
-	resp.Assignment.Traceparent = leaseTraceParent(req.WorkerId, as[0])
+	resp.Assignment.Traceparent = leaseTraceParent(s.sched, req.WorkerId, as[0])
 	if len(as) > 1 {
 		resp.MoreAssignments = make([]*workerpb.Assignment, len(as)-1)
 		for i, a := range as[1:] {
 			resp.MoreAssignments[i] = assignment(a)
-			resp.MoreAssignments[i].Traceparent = leaseTraceParent(req.WorkerId, a)
+			resp.MoreAssignments[i].Traceparent = leaseTraceParent(s.sched, req.WorkerId, a)
 		}
 	}
 	return resp, nil

@@ -167,3 +167,25 @@ func counts(m map[[3]string]int) []QueueCount {
 	})
 	return out
 }
+
+// setTraceParentLocked remembers (or, with "", forgets) a task's trace
+// context. With tracing off the map stays nil and this costs a compare.
+func (s *Scheduler) setTraceParentLocked(t *Task, tp string) {
+	switch {
+	case tp != "":
+		if s.traceParents == nil {
+			s.traceParents = map[*Task]string{}
+		}
+		s.traceParents[t] = tp
+	case s.traceParents != nil:
+		delete(s.traceParents, t)
+	}
+}
+
+// TraceParent returns the trace context the task was submitted with, ""
+// if none. Callers ask only when tracing is on: it takes the lock.
+func (s *Scheduler) TraceParent(t *Task) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.traceParents[t]
+}

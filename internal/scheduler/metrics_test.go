@@ -86,3 +86,31 @@ func TestMetricsSnapshotCountsQueuesWorkersAndRetries(t *testing.T) {
 		t.Errorf("after a second lost worker: retries %d, lost %d, gave up %d; want 3, 4, 1", m.Retries, m.WorkersLost, m.GaveUp)
 	}
 }
+
+func TestTraceParentKeptUntilTheTaskEnds(t *testing.T) {
+	s, _ := newTest(t)
+	register(s, "w")
+	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	submit(t, s, "traced", func(r *SubmitRequest) { r.TraceParent = tp })
+	cancelled := submit(t, s, "cancelled", func(r *SubmitRequest) { r.TraceParent = tp })
+	submit(t, s, "untraced")
+	a := pollNow(t, s, "w", 1)
+	if a == nil || s.TraceParent(a.Task) != tp {
+		t.Fatalf("lease of the traced task carries %q, want %q", s.TraceParent(a.Task), tp)
+	}
+	if err := s.Cancel(cancelled); err != nil {
+		t.Fatal(err)
+	}
+	s.Complete("w", a.LeaseID, okResponse())
+	b := pollNow(t, s, "w", 1)
+	if b == nil || s.TraceParent(b.Task) != "" {
+		t.Fatalf("untraced task: %v", b)
+	}
+	s.Complete("w", b.LeaseID, okResponse())
+	s.mu.Lock()
+	n := len(s.traceParents)
+	s.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d trace contexts kept after every task ended", n)
+	}
+}

@@ -111,9 +111,6 @@ type Task struct {
 	// a worker.
 	Queue string
 	Req   platform.Request
-	// TraceParent is the W3C trace context of the submitting Execute's
-	// span, handed to workers with the lease ("" when tracing is off).
-	TraceParent string
 
 	bucketKey  string
 	priority   int32
@@ -207,15 +204,13 @@ type Scheduler struct {
 	ten      *tenancy
 	// preemptions counts actions pre-empted for min quotas.
 	preemptions int64
-	// counters feed the metrics (metrics.go).
-	counters  schedCounters
-	workers   map[string]*worker
-	leases    map[string]*lease
-	waiters   []*waiter
-	nextSeq   int64
-	frontSeq  int64
-	listeners []func(Event)
-	queues    []platform.Queue
+	workers     map[string]*worker
+	leases      map[string]*lease
+	waiters     []*waiter
+	nextSeq     int64
+	frontSeq    int64
+	listeners   []func(Event)
+	queues      []platform.Queue
 	// unwatched are the unfinished operations no caller is streaming;
 	// finished are finished operations in the order they finished.
 	unwatched opList
@@ -227,6 +222,12 @@ type Scheduler struct {
 	// idPrefix and idSerial make task and lease ids (newID).
 	idPrefix string
 	idSerial uint64
+
+	// counters feed the metrics (metrics.go).
+	counters schedCounters
+	// traceParents are the trace contexts of unfinished tasks submitted
+	// with tracing on (metrics.go): kept aside so Task stays small.
+	traceParents map[*Task]string
 }
 
 type seenWorker struct {
@@ -353,7 +354,8 @@ type SubmitRequest struct {
 	// Invocation is the operation's invocation path (see fair.go); empty
 	// queues it at the root.
 	Invocation []string
-	// TraceParent links the task to the submitter's trace (Task.TraceParent).
+	// TraceParent links the task to the submitter's trace (see
+	// Scheduler.TraceParent); "" when tracing is off.
 	TraceParent string
 }
 
@@ -410,8 +412,9 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 			Cacheable: !req.DoNotCache, Queue: queueName, Req: preq,
 			bucketKey: queueName + "\x00" + req.Instance + "\x00" + req.Platform.Key(), priority: req.Priority, seq: s.nextSeq,
 			heapIndex: -1, stage: repb.ExecutionStage_QUEUED, queuedAt: now, dedupKey: key,
-			inv: s.fair.node(req.Invocation), TraceParent: req.TraceParent,
+			inv: s.fair.node(req.Invocation),
 		}
+		s.setTraceParentLocked(t, req.TraceParent)
 		if t.Cacheable {
 			fp := key.fingerprint()
 			t.dedupNext = s.inflight[fp]
@@ -610,6 +613,7 @@ func (s *Scheduler) abandonTaskLocked(t *Task, reason string) {
 	s.touchTask(t)
 	s.forgetInflightLocked(t)
 	s.releaseInvocationLocked(t)
+	s.setTraceParentLocked(t, "")
 	s.emit(Event{Kind: EventCancelled, Task: t.ID, Reason: reason})
 }
 
@@ -680,6 +684,7 @@ func (s *Scheduler) completeTaskLocked(t *Task, resp *repb.ExecuteResponse) {
 	// It is never handed out again: keep only what the retained
 	// operations need.
 	t.ActionBytes, t.CommandBytes = nil, nil
+	s.setTraceParentLocked(t, "")
 	s.forgetInflightLocked(t)
 	s.releaseInvocationLocked(t)
 	for _, op := range t.ops {
