@@ -70,14 +70,8 @@ func (o *observability) markServices(g *grpc.Server) {
 	}
 }
 
-// serving marks every service SERVING (at Run) or NOT_SERVING (at Stop).
-func (o *observability) serving(on bool) {
-	if on {
-		o.health.Resume()
-	} else {
-		o.health.Shutdown()
-	}
-}
+// notServing reports every service NOT_SERVING, as the server stops.
+func (o *observability) notServing() { o.health.Shutdown() }
 
 // stop flushes the traces.
 func (o *observability) stop() {

@@ -86,7 +86,7 @@ func sample(fams map[string]*dto.MetricFamily, name string, want ...string) floa
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for i := 0; i < 300; i++ {
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
 		if cond() {
 			return
 		}

@@ -348,7 +348,7 @@ func dialAddr(listen string) string {
 
 // Stop shuts the server down, giving in-flight calls a few seconds.
 func (s *Server) Stop() {
-	s.obs.serving(false)
+	s.obs.notServing()
 	if s.http != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		s.http.Shutdown(sctx)
