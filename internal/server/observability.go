@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -17,10 +19,12 @@ import (
 	"github.com/gantry-build/gantry/internal/metrics"
 	"github.com/gantry-build/gantry/internal/scheduler"
 	"github.com/gantry-build/gantry/internal/tracing"
+	"github.com/gantry-build/gantry/internal/worker"
 )
 
 // observability holds the metrics, tracing and health parts of a server.
 type observability struct {
+	reg     prometheus.Registerer
 	ops     *metrics.Operations
 	storage *metrics.Storage
 	health  *health.Server
@@ -31,7 +35,7 @@ type observability struct {
 // newObservability registers the operation, storage and scheduler metrics
 // and starts the trace exporter when tracing is configured.
 func newObservability(cfg config.Config, reg prometheus.Registerer, sched *scheduler.Scheduler, cas blobstore.Store) (*observability, error) {
-	o := &observability{ops: metrics.NewOperations(reg), health: health.NewServer()}
+	o := &observability{reg: reg, ops: metrics.NewOperations(reg), health: health.NewServer()}
 	o.storage = metrics.NewStorage(reg, o.ops)
 	metrics.NewScheduler(reg, sched.MetricsSnapshot, metrics.NewInstances(cfg.Metrics.MaxInstances))
 	if ev, ok := cas.(interface{ Evicted() int64 }); ok {
@@ -78,4 +82,16 @@ func (o *observability) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	o.stopTracing(ctx)
+}
+
+// embeddedWorker adds the embedded worker's leases and input cache to
+// the server's metrics (its stage durations are already there, from its
+// results). A second embedded worker (Run called again) keeps the first
+// one's registration.
+func (o *observability) embeddedWorker(w *worker.Worker) error {
+	var already prometheus.AlreadyRegisteredError
+	if err := w.RegisterMetrics(o.reg, false); err != nil && !errors.As(err, &already) {
+		return fmt.Errorf("registering the embedded worker's metrics: %w", err)
+	}
+	return nil
 }

@@ -175,6 +175,7 @@ func TestMetricsAfterKnownScenario(t *testing.T) {
 		{"gantry_executing_actions", nil, 0},
 		{"gantry_workers", []string{"state", "idle"}, 1},
 		{"gantry_worker_cores", nil, 2},
+		{"gantry_worker_input_cache_max_bytes", nil, 10 << 30}, // the embedded worker's
 	} {
 		if got := sample(m, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %g, want %g", c.name, c.labels, got, c.want)
@@ -229,7 +230,8 @@ func TestMetricsAfterKnownScenario(t *testing.T) {
 		m := scrape(t, addr)
 		return sample(m, "gantry_queue_length", "instance", "tenant-a", "queue", "default") == 1 &&
 			sample(m, "gantry_executing_actions", "instance", "", "queue", "default") == 1 &&
-			sample(m, "gantry_workers", "state", "busy") == 1 && sample(m, "gantry_worker_busy_cores") == 1
+			sample(m, "gantry_workers", "state", "busy") == 1 && sample(m, "gantry_worker_busy_cores") == 1 &&
+			sample(m, "gantry_worker_active_leases") == 1
 	})
 }
 

@@ -307,6 +307,9 @@ func (s *Server) runEmbeddedWorker(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := s.obs.embeddedWorker(w); err != nil {
+		return err
+	}
 	return w.Run(ctx)
 }
 

@@ -13,16 +13,17 @@ import (
 	"github.com/gantry-build/gantry/internal/tracing"
 )
 
-// traceLease returns a function, to defer, that records the lease's
-// spans from the timestamps runLease leaves in md: worker.Action under the
+// traceLease returns a function, to defer, that observes the lease's
+// stage durations (metrics.go) and records its spans from the timestamps runLease leaves in md: worker.Action under the
 // scheduler's lease span (the assignment's traceparent), and under it
 // worker.InputFetch, worker.Execute and worker.OutputUpload for the stages
 // that ran. It does nothing without tracing or a traceparent.
 func (w *Worker) traceLease(a *workerpb.Assignment, md *repb.ExecutedActionMetadata) func() {
 	if a.Traceparent == "" || !tracing.Enabled() {
-		return func() {}
+		return func() { w.observeStages(md) }
 	}
 	return func() {
+		w.observeStages(md)
 		ctx := tracing.WithTraceParent(context.Background(), a.Traceparent)
 		ctx, span := tracing.Tracer().Start(ctx, "worker.Action", trace.WithTimestamp(ts(md.WorkerStartTimestamp)),
 			trace.WithAttributes(attribute.String("gantry.worker", w.cfg.ID), attribute.String("gantry.lease", a.LeaseId),
