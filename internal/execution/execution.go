@@ -122,8 +122,11 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 			if err := stream.Send(operation(name, st, ad.Function)); err != nil {
 				return err
 			}
-			s.finished(Finished{Name: name, Instance: req.InstanceName, ActionDigest: ad, Accepted: accepted, Response: st.Response,
-				Invocation: s.invocationPath(ctx, req.InstanceName, nil)})
+			var inv []string // for the log line only: not worked out when it is off
+			if s.log.Enabled(ctx, slog.LevelInfo) {
+				inv = s.invocationPath(ctx, req.InstanceName, nil)
+			}
+			s.finished(Finished{Name: name, Instance: req.InstanceName, ActionDigest: ad, Accepted: accepted, Response: st.Response, Invocation: inv})
 			endExecuteSpan(span, st.Response)
 			return nil
 		}

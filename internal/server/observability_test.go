@@ -325,6 +325,29 @@ func TestOperationCompletionLogLine(t *testing.T) {
 	if total, exec := dur["total_ms"].(float64), dur["execute_ms"].(float64); exec > total {
 		t.Errorf("execute took %gms of a %gms operation", exec, total)
 	}
+
+	// A cache hit logs its line too, cached and without a queue.
+	ok := f.put(&repb.Action{CommandDigest: f.put(shCmd("true")).Proto(), InputRootDigest: root.Proto()})
+	for i := 0; i < 2; i++ {
+		if _, _, err := client.Execute(ctx, f.conn, &repb.ExecuteRequest{ActionDigest: ok.Proto(), InstanceName: "team"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var hit map[string]any
+	waitFor(t, "the cache hit's line", func() bool {
+		for _, l := range strings.Split(out.String(), "\n") {
+			if strings.Contains(l, `"operation finished"`) && strings.Contains(l, `"cached":true`) {
+				return json.Unmarshal([]byte(l), &hit) == nil
+			}
+		}
+		return false
+	})
+	if hit["action"] != ok.String() || hit["status"] != "OK" || hit["queue"] != nil || hit["exit_code"] != 0.0 {
+		t.Errorf("cache hit line %v: want action %s, status OK, no queue, exit code 0", hit, ok)
+	}
+	if inv, _ := hit["invocation"].(map[string]any); inv["tool_invocation_id"] != "inv-42" {
+		t.Errorf("cache hit invocation = %v, want the request's keys", hit["invocation"])
+	}
 }
 
 func TestTraceSpansFrontendSchedulerWorker(t *testing.T) {
