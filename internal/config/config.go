@@ -38,6 +38,8 @@ type Config struct {
 	// Role and Cluster: see cluster.go.
 	Role    string        `yaml:"role"`
 	Cluster ClusterConfig `yaml:"cluster"`
+	Metrics MetricsConfig `yaml:"metrics"`
+	Tracing TracingConfig `yaml:"tracing"`
 }
 
 // SchedulerConfig tunes the scheduler.
@@ -497,6 +499,7 @@ func (c *Config) Validate() error {
 	}
 	c.validateSecurity(bad)
 	c.validateCluster(bad)
+	c.validateObservability(bad)
 	if len(errs) > 0 {
 		sort.Strings(errs)
 		return fmt.Errorf("invalid configuration:\n  %s", strings.Join(errs, "\n  "))

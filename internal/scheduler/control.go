@@ -169,14 +169,14 @@ func (s *Scheduler) Workers() []WorkerStatus {
 	return out
 }
 
-// QueueCount is the number of queued actions of one (queue, instance).
-type QueueCount struct {
+// QueuedCount is the number of queued actions of one (queue, instance).
+type QueuedCount struct {
 	Queue, Instance string
 	Queued          int
 }
 
 // QueueCounts returns the queued actions per provision queue and instance.
-func (s *Scheduler) QueueCounts() []QueueCount {
+func (s *Scheduler) QueueCounts() []QueuedCount {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := map[[2]string]int{}
@@ -188,7 +188,7 @@ func (s *Scheduler) QueueCounts() []QueueCount {
 			m[[2]string{b.queue, b.instance}] += b.n
 		}
 	}
-	out := make([]QueueCount, 0, len(m))
+	out := make([]QueuedCount, 0, len(m))
 	for k, n := range m {
 		if k[1] == "" && n == 0 {
 			// A configured queue with nothing queued: shown once.
@@ -202,7 +202,7 @@ func (s *Scheduler) QueueCounts() []QueueCount {
 				continue
 			}
 		}
-		out = append(out, QueueCount{Queue: k[0], Instance: k[1], Queued: n})
+		out = append(out, QueuedCount{Queue: k[0], Instance: k[1], Queued: n})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Queue != out[j].Queue {

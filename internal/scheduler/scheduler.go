@@ -185,6 +185,8 @@ type OperationState struct {
 	Done         bool
 	// Response is set when Done.
 	Response *repb.ExecuteResponse
+	// Queue is the provision queue of the operation's task.
+	Queue string
 }
 
 // Scheduler is safe for concurrent use. One mutex guards the state; every
@@ -225,6 +227,12 @@ type Scheduler struct {
 	controls map[string]WorkerControl
 	failures []FailedOperation
 	failNext int
+
+	// counters feed the metrics (metrics.go).
+	counters schedCounters
+	// traceParents are the trace contexts of unfinished tasks submitted
+	// with tracing on (metrics.go): kept aside so Task stays small.
+	traceParents map[*Task]string
 }
 
 type seenWorker struct {
@@ -351,6 +359,9 @@ type SubmitRequest struct {
 	// Invocation is the operation's invocation path (see fair.go); empty
 	// queues it at the root.
 	Invocation []string
+	// TraceParent links the task to the submitter's trace (see
+	// Scheduler.TraceParent); "" when tracing is off.
+	TraceParent string
 }
 
 // Submit creates an operation for the action. An identical cacheable
@@ -408,6 +419,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 			heapIndex: -1, stage: repb.ExecutionStage_QUEUED, queuedAt: now, dedupKey: key,
 			inv: s.fair.node(req.Invocation),
 		}
+		s.setTraceParentLocked(t, req.TraceParent)
 		if t.Cacheable {
 			fp := key.fingerprint()
 			t.dedupNext = s.inflight[fp]
@@ -513,7 +525,7 @@ func (s *Scheduler) Watch(name string) (OperationState, <-chan struct{}, error) 
 
 func (s *Scheduler) stateLocked(op *Operation) OperationState {
 	t := op.task
-	st := OperationState{Name: op.Name, Instance: t.Instance, ActionDigest: t.ActionDigest, Stage: t.stage}
+	st := OperationState{Name: op.Name, Instance: t.Instance, ActionDigest: t.ActionDigest, Stage: t.stage, Queue: t.Queue}
 	if op.done {
 		st.Done, st.Stage, st.Response = true, repb.ExecutionStage_COMPLETED, op.response
 	}
@@ -610,6 +622,7 @@ func (s *Scheduler) abandonTaskLocked(t *Task, reason string) {
 	s.touchTask(t)
 	s.forgetInflightLocked(t)
 	s.releaseInvocationLocked(t)
+	s.setTraceParentLocked(t, "")
 	s.emit(Event{Kind: EventCancelled, Task: t.ID, Reason: reason})
 }
 
@@ -681,6 +694,7 @@ func (s *Scheduler) completeTaskLocked(t *Task, resp *repb.ExecuteResponse) {
 	// It is never handed out again: keep only what the retained
 	// operations need.
 	t.ActionBytes, t.CommandBytes = nil, nil
+	s.setTraceParentLocked(t, "")
 	s.forgetInflightLocked(t)
 	s.releaseInvocationLocked(t)
 	for _, op := range t.ops {

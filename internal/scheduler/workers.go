@@ -284,6 +284,9 @@ func (s *Scheduler) leaseLocked(t *Task, w *worker, wt *waiter) *Assignment {
 	t.state = stateLeased
 	t.lease = l
 	t.attempts++
+	if t.attempts == 1 {
+		s.counters.dispatch.observe(now.Sub(t.queuedAt))
+	}
 	s.touchTask(t)
 	t.lastWorker = w.info.ID
 	s.leases[l.id] = l
@@ -483,12 +486,15 @@ func (s *Scheduler) Tick() {
 		t := l.task
 		s.dropLeaseLocked(l)
 		s.emit(Event{Kind: EventWorkerLost, Task: t.ID, Worker: l.worker.info.ID})
+		s.counters.workersLost++
 		if t.attempts >= s.cfg.MaxAttempts {
 			msg := fmt.Sprintf("the action was started %d times and each time its worker stopped responding (last: %s); giving up. Check the workers' health, or retry the build", t.attempts, l.worker.info.ID)
 			s.completeTaskLocked(t, &repb.ExecuteResponse{Status: status.New(codes.Unavailable, msg).Proto()})
 			s.emit(Event{Kind: EventGaveUp, Task: t.ID})
+			s.counters.gaveUp++
 			continue
 		}
+		s.counters.retries++
 		s.requeueFrontLocked(t)
 		s.emit(Event{Kind: EventRequeued, Task: t.ID})
 	}
@@ -626,6 +632,7 @@ func (s *Scheduler) failUnsatisfiableLocked(now time.Time) {
 			s.queue.remove(t)
 			s.completeTaskLocked(t, &repb.ExecuteResponse{Status: status.New(codes.FailedPrecondition, msg).Proto()})
 			s.emit(Event{Kind: EventGaveUp, Task: t.ID, Reason: msg})
+			s.counters.gaveUp++
 		}
 	}
 }

@@ -443,7 +443,7 @@ func (n *FrontendNode) Run(ctx context.Context) error {
 	var workerDone chan error // nil (never ready) without an embedded worker
 	if n.cfg.Worker.Enabled {
 		workerDone = make(chan error, 1)
-		go func() { workerDone <- runWorker(ctx, plainDial(n.GRPCAddr()), n.cfg, n.log) }()
+		go func() { workerDone <- runWorker(ctx, plainDial(n.GRPCAddr()), n.cfg, n.log, nil) }()
 	}
 	var err error
 	select {

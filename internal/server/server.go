@@ -61,6 +61,8 @@ type Server struct {
 	status     *status.Handler
 	// lost closes when a PostgreSQL store's leadership ends (nil: never).
 	lost <-chan struct{}
+	// obs: metrics, tracing, health (observability.go).
+	obs *observability
 }
 
 // New builds a server from cfg and binds its ports.
@@ -93,6 +95,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	sched := scheduler.New(schedulerConfig(cfg), scheduler.RealClock{})
 	registerSchedulerMetrics(reg, sched)
 	sec, err := newSecurity(cfg)
+	obs, err := newObservability(cfg, reg, sched, cas)
 	if err != nil {
 		return nil, err
 	}
@@ -114,8 +117,8 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		// handlers (see frontend.BufferPool).
 		experimental.BufferPool(frontend.BufferPool()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.ChainUnaryInterceptor(gm.Unary),
-		grpc.ChainStreamInterceptor(gm.Stream),
+		grpc.ChainUnaryInterceptor(gm.Unary, obs.storage.Unary),
+		grpc.ChainStreamInterceptor(gm.Stream, obs.storage.Stream),
 		// Reused handler goroutines keep their grown stacks: a new
 		// goroutine per call grows its stack on every call (copystack was
 		// ~10% of the CPU with many small calls). Calls beyond these
@@ -156,7 +159,10 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 			return st.Instance, err == nil
 		}
 	}
-	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched, exec: exec, admin: admin, sec: sec}
+	obs.attach(g, exec, ws)
+	obs.markServices(g)
+
+	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched, exec: exec, admin: admin, sec: sec, obs: obs}
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen (gRPC) on %s: %w; pick a free address with --listen", cfg.Listen, err)
 	}
@@ -327,7 +333,7 @@ func (s *Server) Run(ctx context.Context) error {
 // runEmbeddedWorker runs a worker in this process that reaches the
 // scheduler over the server's own gRPC port, like any other worker.
 func (s *Server) runEmbeddedWorker(ctx context.Context) error {
-	err := runWorker(ctx, func() (*grpc.ClientConn, error) { return s.sec.dialEmbedded(s.GRPCAddr()) }, s.cfg, s.log)
+	err := runWorker(ctx, func() (*grpc.ClientConn, error) { return s.sec.dialEmbedded(s.GRPCAddr()) }, s.cfg, s.log, s.obs.embeddedWorker)
 	if err != nil || ctx.Err() != nil {
 		return err
 	}
@@ -344,7 +350,8 @@ func plainDial(addr string) func() (*grpc.ClientConn, error) {
 
 // runWorker runs the configured worker over the connection dial makes.
 // It returns when ctx ends, or when an operator terminated the worker.
-func runWorker(ctx context.Context, dial func() (*grpc.ClientConn, error), cfg config.Config, log *slog.Logger) error {
+// prepare, if not nil, is called with the worker before it runs.
+func runWorker(ctx context.Context, dial func() (*grpc.ClientConn, error), cfg config.Config, log *slog.Logger, prepare func(*worker.Worker) error) error {
 	conn, err := dial()
 	if err != nil {
 		return err
@@ -361,6 +368,11 @@ func runWorker(ctx context.Context, dial func() (*grpc.ClientConn, error), cfg c
 	w, err := worker.New(conn, WorkerConfig(wc, log))
 	if err != nil {
 		return err
+	}
+	if prepare != nil {
+		if err := prepare(w); err != nil {
+			return err
+		}
 	}
 	return w.Run(ctx)
 }
@@ -403,6 +415,7 @@ func dialAddr(listen string) string {
 
 // Stop shuts the server down, giving in-flight calls a few seconds.
 func (s *Server) Stop() {
+	s.obs.notServing()
 	if s.http != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		s.http.Shutdown(sctx)
@@ -421,6 +434,7 @@ func (s *Server) Stop() {
 		if err := s.state.Close(); err != nil {
 			s.log.Error("closing the scheduler's state store", "err", err)
 		}
+		s.obs.stop()
 	})
 }
 

@@ -203,7 +203,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		frame
 		Stats      scheduler.Stats
 		Failed     int
-		Queues     []scheduler.QueueCount
+		Queues     []scheduler.QueuedCount
 		Quotas     *adminpb.ListQuotasResponse
 		Cohorts    []cohort
 		Workers    []scheduler.WorkerStatus

@@ -34,6 +34,7 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	}
 	defer releaseFetch()
 	md := &repb.ExecutedActionMetadata{Worker: w.cfg.ID, WorkerStartTimestamp: timestamppb.Now()}
+	defer w.traceLease(a, md)()
 
 	ad, err := actionDigest(a)
 	if err != nil {

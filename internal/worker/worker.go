@@ -20,6 +20,7 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -74,6 +75,9 @@ type Worker struct {
 
 	heartbeatEvery time.Duration
 	kick           chan struct{} // asks the heartbeat loop to report now
+	// stages are the stage histograms, when the worker keeps its own
+	// (RegisterMetrics); nil otherwise.
+	stages [4]prometheus.Observer
 
 	mu sync.Mutex
 	// emptyRoots are exec root directories left empty by earlier actions,

@@ -634,7 +634,11 @@ type Assignment struct {
 	// Whether the result may be written to the ActionCache.
 	Cacheable bool `protobuf:"varint,8,opt,name=cacheable,proto3" json:"cacheable,omitempty"`
 	// Attempt number, from 1.
-	Attempt       int32 `protobuf:"varint,9,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Attempt int32 `protobuf:"varint,9,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// W3C trace context (a traceparent header value) of the scheduler's span
+	// for this lease, when tracing is on: the worker's spans are its
+	// children. Empty when tracing is off.
+	Traceparent   string `protobuf:"bytes,10,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -730,6 +734,13 @@ func (x *Assignment) GetAttempt() int32 {
 		return x.Attempt
 	}
 	return 0
+}
+
+func (x *Assignment) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
 }
 
 type LeaseState struct {
@@ -1190,7 +1201,7 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"reregister\x18\x02 \x01(\bR\n" +
 	"reregister\x12G\n" +
 	"\x10more_assignments\x18\x03 \x03(\v2\x1c.gantry.worker.v1.AssignmentR\x0fmoreAssignments\x121\n" +
-	"\x14completions_accepted\x18\x04 \x03(\bR\x13completionsAccepted\"\xa4\x02\n" +
+	"\x14completions_accepted\x18\x04 \x03(\bR\x13completionsAccepted\"\xc6\x02\n" +
 	"\n" +
 	"Assignment\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x17\n" +
@@ -1201,7 +1212,9 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"\acommand\x18\x06 \x01(\fR\acommand\x12\x14\n" +
 	"\x05cores\x18\a \x01(\x05R\x05cores\x12\x1c\n" +
 	"\tcacheable\x18\b \x01(\bR\tcacheable\x12\x18\n" +
-	"\aattempt\x18\t \x01(\x05R\aattempt\"V\n" +
+	"\aattempt\x18\t \x01(\x05R\aattempt\x12 \n" +
+	"\vtraceparent\x18\n" +
+	" \x01(\tR\vtraceparent\"V\n" +
 	"\n" +
 	"LeaseState\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12-\n" +
