@@ -2,7 +2,7 @@
 # Installs the tools Gantry's real-client end-to-end tests need:
 #   - Bazel 4.2.3 (Debian's bazel-bootstrap, /usr/bin/bazel)
 #   - Bazel 2.1.0 (npm package @bazel/bazel-linux_x64@2.1.0 under $REPO/.tools/npm)
-#   - protobuf-compiler, bubblewrap, postgresql (server binaries)
+#   - protobuf-compiler, bubblewrap, postgresql (server binaries), chromium (headless)
 #
 # Idempotent and non-interactive: it installs only what is missing, so a second run
 # returns in well under a second. Runs as root (as CI does), or through sudo when not
@@ -42,6 +42,10 @@ fi
 # postgresql: we need the server binaries (initdb, postgres) under /usr/lib/postgresql/*/bin.
 if ! compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null; then
   missing+=(postgresql)
+fi
+# chromium: headless browser for the status page's end-to-end test.
+if ! command -v chromium >/dev/null 2>&1; then
+  missing+=(chromium)
 fi
 
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -261,7 +261,7 @@ func (p *benchPlan) describe() string {
 
 // runBench connects, checks the server, runs the load and reports.
 func runBench(ctx context.Context, plan *benchPlan, out, errOut io.Writer) error {
-	conn, err := client.Dial(plan.server)
+	conn, err := dialServer(plan.server)
 	if err != nil {
 		return fmt.Errorf("--server: %w", err)
 	}
@@ -355,7 +355,7 @@ func startNoopWorkers(ctx context.Context, plan *benchPlan, fail context.CancelC
 	if plan.noopWorkers == 0 {
 		return func() {}, nil
 	}
-	conn, err := client.Dial(plan.server)
+	conn, err := dialServer(plan.server)
 	if err != nil {
 		return nil, fmt.Errorf("--server: %w", err)
 	}

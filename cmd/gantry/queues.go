@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	adminpb "github.com/gantry-build/gantry/api/admin/v1"
-	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/platform"
 	"github.com/gantry-build/gantry/internal/scheduler"
@@ -41,7 +40,7 @@ HTTP port.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			conn, err := client.Dial(serverAddr)
+			conn, err := dialServer(serverAddr)
 			if err != nil {
 				return fmt.Errorf("connecting to %s: %w", serverAddr, err)
 			}
@@ -131,7 +130,7 @@ func explainRemote(ctx context.Context, out io.Writer, addr string, ps platform.
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := client.Dial(addr)
+	conn, err := dialServer(addr)
 	if err != nil {
 		return fmt.Errorf("connecting to %s: %w", addr, err)
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	adminpb "github.com/gantry-build/gantry/api/admin/v1"
-	"github.com/gantry-build/gantry/internal/client"
 )
 
 func newQuotaCommand() *cobra.Command {
@@ -30,7 +29,7 @@ exceeded. Changes are stored durably by the server before they are acknowledged.
 	call := func(cmd *cobra.Command, f func(context.Context, adminpb.AdminClient) error) error {
 		ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 		defer cancel()
-		conn, err := client.Dial(serverAddr)
+		conn, err := dialServer(serverAddr)
 		if err != nil {
 			return fmt.Errorf("connecting to %s: %w", serverAddr, err)
 		}

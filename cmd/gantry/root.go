@@ -23,7 +23,8 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCommand(), newWorkerCommand(), newBenchCommand(), newQueuesCommand(), newQuotaCommand(), newVersionCommand())
+	addClientSecurityFlags(root.PersistentFlags())
+	root.AddCommand(newServeCommand(), newWorkerCommand(), newBenchCommand(), newQueuesCommand(), newQuotaCommand(), newWorkersCommand(), newOperationCommand(), newReloadCommand(), newVersionCommand())
 	return root
 }
 
@@ -39,7 +40,7 @@ func newVersionCommand() *cobra.Command {
 }
 
 func newServeCommand() *cobra.Command {
-	var configPath, listen, httpListen, dataDir string
+	var configPath, listen, httpListen, dataDir, role string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the all-in-one server (REAPI storage and execution, metrics)",
@@ -65,16 +66,24 @@ Flags given on the command line override the config file.`,
 			if flags.Changed("data-dir") {
 				cfg.DataDir = dataDir
 			}
+			if flags.Changed("role") {
+				cfg.Role = role
+			}
 			log := newLogger(cfg.Log)
 			gctune.Floor(gctune.DefaultHeadroom)
-			srv, err := server.New(cfg, log)
+			node, err := server.NewNode(cfg, log)
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			go reloadOnHangup(ctx, configPath, srv, log)
-			return srv.Run(ctx)
+			if srv, ok := node.(*server.Server); ok {
+				srv.SetConfigFile(configPath)
+				go reloadOnHangup(ctx, configPath, srv, log)
+			} else {
+				signal.Ignore(syscall.SIGHUP) // nothing to reload in these roles yet
+			}
+			return node.Run(ctx)
 		},
 	}
 	def := config.Default()
@@ -82,6 +91,7 @@ Flags given on the command line override the config file.`,
 	cmd.Flags().StringVar(&listen, "listen", def.Listen, "gRPC listen address")
 	cmd.Flags().StringVar(&httpListen, "http-listen", def.HTTPListen, "HTTP listen address for /metrics and /healthz (empty: off)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", def.DataDir, "directory for stored data")
+	cmd.Flags().StringVar(&role, "role", def.Role, "all (one process), scheduler or frontend (several nodes sharing scheduler.store on PostgreSQL; see docs/OPERATIONS.md)")
 	return cmd
 }
 

@@ -10,15 +10,16 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/server"
+	"github.com/gantry-build/gantry/internal/tracing"
 	"github.com/gantry-build/gantry/internal/worker"
 )
 
 func newWorkerCommand() *cobra.Command {
 	var (
 		configPath, schedulerAddr, workDir, id string
+		httpListen                             string
 		cores                                  int
 		props, queues, instances               []string
 		acceptUnknown                          bool
@@ -76,15 +77,29 @@ exec roots under --work-dir. The worker section of --config sets the rest.`,
 				host, _ := os.Hostname()
 				wc.ID = host
 			}
-			conn, err := client.Dial(schedulerAddr)
+			applyClientConfig(cmd.Flags(), cfg.Client)
+			conn, err := dialServer(schedulerAddr)
 			if err != nil {
 				return fmt.Errorf("connecting to the scheduler at %s: %w", schedulerAddr, err)
 			}
 			defer conn.Close()
 			log := newLogger(cfg.Log)
+			tc := cfg.Tracing
+			stopTracing, err := tracing.Setup(context.Background(), tracing.Config{OTLPEndpoint: tc.OTLPEndpoint, Insecure: tc.Insecure, SampleRatio: tc.SampleRatio, Service: tc.ServiceName})
+			if err != nil {
+				return err
+			}
+			defer stopTracing(context.Background())
 			w, err := worker.New(conn, server.WorkerConfig(wc, log))
 			if err != nil {
 				return err
+			}
+			if httpListen != "" {
+				_, stopHTTP, err := serveWorkerHTTP(httpListen, w, log)
+				if err != nil {
+					return err
+				}
+				defer stopHTTP()
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -94,6 +109,7 @@ exec roots under --work-dir. The worker section of --config sets the rest.`,
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "YAML config file; its worker section applies (see docs/CONFIGURATION.md)")
 	cmd.Flags().StringVar(&schedulerAddr, "scheduler", "127.0.0.1:8980", "address of the Gantry server to take work from")
+	cmd.Flags().StringVar(&httpListen, "http-listen", "", "HTTP address for the worker's /metrics and /healthz (empty: none)")
 	cmd.Flags().StringVar(&workDir, "work-dir", "./gantry-worker", "directory for exec roots and the input file cache")
 	cmd.Flags().IntVar(&cores, "cores", 0, "execute capacity in cores (0: number of CPUs)")
 	cmd.Flags().StringVar(&id, "id", "", "worker id (default: host name)")

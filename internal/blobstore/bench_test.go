@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gantry-build/gantry/internal/digest"
 )
@@ -15,18 +17,29 @@ import (
 func BenchmarkDiskWrite(b *testing.B) {
 	const size = 64 << 20
 	data := blob("bench", size)
-	for _, chunk := range []int{16 << 10, 1 << 20} {
-		b.Run(fmt.Sprintf("chunk=%dKiB", chunk>>10), func(b *testing.B) {
-			s, err := NewDisk(b.TempDir(), DiskOptions{MaxBytes: 1 << 30})
+	for _, c := range []struct {
+		chunk  int
+		direct int64
+	}{{16 << 10, 0}, {1 << 20, 0}, {16 << 10, 1}, {1 << 20, 1}} {
+		chunk := c.chunk
+		io := "buffered"
+		if c.direct > 0 {
+			io = "direct"
+		}
+		b.Run(fmt.Sprintf("chunk=%dKiB/io=%s", chunk>>10, io), func(b *testing.B) {
+			s, err := NewDisk(b.TempDir(), DiskOptions{MaxBytes: 1 << 30, DirectIOThreshold: c.direct})
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.SetBytes(size)
+			var cpu time.Duration
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				binary.LittleEndian.PutUint64(data, uint64(i))
 				d := digest.Compute(digest.SHA256, data)
+				syscall.Sync()
 				b.StartTimer()
+				c0 := processCPU()
 				w, err := s.Create(context.Background(), d)
 				if err != nil {
 					b.Fatal(err)
@@ -40,7 +53,9 @@ func BenchmarkDiskWrite(b *testing.B) {
 					b.Fatal(err)
 				}
 				w.Close()
+				cpu += processCPU() - c0
 			}
+			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
 		})
 	}
 }
@@ -67,4 +82,11 @@ func BenchmarkDiskPut1KiB(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "blobs/s")
+}
+
+// processCPU is the CPU time (user and system) the process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

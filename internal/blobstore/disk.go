@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantry-build/gantry/internal/digest"
@@ -42,6 +44,10 @@ type Disk struct {
 	packMax  int64 // blobs up to this size are packed; 0: none
 	segSize  int64
 	dirs     sync.Map // prefix dirs known to exist
+	// directMin: blobs of at least this size are written with O_DIRECT
+	// (0: never); noDirect is set once the file system refused it.
+	directMin int64
+	noDirect  atomic.Bool
 
 	mu      sync.Mutex
 	total   int64
@@ -90,21 +96,28 @@ type DiskOptions struct {
 	// MaxBytes is set, segments are at most MaxBytes/16, so that evicting
 	// one frees a small part of the store.
 	SegmentSize int64
+	// DirectIOThreshold is the size from which blobs are written with
+	// O_DIRECT, bypassing the page cache: the kernel's copy into the page
+	// cache is the largest CPU cost of a large upload after hashing, and
+	// huge blobs would push many small hot ones out of memory. 0 writes
+	// every blob through the page cache. Blobs of up to 1 MiB never use it.
+	DirectIOThreshold int64
 }
 
 // NewDisk opens (creating if needed) a disk store rooted at dir.
 func NewDisk(dir string, opts DiskOptions) (*Disk, error) {
 	s := &Disk{
-		root:     dir,
-		tmp:      filepath.Join(dir, "tmp"),
-		packDir:  filepath.Join(dir, "packs"),
-		maxBytes: opts.MaxBytes,
-		fsync:    opts.Fsync,
-		packMax:  opts.PackThreshold,
-		segSize:  opts.SegmentSize,
-		lru:      list.New(),
-		index:    make(map[digest.Digest]*entry),
-		busy:     make(map[digest.Digest]chan struct{}),
+		root:      dir,
+		tmp:       filepath.Join(dir, "tmp"),
+		packDir:   filepath.Join(dir, "packs"),
+		maxBytes:  opts.MaxBytes,
+		fsync:     opts.Fsync,
+		packMax:   opts.PackThreshold,
+		segSize:   opts.SegmentSize,
+		directMin: max(opts.DirectIOThreshold, 0),
+		lru:       list.New(),
+		index:     make(map[digest.Digest]*entry),
+		busy:      make(map[digest.Digest]chan struct{}),
 	}
 	switch {
 	case s.packMax == 0:
@@ -473,13 +486,39 @@ func (s *Disk) Create(_ context.Context, d digest.Digest) (Writer, error) {
 		w.buf = make([]byte, 0, d.Size)
 		return w, nil
 	}
-	f, err := os.CreateTemp(s.tmp, "w")
+	f, direct, err := s.createTemp(d.Size)
 	if err != nil {
 		return nil, fmt.Errorf("creating temporary blob file: %w", err)
 	}
 	w.f = f
-	w.fw = newFileWriter(f)
+	w.fw = newFileWriter(f, direct)
 	return w, nil
+}
+
+// createTemp creates a temporary file for a blob of the given size, opened
+// with O_DIRECT when the blob is at least directMin bytes and the file
+// system supports it.
+func (s *Disk) createTemp(size int64) (f *os.File, direct bool, err error) {
+	if s.directMin > 0 && size >= s.directMin && !s.noDirect.Load() {
+		for range 10 {
+			name := filepath.Join(s.tmp, "w"+strconv.FormatUint(rand.Uint64(), 36))
+			f, ok, err := openDirect(name)
+			if errors.Is(err, fs.ErrExist) {
+				continue
+			}
+			if err != nil {
+				return nil, false, err
+			}
+			if !ok {
+				// Not supported here; remember, and stop trying.
+				s.noDirect.Store(true)
+				break
+			}
+			return f, true, nil
+		}
+	}
+	f, err = os.CreateTemp(s.tmp, "w")
+	return f, false, err
 }
 
 // diskWriter writes one blob: into buf if it is small, else through fw

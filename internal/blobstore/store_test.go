@@ -38,6 +38,14 @@ func backends() []backend {
 			}
 			return s
 		}},
+		{"disk-direct", func(t *testing.T, maxBytes int64) Store {
+			// Every blob that gets a file of its own is written with O_DIRECT.
+			s, err := NewDisk(t.TempDir(), DiskOptions{MaxBytes: maxBytes, DirectIOThreshold: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}},
 		{"disk-fsync", func(t *testing.T, maxBytes int64) Store {
 			s, err := NewDisk(t.TempDir(), DiskOptions{MaxBytes: maxBytes, Fsync: true})
 			if err != nil {

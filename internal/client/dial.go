@@ -44,7 +44,7 @@ const (
 
 // Dial returns a client connection to a REAPI server at target (host:port,
 // or any gRPC target such as dns:///host:port or unix:///path). The
-// connection is plain-text (no TLS yet), receives messages of up to
+// connection is plain-text (DialSecure adds TLS and a token), receives messages of up to
 // MaxRecvMsgSize, uses large HTTP/2 windows and keepalive pings while calls
 // are active. opts are applied after the defaults, so they can override any
 // of them (for example grpc.WithKeepaliveParams).

@@ -29,6 +29,17 @@ type Config struct {
 	Worker    WorkerConfig    `yaml:"worker"`
 	GRPC      GRPC            `yaml:"grpc"`
 	Log       LogConfig       `yaml:"log"`
+	Status    StatusConfig    `yaml:"status"`
+	// TLS and Auth secure the ports (docs/OPERATIONS.md, "Security").
+	TLS  TLSConfig  `yaml:"tls"`
+	Auth AuthConfig `yaml:"auth"`
+	// Client is how `gantry worker` connects to the server.
+	Client ClientConfig `yaml:"client"`
+	// Role and Cluster: see cluster.go.
+	Role    string        `yaml:"role"`
+	Cluster ClusterConfig `yaml:"cluster"`
+	Metrics MetricsConfig `yaml:"metrics"`
+	Tracing TracingConfig `yaml:"tracing"`
 }
 
 // SchedulerConfig tunes the scheduler.
@@ -175,6 +186,9 @@ type CASConfig struct {
 	PackThreshold ByteSize `yaml:"pack_threshold"`
 	// SegmentSize is the size of a pack segment; 0 uses the default (64MiB).
 	SegmentSize ByteSize `yaml:"segment_size"`
+	// DirectIOThreshold: blobs of at least this size are written with
+	// O_DIRECT, bypassing the page cache; 0 turns it off.
+	DirectIOThreshold ByteSize `yaml:"direct_io_threshold"`
 }
 
 // ACConfig configures the action cache.
@@ -207,8 +221,9 @@ func Default() Config {
 		Listen:     "127.0.0.1:8980",
 		HTTPListen: "127.0.0.1:9090",
 		DataDir:    "./gantry-data",
+		Status:     StatusConfig{Refresh: Duration(10 * time.Second)},
 		Storage: Storage{
-			CAS:               CASConfig{Backend: "disk", MaxSize: 10 << 30},
+			CAS:               CASConfig{Backend: "disk", MaxSize: 10 << 30, DirectIOThreshold: 32 << 20},
 			ActionCache:       ACConfig{Backend: "disk", MaxSize: 1 << 30},
 			MaxBatchSize:      4 << 20,
 			ReadChunkSize:     1 << 20,
@@ -237,7 +252,10 @@ func Default() Config {
 			CacheMaxSize:            10 << 30,
 			Sandbox:                 defaultSandbox(),
 		},
-		Log: LogConfig{Level: "info", Format: "text"},
+		Log:     LogConfig{Level: "info", Format: "text"},
+		Auth:    AuthConfig{JWT: JWTConfig{SubjectClaim: "sub", RequireExpiry: true}, CertificateNames: []string{"cn"}},
+		Role:    RoleAll,
+		Cluster: defaultCluster(),
 	}
 }
 
@@ -483,6 +501,9 @@ func (c *Config) Validate() error {
 	default:
 		bad("log.format", "%q is not a format; use text or json", c.Log.Format)
 	}
+	c.validateSecurity(bad)
+	c.validateCluster(bad)
+	c.validateObservability(bad)
 	if len(errs) > 0 {
 		sort.Strings(errs)
 		return fmt.Errorf("invalid configuration:\n  %s", strings.Join(errs, "\n  "))

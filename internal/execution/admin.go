@@ -3,6 +3,7 @@ package execution
 import (
 	"context"
 	"log/slog"
+	"sync"
 
 	"google.golang.org/grpc"
 
@@ -21,9 +22,16 @@ type AdminService struct {
 	// SaveQuotas stores the full set of quotas durably; a change is
 	// applied only after it succeeds. Nil keeps quotas in memory.
 	SaveQuotas func([]scheduler.Quota) error
-	// Logger logs every quota change.
+	// SaveWorkerControls stores the operators' worker controls durably
+	// (drain, pause); nil keeps them in memory.
+	SaveWorkerControls func(map[string]scheduler.WorkerControl) error
+	// Reload re-reads and applies the configuration; nil refuses.
+	Reload func() error
+	// Logger logs every quota change and control.
 	Logger *slog.Logger
 	quotas quotaAdmin
+	// controlMu orders worker control changes with their storing.
+	controlMu sync.Mutex
 }
 
 func (s *AdminService) log() *slog.Logger {

@@ -40,6 +40,8 @@ type Service struct {
 	lookup ResultLookup
 	log    *slog.Logger
 	keys   invocationKeys
+	// Observer hears about finished operations (observe.go).
+	Observer Observer
 }
 
 // New returns the service.
@@ -86,6 +88,7 @@ func operation(name string, st scheduler.OperationState, fn digest.Function) *lo
 // missing action, command or inputs) fail the call; problems while running
 // go in ExecuteResponse.status.
 func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_ExecuteServer) error {
+	accepted := time.Now()
 	ctx := stream.Context()
 	if err := digest.ValidateInstanceName(req.InstanceName); err != nil {
 		return status.Error(codes.InvalidArgument, err.Error())
@@ -102,6 +105,8 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 		return status.Errorf(codes.InvalidArgument, "action_digest: %v", err)
 	}
 	name := uuid.NewString()
+	ctx, span := startExecuteSpan(ctx, name, req.InstanceName, ad)
+	defer span.End()
 	st := scheduler.OperationState{Name: name, Instance: req.InstanceName, ActionDigest: ad, Stage: repb.ExecutionStage_CACHE_CHECK}
 	if err := stream.Send(operation(name, st, ad.Function)); err != nil {
 		return err
@@ -109,12 +114,27 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	if !req.SkipCacheLookup {
 		ar, err := s.lookup(ctx, req.InstanceName, ad)
 		if err == nil {
+			if s.Observer.CacheLookup != nil {
+				s.Observer.CacheLookup(true)
+			}
 			st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
 			st.Response = &repb.ExecuteResponse{Result: ar, CachedResult: true, Status: status.New(codes.OK, "").Proto()}
-			return stream.Send(operation(name, st, ad.Function))
+			if err := stream.Send(operation(name, st, ad.Function)); err != nil {
+				return err
+			}
+			var inv []string // for the log line only: not worked out when it is off
+			if s.log.Enabled(ctx, slog.LevelInfo) {
+				inv = s.invocationPath(ctx, req.InstanceName, nil)
+			}
+			s.finished(Finished{Name: name, Instance: req.InstanceName, ActionDigest: ad, Accepted: accepted, Response: st.Response, Invocation: inv})
+			endExecuteSpan(span, st.Response)
+			return nil
 		}
 		if status.Code(err) != codes.NotFound {
 			return err
+		}
+		if s.Observer.CacheLookup != nil {
+			s.Observer.CacheLookup(false)
 		}
 	}
 	sub, err := s.prepare(ctx, req, ad)
@@ -123,14 +143,20 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	}
 	sub.Name = name
 	sub.Invocation = s.invocationPath(ctx, req.InstanceName, sub.Platform)
-	if _, err := s.sched.Submit(sub); err != nil {
+	if err := s.submit(ctx, &sub); err != nil {
 		var nq *scheduler.NoQueueError
 		if errors.As(err, &nq) {
 			return noQueueStatus(nq)
 		}
 		return err
 	}
-	return s.follow(ctx, name, ad.Function, stream)
+	final, err := s.follow(ctx, name, ad.Function, stream)
+	if err == nil && final.Done {
+		s.finished(Finished{Name: name, Instance: req.InstanceName, ActionDigest: ad, Queue: final.Queue,
+			Invocation: sub.Invocation, Accepted: accepted, Response: final.Response})
+		endExecuteSpan(span, final.Response)
+	}
+	return err
 }
 
 // prepare loads and validates everything the action needs.
@@ -227,30 +253,30 @@ func validatePlatform(p *repb.Platform) error {
 
 // follow streams an operation's changes until it is done or the caller
 // leaves. While streaming, the caller counts as waiting for the result.
-func (s *Service) follow(ctx context.Context, name string, fn digest.Function, stream grpc.ServerStreamingServer[longrunningpb.Operation]) error {
+func (s *Service) follow(ctx context.Context, name string, fn digest.Function, stream grpc.ServerStreamingServer[longrunningpb.Operation]) (scheduler.OperationState, error) {
 	if err := s.sched.AddWatcher(name); err != nil {
-		return status.Errorf(codes.NotFound, "operation %s is not known (it finished long ago or the server restarted); call Execute again", name)
+		return scheduler.OperationState{}, status.Errorf(codes.NotFound, "operation %s is not known (it finished long ago or the server restarted); call Execute again", name)
 	}
 	defer s.sched.RemoveWatcher(name)
 	lastStage := repb.ExecutionStage_UNKNOWN
 	for {
 		st, changed, err := s.sched.Watch(name)
 		if err != nil {
-			return status.Errorf(codes.NotFound, "operation %s is no longer known; call Execute again", name)
+			return st, status.Errorf(codes.NotFound, "operation %s is no longer known; call Execute again", name)
 		}
 		if st.Stage != lastStage || st.Done {
 			if err := stream.Send(operation(name, st, fn)); err != nil {
-				return err
+				return st, err
 			}
 			lastStage = st.Stage
 		}
 		if st.Done {
-			return nil
+			return st, nil
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
+			return st, status.FromContextError(ctx.Err()).Err()
 		}
 	}
 }
@@ -261,7 +287,11 @@ func (s *Service) WaitExecution(req *repb.WaitExecutionRequest, stream repb.Exec
 	if err != nil {
 		return status.Errorf(codes.NotFound, "operation %q is not known (it finished long ago, or the server restarted); call Execute again", req.Name)
 	}
-	return s.follow(stream.Context(), req.Name, st.ActionDigest.Function, stream)
+	final, err := s.follow(stream.Context(), req.Name, st.ActionDigest.Function, stream)
+	if err == nil && final.Done {
+		s.finished(Finished{Name: req.Name, Instance: final.Instance, ActionDigest: final.ActionDigest, Queue: final.Queue, Response: final.Response})
+	}
+	return err
 }
 
 // GetOperation implements longrunning Operations.

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc/metadata"
 
+	"github.com/gantry-build/gantry/internal/auth"
 	"github.com/gantry-build/gantry/internal/invocation"
 	"github.com/gantry-build/gantry/internal/platform"
 )
@@ -48,6 +49,7 @@ func (s *Service) invocationPath(ctx context.Context, instance string, props pla
 	r := &invocation.Request{Instance: instance, UserHeader: kc.userHeader, Platform: props}
 	md, _ := metadata.FromIncomingContext(ctx)
 	r.FromHeaders(md)
+	r.User = auth.User(ctx) // when authentication is on, not the header
 	return invocation.Keys(kc.extractors, r)
 }
 

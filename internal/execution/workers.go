@@ -27,6 +27,8 @@ type WorkerService struct {
 	UpdateActionCache func(ctx context.Context, instance string, action digest.Digest, ar *repb.ActionResult) error
 	// MaxPollWait bounds how long a Poll is held.
 	MaxPollWait time.Duration
+	// Observer.WorkerCompleted hears about accepted results.
+	Observer Observer
 }
 
 // NewWorkerService returns the worker protocol service.
@@ -104,10 +106,12 @@ func (s *WorkerService) Poll(ctx context.Context, req *workerpb.PollRequest) (*w
 		return resp, nil
 	}
 	resp.Assignment = assignment(as[0])
+	resp.Assignment.Traceparent = leaseTraceParent(s.sched, req.WorkerId, as[0])
 	if len(as) > 1 {
 		resp.MoreAssignments = make([]*workerpb.Assignment, len(as)-1)
 		for i, a := range as[1:] {
 			resp.MoreAssignments[i] = assignment(a)
+			resp.MoreAssignments[i].Traceparent = leaseTraceParent(s.sched, req.WorkerId, a)
 		}
 	}
 	return resp, nil
@@ -149,7 +153,8 @@ func (s *WorkerService) Heartbeat(_ context.Context, req *workerpb.HeartbeatRequ
 	if err != nil {
 		return nil, err
 	}
-	resp := &workerpb.HeartbeatResponse{}
+	ctl := s.sched.WorkerControlOf(req.WorkerId)
+	resp := &workerpb.HeartbeatResponse{Drain: ctl.Drain, Pause: ctl.Pause, Terminate: ctl.Terminate}
 	for _, c := range cmds {
 		kind := workerpb.Command_CANCEL
 		switch c.Kind {
@@ -216,5 +221,9 @@ func (s *WorkerService) complete(ctx context.Context, workerID string, req *work
 			}
 		}
 	}
-	return s.sched.Complete(workerID, req.LeaseId, resp)
+	ok := s.sched.Complete(workerID, req.LeaseId, resp)
+	if ok && s.Observer.WorkerCompleted != nil {
+		s.Observer.WorkerCompleted(workerID, resp)
+	}
+	return ok
 }

@@ -185,6 +185,8 @@ type OperationState struct {
 	Done         bool
 	// Response is set when Done.
 	Response *repb.ExecuteResponse
+	// Queue is the provision queue of the operation's task.
+	Queue string
 }
 
 // Scheduler is safe for concurrent use. One mutex guards the state; every
@@ -220,6 +222,17 @@ type Scheduler struct {
 	// idPrefix and idSerial make task and lease ids (newID).
 	idPrefix string
 	idSerial uint64
+	// controls are operators' worker controls, by worker id; failures a
+	// ring of recently failed operations (control.go).
+	controls map[string]WorkerControl
+	failures []FailedOperation
+	failNext int
+
+	// counters feed the metrics (metrics.go).
+	counters schedCounters
+	// traceParents are the trace contexts of unfinished tasks submitted
+	// with tracing on (metrics.go): kept aside so Task stays small.
+	traceParents map[*Task]string
 }
 
 type seenWorker struct {
@@ -346,6 +359,9 @@ type SubmitRequest struct {
 	// Invocation is the operation's invocation path (see fair.go); empty
 	// queues it at the root.
 	Invocation []string
+	// TraceParent links the task to the submitter's trace (see
+	// Scheduler.TraceParent); "" when tracing is off.
+	TraceParent string
 }
 
 // Submit creates an operation for the action. An identical cacheable
@@ -403,6 +419,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 			heapIndex: -1, stage: repb.ExecutionStage_QUEUED, queuedAt: now, dedupKey: key,
 			inv: s.fair.node(req.Invocation),
 		}
+		s.setTraceParentLocked(t, req.TraceParent)
 		if t.Cacheable {
 			fp := key.fingerprint()
 			t.dedupNext = s.inflight[fp]
@@ -508,7 +525,7 @@ func (s *Scheduler) Watch(name string) (OperationState, <-chan struct{}, error) 
 
 func (s *Scheduler) stateLocked(op *Operation) OperationState {
 	t := op.task
-	st := OperationState{Name: op.Name, Instance: t.Instance, ActionDigest: t.ActionDigest, Stage: t.stage}
+	st := OperationState{Name: op.Name, Instance: t.Instance, ActionDigest: t.ActionDigest, Stage: t.stage, Queue: t.Queue}
 	if op.done {
 		st.Done, st.Stage, st.Response = true, repb.ExecutionStage_COMPLETED, op.response
 	}
@@ -568,6 +585,10 @@ func (s *Scheduler) Cancel(name string) error {
 }
 
 func (s *Scheduler) cancelLocked(name string) error {
+	return s.cancelWithLocked(name, "operation cancelled by request")
+}
+
+func (s *Scheduler) cancelWithLocked(name, msg string) error {
 	op, ok := s.ops[name]
 	if !ok {
 		return ErrNotFound
@@ -575,7 +596,7 @@ func (s *Scheduler) cancelLocked(name string) error {
 	if op.done {
 		return nil
 	}
-	s.finishOpLocked(op, &repb.ExecuteResponse{Status: status.New(codes.Canceled, "operation cancelled by request").Proto()})
+	s.finishOpLocked(op, &repb.ExecuteResponse{Status: status.New(codes.Canceled, msg).Proto()})
 	t := op.task
 	for _, other := range t.ops {
 		if !other.done {
@@ -601,6 +622,7 @@ func (s *Scheduler) abandonTaskLocked(t *Task, reason string) {
 	s.touchTask(t)
 	s.forgetInflightLocked(t)
 	s.releaseInvocationLocked(t)
+	s.setTraceParentLocked(t, "")
 	s.emit(Event{Kind: EventCancelled, Task: t.ID, Reason: reason})
 }
 
@@ -643,6 +665,7 @@ func (s *Scheduler) finishOpLocked(op *Operation, resp *repb.ExecuteResponse) {
 	op.done = true
 	op.response = resp
 	op.doneAt = s.clock.Now()
+	s.noteFinishedLocked(op, resp)
 	s.touchOp(op)
 	s.notifyOpLocked(op)
 }
@@ -671,6 +694,7 @@ func (s *Scheduler) completeTaskLocked(t *Task, resp *repb.ExecuteResponse) {
 	// It is never handed out again: keep only what the retained
 	// operations need.
 	t.ActionBytes, t.CommandBytes = nil, nil
+	s.setTraceParentLocked(t, "")
 	s.forgetInflightLocked(t)
 	s.releaseInvocationLocked(t)
 	for _, op := range t.ops {

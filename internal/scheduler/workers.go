@@ -48,6 +48,9 @@ type worker struct {
 	// restored marks a worker known only from stored leases after a
 	// restart: it must register again before it gets work.
 	restored bool
+	// hold: an operator drained, paused or is terminating the worker; it
+	// gets no new work (control.go).
+	hold bool
 }
 
 // serves reports whether the worker takes work of instance.
@@ -99,7 +102,7 @@ type waiter struct {
 
 func (w *waiter) accepts(b *bucket, t *Task) bool {
 	wk := w.worker
-	return wk.matches(b) && wk.serves(b.instance) && wk.fits(t.Req, w.free.Cores) &&
+	return !wk.hold && wk.matches(b) && wk.serves(b.instance) && wk.fits(t.Req, w.free.Cores) &&
 		(wk.cohort == "" || !wk.ten.maxReached(b.instance, wk.cohort))
 }
 
@@ -149,10 +152,11 @@ func (s *Scheduler) RegisterWorker(info WorkerInfo) {
 		w.matchCache = map[string]bool{}
 		w.cohort = cohort
 		w.restored = false
+		w.hold = s.controls[info.ID].holds()
 		return
 	}
 	s.workers[info.ID] = &worker{info: info, lastSeen: now, leases: map[string]*lease{}, held: map[string]int64{}, cancelled: map[string]map[string]int64{}, matchCache: map[string]bool{},
-		cohort: cohort, ten: s.ten}
+		cohort: cohort, ten: s.ten, hold: s.controls[info.ID].holds()}
 	s.emit(Event{Kind: EventWorkerAdded, Worker: info.ID})
 }
 
@@ -280,6 +284,9 @@ func (s *Scheduler) leaseLocked(t *Task, w *worker, wt *waiter) *Assignment {
 	t.state = stateLeased
 	t.lease = l
 	t.attempts++
+	if t.attempts == 1 {
+		s.counters.dispatch.observe(now.Sub(t.queuedAt))
+	}
 	s.touchTask(t)
 	t.lastWorker = w.info.ID
 	s.leases[l.id] = l
@@ -479,18 +486,22 @@ func (s *Scheduler) Tick() {
 		t := l.task
 		s.dropLeaseLocked(l)
 		s.emit(Event{Kind: EventWorkerLost, Task: t.ID, Worker: l.worker.info.ID})
+		s.counters.workersLost++
 		if t.attempts >= s.cfg.MaxAttempts {
 			msg := fmt.Sprintf("the action was started %d times and each time its worker stopped responding (last: %s); giving up. Check the workers' health, or retry the build", t.attempts, l.worker.info.ID)
 			s.completeTaskLocked(t, &repb.ExecuteResponse{Status: status.New(codes.Unavailable, msg).Proto()})
 			s.emit(Event{Kind: EventGaveUp, Task: t.ID})
+			s.counters.gaveUp++
 			continue
 		}
+		s.counters.retries++
 		s.requeueFrontLocked(t)
 		s.emit(Event{Kind: EventRequeued, Task: t.ID})
 	}
 	for id, w := range s.workers {
 		if len(w.leases) == 0 && now.Sub(w.lastSeen) > s.cfg.HeartbeatTimeout && !s.isWaitingLocked(w) {
 			delete(s.workers, id)
+			s.forgetTerminateLocked(id)
 			if w.inv != nil {
 				s.fair.unref(w.inv)
 			}
@@ -621,6 +632,7 @@ func (s *Scheduler) failUnsatisfiableLocked(now time.Time) {
 			s.queue.remove(t)
 			s.completeTaskLocked(t, &repb.ExecuteResponse{Status: status.New(codes.FailedPrecondition, msg).Proto()})
 			s.emit(Event{Kind: EventGaveUp, Task: t.ID, Reason: msg})
+			s.counters.gaveUp++
 		}
 	}
 }

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
-// quotaFile stores the quotas set through the admin service, as JSON in
-// the data directory, replaced atomically (write, fsync, rename, fsync
-// the directory) so a crash leaves the old or the new set, never a mix.
+// quotaFile is where Gantry kept the quotas set through the admin service
+// before they moved into the state store (quotastate.go): JSON in the
+// data directory. It is only read, to move its quotas at the first start.
 type quotaFile struct{ path string }
 
 type quotaRecord struct {
@@ -40,44 +39,4 @@ func (f quotaFile) load() ([]scheduler.Quota, error) {
 		out[i] = scheduler.Quota{Instance: r.Instance, Cohort: r.Cohort, Min: r.Min, Max: r.Max}
 	}
 	return out, nil
-}
-
-func (f quotaFile) save(qs []scheduler.Quota) error {
-	recs := make([]quotaRecord, len(qs))
-	for i, q := range qs {
-		recs[i] = quotaRecord{Instance: q.Instance, Cohort: q.Cohort, Min: q.Min, Max: q.Max}
-	}
-	data, err := json.MarshalIndent(recs, "", "  ")
-	if err != nil {
-		return err
-	}
-	dir := filepath.Dir(f.path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(dir, ".quotas-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(data, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), f.path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

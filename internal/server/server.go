@@ -34,6 +34,7 @@ import (
 	"github.com/gantry-build/gantry/internal/platform"
 	"github.com/gantry-build/gantry/internal/scheduler"
 	"github.com/gantry-build/gantry/internal/statestore"
+	"github.com/gantry-build/gantry/internal/status"
 	"github.com/gantry-build/gantry/internal/worker"
 )
 
@@ -51,10 +52,17 @@ type Server struct {
 	Frontend  *frontend.Server
 	Scheduler *scheduler.Scheduler
 	exec      *execution.Service
+	admin     *execution.AdminService
+	sec       *security
 	// state keeps the scheduler's state; stopState ends its flusher.
 	state      statestore.Store
 	stopState  context.CancelFunc
 	closeState sync.Once
+	status     *status.Handler
+	// lost closes when a PostgreSQL store's leadership ends (nil: never).
+	lost <-chan struct{}
+	// obs: metrics, tracing, health (observability.go).
+	obs *observability
 }
 
 // New builds a server from cfg and binds its ports.
@@ -84,34 +92,13 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		Logger:            log,
 	})
 	sc := cfg.Scheduler
-	sched := scheduler.New(scheduler.Config{
-		HeartbeatInterval: sc.HeartbeatInterval.D(),
-		HeartbeatTimeout:  sc.HeartbeatTimeout.D(),
-		MaxAttempts:       sc.MaxAttempts,
-		CallerGrace:       sc.CallerGrace.D(),
-		Retention:         sc.Retention.D(),
-		Queues:            Queues(sc.Queues),
-		UnsatisfiableWait: sc.UnsatisfiableWait.D(),
-		StartupGrace:      sc.StartupGrace.D(),
-		PriorityHalving:   sc.Fairness.PriorityHalving,
-		Stickiness:        durations(sc.Fairness.Stickiness),
-		Labels:            labels(sc.Labels),
-		Cohorts:           cohorts(sc.Cohorts),
-		PreemptionDelay:   sc.PreemptionDelay.D(),
-	}, scheduler.RealClock{})
-	qf := quotaFile{path: filepath.Join(cfg.DataDir, "scheduler", "quotas.json")}
-	stored, err := qf.load()
-	if err != nil {
-		return nil, fmt.Errorf("loading quotas: %w", err)
-	}
-	for _, q := range stored {
-		if warning, err := sched.SetQuota(q); err != nil {
-			log.Error("stored quota does not fit the configuration; it is not applied (and is dropped at the next quota change)", "instance", q.Instance, "cohort", q.Cohort, "min_quota", q.Min, "max_quota", q.Max, "err", err)
-		} else if warning != "" {
-			log.Warn(warning)
-		}
-	}
+	sched := scheduler.New(schedulerConfig(cfg), scheduler.RealClock{})
 	registerSchedulerMetrics(reg, sched)
+	sec, err := newSecurity(cfg)
+	obs, err := newObservability(cfg, reg, sched, cas)
+	if err != nil {
+		return nil, err
+	}
 	maxMsg := cfg.GRPCMaxMessageSize()
 	g := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMsg),
@@ -130,13 +117,18 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		// handlers (see frontend.BufferPool).
 		experimental.BufferPool(frontend.BufferPool()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.ChainUnaryInterceptor(gm.Unary),
-		grpc.ChainStreamInterceptor(gm.Stream),
+		grpc.ChainUnaryInterceptor(gm.Unary, obs.storage.Unary),
+		grpc.ChainStreamInterceptor(gm.Stream, obs.storage.Stream),
 		// Reused handler goroutines keep their grown stacks: a new
 		// goroutine per call grows its stack on every call (copystack was
 		// ~10% of the CPU with many small calls). Calls beyond these
 		// workers get a goroutine of their own as before.
 		grpc.NumStreamWorkers(streamWorkers),
+		// TLS, and the embedded worker's in-process connection.
+		grpc.Creds(sec.creds()),
+		// Authentication and authorization (after the metrics).
+		grpc.ChainUnaryInterceptor(sec.unary()...),
+		grpc.ChainStreamInterceptor(sec.stream()...),
 	)
 	fe.Register(g)
 	exec := execution.New(sched, cas, fe.LookupActionResult, log)
@@ -151,11 +143,26 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	ws.Attach(g)
 	admin := execution.NewAdminService(sched)
 	admin.KeyNames = exec.KeyNames
-	admin.SaveQuotas = qf.save
 	admin.Logger = log
 	admin.Attach(g)
+	cf := controlsFile{path: filepath.Join(cfg.DataDir, "scheduler", "worker-controls.json")}
+	controls, err := cf.load()
+	if err != nil {
+		return nil, fmt.Errorf("loading the worker controls: %w", err)
+	}
+	sched.RestoreWorkerControls(controls)
+	admin.SaveWorkerControls = cf.save
 
-	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched, exec: exec}
+	if sec.authz != nil {
+		sec.authz.OperationInstance = func(name string) (string, bool) {
+			st, _, err := sched.Watch(name)
+			return st.Instance, err == nil
+		}
+	}
+	obs.attach(g, exec, ws)
+	obs.markServices(g)
+
+	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched, exec: exec, admin: admin, sec: sec, obs: obs}
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen (gRPC) on %s: %w; pick a free address with --listen", cfg.Listen, err)
 	}
@@ -170,12 +177,16 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		s.status = status.New(sched, admin, cas, exec.KeyNames, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log})
+		mux.Handle("/status", s.status)
+		mux.Handle("/status/", s.status)
 		mux.HandleFunc("/status/invocations", s.serveInvocations)
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain")
 			fmt.Fprintln(w, "ok")
 		})
-		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		s.httpLis = sec.httpListener(s.httpLis)
+		s.http = &http.Server{Handler: sec.httpHandler(mux), ReadHeaderTimeout: 10 * time.Second}
 	}
 	// Last: restore the scheduler's state (the store locks it, so a
 	// second server on the same data fails here, after its ports).
@@ -184,6 +195,11 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		s.closeListeners()
 		return nil, fmt.Errorf("opening the scheduler's state store (scheduler.store): %w", err)
 	}
+	if s.lost, err = leadAlone(state, s.GRPCAddr()); err != nil {
+		state.Close()
+		s.closeListeners()
+		return nil, err
+	}
 	stateCtx, stopState := context.WithCancel(context.Background())
 	if err := sched.Attach(stateCtx, state); err != nil {
 		stopState()
@@ -191,8 +207,37 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		s.closeListeners()
 		return nil, fmt.Errorf("restoring the scheduler's state: %w", err)
 	}
+	// Quotas are in the state store (an older quotas.json moves there).
+	if err := restoreQuotas(stateCtx, sched, state, filepath.Join(cfg.DataDir, "scheduler", "quotas.json"), log); err != nil {
+		stopState()
+		<-sched.Stopped()
+		state.Close()
+		s.closeListeners()
+		return nil, fmt.Errorf("restoring the quotas: %w", err)
+	}
+	admin.SaveQuotas = quotaState{store: state}.save
 	s.state, s.stopState = state, stopState
 	return s, nil
+}
+
+// schedulerConfig is the scheduler's part of cfg.
+func schedulerConfig(cfg config.Config) scheduler.Config {
+	sc := cfg.Scheduler
+	return scheduler.Config{
+		HeartbeatInterval: sc.HeartbeatInterval.D(),
+		HeartbeatTimeout:  sc.HeartbeatTimeout.D(),
+		MaxAttempts:       sc.MaxAttempts,
+		CallerGrace:       sc.CallerGrace.D(),
+		Retention:         sc.Retention.D(),
+		Queues:            Queues(sc.Queues),
+		UnsatisfiableWait: sc.UnsatisfiableWait.D(),
+		StartupGrace:      sc.StartupGrace.D(),
+		PriorityHalving:   sc.Fairness.PriorityHalving,
+		Stickiness:        durations(sc.Fairness.Stickiness),
+		Labels:            labels(sc.Labels),
+		Cohorts:           cohorts(sc.Cohorts),
+		PreemptionDelay:   sc.PreemptionDelay.D(),
+	}
 }
 
 func labels(ls []config.LabelConfig) []scheduler.Label {
@@ -245,6 +290,9 @@ func (s *Server) HTTPAddr() string {
 func (s *Server) Run(ctx context.Context) error {
 	errc := make(chan error, 2)
 	go func() { errc <- s.grpc.Serve(s.grpcLis) }()
+	if s.sec.internal != nil {
+		go s.grpc.Serve(s.sec.internal) // ends with GracefulStop
+	}
 	if s.http != nil {
 		go func() {
 			if err := s.http.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
@@ -265,6 +313,9 @@ func (s *Server) Run(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
+	case <-s.lost:
+		s.grpc.Stop() // no more answers from a deposed scheduler
+		err = ErrLostLeadership
 	case err = <-workerDone:
 		workerDone = nil
 		if err != nil {
@@ -282,23 +333,47 @@ func (s *Server) Run(ctx context.Context) error {
 // runEmbeddedWorker runs a worker in this process that reaches the
 // scheduler over the server's own gRPC port, like any other worker.
 func (s *Server) runEmbeddedWorker(ctx context.Context) error {
-	conn, err := client.Dial(dialAddr(s.GRPCAddr()))
+	err := runWorker(ctx, func() (*grpc.ClientConn, error) { return s.sec.dialEmbedded(s.GRPCAddr()) }, s.cfg, s.log, s.obs.embeddedWorker)
+	if err != nil || ctx.Err() != nil {
+		return err
+	}
+	// Terminated by an operator: the server itself keeps serving.
+	s.log.Info("the embedded worker was terminated; the server keeps running without it (restart the server to get it back)", "worker", s.cfg.Worker.ID)
+	<-ctx.Done()
+	return nil
+}
+
+// plainDial dials the gRPC port at addr without credentials.
+func plainDial(addr string) func() (*grpc.ClientConn, error) {
+	return func() (*grpc.ClientConn, error) { return client.Dial(dialAddr(addr)) }
+}
+
+// runWorker runs the configured worker over the connection dial makes.
+// It returns when ctx ends, or when an operator terminated the worker.
+// prepare, if not nil, is called with the worker before it runs.
+func runWorker(ctx context.Context, dial func() (*grpc.ClientConn, error), cfg config.Config, log *slog.Logger, prepare func(*worker.Worker) error) error {
+	conn, err := dial()
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	wc := s.cfg.Worker
+	wc := cfg.Worker
 	if wc.ID == "" {
 		host, _ := os.Hostname()
 		wc.ID = host + "-embedded"
 	}
 	if wc.WorkDir == "" {
-		wc.WorkDir = filepath.Join(s.cfg.DataDir, "worker")
+		wc.WorkDir = filepath.Join(cfg.DataDir, "worker")
 	}
-	wc.Sandbox.HiddenPaths = hideDataDir(wc.Sandbox.HiddenPaths, s.cfg.DataDir)
-	w, err := worker.New(conn, WorkerConfig(wc, s.log))
+	wc.Sandbox.HiddenPaths = hideDataDir(wc.Sandbox.HiddenPaths, cfg.DataDir)
+	w, err := worker.New(conn, WorkerConfig(wc, log))
 	if err != nil {
 		return err
+	}
+	if prepare != nil {
+		if err := prepare(w); err != nil {
+			return err
+		}
 	}
 	return w.Run(ctx)
 }
@@ -343,6 +418,7 @@ func dialAddr(listen string) string {
 
 // Stop shuts the server down, giving in-flight calls a few seconds.
 func (s *Server) Stop() {
+	s.obs.notServing()
 	if s.http != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		s.http.Shutdown(sctx)
@@ -361,6 +437,7 @@ func (s *Server) Stop() {
 		if err := s.state.Close(); err != nil {
 			s.log.Error("closing the scheduler's state store", "err", err)
 		}
+		s.obs.stop()
 	})
 }
 
@@ -369,7 +446,7 @@ func openCAS(cfg config.Config) (blobstore.Store, error) {
 	if c.Backend == "memory" {
 		return blobstore.NewMemory(int64(c.MaxSize)), nil
 	}
-	s, err := blobstore.NewDisk(filepath.Join(cfg.DataDir, "cas"), blobstore.DiskOptions{MaxBytes: int64(c.MaxSize), Fsync: c.Fsync, PackThreshold: int64(c.PackThreshold), SegmentSize: int64(c.SegmentSize)})
+	s, err := blobstore.NewDisk(filepath.Join(cfg.DataDir, "cas"), blobstore.DiskOptions{MaxBytes: int64(c.MaxSize), Fsync: c.Fsync, PackThreshold: int64(c.PackThreshold), SegmentSize: int64(c.SegmentSize), DirectIOThreshold: int64(c.DirectIOThreshold)})
 	if err != nil {
 		return nil, fmt.Errorf("opening the CAS under %s: %w", cfg.DataDir, err)
 	}
@@ -448,6 +525,9 @@ func (s *Server) Reload(cfg config.Config) error {
 	}
 	keys, err := invocation.ParseAll(cfg.Scheduler.Fairness.Keys)
 	if err != nil {
+		return err
+	}
+	if err := s.sec.reload(cfg, s.log); err != nil {
 		return err
 	}
 	s.Scheduler.SetQueues(Queues(cfg.Scheduler.Queues))

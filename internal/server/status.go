@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gantry-build/gantry/internal/scheduler"
+	"github.com/gantry-build/gantry/internal/status"
 )
 
 // invocationJSON is one invocation in /status/invocations?format=json.
@@ -21,6 +22,10 @@ type invocationJSON struct {
 // serveInvocations shows the fairness trie: a text table, or JSON with
 // ?format=json.
 func (s *Server) serveInvocations(w http.ResponseWriter, r *http.Request) {
+	if status.WantsHTML(r) {
+		s.status.ServeHTTP(w, r)
+		return
+	}
 	keys := s.exec.KeyNames()
 	stats := s.Scheduler.Invocations()
 	if r.URL.Query().Get("format") == "json" || strings.Contains(r.Header.Get("Accept"), "application/json") {

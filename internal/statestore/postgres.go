@@ -28,6 +28,8 @@ type Postgres struct {
 	leadMu   sync.Mutex
 	lead     *leadership
 	leadStop bool
+
+	fence fence
 }
 
 var _ Store = (*Postgres)(nil)
@@ -96,7 +98,10 @@ func (p *Postgres) migrate(ctx context.Context) error {
 			key text COLLATE "C" NOT NULL,
 			value bytea NOT NULL,
 			PRIMARY KEY (kind, key))`)
-		return err
+		if err != nil {
+			return err
+		}
+		return p.migrateLeader(ctx, tx)
 	})
 	if err != nil {
 		return fmt.Errorf("statestore: preparing the PostgreSQL schema: %w", err)
@@ -151,7 +156,13 @@ func (p *Postgres) commit(reqs []*request) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 	defer cancel()
+	term := p.fence.get()
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if term != 0 {
+			if err := p.checkTerm(ctx, tx, term); err != nil {
+				return err
+			}
+		}
 		b := &pgx.Batch{}
 		if len(delKinds) > 0 {
 			b.Queue(`DELETE FROM gantry_state s USING unnest($1::text[], $2::text[]) AS d(kind, key)
@@ -232,9 +243,10 @@ func (e errCallback) Error() string { return e.err.Error() }
 func (p *Postgres) Commits() uint64 { return p.commits.Load() }
 
 type leadership struct {
-	conn *pgx.Conn
-	lost chan struct{}
-	stop chan struct{}
+	conn     *pgx.Conn
+	lost     chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
 }
 
 // TryLead tries to become the leader among the processes sharing the
@@ -312,7 +324,7 @@ func (p *Postgres) Close() error {
 	p.leadMu.Lock()
 	p.leadStop = true
 	if l := p.lead; l != nil {
-		close(l.stop)
+		p.depose(l)
 		<-l.lost
 	}
 	p.leadMu.Unlock()

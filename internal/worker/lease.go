@@ -35,6 +35,7 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	}
 	defer releaseFetch()
 	md := &repb.ExecutedActionMetadata{Worker: w.cfg.ID, WorkerStartTimestamp: timestamppb.Now()}
+	defer w.traceLease(a, md)()
 
 	ad, err := actionDigest(a)
 	if err != nil {
@@ -156,6 +157,10 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	l.proc = proc
 	if sbx != nil {
 		l.proc = sandboxedProc{proc, sbx}
+	}
+	if w.paused {
+		// The worker was paused while the action got ready.
+		l.proc.Suspend()
 	}
 	w.mu.Unlock()
 	stop := context.AfterFunc(ctx, proc.Cancel)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -80,6 +81,9 @@ type Worker struct {
 
 	heartbeatEvery time.Duration
 	kick           chan struct{} // asks the heartbeat loop to report now
+	// stages are the stage histograms, when the worker keeps its own
+	// (RegisterMetrics); nil otherwise.
+	stages [4]prometheus.Observer
 
 	mu sync.Mutex
 	// emptyRoots are exec root directories left empty by earlier actions,
@@ -89,6 +93,12 @@ type Worker struct {
 	leases     map[string]*activeLease
 	running    map[string]chan struct{} // task id -> closed when it leaves
 	freeCPU    int
+	// paused: the scheduler asked to suspend every running action
+	// (control.go); stopPolling ends the Match stage once it asked to
+	// terminate.
+	paused      bool
+	terminating bool
+	stopPolling context.CancelFunc
 }
 
 type activeLease struct {
@@ -161,11 +171,24 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.register(ctx); err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); w.heartbeatLoop(ctx) }()
-	err := w.matchLoop(ctx, &wg)
-	wg.Wait()
+	// Heartbeats go on until the running actions are done, also after
+	// the Match stage stopped for a terminate control.
+	hbCtx, stopHeartbeats := context.WithCancel(ctx)
+	pollCtx, stopPolling := context.WithCancel(ctx)
+	defer stopPolling()
+	w.mu.Lock()
+	w.stopPolling = stopPolling
+	w.mu.Unlock()
+	var hb, leases sync.WaitGroup
+	hb.Add(1)
+	go func() { defer hb.Done(); w.heartbeatLoop(hbCtx) }()
+	err := w.matchLoop(ctx, pollCtx, &leases)
+	leases.Wait()
+	stopHeartbeats()
+	hb.Wait()
+	if ctx.Err() == nil {
+		w.log.Info("worker terminated by the scheduler after draining; exiting")
+	}
 	return err
 }
 
@@ -204,25 +227,26 @@ func sleep(ctx context.Context, d time.Duration) {
 
 // matchLoop is the Match stage: it claims an input fetch slot, then asks
 // for one action, and hands it on holding that slot.
-func (w *Worker) matchLoop(ctx context.Context, wg *sync.WaitGroup) error {
+// Leases run under ctx; polling stops when pollCtx ends.
+func (w *Worker) matchLoop(ctx, pollCtx context.Context, wg *sync.WaitGroup) error {
 	backoff := time.Duration(0)
-	for ctx.Err() == nil {
-		if err := w.fetch.Acquire(ctx, 1); err != nil {
+	for pollCtx.Err() == nil {
+		if err := w.fetch.Acquire(pollCtx, 1); err != nil {
 			break
 		}
 		w.mu.Lock()
 		free := w.freeCPU
 		w.mu.Unlock()
-		resp, err := w.sched.Poll(ctx, &workerpb.PollRequest{WorkerId: w.cfg.ID, FreeCores: int32(max(free, 1)), WaitMs: w.cfg.PollWait.Milliseconds()})
+		resp, err := w.sched.Poll(pollCtx, &workerpb.PollRequest{WorkerId: w.cfg.ID, FreeCores: int32(max(free, 1)), WaitMs: w.cfg.PollWait.Milliseconds()})
 		if err != nil || resp.Assignment == nil {
 			w.fetch.Release(1)
-			if err != nil && ctx.Err() == nil {
+			if err != nil && pollCtx.Err() == nil {
 				backoff = min(max(backoff*2, 100*time.Millisecond), 5*time.Second)
 				w.log.Warn("poll failed; retrying", "err", err, "in", backoff)
-				sleep(ctx, backoff)
+				sleep(pollCtx, backoff)
 			}
 			if resp != nil && resp.Reregister {
-				if err := w.register(ctx); err != nil {
+				if err := w.register(pollCtx); err != nil {
 					break
 				}
 			}
@@ -291,6 +315,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 		for _, c := range resp.Commands {
 			w.apply(c)
 		}
+		w.control(resp.Pause, resp.Terminate)
 	}
 }
 

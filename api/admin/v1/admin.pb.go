@@ -23,6 +23,602 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ListWorkersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkersRequest) Reset() {
+	*x = ListWorkersRequest{}
+	mi := &file_admin_v1_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkersRequest) ProtoMessage() {}
+
+func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
+func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+}
+
+type WorkerLease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	LeaseId       string                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Operation     string                 `protobuf:"bytes,2,opt,name=operation,proto3" json:"operation,omitempty"`
+	ActionDigest  string                 `protobuf:"bytes,3,opt,name=action_digest,json=actionDigest,proto3" json:"action_digest,omitempty"`
+	Stage         string                 `protobuf:"bytes,4,opt,name=stage,proto3" json:"stage,omitempty"`
+	StartedUnixMs int64                  `protobuf:"varint,5,opt,name=started_unix_ms,json=startedUnixMs,proto3" json:"started_unix_ms,omitempty"`
+	InstanceName  string                 `protobuf:"bytes,6,opt,name=instance_name,json=instanceName,proto3" json:"instance_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerLease) Reset() {
+	*x = WorkerLease{}
+	mi := &file_admin_v1_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerLease) ProtoMessage() {}
+
+func (x *WorkerLease) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerLease.ProtoReflect.Descriptor instead.
+func (*WorkerLease) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WorkerLease) GetLeaseId() string {
+	if x != nil {
+		return x.LeaseId
+	}
+	return ""
+}
+
+func (x *WorkerLease) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *WorkerLease) GetActionDigest() string {
+	if x != nil {
+		return x.ActionDigest
+	}
+	return ""
+}
+
+func (x *WorkerLease) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+func (x *WorkerLease) GetStartedUnixMs() int64 {
+	if x != nil {
+		return x.StartedUnixMs
+	}
+	return 0
+}
+
+func (x *WorkerLease) GetInstanceName() string {
+	if x != nil {
+		return x.InstanceName
+	}
+	return ""
+}
+
+type WorkerStatus struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// state: active, draining, drained, terminating, paused or
+	// reconnecting (known from stored leases after a scheduler restart).
+	State          string           `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Drain          bool             `protobuf:"varint,3,opt,name=drain,proto3" json:"drain,omitempty"`
+	Pause          bool             `protobuf:"varint,4,opt,name=pause,proto3" json:"pause,omitempty"`
+	Terminate      bool             `protobuf:"varint,5,opt,name=terminate,proto3" json:"terminate,omitempty"`
+	Cores          int32            `protobuf:"varint,6,opt,name=cores,proto3" json:"cores,omitempty"`
+	Slots          int32            `protobuf:"varint,7,opt,name=slots,proto3" json:"slots,omitempty"`
+	MemoryBytes    int64            `protobuf:"varint,8,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	Resources      map[string]int64 `protobuf:"bytes,9,rep,name=resources,proto3" json:"resources,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	ResourcesHeld  map[string]int64 `protobuf:"bytes,10,rep,name=resources_held,json=resourcesHeld,proto3" json:"resources_held,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Cohort         string           `protobuf:"bytes,11,opt,name=cohort,proto3" json:"cohort,omitempty"`
+	Queues         []string         `protobuf:"bytes,12,rep,name=queues,proto3" json:"queues,omitempty"`
+	Instances      []string         `protobuf:"bytes,13,rep,name=instances,proto3" json:"instances,omitempty"`
+	Version        string           `protobuf:"bytes,14,opt,name=version,proto3" json:"version,omitempty"`
+	LastSeenUnixMs int64            `protobuf:"varint,15,opt,name=last_seen_unix_ms,json=lastSeenUnixMs,proto3" json:"last_seen_unix_ms,omitempty"`
+	Leases         []*WorkerLease   `protobuf:"bytes,16,rep,name=leases,proto3" json:"leases,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *WorkerStatus) Reset() {
+	*x = WorkerStatus{}
+	mi := &file_admin_v1_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerStatus) ProtoMessage() {}
+
+func (x *WorkerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerStatus.ProtoReflect.Descriptor instead.
+func (*WorkerStatus) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WorkerStatus) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *WorkerStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *WorkerStatus) GetDrain() bool {
+	if x != nil {
+		return x.Drain
+	}
+	return false
+}
+
+func (x *WorkerStatus) GetPause() bool {
+	if x != nil {
+		return x.Pause
+	}
+	return false
+}
+
+func (x *WorkerStatus) GetTerminate() bool {
+	if x != nil {
+		return x.Terminate
+	}
+	return false
+}
+
+func (x *WorkerStatus) GetCores() int32 {
+	if x != nil {
+		return x.Cores
+	}
+	return 0
+}
+
+func (x *WorkerStatus) GetSlots() int32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *WorkerStatus) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *WorkerStatus) GetResources() map[string]int64 {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *WorkerStatus) GetResourcesHeld() map[string]int64 {
+	if x != nil {
+		return x.ResourcesHeld
+	}
+	return nil
+}
+
+func (x *WorkerStatus) GetCohort() string {
+	if x != nil {
+		return x.Cohort
+	}
+	return ""
+}
+
+func (x *WorkerStatus) GetQueues() []string {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+func (x *WorkerStatus) GetInstances() []string {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
+func (x *WorkerStatus) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *WorkerStatus) GetLastSeenUnixMs() int64 {
+	if x != nil {
+		return x.LastSeenUnixMs
+	}
+	return 0
+}
+
+func (x *WorkerStatus) GetLeases() []*WorkerLease {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+type ListWorkersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Workers       []*WorkerStatus        `protobuf:"bytes,1,rep,name=workers,proto3" json:"workers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWorkersResponse) Reset() {
+	*x = ListWorkersResponse{}
+	mi := &file_admin_v1_admin_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWorkersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWorkersResponse) ProtoMessage() {}
+
+func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
+func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListWorkersResponse) GetWorkers() []*WorkerStatus {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+type WorkerControlRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// reason is logged with the control.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerControlRequest) Reset() {
+	*x = WorkerControlRequest{}
+	mi := &file_admin_v1_admin_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerControlRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerControlRequest) ProtoMessage() {}
+
+func (x *WorkerControlRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerControlRequest.ProtoReflect.Descriptor instead.
+func (*WorkerControlRequest) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *WorkerControlRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *WorkerControlRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type WorkerControlResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        *WorkerStatus          `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerControlResponse) Reset() {
+	*x = WorkerControlResponse{}
+	mi := &file_admin_v1_admin_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerControlResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerControlResponse) ProtoMessage() {}
+
+func (x *WorkerControlResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerControlResponse.ProtoReflect.Descriptor instead.
+func (*WorkerControlResponse) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *WorkerControlResponse) GetWorker() *WorkerStatus {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
+type KillOperationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KillOperationRequest) Reset() {
+	*x = KillOperationRequest{}
+	mi := &file_admin_v1_admin_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KillOperationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KillOperationRequest) ProtoMessage() {}
+
+func (x *KillOperationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KillOperationRequest.ProtoReflect.Descriptor instead.
+func (*KillOperationRequest) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *KillOperationRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *KillOperationRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type KillOperationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// already_done is true when the operation had finished: nothing changed.
+	AlreadyDone   bool `protobuf:"varint,1,opt,name=already_done,json=alreadyDone,proto3" json:"already_done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KillOperationResponse) Reset() {
+	*x = KillOperationResponse{}
+	mi := &file_admin_v1_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KillOperationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KillOperationResponse) ProtoMessage() {}
+
+func (x *KillOperationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KillOperationResponse.ProtoReflect.Descriptor instead.
+func (*KillOperationResponse) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *KillOperationResponse) GetAlreadyDone() bool {
+	if x != nil {
+		return x.AlreadyDone
+	}
+	return false
+}
+
+type ReloadConfigRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReloadConfigRequest) Reset() {
+	*x = ReloadConfigRequest{}
+	mi := &file_admin_v1_admin_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReloadConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReloadConfigRequest) ProtoMessage() {}
+
+func (x *ReloadConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReloadConfigRequest.ProtoReflect.Descriptor instead.
+func (*ReloadConfigRequest) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+}
+
+type ReloadConfigResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReloadConfigResponse) Reset() {
+	*x = ReloadConfigResponse{}
+	mi := &file_admin_v1_admin_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReloadConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReloadConfigResponse) ProtoMessage() {}
+
+func (x *ReloadConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReloadConfigResponse.ProtoReflect.Descriptor instead.
+func (*ReloadConfigResponse) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+}
+
 type GetQuotaRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	InstanceName  string                 `protobuf:"bytes,1,opt,name=instance_name,json=instanceName,proto3" json:"instance_name,omitempty"`
@@ -33,7 +629,7 @@ type GetQuotaRequest struct {
 
 func (x *GetQuotaRequest) Reset() {
 	*x = GetQuotaRequest{}
-	mi := &file_admin_v1_admin_proto_msgTypes[0]
+	mi := &file_admin_v1_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -45,7 +641,7 @@ func (x *GetQuotaRequest) String() string {
 func (*GetQuotaRequest) ProtoMessage() {}
 
 func (x *GetQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[0]
+	mi := &file_admin_v1_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -58,7 +654,7 @@ func (x *GetQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQuotaRequest.ProtoReflect.Descriptor instead.
 func (*GetQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{0}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetQuotaRequest) GetInstanceName() string {
@@ -89,7 +685,7 @@ type PutQuotaRequest struct {
 
 func (x *PutQuotaRequest) Reset() {
 	*x = PutQuotaRequest{}
-	mi := &file_admin_v1_admin_proto_msgTypes[1]
+	mi := &file_admin_v1_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -101,7 +697,7 @@ func (x *PutQuotaRequest) String() string {
 func (*PutQuotaRequest) ProtoMessage() {}
 
 func (x *PutQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[1]
+	mi := &file_admin_v1_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -114,7 +710,7 @@ func (x *PutQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutQuotaRequest.ProtoReflect.Descriptor instead.
 func (*PutQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{1}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PutQuotaRequest) GetInstanceName() string {
@@ -156,7 +752,7 @@ type PutQuotaResponse struct {
 
 func (x *PutQuotaResponse) Reset() {
 	*x = PutQuotaResponse{}
-	mi := &file_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_admin_v1_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -168,7 +764,7 @@ func (x *PutQuotaResponse) String() string {
 func (*PutQuotaResponse) ProtoMessage() {}
 
 func (x *PutQuotaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[2]
+	mi := &file_admin_v1_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -181,7 +777,7 @@ func (x *PutQuotaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutQuotaResponse.ProtoReflect.Descriptor instead.
 func (*PutQuotaResponse) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{2}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PutQuotaResponse) GetQuota() *QuotaStatus {
@@ -208,7 +804,7 @@ type DeleteQuotaRequest struct {
 
 func (x *DeleteQuotaRequest) Reset() {
 	*x = DeleteQuotaRequest{}
-	mi := &file_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_admin_v1_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -220,7 +816,7 @@ func (x *DeleteQuotaRequest) String() string {
 func (*DeleteQuotaRequest) ProtoMessage() {}
 
 func (x *DeleteQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[3]
+	mi := &file_admin_v1_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -233,7 +829,7 @@ func (x *DeleteQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQuotaRequest.ProtoReflect.Descriptor instead.
 func (*DeleteQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{3}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteQuotaRequest) GetInstanceName() string {
@@ -260,7 +856,7 @@ type DeleteQuotaResponse struct {
 
 func (x *DeleteQuotaResponse) Reset() {
 	*x = DeleteQuotaResponse{}
-	mi := &file_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_admin_v1_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -272,7 +868,7 @@ func (x *DeleteQuotaResponse) String() string {
 func (*DeleteQuotaResponse) ProtoMessage() {}
 
 func (x *DeleteQuotaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[4]
+	mi := &file_admin_v1_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -285,7 +881,7 @@ func (x *DeleteQuotaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQuotaResponse.ProtoReflect.Descriptor instead.
 func (*DeleteQuotaResponse) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{4}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteQuotaResponse) GetExisted() bool {
@@ -303,7 +899,7 @@ type ListQuotasRequest struct {
 
 func (x *ListQuotasRequest) Reset() {
 	*x = ListQuotasRequest{}
-	mi := &file_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_admin_v1_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -315,7 +911,7 @@ func (x *ListQuotasRequest) String() string {
 func (*ListQuotasRequest) ProtoMessage() {}
 
 func (x *ListQuotasRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[5]
+	mi := &file_admin_v1_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -328,7 +924,7 @@ func (x *ListQuotasRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQuotasRequest.ProtoReflect.Descriptor instead.
 func (*ListQuotasRequest) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{5}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{15}
 }
 
 type ListQuotasResponse struct {
@@ -344,7 +940,7 @@ type ListQuotasResponse struct {
 
 func (x *ListQuotasResponse) Reset() {
 	*x = ListQuotasResponse{}
-	mi := &file_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_admin_v1_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +952,7 @@ func (x *ListQuotasResponse) String() string {
 func (*ListQuotasResponse) ProtoMessage() {}
 
 func (x *ListQuotasResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[6]
+	mi := &file_admin_v1_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +965,7 @@ func (x *ListQuotasResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListQuotasResponse.ProtoReflect.Descriptor instead.
 func (*ListQuotasResponse) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{6}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListQuotasResponse) GetQuotas() []*QuotaStatus {
@@ -412,7 +1008,7 @@ type QuotaStatus struct {
 
 func (x *QuotaStatus) Reset() {
 	*x = QuotaStatus{}
-	mi := &file_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_admin_v1_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +1020,7 @@ func (x *QuotaStatus) String() string {
 func (*QuotaStatus) ProtoMessage() {}
 
 func (x *QuotaStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[7]
+	mi := &file_admin_v1_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +1033,7 @@ func (x *QuotaStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuotaStatus.ProtoReflect.Descriptor instead.
 func (*QuotaStatus) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{7}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *QuotaStatus) GetInstanceName() string {
@@ -513,7 +1109,7 @@ type ListInvocationsRequest struct {
 
 func (x *ListInvocationsRequest) Reset() {
 	*x = ListInvocationsRequest{}
-	mi := &file_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_admin_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +1121,7 @@ func (x *ListInvocationsRequest) String() string {
 func (*ListInvocationsRequest) ProtoMessage() {}
 
 func (x *ListInvocationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[8]
+	mi := &file_admin_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +1134,7 @@ func (x *ListInvocationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInvocationsRequest.ProtoReflect.Descriptor instead.
 func (*ListInvocationsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{8}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListInvocationsRequest) GetMaxDepth() uint32 {
@@ -569,7 +1165,7 @@ type Invocation struct {
 
 func (x *Invocation) Reset() {
 	*x = Invocation{}
-	mi := &file_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_admin_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +1177,7 @@ func (x *Invocation) String() string {
 func (*Invocation) ProtoMessage() {}
 
 func (x *Invocation) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[9]
+	mi := &file_admin_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +1190,7 @@ func (x *Invocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Invocation.ProtoReflect.Descriptor instead.
 func (*Invocation) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{9}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Invocation) GetPath() []string {
@@ -658,7 +1254,7 @@ type ListInvocationsResponse struct {
 
 func (x *ListInvocationsResponse) Reset() {
 	*x = ListInvocationsResponse{}
-	mi := &file_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_admin_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +1266,7 @@ func (x *ListInvocationsResponse) String() string {
 func (*ListInvocationsResponse) ProtoMessage() {}
 
 func (x *ListInvocationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[10]
+	mi := &file_admin_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +1279,7 @@ func (x *ListInvocationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInvocationsResponse.ProtoReflect.Descriptor instead.
 func (*ListInvocationsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListInvocationsResponse) GetKeys() []string {
@@ -710,7 +1306,7 @@ type Property struct {
 
 func (x *Property) Reset() {
 	*x = Property{}
-	mi := &file_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_admin_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +1318,7 @@ func (x *Property) String() string {
 func (*Property) ProtoMessage() {}
 
 func (x *Property) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[11]
+	mi := &file_admin_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +1331,7 @@ func (x *Property) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Property.ProtoReflect.Descriptor instead.
 func (*Property) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Property) GetName() string {
@@ -761,7 +1357,7 @@ type ExplainPlatformRequest struct {
 
 func (x *ExplainPlatformRequest) Reset() {
 	*x = ExplainPlatformRequest{}
-	mi := &file_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_admin_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +1369,7 @@ func (x *ExplainPlatformRequest) String() string {
 func (*ExplainPlatformRequest) ProtoMessage() {}
 
 func (x *ExplainPlatformRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[12]
+	mi := &file_admin_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +1382,7 @@ func (x *ExplainPlatformRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPlatformRequest.ProtoReflect.Descriptor instead.
 func (*ExplainPlatformRequest) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExplainPlatformRequest) GetProperties() []*Property {
@@ -808,7 +1404,7 @@ type QueueVerdict struct {
 
 func (x *QueueVerdict) Reset() {
 	*x = QueueVerdict{}
-	mi := &file_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_admin_v1_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -820,7 +1416,7 @@ func (x *QueueVerdict) String() string {
 func (*QueueVerdict) ProtoMessage() {}
 
 func (x *QueueVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[13]
+	mi := &file_admin_v1_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -833,7 +1429,7 @@ func (x *QueueVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueVerdict.ProtoReflect.Descriptor instead.
 func (*QueueVerdict) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueueVerdict) GetQueue() string {
@@ -875,7 +1471,7 @@ type WorkerVerdict struct {
 
 func (x *WorkerVerdict) Reset() {
 	*x = WorkerVerdict{}
-	mi := &file_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_admin_v1_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +1483,7 @@ func (x *WorkerVerdict) String() string {
 func (*WorkerVerdict) ProtoMessage() {}
 
 func (x *WorkerVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[14]
+	mi := &file_admin_v1_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +1496,7 @@ func (x *WorkerVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerVerdict.ProtoReflect.Descriptor instead.
 func (*WorkerVerdict) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WorkerVerdict) GetWorker() string {
@@ -929,7 +1525,7 @@ type ExplainPlatformResponse struct {
 
 func (x *ExplainPlatformResponse) Reset() {
 	*x = ExplainPlatformResponse{}
-	mi := &file_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_admin_v1_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1537,7 @@ func (x *ExplainPlatformResponse) String() string {
 func (*ExplainPlatformResponse) ProtoMessage() {}
 
 func (x *ExplainPlatformResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[15]
+	mi := &file_admin_v1_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1550,7 @@ func (x *ExplainPlatformResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPlatformResponse.ProtoReflect.Descriptor instead.
 func (*ExplainPlatformResponse) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExplainPlatformResponse) GetQueues() []*QueueVerdict {
@@ -982,7 +1578,53 @@ var File_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x14admin/v1/admin.proto\x12\x0fgantry.admin.v1\"N\n" +
+	"\x14admin/v1/admin.proto\x12\x0fgantry.admin.v1\"\x14\n" +
+	"\x12ListWorkersRequest\"\xce\x01\n" +
+	"\vWorkerLease\x12\x19\n" +
+	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x1c\n" +
+	"\toperation\x18\x02 \x01(\tR\toperation\x12#\n" +
+	"\raction_digest\x18\x03 \x01(\tR\factionDigest\x12\x14\n" +
+	"\x05stage\x18\x04 \x01(\tR\x05stage\x12&\n" +
+	"\x0fstarted_unix_ms\x18\x05 \x01(\x03R\rstartedUnixMs\x12#\n" +
+	"\rinstance_name\x18\x06 \x01(\tR\finstanceName\"\xc8\x05\n" +
+	"\fWorkerStatus\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x14\n" +
+	"\x05drain\x18\x03 \x01(\bR\x05drain\x12\x14\n" +
+	"\x05pause\x18\x04 \x01(\bR\x05pause\x12\x1c\n" +
+	"\tterminate\x18\x05 \x01(\bR\tterminate\x12\x14\n" +
+	"\x05cores\x18\x06 \x01(\x05R\x05cores\x12\x14\n" +
+	"\x05slots\x18\a \x01(\x05R\x05slots\x12!\n" +
+	"\fmemory_bytes\x18\b \x01(\x03R\vmemoryBytes\x12J\n" +
+	"\tresources\x18\t \x03(\v2,.gantry.admin.v1.WorkerStatus.ResourcesEntryR\tresources\x12W\n" +
+	"\x0eresources_held\x18\n" +
+	" \x03(\v20.gantry.admin.v1.WorkerStatus.ResourcesHeldEntryR\rresourcesHeld\x12\x16\n" +
+	"\x06cohort\x18\v \x01(\tR\x06cohort\x12\x16\n" +
+	"\x06queues\x18\f \x03(\tR\x06queues\x12\x1c\n" +
+	"\tinstances\x18\r \x03(\tR\tinstances\x12\x18\n" +
+	"\aversion\x18\x0e \x01(\tR\aversion\x12)\n" +
+	"\x11last_seen_unix_ms\x18\x0f \x01(\x03R\x0elastSeenUnixMs\x124\n" +
+	"\x06leases\x18\x10 \x03(\v2\x1c.gantry.admin.v1.WorkerLeaseR\x06leases\x1a<\n" +
+	"\x0eResourcesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a@\n" +
+	"\x12ResourcesHeldEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"N\n" +
+	"\x13ListWorkersResponse\x127\n" +
+	"\aworkers\x18\x01 \x03(\v2\x1d.gantry.admin.v1.WorkerStatusR\aworkers\"K\n" +
+	"\x14WorkerControlRequest\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"N\n" +
+	"\x15WorkerControlResponse\x125\n" +
+	"\x06worker\x18\x01 \x01(\v2\x1d.gantry.admin.v1.WorkerStatusR\x06worker\"B\n" +
+	"\x14KillOperationRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\":\n" +
+	"\x15KillOperationResponse\x12!\n" +
+	"\falready_done\x18\x01 \x01(\bR\valreadyDone\"\x15\n" +
+	"\x13ReloadConfigRequest\"\x16\n" +
+	"\x14ReloadConfigResponse\"N\n" +
 	"\x0fGetQuotaRequest\x12#\n" +
 	"\rinstance_name\x18\x01 \x01(\tR\finstanceName\x12\x16\n" +
 	"\x06cohort\x18\x02 \x01(\tR\x06cohort\"\x9b\x01\n" +
@@ -1054,7 +1696,8 @@ const file_admin_v1_admin_proto_rawDesc = "" +
 	"\x17ExplainPlatformResponse\x125\n" +
 	"\x06queues\x18\x01 \x03(\v2\x1d.gantry.admin.v1.QueueVerdictR\x06queues\x128\n" +
 	"\aworkers\x18\x02 \x03(\v2\x1e.gantry.admin.v1.WorkerVerdictR\aworkers\x12\x18\n" +
-	"\ainvalid\x18\x03 \x01(\tR\ainvalid2\xa1\x04\n" +
+	"\ainvalid\x18\x03 \x01(\tR\ainvalid2\x95\n" +
+	"\n" +
 	"\x05Admin\x12d\n" +
 	"\x0fExplainPlatform\x12'.gantry.admin.v1.ExplainPlatformRequest\x1a(.gantry.admin.v1.ExplainPlatformResponse\x12d\n" +
 	"\x0fListInvocations\x12'.gantry.admin.v1.ListInvocationsRequest\x1a(.gantry.admin.v1.ListInvocationsResponse\x12J\n" +
@@ -1062,7 +1705,15 @@ const file_admin_v1_admin_proto_rawDesc = "" +
 	"\bPutQuota\x12 .gantry.admin.v1.PutQuotaRequest\x1a!.gantry.admin.v1.PutQuotaResponse\x12X\n" +
 	"\vDeleteQuota\x12#.gantry.admin.v1.DeleteQuotaRequest\x1a$.gantry.admin.v1.DeleteQuotaResponse\x12U\n" +
 	"\n" +
-	"ListQuotas\x12\".gantry.admin.v1.ListQuotasRequest\x1a#.gantry.admin.v1.ListQuotasResponseB5Z3github.com/gantry-build/gantry/api/admin/v1;adminpbb\x06proto3"
+	"ListQuotas\x12\".gantry.admin.v1.ListQuotasRequest\x1a#.gantry.admin.v1.ListQuotasResponse\x12X\n" +
+	"\vListWorkers\x12#.gantry.admin.v1.ListWorkersRequest\x1a$.gantry.admin.v1.ListWorkersResponse\x12\\\n" +
+	"\vDrainWorker\x12%.gantry.admin.v1.WorkerControlRequest\x1a&.gantry.admin.v1.WorkerControlResponse\x12^\n" +
+	"\rUndrainWorker\x12%.gantry.admin.v1.WorkerControlRequest\x1a&.gantry.admin.v1.WorkerControlResponse\x12`\n" +
+	"\x0fTerminateWorker\x12%.gantry.admin.v1.WorkerControlRequest\x1a&.gantry.admin.v1.WorkerControlResponse\x12\\\n" +
+	"\vPauseWorker\x12%.gantry.admin.v1.WorkerControlRequest\x1a&.gantry.admin.v1.WorkerControlResponse\x12]\n" +
+	"\fResumeWorker\x12%.gantry.admin.v1.WorkerControlRequest\x1a&.gantry.admin.v1.WorkerControlResponse\x12^\n" +
+	"\rKillOperation\x12%.gantry.admin.v1.KillOperationRequest\x1a&.gantry.admin.v1.KillOperationResponse\x12[\n" +
+	"\fReloadConfig\x12$.gantry.admin.v1.ReloadConfigRequest\x1a%.gantry.admin.v1.ReloadConfigResponseB5Z3github.com/gantry-build/gantry/api/admin/v1;adminpbb\x06proto3"
 
 var (
 	file_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -1076,51 +1727,84 @@ func file_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_admin_v1_admin_proto_rawDescData
 }
 
-var file_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_admin_v1_admin_proto_goTypes = []any{
-	(*GetQuotaRequest)(nil),         // 0: gantry.admin.v1.GetQuotaRequest
-	(*PutQuotaRequest)(nil),         // 1: gantry.admin.v1.PutQuotaRequest
-	(*PutQuotaResponse)(nil),        // 2: gantry.admin.v1.PutQuotaResponse
-	(*DeleteQuotaRequest)(nil),      // 3: gantry.admin.v1.DeleteQuotaRequest
-	(*DeleteQuotaResponse)(nil),     // 4: gantry.admin.v1.DeleteQuotaResponse
-	(*ListQuotasRequest)(nil),       // 5: gantry.admin.v1.ListQuotasRequest
-	(*ListQuotasResponse)(nil),      // 6: gantry.admin.v1.ListQuotasResponse
-	(*QuotaStatus)(nil),             // 7: gantry.admin.v1.QuotaStatus
-	(*ListInvocationsRequest)(nil),  // 8: gantry.admin.v1.ListInvocationsRequest
-	(*Invocation)(nil),              // 9: gantry.admin.v1.Invocation
-	(*ListInvocationsResponse)(nil), // 10: gantry.admin.v1.ListInvocationsResponse
-	(*Property)(nil),                // 11: gantry.admin.v1.Property
-	(*ExplainPlatformRequest)(nil),  // 12: gantry.admin.v1.ExplainPlatformRequest
-	(*QueueVerdict)(nil),            // 13: gantry.admin.v1.QueueVerdict
-	(*WorkerVerdict)(nil),           // 14: gantry.admin.v1.WorkerVerdict
-	(*ExplainPlatformResponse)(nil), // 15: gantry.admin.v1.ExplainPlatformResponse
-	nil,                             // 16: gantry.admin.v1.ListQuotasResponse.CohortSlotsEntry
+	(*ListWorkersRequest)(nil),      // 0: gantry.admin.v1.ListWorkersRequest
+	(*WorkerLease)(nil),             // 1: gantry.admin.v1.WorkerLease
+	(*WorkerStatus)(nil),            // 2: gantry.admin.v1.WorkerStatus
+	(*ListWorkersResponse)(nil),     // 3: gantry.admin.v1.ListWorkersResponse
+	(*WorkerControlRequest)(nil),    // 4: gantry.admin.v1.WorkerControlRequest
+	(*WorkerControlResponse)(nil),   // 5: gantry.admin.v1.WorkerControlResponse
+	(*KillOperationRequest)(nil),    // 6: gantry.admin.v1.KillOperationRequest
+	(*KillOperationResponse)(nil),   // 7: gantry.admin.v1.KillOperationResponse
+	(*ReloadConfigRequest)(nil),     // 8: gantry.admin.v1.ReloadConfigRequest
+	(*ReloadConfigResponse)(nil),    // 9: gantry.admin.v1.ReloadConfigResponse
+	(*GetQuotaRequest)(nil),         // 10: gantry.admin.v1.GetQuotaRequest
+	(*PutQuotaRequest)(nil),         // 11: gantry.admin.v1.PutQuotaRequest
+	(*PutQuotaResponse)(nil),        // 12: gantry.admin.v1.PutQuotaResponse
+	(*DeleteQuotaRequest)(nil),      // 13: gantry.admin.v1.DeleteQuotaRequest
+	(*DeleteQuotaResponse)(nil),     // 14: gantry.admin.v1.DeleteQuotaResponse
+	(*ListQuotasRequest)(nil),       // 15: gantry.admin.v1.ListQuotasRequest
+	(*ListQuotasResponse)(nil),      // 16: gantry.admin.v1.ListQuotasResponse
+	(*QuotaStatus)(nil),             // 17: gantry.admin.v1.QuotaStatus
+	(*ListInvocationsRequest)(nil),  // 18: gantry.admin.v1.ListInvocationsRequest
+	(*Invocation)(nil),              // 19: gantry.admin.v1.Invocation
+	(*ListInvocationsResponse)(nil), // 20: gantry.admin.v1.ListInvocationsResponse
+	(*Property)(nil),                // 21: gantry.admin.v1.Property
+	(*ExplainPlatformRequest)(nil),  // 22: gantry.admin.v1.ExplainPlatformRequest
+	(*QueueVerdict)(nil),            // 23: gantry.admin.v1.QueueVerdict
+	(*WorkerVerdict)(nil),           // 24: gantry.admin.v1.WorkerVerdict
+	(*ExplainPlatformResponse)(nil), // 25: gantry.admin.v1.ExplainPlatformResponse
+	nil,                             // 26: gantry.admin.v1.WorkerStatus.ResourcesEntry
+	nil,                             // 27: gantry.admin.v1.WorkerStatus.ResourcesHeldEntry
+	nil,                             // 28: gantry.admin.v1.ListQuotasResponse.CohortSlotsEntry
 }
 var file_admin_v1_admin_proto_depIdxs = []int32{
-	7,  // 0: gantry.admin.v1.PutQuotaResponse.quota:type_name -> gantry.admin.v1.QuotaStatus
-	7,  // 1: gantry.admin.v1.ListQuotasResponse.quotas:type_name -> gantry.admin.v1.QuotaStatus
-	16, // 2: gantry.admin.v1.ListQuotasResponse.cohort_slots:type_name -> gantry.admin.v1.ListQuotasResponse.CohortSlotsEntry
-	9,  // 3: gantry.admin.v1.ListInvocationsResponse.invocations:type_name -> gantry.admin.v1.Invocation
-	11, // 4: gantry.admin.v1.ExplainPlatformRequest.properties:type_name -> gantry.admin.v1.Property
-	13, // 5: gantry.admin.v1.ExplainPlatformResponse.queues:type_name -> gantry.admin.v1.QueueVerdict
-	14, // 6: gantry.admin.v1.ExplainPlatformResponse.workers:type_name -> gantry.admin.v1.WorkerVerdict
-	12, // 7: gantry.admin.v1.Admin.ExplainPlatform:input_type -> gantry.admin.v1.ExplainPlatformRequest
-	8,  // 8: gantry.admin.v1.Admin.ListInvocations:input_type -> gantry.admin.v1.ListInvocationsRequest
-	0,  // 9: gantry.admin.v1.Admin.GetQuota:input_type -> gantry.admin.v1.GetQuotaRequest
-	1,  // 10: gantry.admin.v1.Admin.PutQuota:input_type -> gantry.admin.v1.PutQuotaRequest
-	3,  // 11: gantry.admin.v1.Admin.DeleteQuota:input_type -> gantry.admin.v1.DeleteQuotaRequest
-	5,  // 12: gantry.admin.v1.Admin.ListQuotas:input_type -> gantry.admin.v1.ListQuotasRequest
-	15, // 13: gantry.admin.v1.Admin.ExplainPlatform:output_type -> gantry.admin.v1.ExplainPlatformResponse
-	10, // 14: gantry.admin.v1.Admin.ListInvocations:output_type -> gantry.admin.v1.ListInvocationsResponse
-	7,  // 15: gantry.admin.v1.Admin.GetQuota:output_type -> gantry.admin.v1.QuotaStatus
-	2,  // 16: gantry.admin.v1.Admin.PutQuota:output_type -> gantry.admin.v1.PutQuotaResponse
-	4,  // 17: gantry.admin.v1.Admin.DeleteQuota:output_type -> gantry.admin.v1.DeleteQuotaResponse
-	6,  // 18: gantry.admin.v1.Admin.ListQuotas:output_type -> gantry.admin.v1.ListQuotasResponse
-	13, // [13:19] is the sub-list for method output_type
-	7,  // [7:13] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	26, // 0: gantry.admin.v1.WorkerStatus.resources:type_name -> gantry.admin.v1.WorkerStatus.ResourcesEntry
+	27, // 1: gantry.admin.v1.WorkerStatus.resources_held:type_name -> gantry.admin.v1.WorkerStatus.ResourcesHeldEntry
+	1,  // 2: gantry.admin.v1.WorkerStatus.leases:type_name -> gantry.admin.v1.WorkerLease
+	2,  // 3: gantry.admin.v1.ListWorkersResponse.workers:type_name -> gantry.admin.v1.WorkerStatus
+	2,  // 4: gantry.admin.v1.WorkerControlResponse.worker:type_name -> gantry.admin.v1.WorkerStatus
+	17, // 5: gantry.admin.v1.PutQuotaResponse.quota:type_name -> gantry.admin.v1.QuotaStatus
+	17, // 6: gantry.admin.v1.ListQuotasResponse.quotas:type_name -> gantry.admin.v1.QuotaStatus
+	28, // 7: gantry.admin.v1.ListQuotasResponse.cohort_slots:type_name -> gantry.admin.v1.ListQuotasResponse.CohortSlotsEntry
+	19, // 8: gantry.admin.v1.ListInvocationsResponse.invocations:type_name -> gantry.admin.v1.Invocation
+	21, // 9: gantry.admin.v1.ExplainPlatformRequest.properties:type_name -> gantry.admin.v1.Property
+	23, // 10: gantry.admin.v1.ExplainPlatformResponse.queues:type_name -> gantry.admin.v1.QueueVerdict
+	24, // 11: gantry.admin.v1.ExplainPlatformResponse.workers:type_name -> gantry.admin.v1.WorkerVerdict
+	22, // 12: gantry.admin.v1.Admin.ExplainPlatform:input_type -> gantry.admin.v1.ExplainPlatformRequest
+	18, // 13: gantry.admin.v1.Admin.ListInvocations:input_type -> gantry.admin.v1.ListInvocationsRequest
+	10, // 14: gantry.admin.v1.Admin.GetQuota:input_type -> gantry.admin.v1.GetQuotaRequest
+	11, // 15: gantry.admin.v1.Admin.PutQuota:input_type -> gantry.admin.v1.PutQuotaRequest
+	13, // 16: gantry.admin.v1.Admin.DeleteQuota:input_type -> gantry.admin.v1.DeleteQuotaRequest
+	15, // 17: gantry.admin.v1.Admin.ListQuotas:input_type -> gantry.admin.v1.ListQuotasRequest
+	0,  // 18: gantry.admin.v1.Admin.ListWorkers:input_type -> gantry.admin.v1.ListWorkersRequest
+	4,  // 19: gantry.admin.v1.Admin.DrainWorker:input_type -> gantry.admin.v1.WorkerControlRequest
+	4,  // 20: gantry.admin.v1.Admin.UndrainWorker:input_type -> gantry.admin.v1.WorkerControlRequest
+	4,  // 21: gantry.admin.v1.Admin.TerminateWorker:input_type -> gantry.admin.v1.WorkerControlRequest
+	4,  // 22: gantry.admin.v1.Admin.PauseWorker:input_type -> gantry.admin.v1.WorkerControlRequest
+	4,  // 23: gantry.admin.v1.Admin.ResumeWorker:input_type -> gantry.admin.v1.WorkerControlRequest
+	6,  // 24: gantry.admin.v1.Admin.KillOperation:input_type -> gantry.admin.v1.KillOperationRequest
+	8,  // 25: gantry.admin.v1.Admin.ReloadConfig:input_type -> gantry.admin.v1.ReloadConfigRequest
+	25, // 26: gantry.admin.v1.Admin.ExplainPlatform:output_type -> gantry.admin.v1.ExplainPlatformResponse
+	20, // 27: gantry.admin.v1.Admin.ListInvocations:output_type -> gantry.admin.v1.ListInvocationsResponse
+	17, // 28: gantry.admin.v1.Admin.GetQuota:output_type -> gantry.admin.v1.QuotaStatus
+	12, // 29: gantry.admin.v1.Admin.PutQuota:output_type -> gantry.admin.v1.PutQuotaResponse
+	14, // 30: gantry.admin.v1.Admin.DeleteQuota:output_type -> gantry.admin.v1.DeleteQuotaResponse
+	16, // 31: gantry.admin.v1.Admin.ListQuotas:output_type -> gantry.admin.v1.ListQuotasResponse
+	3,  // 32: gantry.admin.v1.Admin.ListWorkers:output_type -> gantry.admin.v1.ListWorkersResponse
+	5,  // 33: gantry.admin.v1.Admin.DrainWorker:output_type -> gantry.admin.v1.WorkerControlResponse
+	5,  // 34: gantry.admin.v1.Admin.UndrainWorker:output_type -> gantry.admin.v1.WorkerControlResponse
+	5,  // 35: gantry.admin.v1.Admin.TerminateWorker:output_type -> gantry.admin.v1.WorkerControlResponse
+	5,  // 36: gantry.admin.v1.Admin.PauseWorker:output_type -> gantry.admin.v1.WorkerControlResponse
+	5,  // 37: gantry.admin.v1.Admin.ResumeWorker:output_type -> gantry.admin.v1.WorkerControlResponse
+	7,  // 38: gantry.admin.v1.Admin.KillOperation:output_type -> gantry.admin.v1.KillOperationResponse
+	9,  // 39: gantry.admin.v1.Admin.ReloadConfig:output_type -> gantry.admin.v1.ReloadConfigResponse
+	26, // [26:40] is the sub-list for method output_type
+	12, // [12:26] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_admin_v1_admin_proto_init() }
@@ -1128,14 +1812,14 @@ func file_admin_v1_admin_proto_init() {
 	if File_admin_v1_admin_proto != nil {
 		return
 	}
-	file_admin_v1_admin_proto_msgTypes[1].OneofWrappers = []any{}
+	file_admin_v1_admin_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_v1_admin_proto_rawDesc), len(file_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

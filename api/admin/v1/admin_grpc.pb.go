@@ -27,6 +27,14 @@ const (
 	Admin_PutQuota_FullMethodName        = "/gantry.admin.v1.Admin/PutQuota"
 	Admin_DeleteQuota_FullMethodName     = "/gantry.admin.v1.Admin/DeleteQuota"
 	Admin_ListQuotas_FullMethodName      = "/gantry.admin.v1.Admin/ListQuotas"
+	Admin_ListWorkers_FullMethodName     = "/gantry.admin.v1.Admin/ListWorkers"
+	Admin_DrainWorker_FullMethodName     = "/gantry.admin.v1.Admin/DrainWorker"
+	Admin_UndrainWorker_FullMethodName   = "/gantry.admin.v1.Admin/UndrainWorker"
+	Admin_TerminateWorker_FullMethodName = "/gantry.admin.v1.Admin/TerminateWorker"
+	Admin_PauseWorker_FullMethodName     = "/gantry.admin.v1.Admin/PauseWorker"
+	Admin_ResumeWorker_FullMethodName    = "/gantry.admin.v1.Admin/ResumeWorker"
+	Admin_KillOperation_FullMethodName   = "/gantry.admin.v1.Admin/KillOperation"
+	Admin_ReloadConfig_FullMethodName    = "/gantry.admin.v1.Admin/ReloadConfig"
 )
 
 // AdminClient is the client API for Admin service.
@@ -46,6 +54,27 @@ type AdminClient interface {
 	PutQuota(ctx context.Context, in *PutQuotaRequest, opts ...grpc.CallOption) (*PutQuotaResponse, error)
 	DeleteQuota(ctx context.Context, in *DeleteQuotaRequest, opts ...grpc.CallOption) (*DeleteQuotaResponse, error)
 	ListQuotas(ctx context.Context, in *ListQuotasRequest, opts ...grpc.CallOption) (*ListQuotasResponse, error)
+	// Workers and what they run, with their operator controls.
+	ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error)
+	// DrainWorker: the worker finishes its running work and takes no more.
+	// Drain survives a scheduler restart and a worker restart.
+	DrainWorker(ctx context.Context, in *WorkerControlRequest, opts ...grpc.CallOption) (*WorkerControlResponse, error)
+	// UndrainWorker undoes DrainWorker and TerminateWorker.
+	UndrainWorker(ctx context.Context, in *WorkerControlRequest, opts ...grpc.CallOption) (*WorkerControlResponse, error)
+	// TerminateWorker drains the worker (resuming it if paused); once idle
+	// its process exits cleanly (an embedded worker stops, the server keeps
+	// running).
+	TerminateWorker(ctx context.Context, in *WorkerControlRequest, opts ...grpc.CallOption) (*WorkerControlResponse, error)
+	// PauseWorker suspends the worker's running actions (SIGSTOP; their
+	// timeouts stop counting) and gives it no new work; ResumeWorker lets
+	// them continue (SIGCONT).
+	PauseWorker(ctx context.Context, in *WorkerControlRequest, opts ...grpc.CallOption) (*WorkerControlResponse, error)
+	ResumeWorker(ctx context.Context, in *WorkerControlRequest, opts ...grpc.CallOption) (*WorkerControlResponse, error)
+	// KillOperation cancels an operation: its callers get CANCELLED and
+	// the action stops unless another operation shares it.
+	KillOperation(ctx context.Context, in *KillOperationRequest, opts ...grpc.CallOption) (*KillOperationResponse, error)
+	// ReloadConfig re-reads the server's config file, as SIGHUP does.
+	ReloadConfig(ctx context.Context, in *ReloadConfigRequest, opts ...grpc.CallOption) (*ReloadConfigResponse, error)
 }
 
 type adminClient struct {
@@ -116,6 +145,86 @@ func (c *adminClient) ListQuotas(ctx context.Context, in *ListQuotasRequest, opt
 	return out, nil
 }
 
+func (c *adminClient) ListWorkers(ctx context.Context, in *ListWorkersRequest, opts ...grpc.CallOption) (*ListWorkersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWorkersResponse)
+	err := c.cc.Invoke(ctx, Admin_ListWorkers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) DrainWorker(ctx context.Context, in *WorkerControlRequest, opts ...grpc.CallOption) (*WorkerControlResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WorkerControlResponse)
+	err := c.cc.Invoke(ctx, Admin_DrainWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) UndrainWorker(ctx context.Context, in *WorkerControlRequest, opts ...grpc.CallOption) (*WorkerControlResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WorkerControlResponse)
+	err := c.cc.Invoke(ctx, Admin_UndrainWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) TerminateWorker(ctx context.Context, in *WorkerControlRequest, opts ...grpc.CallOption) (*WorkerControlResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WorkerControlResponse)
+	err := c.cc.Invoke(ctx, Admin_TerminateWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) PauseWorker(ctx context.Context, in *WorkerControlRequest, opts ...grpc.CallOption) (*WorkerControlResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WorkerControlResponse)
+	err := c.cc.Invoke(ctx, Admin_PauseWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ResumeWorker(ctx context.Context, in *WorkerControlRequest, opts ...grpc.CallOption) (*WorkerControlResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WorkerControlResponse)
+	err := c.cc.Invoke(ctx, Admin_ResumeWorker_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) KillOperation(ctx context.Context, in *KillOperationRequest, opts ...grpc.CallOption) (*KillOperationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KillOperationResponse)
+	err := c.cc.Invoke(ctx, Admin_KillOperation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ReloadConfig(ctx context.Context, in *ReloadConfigRequest, opts ...grpc.CallOption) (*ReloadConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReloadConfigResponse)
+	err := c.cc.Invoke(ctx, Admin_ReloadConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -133,6 +242,27 @@ type AdminServer interface {
 	PutQuota(context.Context, *PutQuotaRequest) (*PutQuotaResponse, error)
 	DeleteQuota(context.Context, *DeleteQuotaRequest) (*DeleteQuotaResponse, error)
 	ListQuotas(context.Context, *ListQuotasRequest) (*ListQuotasResponse, error)
+	// Workers and what they run, with their operator controls.
+	ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error)
+	// DrainWorker: the worker finishes its running work and takes no more.
+	// Drain survives a scheduler restart and a worker restart.
+	DrainWorker(context.Context, *WorkerControlRequest) (*WorkerControlResponse, error)
+	// UndrainWorker undoes DrainWorker and TerminateWorker.
+	UndrainWorker(context.Context, *WorkerControlRequest) (*WorkerControlResponse, error)
+	// TerminateWorker drains the worker (resuming it if paused); once idle
+	// its process exits cleanly (an embedded worker stops, the server keeps
+	// running).
+	TerminateWorker(context.Context, *WorkerControlRequest) (*WorkerControlResponse, error)
+	// PauseWorker suspends the worker's running actions (SIGSTOP; their
+	// timeouts stop counting) and gives it no new work; ResumeWorker lets
+	// them continue (SIGCONT).
+	PauseWorker(context.Context, *WorkerControlRequest) (*WorkerControlResponse, error)
+	ResumeWorker(context.Context, *WorkerControlRequest) (*WorkerControlResponse, error)
+	// KillOperation cancels an operation: its callers get CANCELLED and
+	// the action stops unless another operation shares it.
+	KillOperation(context.Context, *KillOperationRequest) (*KillOperationResponse, error)
+	// ReloadConfig re-reads the server's config file, as SIGHUP does.
+	ReloadConfig(context.Context, *ReloadConfigRequest) (*ReloadConfigResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -160,6 +290,30 @@ func (UnimplementedAdminServer) DeleteQuota(context.Context, *DeleteQuotaRequest
 }
 func (UnimplementedAdminServer) ListQuotas(context.Context, *ListQuotasRequest) (*ListQuotasResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListQuotas not implemented")
+}
+func (UnimplementedAdminServer) ListWorkers(context.Context, *ListWorkersRequest) (*ListWorkersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWorkers not implemented")
+}
+func (UnimplementedAdminServer) DrainWorker(context.Context, *WorkerControlRequest) (*WorkerControlResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DrainWorker not implemented")
+}
+func (UnimplementedAdminServer) UndrainWorker(context.Context, *WorkerControlRequest) (*WorkerControlResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UndrainWorker not implemented")
+}
+func (UnimplementedAdminServer) TerminateWorker(context.Context, *WorkerControlRequest) (*WorkerControlResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TerminateWorker not implemented")
+}
+func (UnimplementedAdminServer) PauseWorker(context.Context, *WorkerControlRequest) (*WorkerControlResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseWorker not implemented")
+}
+func (UnimplementedAdminServer) ResumeWorker(context.Context, *WorkerControlRequest) (*WorkerControlResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeWorker not implemented")
+}
+func (UnimplementedAdminServer) KillOperation(context.Context, *KillOperationRequest) (*KillOperationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method KillOperation not implemented")
+}
+func (UnimplementedAdminServer) ReloadConfig(context.Context, *ReloadConfigRequest) (*ReloadConfigResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReloadConfig not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -290,6 +444,150 @@ func _Admin_ListQuotas_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListWorkers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWorkersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListWorkers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListWorkers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListWorkers(ctx, req.(*ListWorkersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_DrainWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WorkerControlRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DrainWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DrainWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DrainWorker(ctx, req.(*WorkerControlRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_UndrainWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WorkerControlRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).UndrainWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_UndrainWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).UndrainWorker(ctx, req.(*WorkerControlRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_TerminateWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WorkerControlRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).TerminateWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_TerminateWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).TerminateWorker(ctx, req.(*WorkerControlRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_PauseWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WorkerControlRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).PauseWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_PauseWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).PauseWorker(ctx, req.(*WorkerControlRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ResumeWorker_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WorkerControlRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ResumeWorker(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ResumeWorker_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ResumeWorker(ctx, req.(*WorkerControlRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_KillOperation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KillOperationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).KillOperation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_KillOperation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).KillOperation(ctx, req.(*KillOperationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ReloadConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReloadConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ReloadConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ReloadConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ReloadConfig(ctx, req.(*ReloadConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -320,6 +618,38 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListQuotas",
 			Handler:    _Admin_ListQuotas_Handler,
+		},
+		{
+			MethodName: "ListWorkers",
+			Handler:    _Admin_ListWorkers_Handler,
+		},
+		{
+			MethodName: "DrainWorker",
+			Handler:    _Admin_DrainWorker_Handler,
+		},
+		{
+			MethodName: "UndrainWorker",
+			Handler:    _Admin_UndrainWorker_Handler,
+		},
+		{
+			MethodName: "TerminateWorker",
+			Handler:    _Admin_TerminateWorker_Handler,
+		},
+		{
+			MethodName: "PauseWorker",
+			Handler:    _Admin_PauseWorker_Handler,
+		},
+		{
+			MethodName: "ResumeWorker",
+			Handler:    _Admin_ResumeWorker_Handler,
+		},
+		{
+			MethodName: "KillOperation",
+			Handler:    _Admin_KillOperation_Handler,
+		},
+		{
+			MethodName: "ReloadConfig",
+			Handler:    _Admin_ReloadConfig_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -634,7 +634,11 @@ type Assignment struct {
 	// Whether the result may be written to the ActionCache.
 	Cacheable bool `protobuf:"varint,8,opt,name=cacheable,proto3" json:"cacheable,omitempty"`
 	// Attempt number, from 1.
-	Attempt       int32 `protobuf:"varint,9,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Attempt int32 `protobuf:"varint,9,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// W3C trace context (a traceparent header value) of the scheduler's span
+	// for this lease, when tracing is on: the worker's spans are its
+	// children. Empty when tracing is off.
+	Traceparent   string `protobuf:"bytes,10,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -730,6 +734,13 @@ func (x *Assignment) GetAttempt() int32 {
 		return x.Attempt
 	}
 	return 0
+}
+
+func (x *Assignment) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
 }
 
 type LeaseState struct {
@@ -897,9 +908,18 @@ func (x *LeaseCommand) GetReason() string {
 }
 
 type HeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Commands      []*LeaseCommand        `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
-	Reregister    bool                   `protobuf:"varint,2,opt,name=reregister,proto3" json:"reregister,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Commands   []*LeaseCommand        `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	Reregister bool                   `protobuf:"varint,2,opt,name=reregister,proto3" json:"reregister,omitempty"`
+	// Operator controls of the worker as a whole (levels, not edges: every
+	// response carries the current state).
+	// drain: the scheduler gives the worker no new work.
+	Drain bool `protobuf:"varint,50,opt,name=drain,proto3" json:"drain,omitempty"`
+	// pause: suspend every running action (SIGSTOP) until a response
+	// without it (SIGCONT).
+	Pause bool `protobuf:"varint,51,opt,name=pause,proto3" json:"pause,omitempty"`
+	// terminate: stop polling and exit once the running actions are done.
+	Terminate     bool `protobuf:"varint,52,opt,name=terminate,proto3" json:"terminate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -944,6 +964,27 @@ func (x *HeartbeatResponse) GetCommands() []*LeaseCommand {
 func (x *HeartbeatResponse) GetReregister() bool {
 	if x != nil {
 		return x.Reregister
+	}
+	return false
+}
+
+func (x *HeartbeatResponse) GetDrain() bool {
+	if x != nil {
+		return x.Drain
+	}
+	return false
+}
+
+func (x *HeartbeatResponse) GetPause() bool {
+	if x != nil {
+		return x.Pause
+	}
+	return false
+}
+
+func (x *HeartbeatResponse) GetTerminate() bool {
+	if x != nil {
+		return x.Terminate
 	}
 	return false
 }
@@ -1160,7 +1201,7 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"reregister\x18\x02 \x01(\bR\n" +
 	"reregister\x12G\n" +
 	"\x10more_assignments\x18\x03 \x03(\v2\x1c.gantry.worker.v1.AssignmentR\x0fmoreAssignments\x121\n" +
-	"\x14completions_accepted\x18\x04 \x03(\bR\x13completionsAccepted\"\xa4\x02\n" +
+	"\x14completions_accepted\x18\x04 \x03(\bR\x13completionsAccepted\"\xc6\x02\n" +
 	"\n" +
 	"Assignment\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x17\n" +
@@ -1171,7 +1212,9 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"\acommand\x18\x06 \x01(\fR\acommand\x12\x14\n" +
 	"\x05cores\x18\a \x01(\x05R\x05cores\x12\x1c\n" +
 	"\tcacheable\x18\b \x01(\bR\tcacheable\x12\x18\n" +
-	"\aattempt\x18\t \x01(\x05R\aattempt\"V\n" +
+	"\aattempt\x18\t \x01(\x05R\aattempt\x12 \n" +
+	"\vtraceparent\x18\n" +
+	" \x01(\tR\vtraceparent\"V\n" +
 	"\n" +
 	"LeaseState\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12-\n" +
@@ -1182,12 +1225,15 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"\fLeaseCommand\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x123\n" +
 	"\acommand\x18\x02 \x01(\x0e2\x19.gantry.worker.v1.CommandR\acommand\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"o\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xb9\x01\n" +
 	"\x11HeartbeatResponse\x12:\n" +
 	"\bcommands\x18\x01 \x03(\v2\x1e.gantry.worker.v1.LeaseCommandR\bcommands\x12\x1e\n" +
 	"\n" +
 	"reregister\x18\x02 \x01(\bR\n" +
-	"reregister\"\xa5\x02\n" +
+	"reregister\x12\x14\n" +
+	"\x05drain\x182 \x01(\bR\x05drain\x12\x14\n" +
+	"\x05pause\x183 \x01(\bR\x05pause\x12\x1c\n" +
+	"\tterminate\x184 \x01(\bR\tterminate\"\xa5\x02\n" +
 	"\x0fCompleteRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12#\n" +

@@ -1,0 +1,369 @@
+package auth
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
+	"google.golang.org/genproto/googleapis/bytestream"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/gantry-build/gantry/internal/digest"
+)
+
+// Settings are the parts of authentication and authorization that a
+// reload can replace.
+type Settings struct {
+	// AllowAnonymous lets callers without credentials in as Anonymous.
+	AllowAnonymous bool
+	// Tokens are the static bearer tokens; nil for none.
+	Tokens *Tokens
+	// JWT verifies JSON Web Tokens; nil for none.
+	JWT *JWTVerifier
+	// CertNames are the certificate fields that name a client, in order:
+	// "cn", "dns", "uri", "email". Empty means no certificate identities.
+	CertNames []string
+	// Policy grants the permissions; nil denies everything.
+	Policy *Policy
+}
+
+// Authorizer authenticates callers and checks their permissions.
+type Authorizer struct {
+	s atomic.Pointer[Settings]
+	// OperationInstance returns the instance an operation belongs to;
+	// ok is false for an unknown operation.
+	OperationInstance func(name string) (instance string, ok bool)
+	// workers binds worker ids to the identity that registered them
+	// (worker id -> Identity.String()), so that one worker cannot poll,
+	// heartbeat or complete as another.
+	workers sync.Map
+}
+
+// New returns an Authorizer with settings s.
+func New(s Settings) *Authorizer {
+	a := &Authorizer{}
+	a.Update(s)
+	return a
+}
+
+// Update replaces the settings; calls in flight keep the old ones.
+func (a *Authorizer) Update(s Settings) {
+	if s.Policy == nil {
+		s.Policy = &Policy{}
+	}
+	a.s.Store(&s)
+}
+
+func (a *Authorizer) settings() *Settings { return a.s.Load() }
+
+// credentialsHint is what an unauthenticated caller is told to send.
+const credentialsHint = "send a bearer token in the authorization header (\"authorization: Bearer TOKEN\"; gantry commands: --token-file) or connect with a client certificate (--tls-cert, --tls-key)"
+
+// errUnauthenticated builds the UNAUTHENTICATED status.
+func errUnauthenticated(format string, args ...any) error {
+	return status.Errorf(codes.Unauthenticated, format, args...)
+}
+
+// bearer extracts the token of an "authorization: Bearer X" value.
+func bearer(values []string) (token string, present bool, err error) {
+	if len(values) == 0 {
+		return "", false, nil
+	}
+	if len(values) > 1 {
+		return "", true, errUnauthenticated("%d authorization headers were sent; send exactly one, \"authorization: Bearer TOKEN\"", len(values))
+	}
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(values[0]), " ")
+	if !ok || !strings.EqualFold(scheme, "bearer") || strings.TrimSpace(tok) == "" {
+		return "", true, errUnauthenticated("the authorization header is not \"Bearer TOKEN\"; %s", credentialsHint)
+	}
+	return strings.TrimSpace(tok), true, nil
+}
+
+// identifyToken resolves a bearer token.
+func (s *Settings) identifyToken(tok string) (*Identity, error) {
+	if id := s.Tokens.Lookup(tok); id != nil {
+		return id, nil
+	}
+	if s.JWT != nil && LooksLikeJWT(tok) {
+		id, err := s.JWT.Verify(tok)
+		if err != nil {
+			return nil, errUnauthenticated("%v", err)
+		}
+		return id, nil
+	}
+	return nil, errUnauthenticated("the bearer token is not known to this server (not in auth.tokens_file%s); check the token file you pass, or ask for a new token", map[bool]string{true: ", not a valid JWT", false: ""}[s.JWT != nil])
+}
+
+// certIdentity names the client of a verified certificate chain.
+func (s *Settings) certIdentity(chains [][]*x509.Certificate) (*Identity, error) {
+	if len(s.CertNames) == 0 || len(chains) == 0 || len(chains[0]) == 0 {
+		return nil, nil
+	}
+	c := chains[0][0]
+	id := &Identity{Source: SourceCert}
+	for _, f := range s.CertNames {
+		switch f {
+		case "cn":
+			if c.Subject.CommonName != "" {
+				id.Names = append(id.Names, c.Subject.CommonName)
+			}
+		case "dns":
+			id.Names = append(id.Names, c.DNSNames...)
+		case "uri":
+			for _, u := range c.URIs {
+				id.Names = append(id.Names, u.String())
+			}
+		case "email":
+			id.Names = append(id.Names, c.EmailAddresses...)
+		}
+	}
+	if len(id.Names) == 0 {
+		return nil, errUnauthenticated("the client certificate carries none of the names this server reads (%s); issue it with one of them", strings.Join(s.CertNames, ", "))
+	}
+	id.Subject = id.Names[0]
+	return id, nil
+}
+
+// authenticate finds the caller of a gRPC call: the internal identity on
+// the in-process connection, else a bearer token, else a verified client
+// certificate, else Anonymous when allowed.
+func (a *Authorizer) authenticate(ctx context.Context) (*Identity, error) {
+	p, _ := peer.FromContext(ctx)
+	if p != nil {
+		if _, ok := p.AuthInfo.(internalAuthInfo); ok {
+			return Internal, nil
+		}
+	}
+	s := a.settings()
+	// Not FromIncomingContext: that copies every header of the call.
+	tok, present, err := bearer(metadata.ValueFromIncomingContext(ctx, "authorization"))
+	if err != nil {
+		return nil, err
+	}
+	if present {
+		return s.identifyToken(tok)
+	}
+	if p != nil {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			id, err := s.certIdentity(ti.State.VerifiedChains)
+			if err != nil || id != nil {
+				return id, err
+			}
+		}
+	}
+	if s.AllowAnonymous {
+		return Anonymous, nil
+	}
+	return nil, errUnauthenticated("this server requires authentication and the call carried no credentials; %s", credentialsHint)
+}
+
+func denied(id *Identity, need Perm, instance, fullMethod, what string) error {
+	return status.Errorf(codes.PermissionDenied, "%s lacks permission %s on %s for %s; ask the server's administrator to grant it in auth.policy", id, need, what, fullMethod)
+}
+
+func onInstance(instance string) string { return fmt.Sprintf("instance %q", instance) }
+
+// authorize checks one request message against fullMethod's needs.
+func (a *Authorizer) authorize(id *Identity, m method, fullMethod string, req any) error {
+	p := a.settings().Policy
+	switch m.from {
+	case fromGlobal:
+		if !p.Allowed(id, m.need, "", true) {
+			return denied(id, m.need, "", fullMethod, "every instance (a rule with instances: [\"*\"])")
+		}
+		return nil
+	case fromAny:
+		if !p.AllowedAnywhere(id, m.need) {
+			return denied(id, m.need, "", fullMethod, "any instance")
+		}
+		return nil
+	}
+	if req == nil {
+		return nil // checked when the first message arrives
+	}
+	switch m.from {
+	case fromField, fromFieldOrGlobal:
+		r, ok := req.(interface{ GetInstanceName() string })
+		if !ok {
+			if m.from == fromFieldOrGlobal {
+				if !p.Allowed(id, m.need, "", true) {
+					return denied(id, m.need, "", fullMethod, "every instance (a rule with instances: [\"*\"])")
+				}
+				return nil
+			}
+			return status.Errorf(codes.Internal, "%s: request without an instance name; this is a bug in Gantry's authorization table", fullMethod)
+		}
+		return a.check(p, id, m.need, r.GetInstanceName(), fullMethod, "")
+	case fromReadResource, fromWriteResource:
+		var name string
+		switch r := req.(type) {
+		case *bytestream.ReadRequest:
+			name = r.ResourceName
+		case *bytestream.WriteRequest:
+			name = r.ResourceName
+		case *bytestream.QueryWriteStatusRequest:
+			name = r.ResourceName
+		}
+		var res digest.Resource
+		var err error
+		if m.from == fromReadResource {
+			res, err = digest.ParseReadResource(name)
+		} else {
+			res, err = digest.ParseWriteResource(name)
+		}
+		if err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
+		return a.check(p, id, m.need, res.Instance, fullMethod, "")
+	case fromOperation:
+		r, _ := req.(interface{ GetName() string })
+		name := ""
+		if r != nil {
+			name = r.GetName()
+		}
+		inst, ok := "", false
+		if a.OperationInstance != nil {
+			inst, ok = a.OperationInstance(name)
+		}
+		if !ok {
+			// Unknown operation: the service answers NOT_FOUND, to
+			// callers that may execute somewhere.
+			if !p.AllowedAnywhere(id, m.need) {
+				return denied(id, m.need, "", fullMethod, "any instance")
+			}
+			return nil
+		}
+		return a.check(p, id, m.need, inst, fullMethod, fmt.Sprintf(" (operation %q)", name))
+	case fromWorkerInstances:
+		r, _ := req.(*workerpb.RegisterRequest)
+		insts := r.GetInstances()
+		if len(insts) == 0 {
+			insts = []string{"*"}
+		}
+		for _, inst := range insts {
+			if inst == "*" {
+				if !p.Allowed(id, m.need, "", true) {
+					return denied(id, m.need, "", fullMethod, "every instance (the worker serves all; give it --instance or a rule with instances: [\"*\"])")
+				}
+				continue
+			}
+			if err := a.check(p, id, m.need, inst, fullMethod, ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return nil
+}
+
+func (a *Authorizer) check(p *Policy, id *Identity, need Perm, instance, fullMethod, suffix string) error {
+	if p.Allowed(id, need, instance, false) {
+		return nil
+	}
+	return denied(id, need, instance, fullMethod, onInstance(instance)+suffix)
+}
+
+// unknownMethod is the denial of a method without a permission mapping.
+func unknownMethod(fullMethod string) error {
+	return status.Errorf(codes.PermissionDenied, "%s has no permission mapping, so it is denied; this is a bug in Gantry (internal/auth/methods.go)", fullMethod)
+}
+
+// UnaryInterceptor authenticates and authorizes unary calls.
+func (a *Authorizer) UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	m, ok := lookupMethod(info.FullMethod)
+	if !ok {
+		return nil, unknownMethod(info.FullMethod)
+	}
+	if m.from == open {
+		return handler(ctx, req)
+	}
+	id, err := a.authenticate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.authorize(id, m, info.FullMethod, req); err != nil {
+		return nil, err
+	}
+	if m.need == PermWorker {
+		return a.workerCall(WithIdentity(ctx, id), id, info.FullMethod, req, handler)
+	}
+	return handler(WithIdentity(ctx, id), req)
+}
+
+// workerCall binds a worker id to the identity that registers it, and
+// refuses worker-protocol calls for that id from any other identity. An
+// id not registered since this server started passes (the scheduler
+// then asks the worker to register again).
+func (a *Authorizer) workerCall(ctx context.Context, id *Identity, fullMethod string, req any, handler grpc.UnaryHandler) (any, error) {
+	r, ok := req.(interface{ GetWorkerId() string })
+	if !ok {
+		return handler(ctx, req)
+	}
+	wid, who := r.GetWorkerId(), id.String()
+	if owner, ok := a.workers.Load(wid); ok && owner.(string) != who {
+		return nil, status.Errorf(codes.PermissionDenied, "worker id %q was registered by %s, not %s (%s); give every worker its own id (--id)", wid, owner, who, fullMethod)
+	}
+	resp, err := handler(ctx, req)
+	if err == nil && fullMethod == workersSvc+"Register" {
+		if owner, loaded := a.workers.LoadOrStore(wid, who); loaded && owner.(string) != who {
+			return nil, status.Errorf(codes.PermissionDenied, "worker id %q was registered by %s, not %s; give every worker its own id (--id)", wid, owner, who)
+		}
+	}
+	return resp, err
+}
+
+// StreamInterceptor authenticates streaming calls at once and authorizes
+// them on their first request message.
+func (a *Authorizer) StreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	m, ok := lookupMethod(info.FullMethod)
+	if !ok {
+		return unknownMethod(info.FullMethod)
+	}
+	if m.from == open {
+		return handler(srv, ss)
+	}
+	id, err := a.authenticate(ss.Context())
+	if err != nil {
+		return err
+	}
+	if err := a.authorize(id, m, info.FullMethod, nil); err != nil {
+		return err
+	}
+	w := &authStream{ServerStream: ss, ctx: WithIdentity(ss.Context(), id), a: a, id: id, m: m, method: info.FullMethod}
+	w.checked = m.from == fromGlobal || m.from == fromAny
+	return handler(srv, w)
+}
+
+type authStream struct {
+	grpc.ServerStream
+	ctx     context.Context
+	a       *Authorizer
+	id      *Identity
+	m       method
+	method  string
+	checked bool
+}
+
+func (s *authStream) Context() context.Context { return s.ctx }
+
+func (s *authStream) RecvMsg(msg any) error {
+	if err := s.ServerStream.RecvMsg(msg); err != nil {
+		return err
+	}
+	if !s.checked {
+		s.checked = true
+		if err := s.a.authorize(s.id, s.m, s.method, msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}

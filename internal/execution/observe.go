@@ -1,0 +1,111 @@
+package execution
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gantry-build/gantry/internal/digest"
+)
+
+// Finished describes an operation a caller saw finish, for logs and
+// metrics.
+type Finished struct {
+	Name         string
+	Instance     string
+	ActionDigest digest.Digest
+	// Queue is the provision queue it waited in ("" for a cache hit).
+	Queue string
+	// Invocation is its invocation path, one value per KeyNames entry;
+	// nil when not known (WaitExecution).
+	Invocation []string
+	// Accepted is when Execute took the action; zero when not known.
+	Accepted time.Time
+	Response *repb.ExecuteResponse
+}
+
+// Observer is told what the Execution and worker services do. Every
+// field may be nil.
+type Observer struct {
+	// Finished is called once per Execute or WaitExecution call that sees
+	// its operation finish (cache hits included).
+	Finished func(Finished)
+	// CacheLookup is called for Execute's own action cache lookups.
+	CacheLookup func(hit bool)
+	// WorkerCompleted is called for every result a worker delivers for a
+	// lease it still held.
+	WorkerCompleted func(workerID string, resp *repb.ExecuteResponse)
+}
+
+// finished logs the operation's completion line and tells the observer.
+func (s *Service) finished(f Finished) {
+	if s.Observer.Finished != nil {
+		s.Observer.Finished(f)
+	}
+	if s.log.Enabled(context.Background(), slog.LevelInfo) {
+		s.log.LogAttrs(context.Background(), slog.LevelInfo, "operation finished", s.finishedAttrs(f)...)
+	}
+}
+
+// finishedAttrs are the fields of an operation's completion line: who
+// asked (invocation keys), what ran where, how long each stage took
+// (milliseconds, from the result's ExecutedActionMetadata) and the result.
+func (s *Service) finishedAttrs(f Finished) []slog.Attr {
+	resp := f.Response
+	md := resp.GetResult().GetExecutionMetadata()
+	attrs := []slog.Attr{
+		slog.String("operation", f.Name),
+		slog.String("instance", f.Instance),
+		slog.String("action", f.ActionDigest.String()),
+	}
+	if f.Queue != "" {
+		attrs = append(attrs, slog.String("queue", f.Queue))
+	}
+	if len(f.Invocation) > 0 {
+		names := s.KeyNames()
+		inv := make([]any, 0, len(f.Invocation))
+		for i, v := range f.Invocation {
+			name := "key" + strconv.Itoa(i)
+			if i < len(names) {
+				name = names[i]
+			}
+			inv = append(inv, slog.String(name, v))
+		}
+		attrs = append(attrs, slog.Group("invocation", inv...))
+	}
+	if w := md.GetWorker(); w != "" {
+		attrs = append(attrs, slog.String("worker", w))
+	}
+	var stages []any
+	ms := func(name string, start, end *timestamppb.Timestamp) {
+		if start != nil && end != nil {
+			stages = append(stages, slog.Float64(name, float64(end.AsTime().Sub(start.AsTime()).Microseconds())/1000))
+		}
+	}
+	if !f.Accepted.IsZero() && md.GetWorkerStartTimestamp() != nil {
+		ms("queued_ms", timestamppb.New(f.Accepted), md.WorkerStartTimestamp)
+	}
+	ms("input_fetch_ms", md.GetInputFetchStartTimestamp(), md.GetInputFetchCompletedTimestamp())
+	ms("execute_ms", md.GetExecutionStartTimestamp(), md.GetExecutionCompletedTimestamp())
+	ms("upload_ms", md.GetOutputUploadStartTimestamp(), md.GetOutputUploadCompletedTimestamp())
+	if !f.Accepted.IsZero() {
+		stages = append(stages, slog.Float64("total_ms", float64(time.Since(f.Accepted).Microseconds())/1000))
+	}
+	if len(stages) > 0 {
+		attrs = append(attrs, slog.Group("duration", stages...))
+	}
+	code := codes.Code(resp.GetStatus().GetCode())
+	attrs = append(attrs, slog.String("status", code.String()), slog.Bool("cached", resp.GetCachedResult()))
+	if resp.GetResult() != nil {
+		attrs = append(attrs, slog.Int("exit_code", int(resp.Result.ExitCode)))
+	}
+	if code != codes.OK {
+		attrs = append(attrs, slog.String("error", resp.GetStatus().GetMessage()))
+	}
+	return attrs
+}

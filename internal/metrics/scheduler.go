@@ -1,0 +1,96 @@
+package metrics
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gantry-build/gantry/internal/scheduler"
+)
+
+// Scheduler exports the scheduler's state, read once per scrape from
+// scheduler.MetricsSnapshot: nothing is added to the dispatch path.
+type Scheduler struct {
+	snap      func() scheduler.MetricsSnapshot
+	instances *Instances
+
+	queued, executing, workers, cores, busyCores *prometheus.Desc
+	dispatch, retries, gaveUp, lost              *prometheus.Desc
+
+	mu sync.Mutex
+	// seenQueued and seenExecuting are the label sets reported before:
+	// they are reported as 0 once empty, so that an autoscaler sees the
+	// queue drain rather than the series vanish. Bounded by queues x
+	// capped instances x cohorts.
+	seenQueued, seenExecuting map[[3]string]bool
+}
+
+// NewScheduler registers the scheduler's metrics with reg.
+func NewScheduler(reg prometheus.Registerer, snap func() scheduler.MetricsSnapshot, instances *Instances) *Scheduler {
+	qic := []string{"queue", "instance", "cohort"}
+	c := &Scheduler{
+		snap: snap, instances: instances,
+		queued: prometheus.NewDesc("gantry_queue_length",
+			"Actions waiting for a worker, by provision queue, instance and the cohort that could run them (\"\": none registered). The autoscaling signal.", qic, nil),
+		executing: prometheus.NewDesc("gantry_executing_actions",
+			"Actions leased to workers, by provision queue, instance and the cohort of the worker holding them.", qic, nil),
+		workers:   prometheus.NewDesc("gantry_workers", "Registered workers by state (idle, busy, restored).", []string{"state"}, nil),
+		cores:     prometheus.NewDesc("gantry_worker_cores", "Execute cores of the registered workers.", nil, nil),
+		busyCores: prometheus.NewDesc("gantry_worker_busy_cores", "Cores the leased actions ask for.", nil, nil),
+		dispatch: prometheus.NewDesc("gantry_scheduler_dispatch_latency_seconds",
+			"Time from an action being queued to its lease to a worker (first attempts only).", nil, nil),
+		retries: prometheus.NewDesc("gantry_scheduler_retries_total",
+			"Actions queued again because their worker stopped responding.", nil, nil),
+		gaveUp: prometheus.NewDesc("gantry_scheduler_gave_up_total",
+			"Actions the scheduler failed itself: their workers were lost too often, or no worker could ever run them.", nil, nil),
+		lost: prometheus.NewDesc("gantry_scheduler_lost_leases_total",
+			"Leases whose worker stopped reporting.", nil, nil),
+		seenQueued: map[[3]string]bool{}, seenExecuting: map[[3]string]bool{},
+	}
+	reg.MustRegister(c)
+	return c
+}
+
+// Describe implements prometheus.Collector.
+func (c *Scheduler) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.queued, c.executing, c.workers, c.cores, c.busyCores, c.dispatch, c.retries, c.gaveUp, c.lost} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Scheduler) Collect(ch chan<- prometheus.Metric) {
+	m := c.snap()
+	c.mu.Lock()
+	c.gauges(ch, c.queued, m.Queued, c.seenQueued)
+	c.gauges(ch, c.executing, m.Executing, c.seenExecuting)
+	c.mu.Unlock()
+	for state, n := range m.Workers {
+		ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(n), state)
+	}
+	ch <- prometheus.MustNewConstMetric(c.cores, prometheus.GaugeValue, float64(m.Cores))
+	ch <- prometheus.MustNewConstMetric(c.busyCores, prometheus.GaugeValue, float64(m.BusyCores))
+	buckets := make(map[float64]uint64, len(m.Dispatch.Buckets))
+	for i, b := range m.Dispatch.Buckets {
+		buckets[b] = m.Dispatch.Cumulative[i]
+	}
+	ch <- prometheus.MustNewConstHistogram(c.dispatch, m.Dispatch.Count, m.Dispatch.Sum, buckets)
+	ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(m.Retries))
+	ch <- prometheus.MustNewConstMetric(c.gaveUp, prometheus.CounterValue, float64(m.GaveUp))
+	ch <- prometheus.MustNewConstMetric(c.lost, prometheus.CounterValue, float64(m.WorkersLost))
+}
+
+// gauges reports counts folded onto capped instance labels, and 0 for
+// label sets seen before that are empty now.
+func (c *Scheduler) gauges(ch chan<- prometheus.Metric, d *prometheus.Desc, counts []scheduler.QueueCount, seen map[[3]string]bool) {
+	now := make(map[[3]string]int, len(counts))
+	for _, q := range counts {
+		now[[3]string{q.Queue, c.instances.Label(q.Instance), q.Cohort}] += q.N
+	}
+	for k := range now {
+		seen[k] = true
+	}
+	for k := range seen {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(now[k]), k[0], k[1], k[2])
+	}
+}

@@ -1,0 +1,243 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/gantry-build/gantry/internal/client"
+	"github.com/gantry-build/gantry/internal/statestore"
+)
+
+// A frontend forwards the calls of services it does not serve itself
+// (Execution, Operations, the worker protocol, Admin) to the leading
+// scheduler, byte for byte: messages are not decoded, so every method of
+// those services, present and future, passes through unchanged.
+
+// rawFrame is one undecoded gRPC message.
+type rawFrame struct{ b []byte }
+
+// rawCodec passes rawFrames through and hands everything else to the
+// standard codec, so the frontend's own services decode as before.
+type rawCodec struct{ std encoding.CodecV2 }
+
+func newRawCodec() rawCodec { return rawCodec{std: encoding.GetCodecV2("proto")} }
+
+func (rawCodec) Name() string { return "proto" }
+
+func (c rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if f, ok := v.(*rawFrame); ok {
+		return mem.BufferSlice{mem.SliceBuffer(f.b)}, nil
+	}
+	return c.std.Marshal(v)
+}
+
+func (c rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if f, ok := v.(*rawFrame); ok {
+		f.b = data.Materialize()
+		return nil
+	}
+	return c.std.Unmarshal(data, v)
+}
+
+// leaderConns follows the leader published in the database and keeps a
+// connection to it.
+type leaderConns struct {
+	store    *statestore.Postgres
+	interval time.Duration
+	log      *slog.Logger
+	maxMsg   int
+	// wait bounds how long a call waits for a reachable leader.
+	wait time.Duration
+
+	mu      sync.Mutex
+	term    int64
+	address string
+	conn    *grpc.ClientConn
+	changed chan struct{} // closed and replaced when the leader changes
+}
+
+func newLeaderConns(store *statestore.Postgres, interval time.Duration, maxMsg int, log *slog.Logger) *leaderConns {
+	return &leaderConns{store: store, interval: interval, log: log, maxMsg: maxMsg, wait: forwardWait, changed: make(chan struct{})}
+}
+
+// run re-reads the leader every interval until ctx ends.
+func (lc *leaderConns) run(ctx context.Context) {
+	t := time.NewTicker(lc.interval)
+	defer t.Stop()
+	for {
+		lc.refresh(ctx)
+		select {
+		case <-ctx.Done():
+			lc.mu.Lock()
+			if lc.conn != nil {
+				lc.conn.Close()
+				lc.conn = nil
+			}
+			lc.mu.Unlock()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (lc *leaderConns) refresh(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	li, err := lc.store.Leader(rctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			lc.log.Warn("frontend: cannot read the scheduler leader from PostgreSQL", "err", err)
+		}
+		return
+	}
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if li.Term == lc.term && li.Address == lc.address {
+		return
+	}
+	var conn *grpc.ClientConn
+	if li.Address != "" {
+		conn, err = client.Dial(li.Address,
+			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(newRawCodec()), grpc.MaxCallRecvMsgSize(lc.maxMsg), grpc.MaxCallSendMsgSize(lc.maxMsg)))
+		if err != nil {
+			lc.log.Error("frontend: the published scheduler leader's address is unusable", "address", li.Address, "err", err)
+			return
+		}
+	}
+	if lc.conn != nil {
+		lc.conn.Close()
+	}
+	lc.log.Info("frontend: scheduler leader", "term", li.Term, "address", li.Address)
+	lc.term, lc.address, lc.conn = li.Term, li.Address, conn
+	close(lc.changed)
+	lc.changed = make(chan struct{})
+}
+
+func (lc *leaderConns) current() (*grpc.ClientConn, int64, <-chan struct{}) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	return lc.conn, lc.term, lc.changed
+}
+
+// forwardWait bounds how long a forwarded call waits for a reachable
+// leader before it fails with UNAVAILABLE (clients then retry).
+const forwardWait = 10 * time.Second
+
+// handler is the frontend's grpc.UnknownServiceHandler.
+func (lc *leaderConns) handler(_ any, ss grpc.ServerStream) error {
+	method, ok := grpc.MethodFromServerStream(ss)
+	if !ok {
+		return status.Error(codes.Internal, "frontend: a call without a method name")
+	}
+	ctx, cancel := context.WithCancel(ss.Context())
+	defer cancel()
+	md, _ := metadata.FromIncomingContext(ctx)
+	md = md.Copy()
+	delete(md, ":authority")
+	delete(md, "content-type")
+	outCtx := metadata.NewOutgoingContext(ctx, md)
+
+	cs, err := lc.open(outCtx, method)
+	if err != nil {
+		return err
+	}
+	// Client to leader.
+	upErr := make(chan error, 1)
+	go func() {
+		for {
+			f := &rawFrame{}
+			if err := ss.RecvMsg(f); err != nil {
+				if errors.Is(err, io.EOF) {
+					upErr <- cs.CloseSend()
+					return
+				}
+				upErr <- err
+				cancel()
+				return
+			}
+			if err := cs.SendMsg(f); err != nil {
+				// The leader ended the call; its status comes from RecvMsg.
+				upErr <- nil
+				return
+			}
+		}
+	}()
+	// Leader to client.
+	// A call that ends without a header (an error status only) has its
+	// status from RecvMsg below.
+	if header, herr := cs.Header(); herr == nil && len(header) > 0 {
+		err = ss.SendHeader(header)
+	}
+	for err == nil {
+		f := &rawFrame{}
+		if err = cs.RecvMsg(f); err != nil {
+			break
+		}
+		err = ss.SendMsg(f)
+	}
+	ss.SetTrailer(cs.Trailer())
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return lc.callError(ss.Context(), err)
+}
+
+// open starts the call on the leader, waiting (up to forwardWait) while
+// no leader is reachable: a leader that just died is still published
+// until a standby takes over.
+func (lc *leaderConns) open(ctx context.Context, method string) (grpc.ClientStream, error) {
+	wait, cancel := context.WithTimeout(ctx, lc.wait)
+	defer cancel()
+	desc := &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+	var lastErr error
+	for {
+		conn, term, changed := lc.current()
+		if conn != nil {
+			cs, err := conn.NewStream(ctx, desc, method)
+			if err == nil {
+				return cs, nil
+			}
+			if status.Code(err) != codes.Unavailable && status.Code(err) != codes.Canceled {
+				return nil, err
+			}
+			lastErr = err
+		}
+		select {
+		case <-changed:
+		case <-time.After(lc.interval):
+		case <-wait.Done():
+			if ctx.Err() != nil {
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			if conn == nil {
+				return nil, status.Errorf(codes.Unavailable, "no scheduler leads (term %d): start a `gantry serve --role scheduler` on the shared PostgreSQL, or retry", term)
+			}
+			return nil, status.Errorf(codes.Unavailable, "the scheduler leader cannot be reached (%v); retry: a standby takes over within seconds", lastErr)
+		}
+	}
+}
+
+// callError turns a failed forwarded call into the status the client
+// gets: the leader's own, or UNAVAILABLE when the leader went away.
+func (lc *leaderConns) callError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	st, ok := status.FromError(err)
+	if !ok || st.Code() == codes.Canceled {
+		// The connection to a replaced leader was closed under the call.
+		return status.Errorf(codes.Unavailable, "the scheduler leader changed during the call; retry: %v", err)
+	}
+	return err
+}

@@ -1,0 +1,455 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/client"
+	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/invocation"
+	"github.com/gantry-build/gantry/internal/tracing"
+)
+
+// scrape reads /metrics over HTTP and parses it.
+func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v", err)
+	}
+	return fams
+}
+
+// sample returns the value of the series of family name whose labels
+// include want (counter, gauge, or a histogram's sample count); the sum
+// over all matching series (0 for none: gauges of label sets never used
+// are absent).
+func sample(fams map[string]*dto.MetricFamily, name string, want ...string) float64 {
+	f := fams[name]
+	if f == nil {
+		return 0
+	}
+	total := 0.0
+	for _, m := range f.Metric {
+		labels := map[string]string{}
+		for _, l := range m.Label {
+			labels[l.GetName()] = l.GetValue()
+		}
+		match := true
+		for i := 0; i+1 < len(want); i += 2 {
+			if labels[want[i]] != want[i+1] {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			total += m.Counter.GetValue()
+		case m.Gauge != nil:
+			total += m.Gauge.GetValue()
+		case m.Histogram != nil:
+			total += float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return total
+}
+
+func obsWaitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		if cond() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func observedFarm(t *testing.T, log *slog.Logger, mod func(*config.Config)) *farm {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.HTTPListen = "127.0.0.1:0"
+	cfg.DataDir = t.TempDir()
+	cfg.Worker.Cores = 2
+	cfg.Worker.AcceptUnknownProperties = false
+	cfg.Scheduler.HeartbeatInterval = config.Duration(100 * time.Millisecond)
+	cfg.Scheduler.HeartbeatTimeout = config.Duration(time.Second)
+	if mod != nil {
+		mod(&cfg)
+	}
+	srv, err := New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Run(ctx); close(done) }()
+	conn, err := client.Dial(srv.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop := func() { once.Do(func() { conn.Close(); cancel(); <-done }) }
+	t.Cleanup(stop)
+	return &farm{t: t, srv: srv, conn: conn, cas: client.NewCAS(conn, "", digest.SHA256, 0), dir: cfg.DataDir, stop: stop}
+}
+
+func emptyRoot(f *farm) digest.Digest { return f.put(&repb.Directory{}) }
+
+// TestMetricsAfterKnownScenario runs actions through a real server with
+// its embedded worker (3 succeed, 1 exits non-zero, 1 is a cache hit, 1
+// waits for a worker that does not exist, 1 is executing) and checks the
+// values /metrics reports.
+func TestMetricsAfterKnownScenario(t *testing.T) {
+	f := observedFarm(t, quietLogger(), nil)
+	addr := f.srv.HTTPAddr()
+	ctx := context.Background()
+	root := emptyRoot(f)
+	obsWaitFor(t, "the embedded worker to register", func() bool {
+		return sample(scrape(t, addr), "gantry_workers", "state", "idle") == 1
+	})
+
+	for i := 0; i < 3; i++ {
+		if r := f.run(ctx, root, shCmd(fmt.Sprintf("echo %d", i))); r.Result.GetExitCode() != 0 || r.CachedResult {
+			t.Fatalf("action %d: %v", i, r)
+		}
+	}
+	if r := f.run(ctx, root, shCmd("exit 3")); r.Result.GetExitCode() != 3 {
+		t.Fatalf("failing action: %v", r)
+	}
+	if r := f.run(ctx, root, shCmd("echo 0")); !r.CachedResult {
+		t.Fatalf("the repeated action was not a cache hit: %v", r)
+	}
+
+	m := scrape(t, addr)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"gantry_operations_total", []string{"result", "success", "code", "OK"}, 3},
+		{"gantry_operations_total", []string{"result", "nonzero_exit", "code", "OK"}, 1},
+		{"gantry_operations_total", []string{"result", "cache_hit", "code", "OK"}, 1},
+		{"gantry_operations_total", []string{"result", "error"}, 0},
+		{"gantry_action_cache_lookups_total", []string{"source", "execute", "result", "hit"}, 1},
+		{"gantry_action_cache_lookups_total", []string{"source", "execute", "result", "miss"}, 4},
+		{"gantry_scheduler_dispatch_latency_seconds", nil, 4},
+		{"gantry_operation_queue_time_seconds", nil, 4},
+		{"gantry_worker_stage_duration_seconds", []string{"stage", "input_fetch"}, 4},
+		{"gantry_worker_stage_duration_seconds", []string{"stage", "execute"}, 4},
+		{"gantry_worker_stage_duration_seconds", []string{"stage", "output_upload"}, 4},
+		{"gantry_worker_stage_duration_seconds", []string{"stage", "worker"}, 4},
+		{"gantry_scheduler_retries_total", nil, 0},
+		{"gantry_queue_length", nil, 0},
+		{"gantry_executing_actions", nil, 0},
+		{"gantry_workers", []string{"state", "idle"}, 1},
+		{"gantry_worker_cores", nil, 2},
+		{"gantry_worker_input_cache_max_bytes", nil, 10 << 30}, // the embedded worker's
+	} {
+		if got := sample(m, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %g, want %g", c.name, c.labels, got, c.want)
+		}
+	}
+
+	// GetActionResult: a hit for the cached action, a miss for another.
+	ac := repb.NewActionCacheClient(f.conn)
+	hit := f.put(&repb.Action{CommandDigest: f.put(shCmd("echo 1")).Proto(), InputRootDigest: root.Proto()})
+	if _, err := ac.GetActionResult(ctx, &repb.GetActionResultRequest{ActionDigest: hit.Proto()}); err != nil {
+		t.Fatal(err)
+	}
+	miss := f.put(&repb.Action{CommandDigest: f.put(shCmd("never run")).Proto(), InputRootDigest: root.Proto()})
+	if _, err := ac.GetActionResult(ctx, &repb.GetActionResultRequest{ActionDigest: miss.Proto()}); err == nil {
+		t.Fatal("GetActionResult of an action never run succeeded")
+	}
+	m = scrape(t, addr)
+	if h, ms := sample(m, "gantry_action_cache_lookups_total", "source", "get_action_result", "result", "hit"), sample(m, "gantry_action_cache_lookups_total", "source", "get_action_result", "result", "miss"); h != 1 || ms != 1 {
+		t.Errorf("GetActionResult lookups: %g hits, %g misses; want 1 and 1", h, ms)
+	}
+
+	// CAS traffic: a 3 MiB upload and its download, exactly.
+	big := bytes.Repeat([]byte("gantry!"), 3<<20/7)
+	before := scrape(t, addr)
+	d := f.putBytes(big)
+	mid := scrape(t, addr)
+	if got := sample(mid, "gantry_cas_received_bytes_total") - sample(before, "gantry_cas_received_bytes_total"); got != float64(len(big)) {
+		t.Errorf("CAS received %g bytes for a %d-byte upload", got, len(big))
+	}
+	back, err := blobstore.Get(ctx, f.cas, d)
+	if err != nil || !bytes.Equal(back, big) {
+		t.Fatalf("reading the blob back: %v", err)
+	}
+	after := scrape(t, addr)
+	if got := sample(after, "gantry_cas_sent_bytes_total") - sample(mid, "gantry_cas_sent_bytes_total"); got != float64(len(big)) {
+		t.Errorf("CAS sent %g bytes for a %d-byte download", got, len(big))
+	}
+
+	// One action no worker can run waits in the queue; one runs.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		a := f.put(&repb.Action{CommandDigest: f.put(shCmd("true")).Proto(), InputRootDigest: root.Proto(),
+			Platform: &repb.Platform{Properties: []*repb.Platform_Property{{Name: "pool", Value: "nowhere"}}}})
+		client.Execute(cctx, f.conn, &repb.ExecuteRequest{ActionDigest: a.Proto(), InstanceName: "tenant-a"})
+	}()
+	go func() {
+		a := f.put(&repb.Action{CommandDigest: f.put(shCmd("sleep 30")).Proto(), InputRootDigest: root.Proto()})
+		client.Execute(cctx, f.conn, &repb.ExecuteRequest{ActionDigest: a.Proto()})
+	}()
+	obsWaitFor(t, "one queued and one executing action", func() bool {
+		m := scrape(t, addr)
+		return sample(m, "gantry_queue_length", "instance", "tenant-a", "queue", "default") == 1 &&
+			sample(m, "gantry_executing_actions", "instance", "", "queue", "default") == 1 &&
+			sample(m, "gantry_workers", "state", "busy") == 1 && sample(m, "gantry_worker_busy_cores") == 1 &&
+			sample(m, "gantry_worker_active_leases") == 1
+	})
+}
+
+func TestInstanceLabelIsCapped(t *testing.T) {
+	f := observedFarm(t, quietLogger(), func(c *config.Config) { c.Metrics.MaxInstances = 2 })
+	addr := f.srv.HTTPAddr()
+	root := emptyRoot(f)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a := f.put(&repb.Action{CommandDigest: f.put(shCmd("true")).Proto(), InputRootDigest: root.Proto(),
+		Platform: &repb.Platform{Properties: []*repb.Platform_Property{{Name: "pool", Value: "nowhere"}}}})
+	for _, inst := range []string{"i1", "i2", "i3", "i4"} {
+		go client.Execute(ctx, f.conn, &repb.ExecuteRequest{ActionDigest: a.Proto(), InstanceName: inst})
+	}
+	obsWaitFor(t, "four queued actions", func() bool { return sample(scrape(t, addr), "gantry_queue_length") == 4 })
+	m := scrape(t, addr)
+	series := map[string]float64{}
+	for _, s := range m["gantry_queue_length"].Metric {
+		for _, l := range s.Label {
+			if l.GetName() == "instance" {
+				series[l.GetValue()] += s.Gauge.GetValue()
+			}
+		}
+	}
+	if len(series) != 3 || series["other"] != 2 {
+		t.Errorf("queue length by instance = %v; want two instances of their own and other=2", series)
+	}
+}
+
+// lockedBuffer is a log destination tests can read while servers write.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestOperationCompletionLogLine(t *testing.T) {
+	var out lockedBuffer
+	f := observedFarm(t, slog.New(slog.NewJSONHandler(&out, nil)), nil)
+	root := emptyRoot(f)
+	cmd := shCmd("exit 7")
+	a := f.put(&repb.Action{CommandDigest: f.put(cmd).Proto(), InputRootDigest: root.Proto()})
+	rm, _ := proto.Marshal(&repb.RequestMetadata{ToolInvocationId: "inv-42", CorrelatedInvocationsId: "build-7"})
+	ctx := metadata.AppendToOutgoingContext(context.Background(), invocation.RequestMetadataHeader, string(rm))
+	resp, _, err := client.Execute(ctx, f.conn, &repb.ExecuteRequest{ActionDigest: a.Proto(), InstanceName: "team"})
+	if err != nil || resp.Result.GetExitCode() != 7 {
+		t.Fatalf("Execute: %v %v", resp, err)
+	}
+	var line map[string]any
+	obsWaitFor(t, "the completion line", func() bool {
+		for _, l := range strings.Split(out.String(), "\n") {
+			if strings.Contains(l, `"operation finished"`) {
+				if err := json.Unmarshal([]byte(l), &line); err != nil {
+					t.Fatalf("log line %q is not JSON: %v", l, err)
+				}
+				return true
+			}
+		}
+		return false
+	})
+	if line["instance"] != "team" || line["queue"] != "default" || line["status"] != "OK" || line["cached"] != false || line["exit_code"] != 7.0 {
+		t.Errorf("completion line %v: want instance team, queue default, status OK, not cached, exit code 7", line)
+	}
+	if w, _ := line["worker"].(string); !strings.HasSuffix(w, "-embedded") {
+		t.Errorf("worker = %v, want the embedded worker", line["worker"])
+	}
+	if line["action"] != a.String() {
+		t.Errorf("action = %v, want %s", line["action"], a)
+	}
+	inv, _ := line["invocation"].(map[string]any)
+	if inv["tool_invocation_id"] != "inv-42" || inv["correlated_invocations_id"] != "build-7" || inv["instance_name"] != "team" {
+		t.Errorf("invocation = %v, want the request's keys", line["invocation"])
+	}
+	dur, _ := line["duration"].(map[string]any)
+	for _, k := range []string{"queued_ms", "input_fetch_ms", "execute_ms", "upload_ms", "total_ms"} {
+		if v, ok := dur[k].(float64); !ok || v < 0 {
+			t.Errorf("duration.%s = %v, want a duration in ms", k, dur[k])
+		}
+	}
+	if total, exec := dur["total_ms"].(float64), dur["execute_ms"].(float64); exec > total {
+		t.Errorf("execute took %gms of a %gms operation", exec, total)
+	}
+
+	// A cache hit logs its line too, cached and without a queue.
+	ok := f.put(&repb.Action{CommandDigest: f.put(shCmd("true")).Proto(), InputRootDigest: root.Proto()})
+	for i := 0; i < 2; i++ {
+		if _, _, err := client.Execute(ctx, f.conn, &repb.ExecuteRequest{ActionDigest: ok.Proto(), InstanceName: "team"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var hit map[string]any
+	obsWaitFor(t, "the cache hit's line", func() bool {
+		for _, l := range strings.Split(out.String(), "\n") {
+			if strings.Contains(l, `"operation finished"`) && strings.Contains(l, `"cached":true`) {
+				return json.Unmarshal([]byte(l), &hit) == nil
+			}
+		}
+		return false
+	})
+	if hit["action"] != ok.String() || hit["status"] != "OK" || hit["queue"] != nil || hit["exit_code"] != 0.0 {
+		t.Errorf("cache hit line %v: want action %s, status OK, no queue, exit code 0", hit, ok)
+	}
+	if inv, _ := hit["invocation"].(map[string]any); inv["tool_invocation_id"] != "inv-42" {
+		t.Errorf("cache hit invocation = %v, want the request's keys", hit["invocation"])
+	}
+}
+
+func TestTraceSpansFrontendSchedulerWorker(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	tracing.SetProvider(tp)
+	t.Cleanup(func() { tracing.Disable(); tp.Shutdown(context.Background()) })
+	f := observedFarm(t, quietLogger(), nil)
+	if r := f.run(context.Background(), emptyRoot(f), shCmd("echo traced")); r.Result.GetExitCode() != 0 {
+		t.Fatalf("action: %v", r)
+	}
+	byName := map[string]sdktrace.ReadOnlySpan{}
+	obsWaitFor(t, "the worker's spans", func() bool {
+		for _, s := range rec.Ended() {
+			byName[s.Name()] = s
+		}
+		_, ok := byName["worker.Action"]
+		return ok
+	})
+	parentOf := map[string]string{
+		"scheduler.Submit":    "Execute",
+		"scheduler.Lease":     "scheduler.Submit",
+		"worker.Action":       "scheduler.Lease",
+		"worker.InputFetch":   "worker.Action",
+		"worker.Execute":      "worker.Action",
+		"worker.OutputUpload": "worker.Action",
+	}
+	root, ok := byName["Execute"]
+	if !ok {
+		t.Fatalf("no Execute span among %v", names(byName))
+	}
+	if root.Parent().IsValid() {
+		t.Errorf("Execute has a parent %v", root.Parent())
+	}
+	for child, parent := range parentOf {
+		c, ok := byName[child]
+		if !ok {
+			t.Errorf("no %s span among %v", child, names(byName))
+			continue
+		}
+		p := byName[parent]
+		if p == nil || c.Parent().SpanID() != p.SpanContext().SpanID() || c.SpanContext().TraceID() != root.SpanContext().TraceID() {
+			t.Errorf("%s is not a child of %s in the Execute trace", child, parent)
+		}
+	}
+	if ex := byName["worker.Execute"]; ex != nil && ex.EndTime().Before(ex.StartTime()) {
+		t.Errorf("worker.Execute ends before it starts")
+	}
+}
+
+func names(m map[string]sdktrace.ReadOnlySpan) []string {
+	var out []string
+	for n := range m {
+		out = append(out, n)
+	}
+	return out
+}
+
+func TestHealthAndReflection(t *testing.T) {
+	f := observedFarm(t, quietLogger(), nil)
+	ctx := context.Background()
+	hc := healthpb.NewHealthClient(f.conn)
+	for _, svc := range []string{"", "build.bazel.remote.execution.v2.Execution", "build.bazel.remote.execution.v2.ContentAddressableStorage", "gantry.worker.v1.Workers"} {
+		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health of %q: %v %v, want SERVING", svc, r, err)
+		}
+	}
+	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "no.such.Service"}); err == nil {
+		t.Error("health of an unknown service succeeded")
+	}
+
+	rc, err := reflectionpb.NewServerReflectionClient(f.conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := rc.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		listed[s.Name] = true
+	}
+	for _, want := range []string{"build.bazel.remote.execution.v2.Execution", "google.bytestream.ByteStream", "gantry.worker.v1.Workers", "grpc.health.v1.Health"} {
+		if !listed[want] {
+			t.Errorf("reflection does not list %s (lists %v)", want, listed)
+		}
+	}
+	if err := rc.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_FileContainingSymbol{FileContainingSymbol: "gantry.worker.v1.Assignment"}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err = rc.Recv(); err != nil || len(resp.GetFileDescriptorResponse().GetFileDescriptorProto()) == 0 {
+		t.Errorf("reflection has no descriptor for gantry.worker.v1.Assignment: %v %v", resp.GetErrorResponse(), err)
+	}
+	rc.CloseSend()
+	if _, err := rc.Recv(); err != io.EOF {
+		t.Errorf("reflection stream ended with %v", err)
+	}
+
+	f.stop()
+}

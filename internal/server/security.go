@@ -1,0 +1,186 @@
+package server
+
+import (
+	"crypto"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/gantry-build/gantry/internal/auth"
+	"github.com/gantry-build/gantry/internal/client"
+	"github.com/gantry-build/gantry/internal/config"
+)
+
+// security is the server's TLS and authentication, built from the tls
+// and auth sections of the configuration.
+type security struct {
+	tls      *auth.ServerTLS // nil: plain text
+	authz    *auth.Authorizer
+	internal *auth.InternalListener // the embedded worker's connection; nil when neither is on
+	httpAuth bool
+}
+
+func newSecurity(cfg config.Config) (*security, error) {
+	s := &security{}
+	if cfg.TLS.Enabled() {
+		t, err := auth.NewServerTLS(cfg.TLS.CertFile, cfg.TLS.KeyFile, cfg.TLS.ClientCAFile, cfg.TLS.Mode())
+		if err != nil {
+			return nil, err
+		}
+		s.tls = t
+	}
+	if cfg.Auth.Enabled {
+		st, err := authSettings(cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.authz = auth.New(st)
+		s.httpAuth = cfg.Auth.HTTPRequireToken
+	}
+	if s.tls != nil || s.authz != nil {
+		s.internal = auth.NewInternalListener()
+	}
+	return s, nil
+}
+
+// authSettings reads the auth section's files and compiles its policy.
+func authSettings(cfg config.Config) (auth.Settings, error) {
+	a := cfg.Auth
+	st := auth.Settings{AllowAnonymous: a.AllowAnonymous}
+	if a.TokensFile != "" {
+		data, err := os.ReadFile(a.TokensFile)
+		if err != nil {
+			return st, fmt.Errorf("auth.tokens_file: %w", err)
+		}
+		if st.Tokens, err = auth.ParseTokens(data, a.TokensFile); err != nil {
+			return st, fmt.Errorf("auth.tokens_file: %w", err)
+		}
+	}
+	if a.JWT.Enabled() {
+		o := auth.JWTOptions{Issuer: a.JWT.Issuer, Audience: a.JWT.Audience, SubjectClaim: a.JWT.SubjectClaim,
+			GroupsClaim: a.JWT.GroupsClaim, RequireExpiry: a.JWT.RequireExpiry, Leeway: a.JWT.Leeway.D()}
+		if f := a.JWT.HS256SecretFile; f != "" {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return st, fmt.Errorf("auth.jwt.hs256_secret_file: %w", err)
+			}
+			o.HS256Secret = []byte(strings.TrimRight(string(data), "\r\n"))
+		}
+		for i, f := range a.JWT.PublicKeyFiles {
+			data, err := os.ReadFile(f)
+			if err == nil {
+				var keys []crypto.PublicKey
+				keys, err = auth.ParsePublicKeys(data, f)
+				o.PublicKeys = append(o.PublicKeys, keys...)
+			}
+			if err != nil {
+				return st, fmt.Errorf("auth.jwt.public_key_files[%d]: %w", i, err)
+			}
+		}
+		v, err := auth.NewJWTVerifier(o)
+		if err != nil {
+			return st, fmt.Errorf("auth.jwt: %w", err)
+		}
+		st.JWT = v
+	}
+	if cfg.TLS.Mode() != "none" {
+		st.CertNames = a.CertificateNames
+	}
+	rules := make([]auth.Rule, len(a.Policy))
+	for i, r := range a.Policy {
+		rules[i] = auth.Rule{Identities: r.Identities, Instances: r.Instances, Permissions: r.Permissions}
+	}
+	p, err := auth.CompilePolicy(rules, "auth.policy")
+	if err != nil {
+		return st, err
+	}
+	st.Policy = p
+	return st, nil
+}
+
+// creds are the gRPC server's transport credentials: nil (plain text,
+// today's default) unless TLS or auth is on.
+func (s *security) creds() credentials.TransportCredentials {
+	if s.internal == nil {
+		return nil
+	}
+	var tc *tls.Config
+	if s.tls != nil {
+		tc = s.tls.Config("h2")
+	}
+	return auth.ServerCredentials(tc)
+}
+
+// unary and stream are the authorization interceptors; none when auth
+// is off, so that calls pay nothing.
+func (s *security) unary() []grpc.UnaryServerInterceptor {
+	if s.authz == nil {
+		return nil
+	}
+	return []grpc.UnaryServerInterceptor{s.authz.UnaryInterceptor}
+}
+
+func (s *security) stream() []grpc.StreamServerInterceptor {
+	if s.authz == nil {
+		return nil
+	}
+	return []grpc.StreamServerInterceptor{s.authz.StreamInterceptor}
+}
+
+// httpListener wraps the HTTP port's listener in TLS when it is on.
+func (s *security) httpListener(l net.Listener) net.Listener {
+	if s.tls == nil {
+		return l
+	}
+	return tls.NewListener(l, s.tls.Config("h2", "http/1.1"))
+}
+
+// httpHandler requires the status permission on the HTTP port when
+// auth.http_require_token is set; /healthz stays open.
+func (s *security) httpHandler(h http.Handler) http.Handler {
+	if s.authz == nil || !s.httpAuth {
+		return h
+	}
+	return s.authz.HTTPHandler(auth.PermStatus, h, "/healthz")
+}
+
+// dialEmbedded connects the embedded worker: over the in-process
+// listener (as the internal identity, without TLS) when TLS or auth is
+// on, else over the gRPC port like any worker.
+func (s *security) dialEmbedded(grpcAddr string) (*grpc.ClientConn, error) {
+	if s.internal == nil {
+		return client.Dial(dialAddr(grpcAddr))
+	}
+	return client.Dial(auth.InternalTarget, s.internal.DialOptions()...)
+}
+
+// reload re-reads the TLS files, the tokens and keys, and the policy.
+func (s *security) reload(cfg config.Config, log *slog.Logger) error {
+	if s.tls != nil {
+		if err := s.tls.Reload(); err != nil {
+			return err
+		}
+	}
+	if s.authz == nil && cfg.Auth.Enabled {
+		return fmt.Errorf("auth.enabled: turning authentication on needs a restart")
+	}
+	if s.authz != nil {
+		if !cfg.Auth.Enabled {
+			return fmt.Errorf("auth.enabled: turning authentication off needs a restart")
+		}
+		st, err := authSettings(cfg)
+		if err != nil {
+			return err
+		}
+		s.authz.Update(st)
+		log.Info("authentication reloaded", "tokens", st.Tokens.Len(), "policy_rules", len(cfg.Auth.Policy))
+	}
+	return nil
+}

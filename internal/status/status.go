@@ -1,0 +1,551 @@
+// Package status serves Gantry's operator status pages on the HTTP port:
+// an overview (queues, quotas, cohorts, workers and what they run), the
+// invocation trie, one operation's page and recent failures, with POST
+// forms for the admin controls. Pages are rendered on the server with
+// html/template, need no external assets and work without JavaScript.
+package status
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	adminpb "github.com/gantry-build/gantry/api/admin/v1"
+	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/execution"
+	"github.com/gantry-build/gantry/internal/scheduler"
+)
+
+// PageSize is how many rows a list shows per page unless ?per= asks for
+// another number (at most MaxPageSize).
+const (
+	PageSize    = 50
+	MaxPageSize = 500
+)
+
+// maxProtoBlob bounds the Action and Command blobs read for a page.
+const maxProtoBlob = 4 << 20
+
+// Options configure the pages.
+type Options struct {
+	// Refresh is the meta refresh interval of the list pages; 0 is off.
+	Refresh time.Duration
+	Logger  *slog.Logger
+}
+
+// Handler serves the status pages.
+type Handler struct {
+	sched *scheduler.Scheduler
+	admin *execution.AdminService
+	cas   blobstore.Store
+	keys  func() []string
+	opts  Options
+	token string
+	mux   *http.ServeMux
+}
+
+// New returns the status pages of a server. keys names the invocation
+// key levels.
+func New(sched *scheduler.Scheduler, admin *execution.AdminService, cas blobstore.Store, keys func() []string, opts Options) *Handler {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	b := make([]byte, 16)
+	rand.Read(b)
+	h := &Handler{sched: sched, admin: admin, cas: cas, keys: keys, opts: opts, token: hex.EncodeToString(b), mux: http.NewServeMux()}
+	h.mux.HandleFunc("GET /status", h.overview)
+	h.mux.HandleFunc("GET /status/{$}", h.overview)
+	h.mux.HandleFunc("GET /status/invocations", h.invocations)
+	h.mux.HandleFunc("GET /status/operation", h.operation)
+	h.mux.HandleFunc("GET /status/failures", h.failures)
+	h.mux.HandleFunc("GET /status/blob", h.blob)
+	h.mux.HandleFunc("POST /status/worker", h.post(h.workerControl))
+	h.mux.HandleFunc("POST /status/kill", h.post(h.kill))
+	h.mux.HandleFunc("POST /status/reload", h.post(h.reload))
+	return h
+}
+
+// ServeHTTP implements http.Handler for /status and below.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; form-action 'self'; frame-ancestors 'none'")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Referrer-Policy", "same-origin")
+	h.mux.ServeHTTP(w, r)
+}
+
+// WantsHTML reports whether a request for /status/invocations comes from
+// a browser (the text and JSON forms stay for scripts).
+func WantsHTML(r *http.Request) bool {
+	f := r.URL.Query().Get("format")
+	return f == "html" || (f == "" && strings.Contains(r.Header.Get("Accept"), "text/html"))
+}
+
+// page reads ?page= (from 1) and ?per= into an offset and a limit.
+type page struct {
+	Num, Per, Total int
+	param           string
+	base            url.Values
+	path            string
+}
+
+func readPage(r *http.Request, param string) page {
+	q := r.URL.Query()
+	p := page{Num: 1, Per: PageSize, param: param, base: q, path: r.URL.Path}
+	if n, err := strconv.Atoi(q.Get(param)); err == nil && n > 0 {
+		p.Num = n
+	}
+	if n, err := strconv.Atoi(q.Get("per")); err == nil && n > 0 {
+		p.Per = min(n, MaxPageSize)
+	}
+	return p
+}
+
+func (p page) Offset() int { return (p.Num - 1) * p.Per }
+
+// Pages is the number of pages (at least 1).
+func (p page) Pages() int { return max(1, (p.Total+p.Per-1)/p.Per) }
+
+func (p page) link(n int) string {
+	q := url.Values{}
+	for k, v := range p.base {
+		q[k] = v
+	}
+	q.Set(p.param, strconv.Itoa(n))
+	return p.path + "?" + q.Encode()
+}
+
+// Prev and Next are links to the neighbouring pages, "" at the ends.
+func (p page) Prev() string {
+	if p.Num <= 1 {
+		return ""
+	}
+	return p.link(p.Num - 1)
+}
+
+func (p page) Next() string {
+	if p.Num >= p.Pages() {
+		return ""
+	}
+	return p.link(p.Num + 1)
+}
+
+// frame is what every page's layout needs.
+type frame struct {
+	Title   string
+	Refresh int
+	Token   string
+	Now     time.Time
+	Flash   string
+}
+
+func (h *Handler) frame(r *http.Request, title string, refresh bool) frame {
+	f := frame{Title: title, Token: h.token, Now: time.Now(), Flash: r.URL.Query().Get("flash")}
+	if refresh && h.opts.Refresh > 0 && r.URL.Query().Get("refresh") != "0" {
+		f.Refresh = max(1, int(h.opts.Refresh/time.Second))
+	}
+	return f
+}
+
+func (h *Handler) render(w http.ResponseWriter, name string, data any) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := templates.ExecuteTemplate(w, name, data); err != nil {
+		h.opts.Logger.Warn("rendering a status page failed", "page", name, "err", err)
+	}
+}
+
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, code int, msg string) {
+	w.WriteHeader(code)
+	h.render(w, "error", struct {
+		frame
+		Code    int
+		Message string
+	}{h.frame(r, http.StatusText(code), false), code, msg})
+}
+
+// overview is the main page.
+func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
+	wp := readPage(r, "wpage")
+	op := readPage(r, "opage")
+	workers := h.sched.Workers()
+	wp.Total = len(workers)
+	shown := workers[min(wp.Offset(), len(workers)):min(wp.Offset()+wp.Per, len(workers))]
+	ops, total := h.sched.Operations(op.Offset(), op.Per)
+	op.Total = total
+	quotas, _ := h.admin.ListQuotas(r.Context(), &adminpb.ListQuotasRequest{})
+	st := h.sched.Stats()
+	_, failed := h.sched.Failures(0, 0)
+	type cohort struct {
+		Name  string
+		Slots int64
+	}
+	var cohorts []cohort
+	for name, n := range quotas.GetCohortSlots() {
+		cohorts = append(cohorts, cohort{name, n})
+	}
+	sortBy(cohorts, func(c cohort) string { return c.Name })
+	h.render(w, "overview", struct {
+		frame
+		Stats      scheduler.Stats
+		Failed     int
+		Queues     []scheduler.QueuedCount
+		Quotas     *adminpb.ListQuotasResponse
+		Cohorts    []cohort
+		Workers    []scheduler.WorkerStatus
+		WorkerPage page
+		Ops        []scheduler.OperationInfo
+		OpPage     page
+	}{h.frame(r, "Gantry status", true), st, failed, h.sched.QueueCounts(), quotas, cohorts, shown, wp, ops, op})
+}
+
+// invocation is one row of the trie page.
+type invocation struct {
+	scheduler.InvocationStats
+	Depth int
+	Key   string
+	// Share is the subtree's part of its parent's executing actions, in
+	// percent; FairShare what an even split among siblings with work
+	// would give.
+	Share, FairShare float64
+}
+
+func (h *Handler) invocations(w http.ResponseWriter, r *http.Request) {
+	stats := h.sched.Invocations()
+	rows := make([]invocation, len(stats))
+	parentExec := map[string]int{}
+	siblings := map[string]int{}
+	for _, st := range stats {
+		parentExec[pathKey(st.Path)] = st.Executing
+		if len(st.Path) > 0 && st.Queued+st.Executing > 0 {
+			siblings[pathKey(st.Path[:len(st.Path)-1])]++
+		}
+	}
+	for i, st := range stats {
+		rows[i] = invocation{InvocationStats: st, Depth: len(st.Path)}
+		if len(st.Path) == 0 {
+			rows[i].Key = "(all)"
+			rows[i].Share, rows[i].FairShare = 100, 100
+			continue
+		}
+		rows[i].Key = st.Path[len(st.Path)-1]
+		if rows[i].Key == "" {
+			rows[i].Key = "(none)"
+		}
+		parent := pathKey(st.Path[:len(st.Path)-1])
+		if pe := parentExec[parent]; pe > 0 {
+			rows[i].Share = 100 * float64(st.Executing) / float64(pe)
+		}
+		if n := siblings[parent]; n > 0 && st.Queued+st.Executing > 0 {
+			rows[i].FairShare = 100 / float64(n)
+		}
+	}
+	p := readPage(r, "page")
+	p.Total = len(rows)
+	var keys []string
+	if h.keys != nil {
+		keys = h.keys()
+	}
+	h.render(w, "invocations", struct {
+		frame
+		Keys []string
+		Rows []invocation
+		Page page
+	}{h.frame(r, "Invocations", true), keys, rows[min(p.Offset(), len(rows)):min(p.Offset()+p.Per, len(rows))], p})
+}
+
+// pathKey is a map key for an invocation path ("" keys are common).
+func pathKey(p []string) string {
+	return strconv.Itoa(len(p)) + "\x00" + strings.Join(p, "\x00")
+}
+
+func (h *Handler) failures(w http.ResponseWriter, r *http.Request) {
+	p := readPage(r, "page")
+	fs, total := h.sched.Failures(p.Offset(), p.Per)
+	p.Total = total
+	h.render(w, "failures", struct {
+		frame
+		Failures []scheduler.FailedOperation
+		Page     page
+	}{h.frame(r, "Recent failures", true), fs, p})
+}
+
+// stamp is one step of an operation's timeline.
+type stamp struct {
+	What string
+	At   time.Time
+}
+
+// output is a downloadable output of the result.
+type output struct {
+	Name   string
+	Digest digest.Digest
+	Inline string
+	Link   string
+}
+
+func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
+	name := r.URL.Query().Get("name")
+	if name == "" {
+		h.fail(w, r, http.StatusBadRequest, "no operation given: open /status/operation?name=OPERATION (the overview and the failures page link to operations)")
+		return
+	}
+	info, err := h.sched.Operation(name)
+	if err != nil {
+		h.fail(w, r, http.StatusNotFound, fmt.Sprintf("operation %q is not known: it never existed or finished longer ago than scheduler.retention", name))
+		return
+	}
+	fn := info.ActionDigest.Function
+	var action repb.Action
+	var command repb.Command
+	var problems []string
+	if err := h.readProto(r.Context(), info.ActionDigest, &action); err != nil {
+		problems = append(problems, "action: "+err.Error())
+	} else if cd, err := digest.FromProto(fn, action.CommandDigest); err != nil {
+		problems = append(problems, "command digest: "+err.Error())
+	} else if err := h.readProto(r.Context(), cd, &command); err != nil {
+		problems = append(problems, "command: "+err.Error())
+	}
+	timeline := []stamp{{"queued", info.QueuedAt}}
+	if !info.LeasedAt.IsZero() {
+		timeline = append(timeline, stamp{"leased to " + info.Worker, info.LeasedAt})
+	}
+	var result *repb.ActionResult
+	var outs []output
+	if info.Response != nil {
+		result = info.Response.Result
+		if md := result.GetExecutionMetadata(); md != nil {
+			for _, s := range []struct {
+				what string
+				ts   interface{ AsTime() time.Time }
+				ok   bool
+			}{
+				{"worker started", md.WorkerStartTimestamp, md.WorkerStartTimestamp != nil},
+				{"input fetch started", md.InputFetchStartTimestamp, md.InputFetchStartTimestamp != nil},
+				{"input fetch completed", md.InputFetchCompletedTimestamp, md.InputFetchCompletedTimestamp != nil},
+				{"execution started", md.ExecutionStartTimestamp, md.ExecutionStartTimestamp != nil},
+				{"execution completed", md.ExecutionCompletedTimestamp, md.ExecutionCompletedTimestamp != nil},
+				{"output upload started", md.OutputUploadStartTimestamp, md.OutputUploadStartTimestamp != nil},
+				{"output upload completed", md.OutputUploadCompletedTimestamp, md.OutputUploadCompletedTimestamp != nil},
+				{"worker completed", md.WorkerCompletedTimestamp, md.WorkerCompletedTimestamp != nil},
+			} {
+				if s.ok {
+					timeline = append(timeline, stamp{s.what, s.ts.AsTime()})
+				}
+			}
+		}
+		addOut := func(n string, raw []byte, d *repb.Digest) {
+			if len(raw) > 0 {
+				outs = append(outs, output{Name: n, Inline: string(raw)})
+			} else if d != nil {
+				if dd, err := digest.FromProto(fn, d); err == nil {
+					outs = append(outs, output{Name: n, Digest: dd, Link: blobLink(dd, n)})
+				}
+			}
+		}
+		addOut("stdout", result.GetStdoutRaw(), result.GetStdoutDigest())
+		addOut("stderr", result.GetStderrRaw(), result.GetStderrDigest())
+		for _, f := range result.GetOutputFiles() {
+			addOut(f.Path, f.Contents, f.Digest)
+		}
+	}
+	if info.Done {
+		timeline = append(timeline, stamp{"completed", info.DoneAt})
+	}
+	var code, message string
+	if info.Response != nil {
+		st := status.FromProto(info.Response.Status)
+		code, message = st.Code().String(), st.Message()
+	}
+	h.render(w, "operation", struct {
+		frame
+		Op       scheduler.OperationInfo
+		Action   *repb.Action
+		Command  *repb.Command
+		Problems []string
+		Timeline []stamp
+		Result   *repb.ActionResult
+		Code     string
+		Message  string
+		Outputs  []output
+	}{h.frame(r, "Operation "+name, !info.Done), info, &action, &command, problems, timeline, result, code, message, outs})
+}
+
+func blobLink(d digest.Digest, name string) string {
+	q := url.Values{"hash": {d.Hash}, "size": {strconv.FormatInt(d.Size, 10)}, "fn": {strconv.Itoa(int(d.Function))}, "name": {name}}
+	return "/status/blob?" + q.Encode()
+}
+
+func (h *Handler) readProto(ctx context.Context, d digest.Digest, m proto.Message) error {
+	if d.Size > maxProtoBlob {
+		return fmt.Errorf("blob %s is larger than %d bytes; not shown", d, maxProtoBlob)
+	}
+	rc, err := h.cas.Open(ctx, d, 0)
+	if errors.Is(err, blobstore.ErrNotFound) {
+		return fmt.Errorf("blob %s is no longer in the CAS", d)
+	}
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxProtoBlob+1))
+	if err != nil {
+		return err
+	}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return fmt.Errorf("blob %s does not decode: %v", d, err)
+	}
+	return nil
+}
+
+// blob downloads a CAS blob (stdout, stderr, output files).
+func (h *Handler) blob(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	size, err := strconv.ParseInt(q.Get("size"), 10, 64)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, "size is not a number; use the links on an operation's page")
+		return
+	}
+	fnum, err := strconv.Atoi(q.Get("fn"))
+	if err != nil {
+		fnum = int(repb.DigestFunction_SHA256)
+	}
+	d, err := digest.Parse(digest.Function(fnum), q.Get("hash"), size)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, "bad digest: "+err.Error())
+		return
+	}
+	rc, err := h.cas.Open(r.Context(), d, 0)
+	if errors.Is(err, blobstore.ErrNotFound) {
+		h.fail(w, r, http.StatusNotFound, fmt.Sprintf("blob %s is not in the CAS (it may have been evicted)", d))
+		return
+	}
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, "reading the CAS: "+err.Error())
+		return
+	}
+	defer rc.Close()
+	name := q.Get("name")
+	if name == "" {
+		name = d.Hash
+	}
+	name = strings.Map(func(c rune) rune {
+		if c == '"' || c == '\\' || c == '/' || c < ' ' || c > '~' {
+			return '_'
+		}
+		return c
+	}, name)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", `attachment; filename="`+name+`"`)
+	w.Header().Set("Content-Length", strconv.FormatInt(d.Size, 10))
+	io.Copy(w, rc)
+}
+
+// post guards a control: same origin and the page's token (CSRF), then
+// runs f and redirects back with its outcome.
+func (h *Handler) post(f func(ctx context.Context, r *http.Request) (string, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := h.checkOrigin(r); err != nil {
+			h.fail(w, r, http.StatusForbidden, err.Error())
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+		if err := r.ParseForm(); err != nil {
+			h.fail(w, r, http.StatusBadRequest, "the form does not parse: "+err.Error())
+			return
+		}
+		if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(h.token)) != 1 {
+			h.fail(w, r, http.StatusForbidden, "the form's token is missing or stale (the server restarted?); reload the status page and try again")
+			return
+		}
+		who := "status page from " + r.RemoteAddr
+		msg, err := f(execution.WithActor(r.Context(), who), r)
+		if err != nil {
+			msg = "failed: " + status.Convert(err).Message()
+		}
+		back := r.PostFormValue("back")
+		if !strings.HasPrefix(back, "/status") || strings.HasPrefix(back, "//") {
+			back = "/status"
+		}
+		u, _ := url.Parse(back)
+		if u == nil {
+			u = &url.URL{Path: "/status"}
+		}
+		q := u.Query()
+		q.Set("flash", msg)
+		u.RawQuery = q.Encode()
+		http.Redirect(w, r, u.String(), http.StatusSeeOther)
+	}
+}
+
+// checkOrigin refuses cross-site form posts: browsers send Origin (and
+// Sec-Fetch-Site) with them.
+func (h *Handler) checkOrigin(r *http.Request) error {
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" && s != "none" {
+		return fmt.Errorf("cross-site request refused (Sec-Fetch-Site: %s); use the buttons of the status page itself", s)
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		if err != nil || u.Host != r.Host {
+			return fmt.Errorf("request from origin %q refused: the status page's controls accept only same-origin posts", o)
+		}
+	}
+	return nil
+}
+
+func (h *Handler) workerControl(ctx context.Context, r *http.Request) (string, error) {
+	id, action := r.PostFormValue("worker"), r.PostFormValue("action")
+	req := &adminpb.WorkerControlRequest{WorkerId: id, Reason: r.PostFormValue("reason")}
+	var err error
+	switch action {
+	case "drain":
+		_, err = h.admin.DrainWorker(ctx, req)
+	case "undrain":
+		_, err = h.admin.UndrainWorker(ctx, req)
+	case "terminate":
+		_, err = h.admin.TerminateWorker(ctx, req)
+	case "pause":
+		_, err = h.admin.PauseWorker(ctx, req)
+	case "resume":
+		_, err = h.admin.ResumeWorker(ctx, req)
+	default:
+		return "", fmt.Errorf("unknown control %q; use drain, undrain, terminate, pause or resume", action)
+	}
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s: %s done", id, action), nil
+}
+
+func (h *Handler) kill(ctx context.Context, r *http.Request) (string, error) {
+	name := r.PostFormValue("name")
+	resp, err := h.admin.KillOperation(ctx, &adminpb.KillOperationRequest{Name: name, Reason: r.PostFormValue("reason")})
+	if err != nil {
+		return "", err
+	}
+	if resp.AlreadyDone {
+		return name + " had already finished", nil
+	}
+	return name + " killed", nil
+}
+
+func (h *Handler) reload(ctx context.Context, _ *http.Request) (string, error) {
+	if _, err := h.admin.ReloadConfig(ctx, &adminpb.ReloadConfigRequest{}); err != nil {
+		return "", err
+	}
+	return "configuration reloaded", nil
+}

@@ -1,0 +1,124 @@
+package status
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/execution"
+	"github.com/gantry-build/gantry/internal/platform"
+	"github.com/gantry-build/gantry/internal/scheduler"
+)
+
+func newHandler(t testing.TB) (*Handler, *scheduler.Scheduler) {
+	sched := scheduler.New(scheduler.Config{}, nil)
+	h := New(sched, execution.NewAdminService(sched), blobstore.NewMemory(1<<20), func() []string { return []string{"user", "build"} }, Options{})
+	return h, sched
+}
+
+func get(h http.Handler, target string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", target, nil)
+	req.Header.Set("Accept", "text/html")
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func TestInvocationShares(t *testing.T) {
+	h, sched := newHandler(t)
+	submit := func(n int, path ...string) {
+		for i := 0; i < n; i++ {
+			d := digest.Compute(digest.SHA256, []byte(fmt.Sprint(path, i)))
+			if _, err := sched.Submit(scheduler.SubmitRequest{ActionDigest: d, Invocation: path}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	submit(3, "alice", "b1")
+	submit(1, "alice", "b2")
+	submit(2, "bob", "")
+	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w1", Platform: platform.Worker{Cores: 4, AllowUnmatched: true}})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	as, err := sched.PollMany(ctx, "w1", scheduler.Capacity{Cores: 4}, 4)
+	if err != nil || len(as) != 4 {
+		t.Fatalf("leased %d: %v", len(as), err)
+	}
+	rec := get(h, "/status/invocations")
+	body := rec.Body.String()
+	// One row per invocation: key, queued, executing, self queued, self
+	// executing, workers, share, fair.
+	row := func(key string) string {
+		m := regexp.MustCompile(`<tr><td>(?:&nbsp;|\x{a0})*` + regexp.QuoteMeta(key) + `</td>((?:<td[^>]*>[^<]*</td>){7})`).FindStringSubmatch(body)
+		if m == nil {
+			t.Fatalf("no row %q in\n%s", key, body)
+		}
+		return regexp.MustCompile(`<[^>]+>`).ReplaceAllString(strings.ReplaceAll(m[1], "</td>", " "), "")
+	}
+	// Fairness leases 2 to alice and 2 to bob; within alice, b1 and b2
+	// get one each. (The workers column, 5th, is left out.)
+	for key, want := range map[string]string{"(all)": "2 4 0 0 100% 100%", "alice": "2 2 0 0 50% 50%", "bob": "0 2 0 0 50% 50%", "b1": "2 1 2 1 50% 50%", "b2": "0 1 0 1 50% 50%"} {
+		fs := strings.Fields(row(key))
+		if got := strings.Join(append(fs[:4:4], fs[5:]...), " "); got != want {
+			t.Errorf("row %s: %q, want %q", key, got, want)
+		}
+	}
+}
+
+func TestPagination(t *testing.T) {
+	h, sched := newHandler(t)
+	for i := 0; i < 7; i++ {
+		sched.RegisterWorker(scheduler.WorkerInfo{ID: fmt.Sprintf("w%d", i), Platform: platform.Worker{Cores: 1}})
+	}
+	body := get(h, "/status?per=3&wpage=3").Body.String()
+	if !strings.Contains(body, `data-worker="w6"`) || strings.Contains(body, `data-worker="w5"`) || !strings.Contains(body, "Page 3 of 3 (7 in all)") {
+		t.Errorf("page 3 of the workers:\n%s", body)
+	}
+	body = get(h, "/status?per=3&wpage=99").Body.String()
+	if strings.Contains(body, `data-worker=`) {
+		t.Error("a page past the end shows workers")
+	}
+}
+
+// FuzzPages sends arbitrary queries to every page and arbitrary forms to
+// every control: no panic, no server error, and no control without the
+// token.
+func FuzzPages(f *testing.F) {
+	for _, s := range []string{"", "name=x", "page=-1&per=999999", "hash=zz&size=-1&fn=99", "hash=" + strings.Repeat("a", 64) + "&size=5&fn=1&name=%22%0a", "wpage=2&opage=3&refresh=0", "format=html"} {
+		f.Add(s, uint8(0))
+	}
+	h, sched := newHandler(f)
+	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w1", Platform: platform.Worker{Cores: 1}})
+	gets := []string{"/status", "/status/invocations", "/status/operation", "/status/failures", "/status/blob"}
+	posts := []string{"/status/worker", "/status/kill", "/status/reload"}
+	f.Fuzz(func(t *testing.T, query string, which uint8) {
+		if i := int(which) % (len(gets) + len(posts)); i < len(gets) {
+			rec := httptest.NewRecorder()
+			req, err := http.NewRequest("GET", "http://x"+gets[i]+"?"+query, nil)
+			if err != nil {
+				return
+			}
+			h.ServeHTTP(rec, req)
+			if rec.Code >= 500 {
+				t.Fatalf("GET %s?%s: %d", gets[i], query, rec.Code)
+			}
+		} else {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest("POST", posts[i-len(gets)], strings.NewReader(query))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusForbidden && rec.Code != http.StatusBadRequest {
+				t.Fatalf("POST %s without the token: %d", posts[i-len(gets)], rec.Code)
+			}
+			if sched.WorkerControlOf("w1") != (scheduler.WorkerControl{}) {
+				t.Fatal("a POST without the token changed a worker")
+			}
+		}
+	})
+}

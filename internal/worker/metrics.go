@@ -1,0 +1,98 @@
+package worker
+
+import (
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// StageBuckets are the bounds, in seconds, of the worker's stage
+// histograms (the same as the server's).
+var StageBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
+
+// collector exports a worker's own state: its leases and its input file
+// cache, read at scrape time.
+type collector struct {
+	w                                     *Worker
+	leases, cacheBytes, cacheMax, entries *prometheus.Desc
+	hits, misses, evictions, downloaded   *prometheus.Desc
+}
+
+// RegisterMetrics registers the worker's metrics with reg: active leases
+// and the input file cache (usage, hits, misses, evictions). With stages
+// the worker also observes its own stage durations
+// (gantry_worker_stage_duration_seconds); a worker inside `gantry serve`
+// leaves that to the server, which sees every worker's results.
+func (w *Worker) RegisterMetrics(reg prometheus.Registerer, stages bool) error {
+	c := &collector{w: w,
+		leases:     prometheus.NewDesc("gantry_worker_active_leases", "Actions this worker holds (fetching, executing or uploading).", nil, nil),
+		cacheBytes: prometheus.NewDesc("gantry_worker_input_cache_bytes", "Bytes of input files in the worker's cache.", nil, nil),
+		cacheMax:   prometheus.NewDesc("gantry_worker_input_cache_max_bytes", "The input cache's limit (worker.cache_max_size; 0: none).", nil, nil),
+		entries:    prometheus.NewDesc("gantry_worker_input_cache_files", "Input files in the worker's cache.", nil, nil),
+		hits:       prometheus.NewDesc("gantry_worker_input_cache_hits_total", "Input files found in the cache (or already being fetched).", nil, nil),
+		misses:     prometheus.NewDesc("gantry_worker_input_cache_misses_total", "Input files fetched from the CAS.", nil, nil),
+		evictions:  prometheus.NewDesc("gantry_worker_input_cache_evictions_total", "Input files evicted to stay within the cache's limit.", nil, nil),
+		downloaded: prometheus.NewDesc("gantry_worker_input_cache_downloaded_bytes_total", "Bytes of input files fetched from the CAS.", nil, nil),
+	}
+	if err := reg.Register(c); err != nil {
+		return err
+	}
+	if stages {
+		h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gantry_worker_stage_duration_seconds",
+			Help:    "Time this worker spent per action in each stage (input_fetch, execute, output_upload, worker: all of it).",
+			Buckets: StageBuckets,
+		}, []string{"stage"})
+		if err := reg.Register(h); err != nil {
+			return err
+		}
+		w.stages = [4]prometheus.Observer{h.WithLabelValues("input_fetch"), h.WithLabelValues("execute"), h.WithLabelValues("output_upload"), h.WithLabelValues("worker")}
+	}
+	return nil
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.leases, c.cacheBytes, c.cacheMax, c.entries, c.hits, c.misses, c.evictions, c.downloaded} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	c.w.mu.Lock()
+	n := len(c.w.leases)
+	c.w.mu.Unlock()
+	st := c.w.cache.Stats()
+	g := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
+	k := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	g(c.leases, float64(n))
+	g(c.cacheBytes, float64(st.Bytes))
+	g(c.cacheMax, float64(st.MaxBytes))
+	g(c.entries, float64(st.Entries))
+	k(c.hits, float64(st.Hits))
+	k(c.misses, float64(st.Misses))
+	k(c.evictions, float64(st.Evictions))
+	k(c.downloaded, float64(st.DownloadedBytes))
+}
+
+// observeStages records a finished lease's stage durations, when the
+// worker keeps its own stage histograms.
+func (w *Worker) observeStages(md *repb.ExecutedActionMetadata) {
+	if w.stages[0] == nil {
+		return
+	}
+	for i, p := range [4][2]*timestamppb.Timestamp{
+		{md.InputFetchStartTimestamp, md.InputFetchCompletedTimestamp},
+		{md.ExecutionStartTimestamp, md.ExecutionCompletedTimestamp},
+		{md.OutputUploadStartTimestamp, md.OutputUploadCompletedTimestamp},
+		{md.WorkerStartTimestamp, md.WorkerCompletedTimestamp},
+	} {
+		if p[0] == nil || p[1] == nil {
+			continue
+		}
+		if d := p[1].AsTime().Sub(p[0].AsTime()); d >= 0 {
+			w.stages[i].Observe(d.Seconds())
+		}
+	}
+}
