@@ -323,7 +323,17 @@ func TestFreezeStopsTheActionInsideItsSession(t *testing.T) {
 	}
 	waitFor("running", func(st string) bool { return st != "T" && st != "t" })
 	a.Freeze(cmd.Process.Pid)
-	waitFor("frozen", func(st string) bool { return st == "T" || st == "t" })
+	// A process waiting for a child it started with vfork (posix_spawn)
+	// sits in D while that child is stopped before its exec: it makes no
+	// progress either. At least one process must be stopped.
+	waitFor("frozen", func(st string) bool { return st == "T" || st == "t" || st == "D" })
+	stopped := false
+	for _, st := range procState(marker) {
+		stopped = stopped || st == "T" || st == "t"
+	}
+	if !stopped {
+		t.Fatalf("frozen: no process is stopped: %v", procState(marker))
+	}
 	a.Thaw(cmd.Process.Pid)
 	waitFor("thawed", func(st string) bool { return st != "T" && st != "t" })
 }
