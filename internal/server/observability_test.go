@@ -152,6 +152,12 @@ func TestMetricsAfterKnownScenario(t *testing.T) {
 		t.Fatalf("the repeated action was not a cache hit: %v", r)
 	}
 
+	// The worker observes its stage durations just after it reports the
+	// result, so the client can see an operation finish a moment before
+	// its stages are counted.
+	obsWaitFor(t, "the worker's stage durations of 4 executed actions", func() bool {
+		return sample(scrape(t, addr), "gantry_worker_stage_duration_seconds", "stage", "worker") >= 4
+	})
 	m := scrape(t, addr)
 	for _, c := range []struct {
 		name   string
