@@ -89,12 +89,21 @@ func TestDiskGuardKillsActionFillingDisk(t *testing.T) {
 			if n := writtenUnder(t, filepath.Join(f.dir, "worker", "roots")); n > 1<<20 {
 				t.Errorf("%d bytes are left in the exec roots after the kill", n)
 			}
-			// The worker keeps working.
-			r := f.mustRun(ctx, empty, shCmd("echo fine > out.txt", "out.txt"))
-			if r.ExitCode != 0 || len(r.OutputFiles) != 1 || f.read(r.OutputFiles[0].Digest) != "fine\n" {
-				_, stderr := f.stdio(r)
-				t.Errorf("next action: exit %d, outputs %v, stderr %q", r.ExitCode, r.OutputFiles, stderr)
+			f.mustWorkAfterDiskKill(ctx)
+
+			// Endless stdout spills into the worker's log directory, on
+			// the same disk: bounded the same way, and not kept.
+			resp = f.run(ctx, empty, shCmd("head -c 4G /dev/zero; exit 0"))
+			if got := codes.Code(resp.Status.GetCode()); got != codes.ResourceExhausted {
+				t.Fatalf("stdout flood: status %v (%s), want RESOURCE_EXHAUSTED from the disk guard", got, resp.Status.GetMessage())
 			}
+			if msg := resp.Status.GetMessage(); !strings.Contains(msg, "worker.min_free_disk") || !strings.Contains(msg, "stdout") {
+				t.Errorf("stdout flood: message %q does not name the reserve and the dropped stdout", msg)
+			}
+			if n := writtenUnder(t, filepath.Join(f.dir, "worker", "logs")); n > 1<<20 {
+				t.Errorf("%d bytes of output are left in the worker's log directory after the kill", n)
+			}
+			f.mustWorkAfterDiskKill(ctx)
 		})
 	}
 }
@@ -125,5 +134,15 @@ func TestMaxFileSizeLimitsActionFiles(t *testing.T) {
 				t.Errorf("next action: exit %d, outputs %v, stderr %q", r.ExitCode, r.OutputFiles, stderr)
 			}
 		})
+	}
+}
+
+// mustWorkAfterDiskKill checks that the worker runs the next action.
+func (f *farm) mustWorkAfterDiskKill(ctx context.Context) {
+	f.t.Helper()
+	r := f.mustRun(ctx, digest.Empty(digest.SHA256), shCmd("echo fine > out.txt", "out.txt"))
+	if r.ExitCode != 0 || len(r.OutputFiles) != 1 || f.read(r.OutputFiles[0].Digest) != "fine\n" {
+		_, stderr := f.stdio(r)
+		f.t.Errorf("next action: exit %d, outputs %v, stderr %q", r.ExitCode, r.OutputFiles, stderr)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
@@ -143,7 +144,13 @@ func (w *Worker) checkDisk() error {
 	var victim *activeLease
 	most := int64(-1)
 	for _, l := range running {
-		if n := writtenBytes(l.disk.root); n > most {
+		n := writtenBytes(l.disk.root)
+		for _, stream := range []string{"stdout", "stderr"} {
+			if info, err := os.Stat(logPath(w.logs, l.id, stream)); err == nil {
+				n += info.Size() // spilled output
+			}
+		}
+		if n > most {
 			victim, most = l, n
 		}
 	}
@@ -168,13 +175,26 @@ func (w *Worker) completeDiskKill(ctx context.Context, l *activeLease, ad digest
 	if err := root.Recycle(); err != nil {
 		w.log.Warn("emptying the exec root of an action killed for disk space failed", "dir", root.Dir, "err", err)
 	}
-	msg := fmt.Sprintf("action %s was killed: the worker's disk fell below worker.min_free_disk (%s free, reserve %s); the action had written %s into its exec root. Make the action write less, or run it on a worker with more free disk",
+	msg := fmt.Sprintf("action %s was killed: the worker's disk fell below worker.min_free_disk (%s free, reserve %s); the action had written %s into its exec root and output. Make the action write less, or run it on a worker with more free disk",
 		ad, formatBytes(st.free), formatBytes(w.cfg.MinFreeDisk), formatBytes(st.written))
 	stderr.note("gantry: " + msg)
+	// Output that spilled to disk may be what filled it: it is dropped
+	// rather than copied into the CAS.
 	ar := &repb.ActionResult{ExitCode: int32(res.ExitCode)}
 	var err error
-	if ar.StdoutDigest, err = stdout.upload(ctx, cas, ad.Function); err == nil {
-		ar.StderrDigest, err = stderr.upload(ctx, cas, ad.Function)
+	for _, s := range []struct {
+		c    *capture
+		dst  **repb.Digest
+		name string
+	}{{stdout, &ar.StdoutDigest, "stdout"}, {stderr, &ar.StderrDigest, "stderr"}} {
+		if s.c.spilled() {
+			s.c.discard()
+			msg += fmt.Sprintf("; its %s (over %s) was dropped", s.name, formatBytes(memoryLogLimit))
+			continue
+		}
+		if *s.dst, err = s.c.upload(ctx, cas, ad.Function); err != nil {
+			break
+		}
 	}
 	req := failure(codes.ResourceExhausted, "%s", msg)
 	if err == nil {
@@ -228,4 +248,11 @@ func formatBytes(n int64) string {
 		i++
 	}
 	return strconv.FormatFloat(v, 'f', 1, 64) + [...]string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}[i]
+}
+
+// spilled reports whether the stream outgrew memory and went to a file.
+func (c *capture) spilled() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.spill != nil
 }
