@@ -97,3 +97,13 @@ func TestFormatBytes(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkFreeBytes is the disk guard's cost per check.
+func BenchmarkFreeBytes(b *testing.B) {
+	dir := b.TempDir()
+	for b.Loop() {
+		if _, err := freeBytes(dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
