@@ -208,6 +208,9 @@ func (w *Worker) completeDiskKill(ctx context.Context, l *activeLease, ad digest
 // freeBytes is the space available to unprivileged users on the file
 // system holding dir.
 func freeBytes(dir string) (int64, error) {
+	if dir == "" {
+		dir = "." // the work directory defaults to the current one
+	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
 		return 0, err
