@@ -155,6 +155,11 @@ type WorkerConfig struct {
 	Wrapper []string `yaml:"wrapper"`
 	// Sandbox configures the bubblewrap sandbox (see sandbox.go).
 	Sandbox SandboxConfig `yaml:"sandbox"`
+	// MinFreeDisk is the free space the work directory's file system
+	// keeps while actions run (the disk guard; 0 = off).
+	MinFreeDisk ByteSize `yaml:"min_free_disk"`
+	// MaxFileSize limits each file an action writes (RLIMIT_FSIZE; 0 = off).
+	MaxFileSize ByteSize `yaml:"max_file_size"`
 }
 
 // Storage configures the CAS and the ActionCache.
@@ -251,6 +256,7 @@ func Default() Config {
 			AcceptUnknownProperties: true,
 			CacheMaxSize:            10 << 30,
 			Sandbox:                 defaultSandbox(),
+			MinFreeDisk:             1 << 30,
 		},
 		Log:     LogConfig{Level: "info", Format: "text"},
 		Auth:    AuthConfig{JWT: JWTConfig{SubjectClaim: "sub", RequireExpiry: true}, CertificateNames: []string{"cn"}},
@@ -488,6 +494,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	validateSandbox(c.Worker.Sandbox, bad)
+	validateDiskLimits(c.Worker, bad)
 	if c.Worker.Cores < 0 || c.Worker.InputFetchSlots < 0 || c.Worker.ReportSlots < 0 {
 		bad("worker", "cores, input_fetch_slots and report_slots must not be negative")
 	}

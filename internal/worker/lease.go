@@ -121,6 +121,7 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 		defer sbx.Finish()
 		wrapper = append(append([]string{}, sbx.Wrapper...), wrapper...)
 	}
+	wrapper = w.fileSizeWrapper(wrapper)
 	stdout, stdoutW, err := newCapture(logPath(w.logs, l.id, "stdout"))
 	if err != nil {
 		w.complete(l, failure(codes.Internal, "worker cannot capture output: %v", err))
@@ -158,6 +159,7 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	if sbx != nil {
 		l.proc = sandboxedProc{proc, sbx}
 	}
+	l.disk.root, l.disk.kill = rootDir, proc.Cancel
 	if w.paused {
 		// The worker was paused while the action got ready.
 		l.proc.Suspend()
@@ -166,6 +168,10 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	stop := context.AfterFunc(ctx, proc.Cancel)
 	res := proc.Wait()
 	stop()
+	w.mu.Lock()
+	l.disk.kill = nil
+	diskKill := l.disk
+	w.mu.Unlock()
 	var sbOut sandbox.Outcome
 	if sbx != nil {
 		sbOut = sbx.Finish() // kills what is left in the action's cgroup
@@ -180,6 +186,10 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	md.ExecutionCompletedTimestamp = timestamppb.Now()
 	if ctx.Err() != nil {
 		return // cancelled or shutting down: nobody wants the result
+	}
+	if diskKill.killed {
+		w.completeDiskKill(ctx, l, ad, root, diskKill, res, md, cas, stdout, stderr)
+		return
 	}
 
 	// Claim a report slot before letting go of the cores.

@@ -62,6 +62,12 @@ type Config struct {
 	// "bubblewrap"); SandboxAll runs every action in it.
 	Sandbox    *sandbox.Config
 	SandboxAll bool
+	// MinFreeDisk is the free space (bytes) the file system of WorkDir
+	// keeps while actions run; below it the disk guard kills the action
+	// writing most (diskguard.go). 0 turns the guard off.
+	MinFreeDisk int64
+	// MaxFileSize is RLIMIT_FSIZE for every action (bytes); 0 = no limit.
+	MaxFileSize int64
 }
 
 // Worker is a running worker.
@@ -99,6 +105,8 @@ type Worker struct {
 	paused      bool
 	terminating bool
 	stopPolling context.CancelFunc
+	// prlimit is the prlimit binary that sets MaxFileSize ("" when off).
+	prlimit string
 }
 
 type activeLease struct {
@@ -110,6 +118,8 @@ type activeLease struct {
 	// completing is set once the result is on its way to the scheduler;
 	// a CANCEL then only means the scheduler has already processed it.
 	completing bool
+	// disk is the disk guard's view of the running action (diskguard.go).
+	disk diskState
 }
 
 // processControl is what the heartbeat loop may do to a running action.
@@ -157,6 +167,9 @@ func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
 	if err := w.setupSandbox(); err != nil {
 		return nil, err
 	}
+	if err := w.setupDiskLimits(); err != nil {
+		return nil, err
+	}
 	w.cas = newInstanceCAS(conn)
 	cache, err := filecache.New(filepath.Join(cfg.WorkDir, "cache"), cfg.CacheMaxBytes, w.cas)
 	if err != nil {
@@ -182,6 +195,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	var hb, leases sync.WaitGroup
 	hb.Add(1)
 	go func() { defer hb.Done(); w.heartbeatLoop(hbCtx) }()
+	hb.Add(1)
+	go func() { defer hb.Done(); w.diskGuardLoop(hbCtx) }()
 	err := w.matchLoop(ctx, pollCtx, &leases)
 	leases.Wait()
 	stopHeartbeats()
