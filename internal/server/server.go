@@ -181,6 +181,8 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		mux.Handle("/status", s.status)
 		mux.Handle("/status/", s.status)
 		mux.HandleFunc("/status/invocations", s.serveInvocations)
+		// The port's root is the status page.
+		mux.Handle("/{$}", http.RedirectHandler("/status", http.StatusSeeOther))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain")
 			fmt.Fprintln(w, "ok")

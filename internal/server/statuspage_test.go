@@ -98,6 +98,14 @@ func TestStatusPages(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("/status: %d\n%s", code, body)
 	}
+	// The port's root leads to the same page (the client follows the
+	// redirect); other unknown paths are still 404.
+	if code, root := s.get(t, "/"); code != 200 || !strings.Contains(root, "Gantry status") {
+		t.Fatalf("/: %d\n%s", code, root)
+	}
+	if code, _ := s.get(t, "/nothing-here"); code != 404 {
+		t.Fatalf("/nothing-here: %d, want 404", code)
+	}
 	contains(t, "overview", body, "1 queued · 1 executing · 1 workers", "1 recent failures", `data-worker="w1"`, s.running, s.queued, "EXECUTING", "QUEUED", ">active<")
 	// Pagination of the operations in progress.
 	_, body = s.get(t, "/status?per=1&opage=2")
