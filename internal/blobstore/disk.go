@@ -97,10 +97,9 @@ type DiskOptions struct {
 	// one frees a small part of the store.
 	SegmentSize int64
 	// DirectIOThreshold is the size from which blobs are written with
-	// O_DIRECT, bypassing the page cache: the kernel's copy into the page
-	// cache is the largest CPU cost of a large upload after hashing, and
-	// huge blobs would push many small hot ones out of memory. 0 writes
-	// every blob through the page cache. Blobs of up to 1 MiB never use it.
+	// O_DIRECT, bypassing the page cache, so that huge blobs do not push
+	// many small hot ones out of memory. 0 writes every blob through the
+	// page cache. Blobs of up to 1 MiB never use it.
 	DirectIOThreshold int64
 }
 

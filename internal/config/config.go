@@ -228,7 +228,7 @@ func Default() Config {
 		DataDir:    "./gantry-data",
 		Status:     StatusConfig{Refresh: Duration(10 * time.Second)},
 		Storage: Storage{
-			CAS:               CASConfig{Backend: "disk", MaxSize: 10 << 30, DirectIOThreshold: 32 << 20},
+			CAS:               CASConfig{Backend: "disk", MaxSize: 10 << 30},
 			ActionCache:       ACConfig{Backend: "disk", MaxSize: 1 << 30},
 			MaxBatchSize:      4 << 20,
 			ReadChunkSize:     1 << 20,
