@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -319,11 +318,9 @@ func (ts taskSnap) mutations(batch []statestore.Mutation) []statestore.Mutation 
 		return append(batch, statestore.Mutation{Kind: kindTask, Key: ts.id, Delete: true}, statestore.Mutation{Kind: kindTaskState, Key: ts.id, Delete: true})
 	}
 	if ts.first != nil {
-		v, _ := json.Marshal(ts.first)
-		batch = append(batch, statestore.Mutation{Kind: kindTask, Key: ts.id, Value: v})
+		batch = append(batch, statestore.Mutation{Kind: kindTask, Key: ts.id, Value: ts.first.marshal()})
 	}
-	v, _ := json.Marshal(ts.state)
-	return append(batch, statestore.Mutation{Kind: kindTaskState, Key: ts.id, Value: v})
+	return append(batch, statestore.Mutation{Kind: kindTaskState, Key: ts.id, Value: ts.state.marshal()})
 }
 
 type opSnap struct {
@@ -351,8 +348,7 @@ func (o opSnap) mutation() statestore.Mutation {
 	if o.resp != nil {
 		o.rec.Response, _ = proto.Marshal(o.resp)
 	}
-	v, _ := json.Marshal(o.rec)
-	return statestore.Mutation{Kind: kindOp, Key: o.name, Value: v}
+	return statestore.Mutation{Kind: kindOp, Key: o.name, Value: o.rec.marshal()}
 }
 
 // restoreLocked rebuilds the scheduler's state from store.
@@ -365,7 +361,7 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 	states := map[string]*taskStateRecord{}
 	err = store.Load(ctx, kindTaskState, func(key string, value []byte) error {
 		st := &taskStateRecord{}
-		if err := json.Unmarshal(value, st); err != nil {
+		if err := st.unmarshal(value); err != nil {
 			return fmt.Errorf("task state record %s: %w", key, err)
 		}
 		states[key] = st
@@ -377,7 +373,7 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 	var tasks []*stored
 	err = store.Load(ctx, kindTask, func(key string, value []byte) error {
 		r := &stored{}
-		if err := json.Unmarshal(value, &r.taskRecord); err != nil {
+		if err := r.taskRecord.unmarshal(value); err != nil {
 			return fmt.Errorf("task record %s: %w", key, err)
 		}
 		st := states[key]
@@ -433,7 +429,7 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 	var finished []*Operation
 	err = store.Load(ctx, kindOp, func(name string, value []byte) error {
 		r := &opRecord{}
-		if err := json.Unmarshal(value, r); err != nil {
+		if err := r.unmarshal(value); err != nil {
 			return fmt.Errorf("operation record %s: %w", name, err)
 		}
 		op := &Operation{Name: name, goneSince: now}
