@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -193,4 +194,66 @@ type failingStore struct{ *statestore.Memory }
 
 func (failingStore) Apply(context.Context, []statestore.Mutation) error {
 	return fmt.Errorf("disk full")
+}
+
+// gatedStore holds every Apply until the gate is open.
+type gatedStore struct {
+	*statestore.Memory
+	mu   sync.Mutex
+	gate chan struct{}
+}
+
+func (g *gatedStore) setGate(c chan struct{}) { g.mu.Lock(); g.gate = c; g.mu.Unlock() }
+
+func (g *gatedStore) Apply(ctx context.Context, b []statestore.Mutation) error {
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
+	<-gate
+	return g.Memory.Apply(ctx, b)
+}
+
+func TestCompleteManyStoresBeforeStored(t *testing.T) {
+	open := make(chan struct{})
+	close(open)
+	store := &gatedStore{Memory: statestore.NewMemory(), gate: open}
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s, stop := durableTest(t, store, clk)
+	register(s, "w")
+	ops := []string{submit(t, s, "a"), submit(t, s, "b"), submit(t, s, "c")}
+	var cs []Completion
+	for range ops {
+		a := pollNow(t, s, "w", 1)
+		if a == nil {
+			t.Fatal("no lease")
+		}
+		cs = append(cs, Completion{LeaseID: a.LeaseID, Response: okResponse()})
+	}
+	cs = append(cs, Completion{LeaseID: "not-a-lease", Response: okResponse()})
+	// Close the gate: nothing more reaches the store.
+	gate := make(chan struct{})
+	store.setGate(gate)
+	s.Flush(context.Background()) // let a flush already running finish
+	accepted, stored := s.CompleteMany("w", cs)
+	if want := []bool{true, true, true, false}; !reflect.DeepEqual(accepted, want) {
+		t.Fatalf("accepted %v, want %v", accepted, want)
+	}
+	done := make(chan struct{})
+	go func() { stored(); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("stored returned while the store had not written the completions")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(gate)
+	<-done
+	stop()
+	// A restart finds all three finished.
+	s2, stop2 := durableTest(t, store.Memory, clk)
+	defer stop2()
+	for _, op := range ops {
+		if st := state(t, s2, op); !st.Done {
+			t.Errorf("operation %s after restart: %+v", op, st)
+		}
+	}
 }
