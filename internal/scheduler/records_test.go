@@ -20,7 +20,7 @@ func sampleRecords() (taskRecord, taskStateRecord, opRecord) {
 	at := time.Unix(1_700_000_000, 123456789).UTC()
 	return taskRecord{ID: "t1", Instance: "main", Function: 1, Hash: "abc", Size: 142,
 			Platform: platform.Properties{{Name: "OSFamily", Value: "linux"}, {Name: "pool", Value: "*"}},
-			Action: []byte{1, 2, 0, 3}, Command: []byte("cmd"), Cacheable: true, Queue: "q", QueuedAt: at},
+			Action:   []byte{1, 2, 0, 3}, Command: []byte("cmd"), Cacheable: true, Queue: "q", QueuedAt: at},
 		taskStateRecord{Priority: -3, Seq: -7, Attempts: 2, Invocation: []string{"u", "inv"}, Lease: "l1", Worker: "w1"},
 		opRecord{Task: "t1", Done: true, Response: []byte{9, 9}, DoneAt: at.Add(time.Second)}
 }
