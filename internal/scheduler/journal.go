@@ -44,6 +44,8 @@ type journal struct {
 	dirtyTasks map[*Task]struct{}
 	dirtyOps   map[*Operation]struct{}
 	seq        uint64 // changes marked so far
+	// Finished operations not yet known to be stored, in doneSeq order.
+	doneWait []*Operation
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -219,11 +221,13 @@ func (s *Scheduler) flush(ctx context.Context) {
 	}
 	if len(batch) == 0 {
 		j.record(seq, nil)
+		s.notifyStored()
 		return
 	}
 	p, ok := j.store.(statestore.Pipeliner)
 	if !ok {
 		j.record(seq, j.store.Apply(ctx, batch))
+		s.notifyStored()
 		return
 	}
 	wait, err := p.Enqueue(context.WithoutCancel(ctx), batch)
@@ -238,6 +242,7 @@ func (s *Scheduler) flush(ctx context.Context) {
 		}
 		<-prev // report in flush order
 		j.record(seq, err)
+		s.notifyStored()
 	}()
 }
 

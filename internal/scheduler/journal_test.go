@@ -232,6 +232,8 @@ func TestCompleteManyStoresBeforeStored(t *testing.T) {
 	cs = append(cs, Completion{LeaseID: "not-a-lease", Response: okResponse()})
 	// Close the gate: nothing more reaches the store.
 	gate := make(chan struct{})
+	var openGate sync.Once
+	t.Cleanup(func() { openGate.Do(func() { close(gate) }) }) // so that a failed test stops
 	store.setGate(gate)
 	s.Flush(context.Background()) // let a flush already running finish
 	accepted, stored := s.CompleteMany("w", cs)
@@ -245,7 +247,7 @@ func TestCompleteManyStoresBeforeStored(t *testing.T) {
 		t.Fatal("stored returned while the store had not written the completions")
 	case <-time.After(50 * time.Millisecond):
 	}
-	close(gate)
+	openGate.Do(func() { close(gate) })
 	<-done
 	stop()
 	// A restart finds all three finished.
@@ -255,5 +257,57 @@ func TestCompleteManyStoresBeforeStored(t *testing.T) {
 		if st := state(t, s2, op); !st.Done {
 			t.Errorf("operation %s after restart: %+v", op, st)
 		}
+	}
+}
+
+// A client never sees a result before it is stored.
+func TestResultVisibleOnlyOnceStored(t *testing.T) {
+	open := make(chan struct{})
+	close(open)
+	store := &gatedStore{Memory: statestore.NewMemory(), gate: open}
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s, stop := durableTest(t, store, clk)
+	t.Cleanup(stop) // after the gate opens (cleanups run last first)
+	register(s, "w")
+	op := submit(t, s, "a")
+	a := pollNow(t, s, "w", 1)
+	st, changed, err := s.Watch(op)
+	if err != nil || st.Done {
+		t.Fatalf("before completion: %+v %v", st, err)
+	}
+	gate := make(chan struct{})
+	var openGate sync.Once
+	t.Cleanup(func() { openGate.Do(func() { close(gate) }) }) // so that a failed test stops
+	store.setGate(gate)
+	s.Flush(context.Background()) // let a flush already running finish
+	accepted, stored := s.CompleteMany("w", []Completion{{LeaseID: a.LeaseID, Response: okResponse()}})
+	if !accepted[0] {
+		t.Fatal("completion refused")
+	}
+	// Not stored yet: not done, for Watch and List, and no wake-up.
+	if st, _, _ := s.Watch(op); st.Done || st.Stage != repb.ExecutionStage_EXECUTING {
+		t.Fatalf("result visible before it is stored: %+v", st)
+	}
+	for _, st := range s.List() {
+		if st.Name == op && st.Done {
+			t.Fatal("List shows a result before it is stored")
+		}
+	}
+	select {
+	case <-changed:
+		if st, _, _ := s.Watch(op); st.Done {
+			t.Fatal("result visible before it is stored")
+		}
+	default:
+	}
+	openGate.Do(func() { close(gate) })
+	stored()
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("watchers not woken once the result was stored")
+	}
+	if st, _, _ := s.Watch(op); !st.Done || st.Response.GetResult() == nil {
+		t.Fatalf("stored result not visible: %+v", st)
 	}
 }
