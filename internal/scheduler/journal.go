@@ -49,7 +49,8 @@ type journal struct {
 
 	mu      sync.Mutex
 	cond    *sync.Cond
-	flushed uint64 // changes durable
+	flushed uint64 // changes durable, or failed
+	stored  uint64 // changes durable before any failure
 	err     error  // the last flush's error, for the calls waiting on it
 	kick    chan struct{}
 	done    chan struct{} // closed when the flusher has stopped
@@ -254,6 +255,9 @@ func (j *journal) record(seq uint64, err error) {
 	defer j.mu.Unlock()
 	if err != nil && j.err == nil {
 		j.err = err
+	}
+	if j.err == nil {
+		j.stored = max(j.stored, seq)
 	}
 	j.flushed = max(j.flushed, seq)
 	j.cond.Broadcast()

@@ -311,3 +311,48 @@ func TestResultVisibleOnlyOnceStored(t *testing.T) {
 		t.Fatalf("stored result not visible: %+v", st)
 	}
 }
+
+// switchStore fails every Apply once failing is set.
+type switchStore struct {
+	*statestore.Memory
+	mu      sync.Mutex
+	failing bool
+}
+
+func (s *switchStore) Apply(ctx context.Context, b []statestore.Mutation) error {
+	s.mu.Lock()
+	failing := s.failing
+	s.mu.Unlock()
+	if failing {
+		return fmt.Errorf("disk full")
+	}
+	return s.Memory.Apply(ctx, b)
+}
+
+// After a failed commit, results stored before it stay visible; later
+// ones are never shown.
+func TestStoredResultsStayVisibleAfterAFailure(t *testing.T) {
+	store := &switchStore{Memory: statestore.NewMemory()}
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s, stop := durableTest(t, store, clk)
+	defer stop()
+	register(s, "w")
+	opA, opB := submit(t, s, "a"), submit(t, s, "b")
+	la, lb := pollNow(t, s, "w", 1), pollNow(t, s, "w", 1)
+	if !s.Complete("w", la.LeaseID, okResponse()) {
+		t.Fatal("completion of a refused")
+	}
+	store.mu.Lock()
+	store.failing = true
+	store.mu.Unlock()
+	s.Complete("w", lb.LeaseID, okResponse())
+	if err := s.Flush(context.Background()); err == nil {
+		t.Fatal("flush after a failed commit succeeded")
+	}
+	if st := state(t, s, opA); !st.Done {
+		t.Errorf("result stored before the failure is hidden: %+v", st)
+	}
+	if st := state(t, s, opB); st.Done {
+		t.Errorf("result whose commit failed is shown: %+v", st)
+	}
+}

@@ -23,7 +23,7 @@ func (s *Scheduler) storedLocked(op *Operation) bool {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return op.doneSeq <= j.flushed && j.err == nil
+	return op.doneSeq <= j.stored
 }
 
 // notifyStored wakes the watchers of the operations whose results a
@@ -31,18 +31,16 @@ func (s *Scheduler) storedLocked(op *Operation) bool {
 // record (lock order: s.mu before jr.mu).
 func (s *Scheduler) notifyStored() {
 	j := s.jr
+	// After a failed commit, stored stays where it was: later results
+	// stay unseen (the server must restart), and their watchers wait
+	// until the caller gives up.
 	j.mu.Lock()
-	flushed, failed := j.flushed, j.err != nil
+	stored := j.stored
 	j.mu.Unlock()
-	if failed {
-		// The results stay unseen (the server must restart); their
-		// watchers keep waiting until the caller gives up.
-		return
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for n < len(j.doneWait) && j.doneWait[n].doneSeq <= flushed {
+	for n < len(j.doneWait) && j.doneWait[n].doneSeq <= stored {
 		s.notifyOpLocked(j.doneWait[n])
 		n++
 	}
