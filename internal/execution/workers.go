@@ -86,10 +86,12 @@ func (s *WorkerService) Poll(ctx context.Context, req *workerpb.PollRequest) (*w
 				return nil, status.Errorf(codes.InvalidArgument, "completions[%d]: %s", i, status.Convert(err).Message())
 			}
 		}
-		accepted = make([]bool, len(resps))
-		for i, c := range req.Completions {
-			accepted[i] = s.complete(ctx, req.WorkerId, c, resps[i])
-		}
+		var stored func()
+		accepted, stored = s.completeMany(ctx, req.WorkerId, req.Completions, resps)
+		// The worker hears of its completions only in this reply, so they
+		// are stored before it (usually in the same commit as the new
+		// leases, which PollMany waits for).
+		defer stored()
 	}
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -209,6 +211,42 @@ func executeResponse(req *workerpb.CompleteRequest) (*repb.ExecuteResponse, erro
 // writing the ActionCache first when req asks for it. It reports whether
 // the lease was still valid.
 func (s *WorkerService) complete(ctx context.Context, workerID string, req *workerpb.CompleteRequest, resp *repb.ExecuteResponse) bool {
+	if !s.cacheResult(ctx, workerID, req, resp) {
+		return false
+	}
+	ok := s.sched.Complete(workerID, req.LeaseId, resp)
+	if ok {
+		s.observeCompleted(workerID, resp)
+	}
+	return ok
+}
+
+// completeMany is complete for each of a Poll's completions, in order,
+// with one wait for storing them all: stored must be called before the
+// worker is told.
+func (s *WorkerService) completeMany(ctx context.Context, workerID string, reqs []*workerpb.CompleteRequest, resps []*repb.ExecuteResponse) (accepted []bool, stored func()) {
+	accepted = make([]bool, len(reqs))
+	cs := make([]scheduler.Completion, 0, len(reqs))
+	idx := make([]int, 0, len(reqs))
+	for i, req := range reqs {
+		if s.cacheResult(ctx, workerID, req, resps[i]) {
+			cs = append(cs, scheduler.Completion{LeaseID: req.LeaseId, Response: resps[i]})
+			idx = append(idx, i)
+		}
+	}
+	ok, stored := s.sched.CompleteMany(workerID, cs)
+	for k, i := range idx {
+		accepted[i] = ok[k]
+		if ok[k] {
+			s.observeCompleted(workerID, resps[i])
+		}
+	}
+	return accepted, stored
+}
+
+// cacheResult writes resp's result to the ActionCache when req asks for
+// it; it reports false when the lease is no longer workerID's.
+func (s *WorkerService) cacheResult(ctx context.Context, workerID string, req *workerpb.CompleteRequest, resp *repb.ExecuteResponse) bool {
 	if req.UpdateActionCache && resp.Result != nil && resp.Status.GetCode() == int32(codes.OK) && resp.Result.ExitCode == 0 {
 		t, ok := s.sched.LeaseTask(workerID, req.LeaseId)
 		if !ok {
@@ -221,9 +259,12 @@ func (s *WorkerService) complete(ctx context.Context, workerID string, req *work
 			}
 		}
 	}
-	ok := s.sched.Complete(workerID, req.LeaseId, resp)
-	if ok && s.Observer.WorkerCompleted != nil {
+	return true
+}
+
+// observeCompleted tells the observer (metrics) of an accepted result.
+func (s *WorkerService) observeCompleted(workerID string, resp *repb.ExecuteResponse) {
+	if s.Observer.WorkerCompleted != nil {
 		s.Observer.WorkerCompleted(workerID, resp)
 	}
-	return ok
 }

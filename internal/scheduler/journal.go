@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -45,10 +44,13 @@ type journal struct {
 	dirtyTasks map[*Task]struct{}
 	dirtyOps   map[*Operation]struct{}
 	seq        uint64 // changes marked so far
+	// Finished operations not yet known to be stored, in doneSeq order.
+	doneWait []*Operation
 
 	mu      sync.Mutex
 	cond    *sync.Cond
-	flushed uint64 // changes durable
+	flushed uint64 // changes durable, or failed
+	stored  uint64 // changes durable before any failure
 	err     error  // the last flush's error, for the calls waiting on it
 	kick    chan struct{}
 	done    chan struct{} // closed when the flusher has stopped
@@ -220,11 +222,13 @@ func (s *Scheduler) flush(ctx context.Context) {
 	}
 	if len(batch) == 0 {
 		j.record(seq, nil)
+		s.notifyStored()
 		return
 	}
 	p, ok := j.store.(statestore.Pipeliner)
 	if !ok {
 		j.record(seq, j.store.Apply(ctx, batch))
+		s.notifyStored()
 		return
 	}
 	wait, err := p.Enqueue(context.WithoutCancel(ctx), batch)
@@ -239,6 +243,7 @@ func (s *Scheduler) flush(ctx context.Context) {
 		}
 		<-prev // report in flush order
 		j.record(seq, err)
+		s.notifyStored()
 	}()
 }
 
@@ -250,6 +255,9 @@ func (j *journal) record(seq uint64, err error) {
 	defer j.mu.Unlock()
 	if err != nil && j.err == nil {
 		j.err = err
+	}
+	if j.err == nil {
+		j.stored = max(j.stored, seq)
 	}
 	j.flushed = max(j.flushed, seq)
 	j.cond.Broadcast()
@@ -319,11 +327,9 @@ func (ts taskSnap) mutations(batch []statestore.Mutation) []statestore.Mutation 
 		return append(batch, statestore.Mutation{Kind: kindTask, Key: ts.id, Delete: true}, statestore.Mutation{Kind: kindTaskState, Key: ts.id, Delete: true})
 	}
 	if ts.first != nil {
-		v, _ := json.Marshal(ts.first)
-		batch = append(batch, statestore.Mutation{Kind: kindTask, Key: ts.id, Value: v})
+		batch = append(batch, statestore.Mutation{Kind: kindTask, Key: ts.id, Value: ts.first.marshal()})
 	}
-	v, _ := json.Marshal(ts.state)
-	return append(batch, statestore.Mutation{Kind: kindTaskState, Key: ts.id, Value: v})
+	return append(batch, statestore.Mutation{Kind: kindTaskState, Key: ts.id, Value: ts.state.marshal()})
 }
 
 type opSnap struct {
@@ -351,8 +357,7 @@ func (o opSnap) mutation() statestore.Mutation {
 	if o.resp != nil {
 		o.rec.Response, _ = proto.Marshal(o.resp)
 	}
-	v, _ := json.Marshal(o.rec)
-	return statestore.Mutation{Kind: kindOp, Key: o.name, Value: v}
+	return statestore.Mutation{Kind: kindOp, Key: o.name, Value: o.rec.marshal()}
 }
 
 // restoreLocked rebuilds the scheduler's state from store.
@@ -365,7 +370,7 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 	states := map[string]*taskStateRecord{}
 	err = store.Load(ctx, kindTaskState, func(key string, value []byte) error {
 		st := &taskStateRecord{}
-		if err := json.Unmarshal(value, st); err != nil {
+		if err := st.unmarshal(value); err != nil {
 			return fmt.Errorf("task state record %s: %w", key, err)
 		}
 		states[key] = st
@@ -377,7 +382,7 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 	var tasks []*stored
 	err = store.Load(ctx, kindTask, func(key string, value []byte) error {
 		r := &stored{}
-		if err := json.Unmarshal(value, &r.taskRecord); err != nil {
+		if err := r.taskRecord.unmarshal(value); err != nil {
 			return fmt.Errorf("task record %s: %w", key, err)
 		}
 		st := states[key]
@@ -433,7 +438,7 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 	var finished []*Operation
 	err = store.Load(ctx, kindOp, func(name string, value []byte) error {
 		r := &opRecord{}
-		if err := json.Unmarshal(value, r); err != nil {
+		if err := r.unmarshal(value); err != nil {
 			return fmt.Errorf("operation record %s: %w", name, err)
 		}
 		op := &Operation{Name: name, goneSince: now}

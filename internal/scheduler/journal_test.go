@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -193,4 +194,165 @@ type failingStore struct{ *statestore.Memory }
 
 func (failingStore) Apply(context.Context, []statestore.Mutation) error {
 	return fmt.Errorf("disk full")
+}
+
+// gatedStore holds every Apply until the gate is open.
+type gatedStore struct {
+	*statestore.Memory
+	mu   sync.Mutex
+	gate chan struct{}
+}
+
+func (g *gatedStore) setGate(c chan struct{}) { g.mu.Lock(); g.gate = c; g.mu.Unlock() }
+
+func (g *gatedStore) Apply(ctx context.Context, b []statestore.Mutation) error {
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
+	<-gate
+	return g.Memory.Apply(ctx, b)
+}
+
+func TestCompleteManyStoresBeforeStored(t *testing.T) {
+	open := make(chan struct{})
+	close(open)
+	store := &gatedStore{Memory: statestore.NewMemory(), gate: open}
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s, stop := durableTest(t, store, clk)
+	register(s, "w")
+	ops := []string{submit(t, s, "a"), submit(t, s, "b"), submit(t, s, "c")}
+	var cs []Completion
+	for range ops {
+		a := pollNow(t, s, "w", 1)
+		if a == nil {
+			t.Fatal("no lease")
+		}
+		cs = append(cs, Completion{LeaseID: a.LeaseID, Response: okResponse()})
+	}
+	cs = append(cs, Completion{LeaseID: "not-a-lease", Response: okResponse()})
+	// Close the gate: nothing more reaches the store.
+	gate := make(chan struct{})
+	var openGate sync.Once
+	t.Cleanup(func() { openGate.Do(func() { close(gate) }) }) // so that a failed test stops
+	store.setGate(gate)
+	s.Flush(context.Background()) // let a flush already running finish
+	accepted, stored := s.CompleteMany("w", cs)
+	if want := []bool{true, true, true, false}; !reflect.DeepEqual(accepted, want) {
+		t.Fatalf("accepted %v, want %v", accepted, want)
+	}
+	done := make(chan struct{})
+	go func() { stored(); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("stored returned while the store had not written the completions")
+	case <-time.After(50 * time.Millisecond):
+	}
+	openGate.Do(func() { close(gate) })
+	<-done
+	stop()
+	// A restart finds all three finished.
+	s2, stop2 := durableTest(t, store.Memory, clk)
+	defer stop2()
+	for _, op := range ops {
+		if st := state(t, s2, op); !st.Done {
+			t.Errorf("operation %s after restart: %+v", op, st)
+		}
+	}
+}
+
+// A client never sees a result before it is stored.
+func TestResultVisibleOnlyOnceStored(t *testing.T) {
+	open := make(chan struct{})
+	close(open)
+	store := &gatedStore{Memory: statestore.NewMemory(), gate: open}
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s, stop := durableTest(t, store, clk)
+	t.Cleanup(stop) // after the gate opens (cleanups run last first)
+	register(s, "w")
+	op := submit(t, s, "a")
+	a := pollNow(t, s, "w", 1)
+	st, changed, err := s.Watch(op)
+	if err != nil || st.Done {
+		t.Fatalf("before completion: %+v %v", st, err)
+	}
+	gate := make(chan struct{})
+	var openGate sync.Once
+	t.Cleanup(func() { openGate.Do(func() { close(gate) }) }) // so that a failed test stops
+	store.setGate(gate)
+	s.Flush(context.Background()) // let a flush already running finish
+	accepted, stored := s.CompleteMany("w", []Completion{{LeaseID: a.LeaseID, Response: okResponse()}})
+	if !accepted[0] {
+		t.Fatal("completion refused")
+	}
+	// Not stored yet: not done, for Watch and List, and no wake-up.
+	if st, _, _ := s.Watch(op); st.Done || st.Stage != repb.ExecutionStage_EXECUTING {
+		t.Fatalf("result visible before it is stored: %+v", st)
+	}
+	for _, st := range s.List() {
+		if st.Name == op && st.Done {
+			t.Fatal("List shows a result before it is stored")
+		}
+	}
+	select {
+	case <-changed:
+		if st, _, _ := s.Watch(op); st.Done {
+			t.Fatal("result visible before it is stored")
+		}
+	default:
+	}
+	openGate.Do(func() { close(gate) })
+	stored()
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("watchers not woken once the result was stored")
+	}
+	if st, _, _ := s.Watch(op); !st.Done || st.Response.GetResult() == nil {
+		t.Fatalf("stored result not visible: %+v", st)
+	}
+}
+
+// switchStore fails every Apply once failing is set.
+type switchStore struct {
+	*statestore.Memory
+	mu      sync.Mutex
+	failing bool
+}
+
+func (s *switchStore) Apply(ctx context.Context, b []statestore.Mutation) error {
+	s.mu.Lock()
+	failing := s.failing
+	s.mu.Unlock()
+	if failing {
+		return fmt.Errorf("disk full")
+	}
+	return s.Memory.Apply(ctx, b)
+}
+
+// After a failed commit, results stored before it stay visible; later
+// ones are never shown.
+func TestStoredResultsStayVisibleAfterAFailure(t *testing.T) {
+	store := &switchStore{Memory: statestore.NewMemory()}
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s, stop := durableTest(t, store, clk)
+	defer stop()
+	register(s, "w")
+	opA, opB := submit(t, s, "a"), submit(t, s, "b")
+	la, lb := pollNow(t, s, "w", 1), pollNow(t, s, "w", 1)
+	if !s.Complete("w", la.LeaseID, okResponse()) {
+		t.Fatal("completion of a refused")
+	}
+	store.mu.Lock()
+	store.failing = true
+	store.mu.Unlock()
+	s.Complete("w", lb.LeaseID, okResponse())
+	if err := s.Flush(context.Background()); err == nil {
+		t.Fatal("flush after a failed commit succeeded")
+	}
+	if st := state(t, s, opA); !st.Done {
+		t.Errorf("result stored before the failure is hidden: %+v", st)
+	}
+	if st := state(t, s, opB); st.Done {
+		t.Errorf("result whose commit failed is shown: %+v", st)
+	}
 }

@@ -170,6 +170,9 @@ type Operation struct {
 	done      bool
 	response  *repb.ExecuteResponse
 	doneAt    time.Time
+	// doneSeq is the journal's change count when the operation finished:
+	// until that is stored, callers do not see it done (visible.go).
+	doneSeq uint64
 	// changed is closed at the next change; made when someone watches.
 	changed chan struct{}
 	// uwPrev and uwNext link the operation into the unwatched list.
@@ -526,6 +529,12 @@ func (s *Scheduler) Watch(name string) (OperationState, <-chan struct{}, error) 
 func (s *Scheduler) stateLocked(op *Operation) OperationState {
 	t := op.task
 	st := OperationState{Name: op.Name, Instance: t.Instance, ActionDigest: t.ActionDigest, Stage: t.stage, Queue: t.Queue}
+	if op.done && !s.storedLocked(op) {
+		if st.Stage == repb.ExecutionStage_COMPLETED {
+			st.Stage = repb.ExecutionStage_EXECUTING
+		}
+		return st
+	}
 	if op.done {
 		st.Done, st.Stage, st.Response = true, repb.ExecutionStage_COMPLETED, op.response
 	}
@@ -667,7 +676,7 @@ func (s *Scheduler) finishOpLocked(op *Operation, resp *repb.ExecuteResponse) {
 	op.doneAt = s.clock.Now()
 	s.noteFinishedLocked(op, resp)
 	s.touchOp(op)
-	s.notifyOpLocked(op)
+	s.notifyDoneLocked(op)
 }
 
 func (s *Scheduler) notifyOpLocked(op *Operation) {

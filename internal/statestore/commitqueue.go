@@ -20,9 +20,9 @@ func newCommitQueue() *commitQueue {
 	return &commitQueue{wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
-// enqueue validates and copies batch and queues it; wait reports its
-// commit.
-func (q *commitQueue) enqueue(ctx context.Context, batch []Mutation) (wait func(context.Context) error, err error) {
+// enqueue validates batch and queues it; wait reports its commit. The
+// values are copied unless owned (the caller never changes them again).
+func (q *commitQueue) enqueue(ctx context.Context, batch []Mutation, owned bool) (wait func(context.Context) error, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -34,10 +34,10 @@ func (q *commitQueue) enqueue(ctx context.Context, batch []Mutation) (wait func(
 	}
 	r := &request{batch: make([]Mutation, len(batch)), done: make(chan struct{})}
 	for i, m := range batch {
-		if !m.Delete {
-			m.Value = append(make([]byte, 0, len(m.Value)), m.Value...)
-		} else {
+		if m.Delete {
 			m.Value = nil
+		} else if !owned || m.Value == nil {
+			m.Value = append(make([]byte, 0, len(m.Value)), m.Value...)
 		}
 		r.batch[i] = m
 		r.size += mutationSize(m)

@@ -335,7 +335,7 @@ func entrySize(kind, key string, v []byte) int { return 4 + len(kind) + len(key)
 // commit, Apply returns ctx's error and the batch is not applied; once a
 // commit has taken it, Apply returns that commit's result.
 func (s *Embedded) Apply(ctx context.Context, batch []Mutation) error {
-	wait, err := s.Enqueue(ctx, batch)
+	wait, err := s.q.enqueue(ctx, batch, false)
 	if err != nil {
 		return err
 	}
@@ -343,9 +343,9 @@ func (s *Embedded) Apply(ctx context.Context, batch []Mutation) error {
 }
 
 // Enqueue implements Pipeliner: the batch is queued, in call order, when
-// it returns; wait reports its commit.
+// it returns; wait reports its commit. The store keeps the values.
 func (s *Embedded) Enqueue(ctx context.Context, batch []Mutation) (wait func(context.Context) error, err error) {
-	return s.q.enqueue(ctx, batch)
+	return s.q.enqueue(ctx, batch, true)
 }
 
 // commit writes one record holding every batch of reqs and fsyncs it.
@@ -357,6 +357,11 @@ func (s *Embedded) commit(reqs []*request) error {
 	if len(reqs) == 1 {
 		muts = reqs[0].batch
 	} else {
+		n := 0
+		for _, r := range reqs {
+			n += len(r.batch)
+		}
+		muts = make([]Mutation, 0, n)
 		for _, r := range reqs {
 			muts = append(muts, r.batch...)
 		}

@@ -116,16 +116,16 @@ func (p *Postgres) migrate(ctx context.Context) error {
 // outcome unknown, as with any database: Apply then returns an error
 // although the batch may have been applied.
 func (p *Postgres) Apply(ctx context.Context, batch []Mutation) error {
-	wait, err := p.Enqueue(ctx, batch)
+	wait, err := p.q.enqueue(ctx, batch, false)
 	if err != nil {
 		return err
 	}
 	return wait(ctx)
 }
 
-// Enqueue implements Pipeliner.
+// Enqueue implements Pipeliner. The store keeps the values.
 func (p *Postgres) Enqueue(ctx context.Context, batch []Mutation) (wait func(context.Context) error, err error) {
-	return p.q.enqueue(ctx, batch)
+	return p.q.enqueue(ctx, batch, true)
 }
 
 type stateKey struct{ kind, key string }

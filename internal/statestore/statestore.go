@@ -39,6 +39,8 @@ type Store interface {
 // commit, so that one caller can keep several commits in flight in order.
 // Batches queued by Enqueue commit in the order Enqueue was called; if a
 // batch's commit fails, no later one is reported as committed before it.
+// Unlike Apply, Enqueue may keep the batch's values without copying them:
+// the caller must not change them afterwards.
 type Pipeliner interface {
 	Store
 	Enqueue(ctx context.Context, batch []Mutation) (wait func(context.Context) error, err error)

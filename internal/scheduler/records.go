@@ -1,0 +1,286 @@
+package scheduler
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gantry-build/gantry/internal/platform"
+)
+
+// The scheduler's records in the state store are binary: a version byte
+// (recordV1), then the fields in a fixed order, each an unsigned or signed
+// varint, or a uvarint length and that many bytes; a time is a varint of
+// Unix nanoseconds, with 0 meaning the zero time. Stores written before
+// the binary encoding hold JSON objects, which always start with '{'; they
+// are still read, so an existing data directory restores.
+//
+//	task:   id, instance, function, hash, size, properties (count, then
+//	        name and value of each), action, command, cacheable (0/1),
+//	        queue, queued_at
+//	tstate: priority, seq, attempts, invocation (count, then each), lease,
+//	        worker
+//	op:     task, done (0/1), response, done_at
+const recordV1 = 1
+
+// errRecord is wrapped by every decoding error.
+var errRecord = errors.New("malformed scheduler record")
+
+type recWriter []byte
+
+func (w *recWriter) uint(v uint64)  { *w = binary.AppendUvarint(*w, v) }
+func (w *recWriter) int(v int64)    { *w = binary.AppendVarint(*w, v) }
+func (w *recWriter) bytes(b []byte) { w.uint(uint64(len(b))); *w = append(*w, b...) }
+func (w *recWriter) str(s string)   { w.uint(uint64(len(s))); *w = append(*w, s...) }
+func (w *recWriter) bool(b bool) {
+	if b {
+		*w = append(*w, 1)
+	} else {
+		*w = append(*w, 0)
+	}
+}
+func (w *recWriter) time(t time.Time) {
+	if t.IsZero() {
+		w.int(0)
+		return
+	}
+	w.int(t.UnixNano())
+}
+
+type recReader struct {
+	b   []byte
+	err error
+}
+
+func (r *recReader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: bad %s", errRecord, what)
+	}
+}
+
+func (r *recReader) uint(what string) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *recReader) int(what string) int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *recReader) int32(what string) int32 {
+	v := r.int(what)
+	if int64(int32(v)) != v {
+		r.fail(what)
+		return 0
+	}
+	return int32(v)
+}
+
+// bytes returns a copy (nil when empty), so records do not alias the
+// store's buffer.
+func (r *recReader) bytes(what string) []byte {
+	l := r.uint(what)
+	if r.err != nil {
+		return nil
+	}
+	if l > uint64(len(r.b)) {
+		r.fail(what)
+		return nil
+	}
+	var v []byte
+	if l > 0 {
+		v = append([]byte(nil), r.b[:l]...)
+	}
+	r.b = r.b[l:]
+	return v
+}
+
+func (r *recReader) str(what string) string {
+	l := r.uint(what)
+	if r.err != nil {
+		return ""
+	}
+	if l > uint64(len(r.b)) {
+		r.fail(what)
+		return ""
+	}
+	s := string(r.b[:l])
+	r.b = r.b[l:]
+	return s
+}
+
+func (r *recReader) bool(what string) bool {
+	if r.err != nil {
+		return false
+	}
+	if len(r.b) == 0 || r.b[0] > 1 {
+		r.fail(what)
+		return false
+	}
+	v := r.b[0] == 1
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *recReader) time(what string) time.Time {
+	ns := r.int(what)
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}
+
+// count reads a list length, bounded by the bytes left (each element
+// takes at least min bytes), so a damaged count cannot allocate much.
+func (r *recReader) count(what string, min int) int {
+	n := r.uint(what)
+	if r.err == nil && n > uint64(len(r.b)/min) {
+		r.fail(what)
+		return 0
+	}
+	return int(n)
+}
+
+// start checks the version byte; json reports an old JSON record.
+func (r *recReader) start(what string) (json bool) {
+	if len(r.b) > 0 && r.b[0] == '{' {
+		return true
+	}
+	if len(r.b) == 0 || r.b[0] != recordV1 {
+		r.err = fmt.Errorf("%w: %s record has an unknown version (written by a newer Gantry?)", errRecord, what)
+		return false
+	}
+	r.b = r.b[1:]
+	return false
+}
+
+func (r *recReader) end(what string) error {
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%w: trailing bytes after the %s record", errRecord, what)
+	}
+	return r.err
+}
+
+func (rec *taskRecord) marshal() []byte {
+	w := make(recWriter, 0, 64+len(rec.Action)+len(rec.Command))
+	w = append(w, recordV1)
+	w.str(rec.ID)
+	w.str(rec.Instance)
+	w.int(int64(rec.Function))
+	w.str(rec.Hash)
+	w.int(rec.Size)
+	w.uint(uint64(len(rec.Platform)))
+	for _, p := range rec.Platform {
+		w.str(p.Name)
+		w.str(p.Value)
+	}
+	w.bytes(rec.Action)
+	w.bytes(rec.Command)
+	w.bool(rec.Cacheable)
+	w.str(rec.Queue)
+	w.time(rec.QueuedAt)
+	return w
+}
+
+func (rec *taskRecord) unmarshal(b []byte) error {
+	r := recReader{b: b}
+	if r.start("task") {
+		return json.Unmarshal(b, rec)
+	}
+	rec.ID = r.str("id")
+	rec.Instance = r.str("instance")
+	rec.Function = r.int32("digest function")
+	rec.Hash = r.str("hash")
+	rec.Size = r.int("size")
+	if n := r.count("platform", 2); n > 0 {
+		rec.Platform = make(platform.Properties, n)
+		for i := range rec.Platform {
+			rec.Platform[i] = platform.Property{Name: r.str("property name"), Value: r.str("property value")}
+		}
+	}
+	rec.Action = r.bytes("action")
+	rec.Command = r.bytes("command")
+	rec.Cacheable = r.bool("cacheable")
+	rec.Queue = r.str("queue")
+	rec.QueuedAt = r.time("queued_at")
+	return r.end("task")
+}
+
+func (rec *taskStateRecord) marshal() []byte {
+	w := make(recWriter, 0, 32+len(rec.Lease)+len(rec.Worker))
+	w = append(w, recordV1)
+	w.int(int64(rec.Priority))
+	w.int(rec.Seq)
+	w.uint(uint64(rec.Attempts))
+	w.uint(uint64(len(rec.Invocation)))
+	for _, s := range rec.Invocation {
+		w.str(s)
+	}
+	w.str(rec.Lease)
+	w.str(rec.Worker)
+	return w
+}
+
+func (rec *taskStateRecord) unmarshal(b []byte) error {
+	r := recReader{b: b}
+	if r.start("task state") {
+		return json.Unmarshal(b, rec)
+	}
+	rec.Priority = r.int32("priority")
+	rec.Seq = r.int("seq")
+	a := r.uint("attempts")
+	if a > 1<<31 {
+		r.fail("attempts")
+	}
+	rec.Attempts = int(a)
+	if n := r.count("invocation", 1); n > 0 {
+		rec.Invocation = make([]string, n)
+		for i := range rec.Invocation {
+			rec.Invocation[i] = r.str("invocation")
+		}
+	}
+	rec.Lease = r.str("lease")
+	rec.Worker = r.str("worker")
+	return r.end("task state")
+}
+
+func (rec *opRecord) marshal() []byte {
+	w := make(recWriter, 0, 16+len(rec.Task)+len(rec.Response))
+	w = append(w, recordV1)
+	w.str(rec.Task)
+	w.bool(rec.Done)
+	w.bytes(rec.Response)
+	w.time(rec.DoneAt)
+	return w
+}
+
+func (rec *opRecord) unmarshal(b []byte) error {
+	r := recReader{b: b}
+	if r.start("operation") {
+		return json.Unmarshal(b, rec)
+	}
+	rec.Task = r.str("task")
+	rec.Done = r.bool("done")
+	rec.Response = r.bytes("response")
+	rec.DoneAt = r.time("done_at")
+	return r.end("operation")
+}

@@ -1,0 +1,159 @@
+package scheduler
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gantry-build/gantry/internal/platform"
+	"github.com/gantry-build/gantry/internal/statestore"
+)
+
+func sampleRecords() (taskRecord, taskStateRecord, opRecord) {
+	at := time.Unix(1_700_000_000, 123456789).UTC()
+	return taskRecord{ID: "t1", Instance: "main", Function: 1, Hash: "abc", Size: 142,
+			Platform: platform.Properties{{Name: "OSFamily", Value: "linux"}, {Name: "pool", Value: "*"}},
+			Action:   []byte{1, 2, 0, 3}, Command: []byte("cmd"), Cacheable: true, Queue: "q", QueuedAt: at},
+		taskStateRecord{Priority: -3, Seq: -7, Attempts: 2, Invocation: []string{"u", "inv"}, Lease: "l1", Worker: "w1"},
+		opRecord{Task: "t1", Done: true, Response: []byte{9, 9}, DoneAt: at.Add(time.Second)}
+}
+
+func TestRecordsRoundTripBinaryAndJSON(t *testing.T) {
+	task, st, op := sampleRecords()
+	empty := [3]any{&taskRecord{}, &taskStateRecord{}, &opRecord{}}
+	for i, rec := range []interface{ marshal() []byte }{&task, &st, &op} {
+		bin := rec.marshal()
+		if bin[0] != recordV1 {
+			t.Fatalf("%T: version byte %d", rec, bin[0])
+		}
+		js, err := json.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, enc := range [][]byte{bin, js} {
+			got := reflect.New(reflect.TypeOf(empty[i]).Elem()).Interface().(interface{ unmarshal([]byte) error })
+			if err := got.unmarshal(enc); err != nil {
+				t.Fatalf("%T from %q: %v", rec, enc, err)
+			}
+			if !reflect.DeepEqual(normTimes(got), normTimes(rec)) {
+				t.Errorf("%T from %q:\n got %+v\nwant %+v", rec, enc, got, rec)
+			}
+		}
+		// Every shorter prefix and a longer record are refused.
+		for n := 0; n < len(bin); n++ {
+			got := reflect.New(reflect.TypeOf(empty[i]).Elem()).Interface().(interface{ unmarshal([]byte) error })
+			if err := got.unmarshal(bin[:n]); !errors.Is(err, errRecord) {
+				t.Errorf("%T: %d of %d bytes decoded: %v", rec, n, len(bin), err)
+			}
+		}
+		got := reflect.New(reflect.TypeOf(empty[i]).Elem()).Interface().(interface{ unmarshal([]byte) error })
+		if err := got.unmarshal(append(bin, 0)); !errors.Is(err, errRecord) {
+			t.Errorf("%T with a trailing byte: %v", rec, err)
+		}
+		bad := append([]byte{recordV1 + 1}, bin[1:]...)
+		if err := got.unmarshal(bad); !errors.Is(err, errRecord) {
+			t.Errorf("%T with version %d: %v", rec, bad[0], err)
+		}
+	}
+}
+
+// normTimes makes times comparable with reflect.DeepEqual (JSON keeps the
+// location, binary records give UTC).
+func normTimes(v any) any {
+	switch r := v.(type) {
+	case *taskRecord:
+		c := *r
+		c.QueuedAt = c.QueuedAt.UTC()
+		return c
+	case *opRecord:
+		c := *r
+		c.DoneAt = c.DoneAt.UTC()
+		return c
+	case *taskStateRecord:
+		return *r
+	}
+	return v
+}
+
+// A store written before the binary records (JSON values) restores.
+func TestRestoreFromJSONRecords(t *testing.T) {
+	store := statestore.NewMemory()
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	ad := action("old")
+	queued := taskRecord{ID: "tq", Instance: "main", Function: int32(ad.Function), Hash: ad.Hash, Size: ad.Size, Cacheable: true, QueuedAt: clk.now}
+	resp, _ := proto.Marshal(&repb.ExecuteResponse{Result: &repb.ActionResult{ExitCode: 3}})
+	var batch []statestore.Mutation
+	put := func(kind, key string, v any) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, statestore.Mutation{Kind: kind, Key: key, Value: b})
+	}
+	put(kindTask, "tq", queued)
+	put(kindTaskState, "tq", taskStateRecord{Seq: 1, Attempts: 0})
+	put(kindOp, "op-queued", opRecord{Task: "tq"})
+	put(kindOp, "op-done", opRecord{Task: "tgone", Done: true, Response: resp, DoneAt: clk.now})
+	if err := store.Apply(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	s, stop := durableTest(t, store, clk)
+	defer stop()
+	if st := s.Stats(); st.Queued != 1 || st.Operations != 2 {
+		t.Fatalf("restored %+v, want 1 queued and 2 operations", st)
+	}
+	if st := state(t, s, "op-done"); !st.Done || st.Response.GetResult().GetExitCode() != 3 {
+		t.Errorf("finished operation from a JSON record: %+v", st)
+	}
+	register(s, "w")
+	if a := pollNow(t, s, "w", 1); a == nil || a.Task.ActionDigest != ad {
+		t.Fatalf("queued task from a JSON record: %+v", a)
+	}
+	// What is written now is binary.
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	store.Load(context.Background(), kindTaskState, func(key string, v []byte) error {
+		if v[0] != recordV1 {
+			t.Errorf("task state %s rewritten as %q, want a binary record", key, v)
+		}
+		return nil
+	})
+}
+
+func FuzzSchedulerRecords(f *testing.F) {
+	task, st, op := sampleRecords()
+	for _, rec := range []interface{ marshal() []byte }{&task, &st, &op} {
+		f.Add(rec.marshal())
+		js, _ := json.Marshal(rec)
+		f.Add(js)
+	}
+	f.Add([]byte{recordV1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, rec := range []interface {
+			marshal() []byte
+			unmarshal([]byte) error
+		}{&taskRecord{}, &taskStateRecord{}, &opRecord{}} {
+			if err := rec.unmarshal(b); err != nil || len(b) == 0 || b[0] != recordV1 {
+				continue
+			}
+			// What decodes encodes back to the same bytes, except a
+			// time of 0 (the zero time) and a varint of a longer form.
+			again := rec.marshal()
+			dec := reflect.New(reflect.TypeOf(rec).Elem()).Interface().(interface{ unmarshal([]byte) error })
+			if err := dec.unmarshal(again); err != nil {
+				t.Fatalf("%T: re-encoded record does not decode: %v", rec, err)
+			}
+			if !bytes.Equal(dec.(interface{ marshal() []byte }).marshal(), again) {
+				t.Fatalf("%T: encoding is not stable", rec)
+			}
+		}
+	})
+}
