@@ -210,7 +210,16 @@ func TestSandboxEscapesFail(t *testing.T) {
 		if secret == "" {
 			t.Fatal("action A never wrote its secret")
 		}
-		defer os.WriteFile(filepath.Join(filepath.Dir(secret), "release"), nil, 0o644)
+		// Let A go if the test stops early; once A has been let go, its
+		// exec root may already serve another action: write nothing there.
+		released := false
+		release := func() {
+			if !released {
+				released = true
+				os.WriteFile(filepath.Join(filepath.Dir(secret), "release"), nil, 0o644)
+			}
+		}
+		defer release()
 		// Nothing of the data dir (CAS, state, file cache, other exec
 		// roots) is visible but this action's own exec root.
 		b := shCmd(fmt.Sprintf("cat %s ../*/secret.txt 2>/dev/null && exit 0; find %s ! -type d ! -path \"$PWD/*\" | grep . && exit 0; exit 9", secret, f.dir))
@@ -219,7 +228,7 @@ func TestSandboxEscapesFail(t *testing.T) {
 		if r.ExitCode != 9 || strings.Contains(stdout, "s3cret") {
 			t.Errorf("action B saw another exec root, the file cache or the data dir: exit %d, stdout %q", r.ExitCode, stdout)
 		}
-		os.WriteFile(filepath.Join(filepath.Dir(secret), "release"), nil, 0o644)
+		release()
 		if resp := <-doneA; resp.GetResult().GetExitCode() != 0 {
 			t.Errorf("action A: %v", resp)
 		}
