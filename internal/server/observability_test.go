@@ -459,3 +459,19 @@ func TestHealthAndReflection(t *testing.T) {
 
 	f.stop()
 }
+
+// TestMemoryBackendKeepsNoJournal: with scheduler.store.backend memory
+// the scheduler runs without a journal (nothing would read it), and
+// actions still run.
+func TestMemoryBackendKeepsNoJournal(t *testing.T) {
+	f := observedFarm(t, quietLogger(), func(c *config.Config) { c.Scheduler.Store.Backend = "memory" })
+	select {
+	case <-f.srv.Scheduler.Stopped():
+	default:
+		t.Fatal("the scheduler runs a journal with the memory backend")
+	}
+	root := emptyRoot(f)
+	if r := f.run(context.Background(), root, shCmd("echo hi")); r.Result.GetExitCode() != 0 {
+		t.Fatalf("action: %v", r)
+	}
+}
