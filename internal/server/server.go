@@ -188,7 +188,10 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 			fmt.Fprintln(w, "ok")
 		})
 		s.httpLis = sec.httpListener(s.httpLis)
-		s.http = &http.Server{Handler: sec.httpHandler(mux), ReadHeaderTimeout: 10 * time.Second}
+		// The HTTP server's own errors (TLS handshakes, bad requests) go
+		// to the structured log, not the standard logger.
+		s.http = &http.Server{Handler: sec.httpHandler(mux), ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn)}
 	}
 	// Last: restore the scheduler's state (the store locks it, so a
 	// second server on the same data fails here, after its ports).

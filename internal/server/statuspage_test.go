@@ -53,6 +53,12 @@ func startScenario(t *testing.T, ctx context.Context) *scenario {
 	})
 	s.running = run.name
 	s.queued = f.start(withInvocation(ctx, "build-9", "link"), shCmd("echo never"), &repb.Platform_Property{Name: "pool", Value: "nowhere"}).name
+	// The name comes with the first update (CACHE_CHECK), before the
+	// action is queued.
+	waitFor(ctx, t, "the third action to be queued", func() bool {
+		info, err := f.srv.Scheduler.Operation(s.queued)
+		return err == nil && info.Stage == repb.ExecutionStage_QUEUED
+	})
 	return s
 }
 
