@@ -459,18 +459,7 @@ func (n *FrontendNode) Run(ctx context.Context) error {
 	if workerDone != nil {
 		<-workerDone
 	}
-	if n.http != nil {
-		sctx, c := context.WithTimeout(context.Background(), 2*time.Second)
-		n.http.Shutdown(sctx)
-		c()
-	}
-	done := make(chan struct{})
-	go func() { n.grpc.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		n.grpc.Stop()
-	}
+	stopPorts(n.http, n.grpc)
 	cancel()
 	<-lcDone
 	n.store.Close()

@@ -428,21 +428,27 @@ func dialAddr(listen string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// Stop shuts the server down, giving in-flight calls a few seconds.
-func (s *Server) Stop() {
-	s.obs.notServing()
-	if s.http != nil {
+// stopPorts shuts down the HTTP server (if any) and the gRPC server,
+// giving in-flight calls a few seconds.
+func stopPorts(h *http.Server, g *grpc.Server) {
+	if h != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		s.http.Shutdown(sctx)
+		h.Shutdown(sctx)
 		cancel()
 	}
 	done := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(done) }()
+	go func() { g.GracefulStop(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-		s.grpc.Stop()
+		g.Stop()
 	}
+}
+
+// Stop shuts the server down, giving in-flight calls a few seconds.
+func (s *Server) Stop() {
+	s.obs.notServing()
+	stopPorts(s.http, s.grpc)
 	s.closeState.Do(func() {
 		s.stopState()
 		<-s.Scheduler.Stopped()

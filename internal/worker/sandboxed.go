@@ -19,7 +19,7 @@ const SandboxWrapper = "bubblewrap"
 // isolation and limits are active.
 func (w *Worker) setupSandbox() error {
 	if w.cfg.Sandbox == nil {
-		w.log.Info("actions run without a sandbox (worker.sandbox.enabled is false)")
+		w.log.Info("actions run without a sandbox (worker.sandbox.mode is off)")
 		return nil
 	}
 	if _, clash := w.cfg.ProcessWrappers[SandboxWrapper]; clash {
