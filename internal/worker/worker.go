@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -85,8 +86,15 @@ type Worker struct {
 	report *semaphore.Weighted
 	sb     *sandbox.Sandbox
 
-	heartbeatEvery time.Duration
-	kick           chan struct{} // asks the heartbeat loop to report now
+	// heartbeatEvery is the interval the scheduler asked for at the last
+	// registration (a time.Duration). Both the Match stage and the
+	// heartbeat loop may re-register, so it is atomic.
+	heartbeatEvery atomic.Int64
+	// regMu serialises registrations; regGen counts them, so that when
+	// both loops learn of a scheduler restart only one registers again.
+	regMu  sync.Mutex
+	regGen atomic.Uint64
+	kick   chan struct{} // asks the heartbeat loop to report now
 	// stages are the stage histograms, when the worker keeps its own
 	// (RegisterMetrics); nil otherwise.
 	stages [4]prometheus.Observer
@@ -207,7 +215,24 @@ func (w *Worker) Run(ctx context.Context) error {
 	return err
 }
 
+// reregister registers again unless another loop already did so after
+// the caller last observed generation seen (from w.regGen before its RPC).
+func (w *Worker) reregister(ctx context.Context, seen uint64) error {
+	w.regMu.Lock()
+	defer w.regMu.Unlock()
+	if w.regGen.Load() != seen {
+		return nil
+	}
+	return w.registerLocked(ctx)
+}
+
 func (w *Worker) register(ctx context.Context) error {
+	w.regMu.Lock()
+	defer w.regMu.Unlock()
+	return w.registerLocked(ctx)
+}
+
+func (w *Worker) registerLocked(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
 		resp, err := w.sched.Register(ctx, &workerpb.RegisterRequest{
 			WorkerId: w.cfg.ID, Properties: w.cfg.Properties, AcceptUnknownProperties: w.cfg.AcceptUnknownProperties,
@@ -215,10 +240,12 @@ func (w *Worker) register(ctx context.Context) error {
 			Queues: w.cfg.Queues, ProcessWrappers: w.wrapperNames(), Resources: w.cfg.Resources, Instances: w.cfg.Instances,
 		})
 		if err == nil {
-			w.heartbeatEvery = time.Duration(resp.HeartbeatIntervalMs) * time.Millisecond
-			if w.heartbeatEvery <= 0 {
-				w.heartbeatEvery = 2 * time.Second
+			every := time.Duration(resp.HeartbeatIntervalMs) * time.Millisecond
+			if every <= 0 {
+				every = 2 * time.Second
 			}
+			w.heartbeatEvery.Store(int64(every))
+			w.regGen.Add(1)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -252,6 +279,7 @@ func (w *Worker) matchLoop(ctx, pollCtx context.Context, wg *sync.WaitGroup) err
 		w.mu.Lock()
 		free := w.freeCPU
 		w.mu.Unlock()
+		gen := w.regGen.Load()
 		resp, err := w.sched.Poll(pollCtx, &workerpb.PollRequest{WorkerId: w.cfg.ID, FreeCores: int32(max(free, 1)), WaitMs: w.cfg.PollWait.Milliseconds()})
 		if err != nil || resp.Assignment == nil {
 			w.fetch.Release(1)
@@ -261,7 +289,7 @@ func (w *Worker) matchLoop(ctx, pollCtx context.Context, wg *sync.WaitGroup) err
 				sleep(pollCtx, backoff)
 			}
 			if resp != nil && resp.Reregister {
-				if err := w.register(pollCtx); err != nil {
+				if err := w.reregister(pollCtx, gen); err != nil {
 					break
 				}
 			}
@@ -300,7 +328,8 @@ func (w *Worker) setStage(l *activeLease, st workerpb.Stage) {
 }
 
 func (w *Worker) heartbeatLoop(ctx context.Context) {
-	t := time.NewTicker(w.heartbeatEvery)
+	every := time.Duration(w.heartbeatEvery.Load())
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -315,6 +344,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 			req.Leases = append(req.Leases, &workerpb.LeaseState{LeaseId: l.id, Stage: l.stage})
 		}
 		w.mu.Unlock()
+		gen := w.regGen.Load()
 		resp, err := w.sched.Heartbeat(ctx, req)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -323,9 +353,15 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 			continue
 		}
 		if resp.Reregister {
-			if err := w.register(ctx); err != nil {
+			if err := w.reregister(ctx, gen); err != nil {
 				return
 			}
+		}
+		// A new scheduler may ask for another interval at registration,
+		// whichever loop registered.
+		if now := time.Duration(w.heartbeatEvery.Load()); now != every {
+			every = now
+			t.Reset(every)
 		}
 		for _, c := range resp.Commands {
 			w.apply(c)
