@@ -200,6 +200,9 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		s.closeListeners()
 		return nil, fmt.Errorf("opening the scheduler's state store (scheduler.store): %w", err)
 	}
+	if in, ok := state.(statestore.Instrumented); ok {
+		metrics.NewStateStore(reg, in, cfg.Scheduler.Store.Backend)
+	}
 	if s.lost, err = leadAlone(state, s.GRPCAddr()); err != nil {
 		state.Close()
 		s.closeListeners()

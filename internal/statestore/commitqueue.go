@@ -3,7 +3,27 @@ package statestore
 import (
 	"context"
 	"sync"
+	"sync/atomic"
+	"time"
 )
+
+// CommitStats counts a store's group commits since it was opened.
+type CommitStats struct {
+	Commits   uint64 // group commits (successful)
+	Failed    uint64 // group commits that failed
+	Batches   uint64 // Apply/Enqueue batches they carried
+	Mutations uint64 // records written or deleted
+}
+
+// Instrumented is a store that reports its group commits. Both Embedded
+// and Postgres are.
+type Instrumented interface {
+	CommitStats() CommitStats
+	// ObserveCommits sets a function told each commit's duration (from
+	// taking the batches to the end of the fsync or transaction). Set it
+	// before the store is used; it is called on the committer goroutine.
+	ObserveCommits(func(time.Duration))
+}
 
 // commitQueue is the group commit both backends share: Apply calls queue
 // their batches in call order, and one committer goroutine takes every
@@ -14,6 +34,13 @@ type commitQueue struct {
 	closed  bool
 	wake    chan struct{}
 	done    chan struct{} // closed when the committer has stopped
+
+	commits, failed, batches, mutations atomic.Uint64
+	observe                             atomic.Pointer[func(time.Duration)]
+}
+
+func (q *commitQueue) stats() CommitStats {
+	return CommitStats{Commits: q.commits.Load(), Failed: q.failed.Load(), Batches: q.batches.Load(), Mutations: q.mutations.Load()}
 }
 
 func newCommitQueue() *commitQueue {
@@ -121,7 +148,22 @@ func (q *commitQueue) run(commit func([]*request) error, after func(error)) {
 			<-q.wake
 			continue
 		}
+		start := time.Now()
 		err := commit(reqs)
+		if obs := q.observe.Load(); obs != nil {
+			(*obs)(time.Since(start))
+		}
+		if err != nil {
+			q.failed.Add(1)
+		} else {
+			n := 0
+			for _, r := range reqs {
+				n += len(r.batch)
+			}
+			q.commits.Add(1)
+			q.batches.Add(uint64(len(reqs)))
+			q.mutations.Add(uint64(n))
+		}
 		for _, r := range reqs {
 			r.err = err
 			close(r.done)

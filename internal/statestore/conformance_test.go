@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -196,6 +197,36 @@ func runConformance(t *testing.T, newStorage factory) {
 			if commits >= appliers*rounds {
 				t.Fatalf("%d applies took %d commits: no group commit", appliers*rounds, commits)
 			}
+		}
+	})
+
+	t.Run("CommitStats", func(t *testing.T) {
+		s := openClosed(t, newStorage(t))
+		in, ok := s.(Instrumented)
+		if !ok {
+			t.Fatalf("%T reports no commit statistics (Instrumented)", s)
+		}
+		var observed atomic.Int64
+		in.ObserveCommits(func(d time.Duration) {
+			if d <= 0 {
+				t.Errorf("a commit took %v", d)
+			}
+			observed.Add(1)
+		})
+		before := in.CommitStats()
+		apply(t, s, put("task", "a", "1"), put("task", "b", "2"))
+		apply(t, s, del("task", "a"))
+		apply(t, s) // empty: no commit
+		if err := s.Apply(context.Background(), []Mutation{{Kind: "", Key: "x"}}); err == nil {
+			t.Fatal("a batch without a kind was accepted")
+		}
+		got := in.CommitStats()
+		want := CommitStats{Commits: before.Commits + 2, Batches: before.Batches + 2, Mutations: before.Mutations + 3, Failed: before.Failed}
+		if got != want {
+			t.Errorf("CommitStats = %+v, want %+v (two sequential applies of 2 and 1 records)", got, want)
+		}
+		if n := observed.Load(); n != 2 {
+			t.Errorf("the observer saw %d commits, want 2", n)
 		}
 	})
 

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Embedded is the Store of a single `gantry serve`: a directory holding an
@@ -626,3 +627,9 @@ func (s *Embedded) Close() error {
 }
 
 var _ io.Closer = (*Embedded)(nil)
+
+// CommitStats implements Instrumented.
+func (s *Embedded) CommitStats() CommitStats { return s.q.stats() }
+
+// ObserveCommits implements Instrumented.
+func (s *Embedded) ObserveCommits(fn func(time.Duration)) { s.q.observe.Store(&fn) }

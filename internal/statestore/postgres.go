@@ -331,3 +331,9 @@ func (p *Postgres) Close() error {
 	p.pool.Close()
 	return nil
 }
+
+// CommitStats implements Instrumented.
+func (p *Postgres) CommitStats() CommitStats { return p.q.stats() }
+
+// ObserveCommits implements Instrumented.
+func (p *Postgres) ObserveCommits(fn func(time.Duration)) { p.q.observe.Store(&fn) }
