@@ -29,7 +29,9 @@ func newWorkerCommand() *cobra.Command {
 		Short: "Run a standalone worker that takes actions from a Gantry scheduler",
 		Long: `Run a worker. It registers with the scheduler at --scheduler, offers this
 host's platform (OSFamily, ISA) plus --property values, and runs actions in
-exec roots under --work-dir. The worker section of --config sets the rest.`,
+exec roots under --work-dir. The worker section of --config sets the rest;
+its client section says how to reach the scheduler, and its tls and auth
+sections secure --http-listen as they secure gantry serve's HTTP port.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := config.Default()
@@ -95,7 +97,7 @@ exec roots under --work-dir. The worker section of --config sets the rest.`,
 				return err
 			}
 			if httpListen != "" {
-				_, stopHTTP, err := serveWorkerHTTP(httpListen, w, log)
+				_, stopHTTP, err := serveWorkerHTTP(httpListen, cfg, w, log)
 				if err != nil {
 					return err
 				}
@@ -109,7 +111,7 @@ exec roots under --work-dir. The worker section of --config sets the rest.`,
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "YAML config file; its worker section applies (see docs/CONFIGURATION.md)")
 	cmd.Flags().StringVar(&schedulerAddr, "scheduler", "127.0.0.1:8980", "address of the Gantry server to take work from")
-	cmd.Flags().StringVar(&httpListen, "http-listen", "", "HTTP address for the worker's /metrics and /healthz (empty: none)")
+	cmd.Flags().StringVar(&httpListen, "http-listen", "", "HTTP address for the worker's /metrics and /healthz, e.g. 127.0.0.1:9091 (empty: none); TLS and a token requirement come from the tls and auth sections of --config, as for gantry serve")
 	cmd.Flags().StringVar(&workDir, "work-dir", "./gantry-worker", "directory for exec roots and the input file cache")
 	cmd.Flags().IntVar(&cores, "cores", 0, "execute capacity in cores (0: number of CPUs)")
 	cmd.Flags().StringVar(&id, "id", "", "worker id (default: host name)")

@@ -13,12 +13,29 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/server"
 	"github.com/gantry-build/gantry/internal/worker"
 )
 
 // serveWorkerHTTP serves a standalone worker's /metrics and /healthz on
 // addr until the returned stop is called; bound is the address bound.
-func serveWorkerHTTP(addr string, w *worker.Worker, log *slog.Logger) (bound string, stop func(), err error) {
+//
+// The port is secured as `gantry serve` secures its own, from the same
+// sections of the worker's --config: TLS with tls.cert_file and key_file
+// (client certificates per tls.client_ca_file), and with
+// auth.http_require_token every path but /healthz needs an identity with
+// the status permission (auth.tokens_file, auth.jwt, client certificates,
+// auth.policy). A token requirement without TLS is refused unless addr is
+// loopback: the token would cross the network in plain text.
+func serveWorkerHTTP(addr string, cfg config.Config, w *worker.Worker, log *slog.Logger) (bound string, stop func(), err error) {
+	sec, err := server.NewHTTPPortSecurity(cfg)
+	if err != nil {
+		return "", nil, fmt.Errorf("worker HTTP port: %w", err)
+	}
+	if sec.RequireToken() && !sec.TLS() && !isLoopbackAddr(addr) {
+		return "", nil, fmt.Errorf("worker HTTP port: auth.http_require_token on %s without TLS would let tokens cross the network in plain text; set tls.cert_file and tls.key_file in --config, or give --http-listen a loopback address", addr)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := w.RegisterMetrics(reg, true); err != nil {
@@ -34,16 +51,34 @@ func serveWorkerHTTP(addr string, w *worker.Worker, log *slog.Logger) (bound str
 		rw.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(rw, "ok")
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: sec.Handler(mux), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn)}
 	go func() {
-		if err := srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(sec.Listener(lis)); !errors.Is(err, http.ErrServerClosed) {
 			log.Error("worker HTTP port stopped", "addr", addr, "err", err)
 		}
 	}()
-	log.Info("worker metrics", "http", lis.Addr().String())
+	log.Info("worker metrics", "http", lis.Addr().String(), "tls", sec.TLS(), "require_token", sec.RequireToken())
+	if !sec.RequireToken() && !isLoopbackAddr(addr) {
+		log.Warn("the worker's HTTP port is open to anyone who can reach it (/metrics); keep --http-listen on loopback or a management network, or set auth.http_require_token", "http", lis.Addr().String())
+	}
 	return lis.Addr().String(), func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
 	}, nil
+}
+
+// isLoopbackAddr reports whether a listen address binds only loopback
+// ("localhost", 127.0.0.0/8, ::1); a missing host means every interface.
+func isLoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

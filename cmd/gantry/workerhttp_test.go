@@ -48,7 +48,7 @@ func TestStandaloneWorkerMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr, stopHTTP, err := serveWorkerHTTP("127.0.0.1:0", w, log)
+	addr, stopHTTP, err := serveWorkerHTTP("127.0.0.1:0", config.Default(), w, log)
 	if err != nil {
 		t.Fatal(err)
 	}

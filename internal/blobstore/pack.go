@@ -140,11 +140,17 @@ func recordLen(d digest.Digest) int64 { return recordHeaderLen(d) + d.Size }
 // putHeader writes the header of the record of blob d with data into hdr,
 // which is recordHeaderLen(d) bytes long.
 func putHeader(hdr []byte, d digest.Digest, data []byte) {
+	encodeHeader(hdr, d, uint32(len(data)), crc32.Checksum(data, castagnoli))
+}
+
+// encodeHeader writes a record header for d with the given data size and
+// data CRC; parseHeader reads it back.
+func encodeHeader(hdr []byte, d digest.Digest, size, dataCRC uint32) {
 	hl := len(d.Hash) / 2
 	copy(hdr, recMagic)
 	hdr[4], hdr[5], hdr[6], hdr[7] = byte(d.Function), byte(hl), 0, 0
-	binary.LittleEndian.PutUint32(hdr[8:], uint32(len(data)))
-	binary.LittleEndian.PutUint32(hdr[12:], crc32.Checksum(data, castagnoli))
+	binary.LittleEndian.PutUint32(hdr[8:], size)
+	binary.LittleEndian.PutUint32(hdr[12:], dataCRC)
 	hex.Decode(hdr[recFixedHdr:recFixedHdr+hl], []byte(d.Hash)) // d.Hash is valid lowercase hex
 	binary.LittleEndian.PutUint32(hdr[recFixedHdr+hl:], crc32.Checksum(hdr[:recFixedHdr+hl], castagnoli))
 }

@@ -269,15 +269,9 @@ func (s *Server) GetTree(req *repb.GetTreeRequest, stream repb.ContentAddressabl
 	if pageSize <= 0 || pageSize > maxTreePage {
 		pageSize = maxTreePage
 	}
-	offset := 0
-	if req.PageToken != "" {
-		raw, err := base64.RawURLEncoding.DecodeString(req.PageToken)
-		if err == nil {
-			offset, err = strconv.Atoi(string(raw))
-		}
-		if err != nil || offset < 0 {
-			return invalid("page_token %q was not issued by this server; pass a next_page_token from a previous GetTree response, or none", req.PageToken)
-		}
+	offset, err := parsePageToken(req.PageToken)
+	if err != nil {
+		return err
 	}
 	if _, err := s.readDirectory(ctx, root); err != nil {
 		if status.Code(err) == codes.NotFound {
@@ -318,7 +312,7 @@ func (s *Server) GetTree(req *repb.GetTreeRequest, stream repb.ContentAddressabl
 		if len(page) == pageSize {
 			next := ""
 			if len(queue) > 0 {
-				next = base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(index)))
+				next = pageToken(index)
 			}
 			if err := stream.Send(&repb.GetTreeResponse{Directories: page, NextPageToken: next}); err != nil {
 				return err
@@ -333,6 +327,47 @@ func (s *Server) GetTree(req *repb.GetTreeRequest, stream repb.ContentAddressabl
 		return stream.Send(&repb.GetTreeResponse{Directories: page})
 	}
 	return nil
+}
+
+// pageToken is the GetTree page token that resumes after offset
+// directories of the breadth-first order.
+func pageToken(offset int) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(offset)))
+}
+
+// parsePageToken reads a GetTree page token (untrusted input); "" is
+// offset 0. Only tokens pageToken issues are accepted: canonical
+// base64url of a decimal offset without sign or leading zeros.
+func parsePageToken(tok string) (int, error) {
+	if tok == "" {
+		return 0, nil
+	}
+	bad := func() (int, error) {
+		shown := tok
+		if len(shown) > 40 {
+			shown = shown[:40] + "..."
+		}
+		return 0, invalid("page_token %q was not issued by this server; pass a next_page_token from a previous GetTree response, or none", shown)
+	}
+	if len(tok) > 32 { // an int64 offset takes at most 26
+		return bad()
+	}
+	// The decoder skips \r and \n and, unless strict, ignores stray low
+	// bits: re-encoding catches every non-canonical spelling.
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(tok)
+	if err != nil || base64.RawURLEncoding.EncodeToString(raw) != tok || len(raw) == 0 || (raw[0] == '0' && len(raw) > 1) {
+		return bad()
+	}
+	for _, c := range raw {
+		if c < '0' || c > '9' {
+			return bad()
+		}
+	}
+	offset, err := strconv.Atoi(string(raw))
+	if err != nil {
+		return bad()
+	}
+	return offset, nil
 }
 
 func (s *Server) readDirectory(ctx context.Context, d digest.Digest) (*repb.Directory, error) {

@@ -96,6 +96,30 @@ func (c *capture) finish() {
 	}
 }
 
+// tail returns up to the last n bytes of a finished capture (read back
+// from the spill file when it spilled; nil if that fails).
+func (c *capture) tail(n int) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.spill == nil {
+		b := c.buf.Bytes()
+		return append([]byte(nil), b[max(0, len(b)-n):]...)
+	}
+	f, err := os.Open(c.spillPath)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil
+	}
+	off := max(0, info.Size()-int64(n))
+	b := make([]byte, info.Size()-off)
+	k, _ := f.ReadAt(b, off)
+	return b[:k]
+}
+
 // upload stores the captured stream in the CAS and returns its digest.
 func (c *capture) upload(ctx context.Context, cas blobstore.Store, fn digest.Function) (*repb.Digest, error) {
 	c.mu.Lock()

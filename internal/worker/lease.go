@@ -178,7 +178,12 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	}
 	stdout.finish()
 	stderr.finish()
-	if sbOut.OOMKilled {
+	if sbx != nil && !sbOut.OOMKilled && !res.TimedOut && !res.Cancelled && !diskKill.killed && ctx.Err() == nil {
+		// The rlimit fallback has no OOM counter: look at how the
+		// action ended by itself.
+		sbOut = sbx.Explain(sandbox.Exit{Code: res.ExitCode, Signal: res.Signal}, stderr.tail(sandbox.StderrTail))
+	}
+	if sbOut.Message != "" {
 		stderr.note("gantry: " + sbOut.Message)
 	}
 	defer stdout.discard()
@@ -225,9 +230,9 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 		return
 	}
 	req := &workerpb.CompleteRequest{ActionResult: marshalResult(ar)}
-	if sbOut.OOMKilled {
+	if sbOut.Message != "" {
 		req.Message = fmt.Sprintf("action %s: %s", ad, sbOut.Message)
-		if ar.ExitCode == 0 { // a child was killed but the action hid it
+		if sbOut.OOMKilled && ar.ExitCode == 0 { // a child was killed but the action hid it
 			req.Message += " (the command still exited 0)"
 		}
 	}

@@ -21,7 +21,10 @@
 // process is started inside it with CLONE_INTO_CGROUP), the whole cgroup
 // is killed when the action ends, and memory.events' oom_kill tells an
 // out-of-memory kill apart. Without one, prlimit sets RLIMIT_AS (memory)
-// and RLIMIT_NPROC (processes of the action's uid) instead.
+// and RLIMIT_NPROC (processes of the action's uid) instead; reaching
+// RLIMIT_AS makes allocations fail rather than killing anything, so
+// Explain infers a probable out-of-memory failure from how the action
+// ended and what it wrote to stderr.
 package sandbox
 
 import (
@@ -236,9 +239,14 @@ type Action struct {
 // Outcome is what the sandbox saw of a finished action.
 type Outcome struct {
 	// OOMKilled is set when the kernel killed a process of the action
-	// because it reached its memory limit (cgroup mode only).
+	// because it reached its memory limit (cgroup mode only: Finish).
 	OOMKilled bool
-	// Message explains OOMKilled for the action's result.
+	// Suspected is set when the action probably or possibly ran out of
+	// memory, without a kernel counter to say so (rlimit fallback:
+	// Explain).
+	Suspected bool
+	// Message explains OOMKilled or Suspected for the action's result
+	// (its stderr and ExecuteResponse.message); "" when neither is set.
 	Message string
 }
 
