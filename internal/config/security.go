@@ -137,6 +137,9 @@ func (c *Config) validateSecurity(bad func(path, format string, args ...any)) {
 	if !t.Enabled() && (a.TokensFile != "" || a.JWT.Enabled()) && !isLoopback(c.Listen) {
 		bad("tls", "bearer tokens would cross the network in plain text on %s; configure tls.cert_file and tls.key_file (or listen on loopback)", c.Listen)
 	}
+	if !t.Enabled() && a.HTTPRequireToken && (a.TokensFile != "" || a.JWT.Enabled()) && c.HTTPListen != "" && !isLoopback(c.HTTPListen) {
+		bad("auth.http_require_token", "bearer tokens for the HTTP port would cross the network in plain text on http_listen %s; configure tls.cert_file and tls.key_file (or keep http_listen on loopback)", c.HTTPListen)
+	}
 }
 
 func isLoopback(addr string) bool {

@@ -46,6 +46,7 @@ auth:
 		{"auth: {enabled: true, tokens_file: t}", "auth.policy: auth is enabled but the policy grants nothing"},
 		{"auth: {enabled: true, tokens_file: t, certificate_names: [ou]}", `auth.certificate_names[0]: "ou" is not a certificate field`},
 		{"listen: 0.0.0.0:8980\nauth: {enabled: true, tokens_file: t, policy: [{identities: [a], instances: ['*'], permissions: [read]}]}", "plain text on 0.0.0.0:8980"},
+		{"http_listen: 0.0.0.0:9090\nauth: {enabled: true, http_require_token: true, tokens_file: t, policy: [{identities: [a], instances: ['*'], permissions: [read]}]}", "plain text on http_listen 0.0.0.0:9090"},
 		{"auth: {enabled: true, tokens_file: t, jwt: {hs256_secret_file: s, subject_claim: ''}}", "auth.jwt.subject_claim: must name a claim"},
 		{"auth: {enabled: true, polcy: []}", "auth.polcy (line 1): unknown key"},
 	} {
