@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,8 +44,13 @@ type scenario struct {
 
 func startScenario(t *testing.T, ctx context.Context) *scenario {
 	t.Helper()
-	f := startFarm(t, func(c *config.Config) {
-		c.HTTPListen = "127.0.0.1:0"
+	return startScenarioLog(t, ctx, quietLogger())
+}
+
+// startScenarioLog is startScenario with the server logging to log.
+func startScenarioLog(t *testing.T, ctx context.Context, log *slog.Logger) *scenario {
+	t.Helper()
+	f := observedFarm(t, log, func(c *config.Config) {
 		c.Worker.ID = "w1"
 		c.Worker.Cores = 1
 		c.Worker.AcceptUnknownProperties = false
@@ -551,4 +557,384 @@ func putMsg(ctx context.Context, t *testing.T, cas *client.CAS, m proto.Message)
 		t.Fatal(err)
 	}
 	return d
+}
+
+// htmlForm is a form of a status page, as a browser without JavaScript
+// reads it.
+type htmlForm struct {
+	attrs   map[string]string
+	fields  url.Values // hidden inputs
+	buttons []htmlButton
+}
+
+type htmlButton struct {
+	attrs map[string]string
+	label string
+}
+
+var (
+	formRE   = regexp.MustCompile(`(?s)<form\b([^>]*)>(.*?)</form>`)
+	attrRE   = regexp.MustCompile(`([a-zA-Z-]+)(?:="([^"]*)")?`)
+	inputRE  = regexp.MustCompile(`<input\b([^>]*)>`)
+	buttonRE = regexp.MustCompile(`(?s)<button\b([^>]*)>(.*?)</button>`)
+)
+
+func attrs(s string) map[string]string {
+	m := map[string]string{}
+	for _, a := range attrRE.FindAllStringSubmatch(s, -1) {
+		m[strings.ToLower(a[1])] = html.UnescapeString(a[2])
+	}
+	return m
+}
+
+// parseForms reads the forms of page.
+func parseForms(page string) []htmlForm {
+	var out []htmlForm
+	for _, fm := range formRE.FindAllStringSubmatch(page, -1) {
+		f := htmlForm{attrs: attrs(fm[1]), fields: url.Values{}}
+		for _, in := range inputRE.FindAllStringSubmatch(fm[2], -1) {
+			a := attrs(in[1])
+			if a["type"] == "hidden" {
+				f.fields.Add(a["name"], a["value"])
+			}
+		}
+		for _, b := range buttonRE.FindAllStringSubmatch(fm[2], -1) {
+			f.buttons = append(f.buttons, htmlButton{attrs: attrs(b[1]), label: b[2]})
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// press submits the form of the button labelled label in the part of
+// page that part matches (a regexp; "" for the whole page) as a browser
+// does: a POST of the hidden fields and the button's name and value,
+// from the same origin, following the redirect. It returns the page it
+// lands on.
+func (s *scenario) press(t *testing.T, page, part, label string) string {
+	t.Helper()
+	if part != "" {
+		page = regexp.MustCompile(`(?s)` + part).FindString(page)
+	}
+	for _, f := range parseForms(page) {
+		for _, b := range f.buttons {
+			if b.label != label {
+				continue
+			}
+			form := url.Values{}
+			for k, v := range f.fields {
+				form[k] = v
+			}
+			if b.attrs["name"] != "" {
+				form.Set(b.attrs["name"], b.attrs["value"])
+			}
+			req, _ := http.NewRequest(strings.ToUpper(f.attrs["method"]), s.base+f.attrs["action"], strings.NewReader(form.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("Origin", s.base)
+			req.Header.Set("Sec-Fetch-Site", "same-origin")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != 200 {
+				t.Fatalf("pressing %q: %d\n%s", label, resp.StatusCode, body)
+			}
+			return html.UnescapeString(string(body))
+		}
+	}
+	t.Fatalf("no %q button in\n%s", label, page)
+	return ""
+}
+
+var flashRE = regexp.MustCompile(`<p class="flash" role="status">([^<]*)</p>`)
+
+// flash is the line a page shows after a control.
+func flash(page string) string {
+	if m := flashRE.FindStringSubmatch(page); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+const workerRow = `<tr data-worker="w1">.*?</tr>`
+
+// TestStatusButtons presses every button of the status page as a
+// browser posts its form, and checks what it did: the worker paused
+// (its action stopped), resumed, terminating, undrained; a queued
+// operation killed; the configuration reloaded. Each control is logged,
+// and so are refused ones.
+func TestStatusButtons(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out lockedBuffer
+	s := startScenarioLog(t, ctx, slog.New(slog.NewJSONHandler(&out, nil)))
+	defer s.finish(t, ctx)
+	pid := waitForPID(ctx, t, filepath.Join(s.dir, "run.pid"))
+	procState := func() string { _, st := cpuTicks(t, pid); return st }
+	_, page := s.get(t, "/status")
+	ctl := func() scheduler.WorkerControl { return s.srv.Scheduler.WorkerControlOf("w1") }
+	state := func(page string) string {
+		m := regexp.MustCompile(`(?s)<tr data-worker="w1">.*?<td class="st-([a-z]+)">`).FindStringSubmatch(page)
+		if m == nil {
+			t.Fatalf("no state of w1 in\n%s", page)
+		}
+		return m[1]
+	}
+
+	page = s.press(t, page, workerRow, "Pause")
+	if f := flash(page); f != "w1: pause done" || !ctl().Pause || state(page) != "paused" {
+		t.Fatalf("after Pause: flash %q, control %+v, state %s", f, ctl(), state(page))
+	}
+	waitFor(ctx, t, "the running action to be stopped (SIGSTOP)", func() bool { return procState() == "T" })
+
+	page = s.press(t, page, workerRow, "Resume")
+	if f := flash(page); f != "w1: resume done" || ctl().Pause || state(page) != "active" {
+		t.Fatalf("after Resume: flash %q, control %+v, state %s", f, ctl(), state(page))
+	}
+	waitFor(ctx, t, "the running action to continue (SIGCONT)", func() bool { return procState() != "T" })
+
+	page = s.press(t, page, workerRow, "Terminate")
+	if f, c := flash(page), ctl(); f != "w1: terminate done" || !c.Terminate || !c.Drain || state(page) != "terminating" {
+		t.Fatalf("after Terminate: flash %q, control %+v, state %s", f, c, state(page))
+	}
+	// The worker hears it in a heartbeat response and stops polling.
+	waitFor(ctx, t, "the worker to take the terminate control", func() bool {
+		return strings.Contains(out.String(), "worker asked to terminate")
+	})
+
+	page = s.press(t, page, workerRow, "Undrain")
+	if f := flash(page); f != "w1: undrain done" || ctl() != (scheduler.WorkerControl{}) || state(page) != "active" {
+		t.Fatalf("after Undrain: flash %q, control %+v, state %s", f, ctl(), state(page))
+	}
+
+	page = s.press(t, page, `<table id="operations">.*?</table>`, "Kill")
+	killed := s.running
+	if !strings.Contains(flash(page), s.running+" killed") {
+		killed = s.queued
+	}
+	if f := flash(page); f != killed+" killed" {
+		t.Fatalf("after Kill: flash %q", f)
+	}
+	if info, err := s.srv.Scheduler.Operation(killed); err != nil || !info.Done || info.Response.Status.GetCode() != int32(codes.Canceled) {
+		t.Fatalf("killed operation: %+v %v", info, err)
+	}
+
+	// Reload: the fairness keys of the file are in force.
+	cfgFile := filepath.Join(s.dir, "gantry.yaml")
+	if err := os.WriteFile(cfgFile, []byte("scheduler:\n  fairness:\n    keys: [tool_invocation_id]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.srv.SetConfigFile(cfgFile)
+	if _, inv := s.get(t, "/status/invocations", "Accept", "text/html"); strings.Contains(inv, "Levels: tool_invocation_id.") {
+		t.Fatal("the fairness keys are already the file's")
+	}
+	page = s.press(t, page, "", "Reload configuration")
+	if f := flash(page); f != "configuration reloaded" {
+		t.Fatalf("after Reload: flash %q", f)
+	}
+	if _, inv := s.get(t, "/status/invocations", "Accept", "text/html"); !strings.Contains(inv, "Levels: tool_invocation_id.") {
+		t.Errorf("the invocations page after the reload does not show the file's keys:\n%s", inv)
+	}
+	// A bad file: refused, and the page says why.
+	os.WriteFile(cfgFile, []byte("scheduler: {fairness: {keys: [no_such_key]}}\n"), 0o644)
+	if page = s.press(t, page, "", "Reload configuration"); !strings.Contains(flash(page), "failed: reloading the configuration failed, the old one stays in effect") {
+		t.Errorf("after Reload of a bad file: flash %q", flash(page))
+	}
+
+	// Refused controls: an unknown worker and an unknown control.
+	token := csrfRE.FindStringSubmatch(page)[1]
+	for _, form := range []url.Values{{"worker": {"ghost"}, "action": {"drain"}}, {"worker": {"w1"}, "action": {"explode"}}} {
+		form.Set("csrf", token)
+		resp, err := http.PostForm(s.base+"/status/worker", form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if f := flash(html.UnescapeString(string(b))); !strings.HasPrefix(f, "failed: ") {
+			t.Errorf("POST %v: flash %q, want a failure", form, f)
+		}
+	}
+
+	log := out.String()
+	by := "status page from 127.0.0.1:"
+	for _, c := range []struct {
+		msg  string
+		want map[string]string
+	}{
+		{"admin control", map[string]string{"control": "pause", "worker": "w1", "by": by}},
+		{"admin control", map[string]string{"control": "resume", "worker": "w1", "by": by}},
+		{"admin control", map[string]string{"control": "terminate", "worker": "w1", "by": by}},
+		{"admin control", map[string]string{"control": "undrain", "worker": "w1", "by": by}},
+		{"admin control", map[string]string{"control": "kill", "operation": killed, "by": by}},
+		{"admin control", map[string]string{"control": "reload", "by": by}},
+		{"admin control refused", map[string]string{"control": "reload", "by": by, "err": "no_such_key"}},
+		{"admin control refused", map[string]string{"control": "drain", "worker": "ghost", "by": by, "err": "ghost"}},
+		{"admin control refused", map[string]string{"control": "explode", "worker": "w1", "by": by, "err": `unknown control "explode"`}},
+	} {
+		if n := len(logLines(t, log, c.msg, c.want)); n != 1 {
+			t.Errorf("%d log lines %q with %v, want 1, in\n%s", n, c.msg, c.want, log)
+		}
+	}
+}
+
+// TestStatusPagesWorkWithoutJavaScript: no page has a script (nor an
+// event handler or javascript: link), the Content-Security-Policy forbids
+// them, and every control is a form that a browser without JavaScript
+// posts: a drain posted exactly as its form says works.
+func TestStatusPagesWorkWithoutJavaScript(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s := startScenario(t, ctx)
+	defer s.finish(t, ctx)
+	scriptRE := regexp.MustCompile(`(?i)<script|javascript:|\son[a-z]+\s*=|<iframe|<object|<embed|\ssrc="https?:|<link\b`)
+	var overview string
+	for _, path := range []string{"/status", "/status/invocations", "/status/failures", "/status/operation?name=" + url.QueryEscape(s.failed),
+		"/status/operation?name=" + url.QueryEscape(s.running), "/status/operation?name=nope", "/status?flash=%3Cscript%3Ealert(1)%3C/script%3E"} {
+		req, _ := http.NewRequest("GET", s.base+path, nil)
+		req.Header.Set("Accept", "text/html")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		page := string(b)
+		if path == "/status" {
+			overview = page
+		}
+		if m := scriptRE.FindString(page); m != "" {
+			t.Errorf("%s has %q", path, m)
+		}
+		csp := resp.Header.Get("Content-Security-Policy")
+		for _, want := range []string{"default-src 'none'", "form-action 'self'", "frame-ancestors 'none'"} {
+			if !strings.Contains(csp, want) {
+				t.Errorf("%s: Content-Security-Policy %q lacks %q", path, csp, want)
+			}
+		}
+		if strings.Contains(csp, "script-src") || strings.Contains(csp, "unsafe-eval") {
+			t.Errorf("%s: Content-Security-Policy %q allows scripts", path, csp)
+		}
+		if got := resp.Header.Get("X-Content-Type-Options"); got != "nosniff" {
+			t.Errorf("%s: X-Content-Type-Options %q", path, got)
+		}
+		for _, f := range parseForms(page) {
+			if strings.ToLower(f.attrs["method"]) != "post" || !strings.HasPrefix(f.attrs["action"], "/status/") || f.fields.Get("csrf") == "" || len(f.buttons) == 0 {
+				t.Errorf("%s: form %v is not a plain POST form with the token and a button", path, f)
+			}
+			for _, b := range f.buttons {
+				if typ, ok := b.attrs["type"]; ok && typ != "submit" {
+					t.Errorf("%s: button %q of type %q does not submit without JavaScript", path, b.label, typ)
+				}
+			}
+		}
+	}
+	forms := parseForms(overview)
+	if len(forms) < 5 { // drain, terminate, pause, 2 kills, reload
+		t.Fatalf("the overview has %d forms, want one per control", len(forms))
+	}
+	// A browser without JavaScript sends the form's fields and the
+	// pressed button's name and value, nothing else.
+	for _, f := range forms {
+		if len(f.buttons) != 1 || f.buttons[0].label != "Drain" {
+			continue
+		}
+		form := url.Values{}
+		for k, v := range f.fields {
+			form[k] = v
+		}
+		form.Set(f.buttons[0].attrs["name"], f.buttons[0].attrs["value"])
+		resp, err := http.PostForm(s.base+f.attrs["action"], form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || flash(string(b)) != "w1: drain done" || !s.srv.Scheduler.WorkerControlOf("w1").Drain {
+			t.Fatalf("posting the Drain form: %d, flash %q", resp.StatusCode, flash(string(b)))
+		}
+		return
+	}
+	t.Fatal("no Drain form on the overview")
+}
+
+// TestStatusRefresh: the list pages and the page of an operation in
+// progress reload themselves every status.refresh (an HTML meta
+// refresh, no script); a finished operation's page, ?refresh=0 and
+// status.refresh: 0 do not.
+func TestStatusRefresh(t *testing.T) {
+	for _, c := range []struct {
+		yaml string
+		want int // seconds; 0: no refresh
+	}{
+		{"status:\n  refresh: 7s\n", 7},
+		{"status:\n  refresh: 300ms\n", 1},
+		{"status:\n  refresh: 0s\n", 0},
+		{"", 10}, // the default
+	} {
+		t.Run(fmt.Sprint(c.want), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			file := filepath.Join(t.TempDir(), "gantry.yaml")
+			if err := os.WriteFile(file, []byte(c.yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			loaded, err := config.Load(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := observedFarm(t, quietLogger(), func(cfg *config.Config) {
+				cfg.Status = loaded.Status
+				cfg.Worker.Enabled = false
+			})
+			s := &scenario{farm: f, base: "http://" + f.srv.HTTPAddr()}
+			// No worker: the actions stay queued.
+			queue := func(script string) string {
+				name := f.start(ctx, shCmd(script)).name
+				waitFor(ctx, t, "the action to be queued", func() bool {
+					info, err := f.srv.Scheduler.Operation(name)
+					return err == nil && info.Stage == repb.ExecutionStage_QUEUED
+				})
+				return name
+			}
+			queued, killed := queue("echo never"), queue("echo killed")
+			if _, err := adminpb.NewAdminClient(f.conn).KillOperation(ctx, &adminpb.KillOperationRequest{Name: killed}); err != nil {
+				t.Fatal(err)
+			}
+			meta := regexp.MustCompile(`<meta http-equiv="refresh" content="(\d+)">`)
+			for _, p := range []struct {
+				path    string
+				refresh bool
+			}{
+				{"/status", true},
+				{"/status/invocations", true},
+				{"/status/failures", true},
+				{"/status/operation?name=" + url.QueryEscape(queued), true},
+				{"/status/operation?name=" + url.QueryEscape(killed), false},
+				{"/status?refresh=0", false},
+				{"/status/failures?refresh=0", false},
+				{"/status/operation?name=nope", false},
+			} {
+				_, page := s.get(t, p.path, "Accept", "text/html")
+				want := ""
+				if p.refresh && c.want > 0 {
+					want = strconv.Itoa(c.want)
+				}
+				got := ""
+				if m := meta.FindAllStringSubmatch(page, -1); len(m) == 1 {
+					got = m[0][1]
+				} else if len(m) > 1 {
+					t.Errorf("%s has %d meta refreshes", p.path, len(m))
+				}
+				if got != want {
+					t.Errorf("%s: refresh %q, want %q", p.path, got, want)
+				}
+				if says := strings.Contains(page, "refreshes every "+want+"s"); says != (want != "") {
+					t.Errorf("%s: the header's refresh note does not match the refresh %q", p.path, want)
+				}
+			}
+		})
+	}
 }
