@@ -1,6 +1,7 @@
 package status
 
 import (
+	"cmp"
 	"fmt"
 	"html/template"
 	"sort"
@@ -44,7 +45,16 @@ var funcs = template.FuncMap{
 		}
 		return fmt.Sprintf("%d B", n)
 	},
-	"join":   strings.Join,
+	"join": strings.Join,
+	// path shows an invocation path as the invocations page does: an
+	// empty key is "(none)".
+	"path": func(p []string) string {
+		out := make([]string, len(p))
+		for i, k := range p {
+			out[i] = cmp.Or(k, "(none)")
+		}
+		return strings.Join(out, " › ")
+	},
 	"pct":    func(f float64) string { return fmt.Sprintf("%.0f%%", f) },
 	"indent": func(d int) string { return strings.Repeat("\u00a0\u00a0\u00a0", d) },
 	"quota": func(n int64) string {
@@ -172,7 +182,7 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 <tr><th>Instance</th><td>{{or .Op.Instance "(default)"}}</td></tr>
 <tr><th>Action</th><td>{{.Op.ActionDigest}}</td></tr>
 <tr><th>Queue</th><td>{{.Op.Queue}} (priority {{.Op.Priority}}, {{.Op.Cores}} cores)</td></tr>
-<tr><th>Invocation</th><td>{{join .Op.Invocation " › "}}</td></tr>
+<tr><th>Invocation</th><td>{{path .Op.Invocation}}</td></tr>
 <tr><th>Attempts</th><td>{{.Op.Attempts}}</td></tr>
 <tr><th>Worker</th><td>{{.Op.Worker}}</td></tr>
 </table>
