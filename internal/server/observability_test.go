@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,8 +20,12 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
@@ -703,4 +710,126 @@ func TestRetryMetrics(t *testing.T) {
 		metricWant{"gantry_scheduler_gave_up_total", nil, 1},
 		metricWant{"gantry_queue_length", nil, 0},
 	)
+}
+
+// otlpReceiver is a fake OTLP/gRPC trace collector: it keeps every span
+// exported to it, with its resource's service.name.
+type otlpReceiver struct {
+	coltracepb.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	spans []receivedSpan
+}
+
+type receivedSpan struct {
+	service string
+	span    *tracepb.Span
+}
+
+func (r *otlpReceiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rs := range req.ResourceSpans {
+		service := ""
+		for _, a := range rs.GetResource().GetAttributes() {
+			if a.Key == "service.name" {
+				service = a.GetValue().GetStringValue()
+			}
+		}
+		for _, ss := range rs.ScopeSpans {
+			for _, sp := range ss.Spans {
+				r.spans = append(r.spans, receivedSpan{service, sp})
+			}
+		}
+	}
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+func (r *otlpReceiver) byName() map[string]receivedSpan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]receivedSpan{}
+	for _, s := range r.spans {
+		out[s.span.Name] = s
+	}
+	return out
+}
+
+// TestTracesExportedByOTLP: a server (role all) configured with the
+// tracing.* keys exports the spans of an executed action to an OTLP/gRPC
+// collector: Execute, the scheduler's submit and lease and the worker's
+// stages, in one trace, parent by parent, under the configured
+// service.name.
+func TestTracesExportedByOTLP(t *testing.T) {
+	recv := &otlpReceiver{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(g, recv)
+	go g.Serve(lis)
+	defer g.Stop()
+
+	file := filepath.Join(t.TempDir(), "gantry.yaml")
+	yaml := fmt.Sprintf("role: all\ntracing:\n  otlp_endpoint: %s\n  insecure: true\n  service_name: gantry-otlp-test\n", lis.Addr())
+	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := config.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := observedFarm(t, quietLogger(), func(c *config.Config) { c.Role, c.Tracing = loaded.Role, loaded.Tracing })
+	t.Cleanup(tracing.Disable)
+	if !tracing.Enabled() {
+		t.Fatal("tracing is off with tracing.otlp_endpoint set")
+	}
+	if r := f.run(context.Background(), emptyRoot(f), shCmd("echo traced")); r.Result.GetExitCode() != 0 {
+		t.Fatalf("action: %v", r)
+	}
+	// The exporter sends in batches: flush until the worker's last span
+	// has arrived.
+	flusher, ok := otel.GetTracerProvider().(interface{ ForceFlush(context.Context) error })
+	if !ok {
+		t.Fatalf("the global tracer provider %T cannot flush", otel.GetTracerProvider())
+	}
+	obsWaitFor(t, "the worker.Action span at the collector", func() bool {
+		flusher.ForceFlush(context.Background())
+		_, ok := recv.byName()["worker.Action"]
+		return ok
+	})
+	spans := recv.byName()
+	root, ok := spans["Execute"]
+	if !ok {
+		t.Fatalf("no Execute span among %d exported", len(spans))
+	}
+	if len(root.span.ParentSpanId) != 0 {
+		t.Errorf("Execute has a parent %x", root.span.ParentSpanId)
+	}
+	for child, parent := range map[string]string{
+		"scheduler.Submit":    "Execute",
+		"scheduler.Lease":     "scheduler.Submit",
+		"worker.Action":       "scheduler.Lease",
+		"worker.InputFetch":   "worker.Action",
+		"worker.Execute":      "worker.Action",
+		"worker.OutputUpload": "worker.Action",
+	} {
+		c, ok := spans[child]
+		if !ok {
+			t.Errorf("no %s span exported", child)
+			continue
+		}
+		if !bytes.Equal(c.span.TraceId, root.span.TraceId) {
+			t.Errorf("%s is in trace %x, not Execute's %x", child, c.span.TraceId, root.span.TraceId)
+		}
+		if p, ok := spans[parent]; !ok || !bytes.Equal(c.span.ParentSpanId, p.span.SpanId) {
+			t.Errorf("%s is not a child of %s", child, parent)
+		}
+		if c.service != "gantry-otlp-test" {
+			t.Errorf("%s has service.name %q, want tracing.service_name", child, c.service)
+		}
+	}
+	if root.service != "gantry-otlp-test" {
+		t.Errorf("Execute has service.name %q", root.service)
+	}
 }
