@@ -3,13 +3,16 @@ package execution
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	adminpb "github.com/gantry-build/gantry/api/admin/v1"
+	"github.com/gantry-build/gantry/internal/auth"
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
@@ -31,9 +34,62 @@ func actor(ctx context.Context) string {
 		if p.AuthInfo != nil {
 			who += " (" + p.AuthInfo.AuthType() + ")"
 		}
+		if id := auth.FromContext(ctx); id != nil {
+			who += " as " + id.String()
+		}
 		return who
 	}
 	return "unknown"
+}
+
+// refused logs a control that was not carried out, and why. Every
+// control, done or not, writes one line.
+func refused(log *slog.Logger, ctx context.Context, what string, err error, attrs ...any) {
+	log.Warn("admin control refused", append(append([]any{"control", what}, attrs...), "by", actor(ctx), "err", status.Convert(err).Message())...)
+}
+
+// LogRefused logs a control refused before it reached the service (the
+// status page's permission check), like the service logs its own
+// refusals. attrs name the target ("worker", ID or "operation", NAME).
+func (s *AdminService) LogRefused(ctx context.Context, what string, err error, attrs ...any) {
+	refused(s.log(), ctx, what, err, attrs...)
+}
+
+// controlMethods are the admin methods that are controls: gRPC method
+// name -> the control's name in the log.
+var controlMethods = map[string]string{
+	"DrainWorker": "drain", "UndrainWorker": "undrain", "TerminateWorker": "terminate",
+	"PauseWorker": "pause", "ResumeWorker": "resume", "KillOperation": "kill", "ReloadConfig": "reload",
+}
+
+// LogRefusedControls is a gRPC interceptor to chain before the
+// authorization interceptor: it logs the controls that authentication or
+// authorization refused (the service never sees them), so that every
+// control is logged whatever its outcome.
+func LogRefusedControls(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		resp, err := handler(ctx, req)
+		if err == nil {
+			return resp, nil
+		}
+		name, ok := strings.CutPrefix(info.FullMethod, "/"+adminpb.Admin_ServiceDesc.ServiceName+"/")
+		what := controlMethods[name]
+		if c := status.Code(err); !ok || what == "" || c != codes.PermissionDenied && c != codes.Unauthenticated {
+			return resp, err
+		}
+		var attrs []any
+		switch r := req.(type) {
+		case *adminpb.WorkerControlRequest:
+			attrs = append(attrs, "worker", r.GetWorkerId(), "reason", r.GetReason())
+		case *adminpb.KillOperationRequest:
+			attrs = append(attrs, "operation", r.GetName(), "reason", r.GetReason())
+		}
+		if log == nil {
+			log = slog.Default()
+		}
+		refused(log, ctx, what, err, attrs...)
+		return resp, err
+	}
 }
 
 // ListWorkers implements adminpb.AdminServer.
@@ -63,8 +119,12 @@ func WorkerStatusProto(w scheduler.WorkerStatus) *adminpb.WorkerStatus {
 // control applies f to a worker's controls, stores the durable ones and
 // logs who did what.
 func (s *AdminService) control(ctx context.Context, what string, req *adminpb.WorkerControlRequest, f func(*scheduler.WorkerControl)) (*adminpb.WorkerControlResponse, error) {
+	fail := func(err error) (*adminpb.WorkerControlResponse, error) {
+		refused(s.log(), ctx, what, err, "worker", req.WorkerId, "reason", req.Reason)
+		return nil, err
+	}
 	if req.WorkerId == "" {
-		return nil, status.Error(codes.InvalidArgument, "worker_id is empty; name the worker to "+what+" (`gantry workers list` shows them)")
+		return fail(status.Error(codes.InvalidArgument, "worker_id is empty; name the worker to "+what+" (`gantry workers list` shows them)"))
 	}
 	s.controlMu.Lock()
 	defer s.controlMu.Unlock()
@@ -72,16 +132,16 @@ func (s *AdminService) control(ctx context.Context, what string, req *adminpb.Wo
 	c, err := s.sched.ControlWorker(req.WorkerId, f)
 	var unknown scheduler.ErrUnknownWorkerID
 	if errors.As(err, &unknown) {
-		return nil, status.Error(codes.NotFound, err.Error())
+		return fail(status.Error(codes.NotFound, err.Error()))
 	}
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return fail(status.Error(codes.Internal, err.Error()))
 	}
 	if s.SaveWorkerControls != nil {
 		if err := s.SaveWorkerControls(s.sched.WorkerControls()); err != nil {
 			// Undo: a control that is not stored would be lost at a restart.
 			s.sched.ControlWorker(req.WorkerId, func(x *scheduler.WorkerControl) { *x = before })
-			return nil, status.Errorf(codes.Unavailable, "storing the worker controls failed, nothing changed: %v; check the data directory and retry", err)
+			return fail(status.Errorf(codes.Unavailable, "storing the worker controls failed, nothing changed: %v; check the data directory and retry", err))
 		}
 	}
 	s.log().Info("admin control", "control", what, "worker", req.WorkerId, "by", actor(ctx), "reason", req.Reason,
@@ -124,8 +184,12 @@ func (s *AdminService) ResumeWorker(ctx context.Context, req *adminpb.WorkerCont
 
 // KillOperation implements adminpb.AdminServer.
 func (s *AdminService) KillOperation(ctx context.Context, req *adminpb.KillOperationRequest) (*adminpb.KillOperationResponse, error) {
+	fail := func(err error) (*adminpb.KillOperationResponse, error) {
+		refused(s.log(), ctx, "kill", err, "operation", req.Name, "reason", req.Reason)
+		return nil, err
+	}
 	if req.Name == "" {
-		return nil, status.Error(codes.InvalidArgument, "name is empty; give the operation name (the status page and Bazel's logs show it)")
+		return fail(status.Error(codes.InvalidArgument, "name is empty; give the operation name (the status page and Bazel's logs show it)"))
 	}
 	reason := req.Reason
 	if reason == "" {
@@ -133,10 +197,10 @@ func (s *AdminService) KillOperation(ctx context.Context, req *adminpb.KillOpera
 	}
 	done, err := s.sched.Kill(req.Name, reason)
 	if errors.Is(err, scheduler.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "operation %q is not known (it may have finished longer ago than scheduler.retention); check the name", req.Name)
+		return fail(status.Errorf(codes.NotFound, "operation %q is not known (it may have finished longer ago than scheduler.retention); check the name", req.Name))
 	}
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "killing %s: %v", req.Name, err)
+		return fail(status.Errorf(codes.Unavailable, "killing %s: %v", req.Name, err))
 	}
 	s.log().Info("admin control", "control", "kill", "operation", req.Name, "by", actor(ctx), "reason", req.Reason, "already_done", done)
 	return &adminpb.KillOperationResponse{AlreadyDone: done}, nil
@@ -145,11 +209,14 @@ func (s *AdminService) KillOperation(ctx context.Context, req *adminpb.KillOpera
 // ReloadConfig implements adminpb.AdminServer.
 func (s *AdminService) ReloadConfig(ctx context.Context, _ *adminpb.ReloadConfigRequest) (*adminpb.ReloadConfigResponse, error) {
 	if s.Reload == nil {
-		return nil, status.Error(codes.FailedPrecondition, "this server cannot reload its configuration (it was started without --config); restart it with --config FILE")
+		err := status.Error(codes.FailedPrecondition, "this server cannot reload its configuration (it was started without --config); restart it with --config FILE")
+		refused(s.log(), ctx, "reload", err)
+		return nil, err
 	}
 	if err := s.Reload(); err != nil {
-		s.log().Warn("admin control failed", "control", "reload", "by", actor(ctx), "err", err)
-		return nil, status.Errorf(codes.FailedPrecondition, "reloading the configuration failed, the old one stays in effect: %v", err)
+		err = status.Errorf(codes.FailedPrecondition, "reloading the configuration failed, the old one stays in effect: %v", err)
+		refused(s.log(), ctx, "reload", err)
+		return nil, err
 	}
 	s.log().Info("admin control", "control", "reload", "by", actor(ctx))
 	return &adminpb.ReloadConfigResponse{}, nil

@@ -236,9 +236,8 @@ func (s *Scheduler) infoLocked(op *Operation) OperationInfo {
 	if t.lease != nil {
 		oi.LeasedAt = t.lease.started
 	}
-	if t.inv != nil {
-		oi.Invocation = t.inv.path()
-	}
+	// The path outlives inv, which a finished task lets go.
+	oi.Invocation = t.invPath
 	return oi
 }
 

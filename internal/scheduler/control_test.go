@@ -85,3 +85,56 @@ func TestHeldWorkerGetsNoWorkUntilReleased(t *testing.T) {
 		t.Error("an empty control is kept")
 	}
 }
+
+// TestFinishedOperationKeepsItsInvocation: an operation's invocation path
+// stays in its OperationInfo after it finishes (the trie lets the node
+// go), also for callers that joined a task from another invocation (the
+// common ancestor) and for a killed operation.
+func TestFinishedOperationKeepsItsInvocation(t *testing.T) {
+	s, _ := newQueueTest(t, nil)
+	register(s, "w")
+	same := func(r *SubmitRequest) { r.ActionDigest = action("shared") }
+	a := submit(t, s, "a", same, func(r *SubmitRequest) { r.Invocation = []string{"u1", "b1", "t1"} })
+	b := submit(t, s, "b", same, func(r *SubmitRequest) { r.Invocation = []string{"u1", "b2", "t1"} })
+	k := submit(t, s, "k", func(r *SubmitRequest) { r.Invocation = []string{"u2", "b9"} })
+	inv := func(name string) string {
+		t.Helper()
+		info, err := s.Operation(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%q", info.Invocation)
+	}
+	check := func(when string) {
+		t.Helper()
+		for name, want := range map[string]string{a: `["u1"]`, b: `["u1"]`, k: `["u2" "b9"]`} {
+			if got := inv(name); got != want {
+				t.Errorf("%s: operation %s invocation %s, want %s", when, name, got, want)
+			}
+		}
+	}
+	check("queued")
+	as := pollNow(t, s, "w", 1)
+	if as == nil {
+		t.Fatal("nothing leased")
+	}
+	if !s.Complete("w", as.LeaseID, okResponse()) {
+		t.Fatal("complete failed")
+	}
+	if _, err := s.Kill(k, "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{a, b, k} {
+		if info, _ := s.Operation(name); !info.Done {
+			t.Fatalf("operation %s is not done", name)
+		}
+	}
+	check("finished")
+	// The trie forgot the killed one's invocation (the worker keeps u1,
+	// its last).
+	for _, st := range s.Invocations() {
+		if len(st.Path) > 0 && st.Path[0] == "u2" {
+			t.Errorf("invocation %v still in the trie after its operation finished", st.Path)
+		}
+	}
+}

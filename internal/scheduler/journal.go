@@ -408,7 +408,7 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 		t := &Task{ID: r.ID, Instance: r.Instance, ActionDigest: d, Platform: r.Platform, ActionBytes: r.Action, CommandBytes: r.Command,
 			Cacheable: r.Cacheable, Queue: r.Queue, Req: preq, bucketKey: r.Queue + "\x00" + r.Instance + "\x00" + r.Platform.Key(),
 			priority: r.Priority, seq: r.Seq, heapIndex: -1, attempts: r.Attempts, queuedAt: r.QueuedAt,
-			dedupKey: dedupKey{r.Instance, d}, inv: s.fair.node(r.Invocation), stored: true}
+			dedupKey: dedupKey{r.Instance, d}, inv: s.fair.node(r.Invocation), invPath: r.Invocation, stored: true}
 		s.nextSeq = max(s.nextSeq, t.seq)
 		s.frontSeq = min(s.frontSeq, t.seq)
 		if t.Cacheable && s.inflightLocked(t.dedupKey) == nil {

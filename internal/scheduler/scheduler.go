@@ -129,6 +129,10 @@ type Task struct {
 	// inv is the task's invocation: the lowest common ancestor of the
 	// invocations of every operation that joined it.
 	inv *inode
+	// invPath is inv's path, kept for the status pages when the task
+	// finishes and lets inv go. It shares the submitter's slice (a
+	// prefix of it after joins), so keeping it costs nothing.
+	invPath []string
 	// stored: the task's unchanging record is in the store.
 	stored bool
 }
@@ -420,7 +424,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 			Cacheable: !req.DoNotCache, Queue: queueName, Req: preq,
 			bucketKey: queueName + "\x00" + req.Instance + "\x00" + req.Platform.Key(), priority: req.Priority, seq: s.nextSeq,
 			heapIndex: -1, stage: repb.ExecutionStage_QUEUED, queuedAt: now, dedupKey: key,
-			inv: s.fair.node(req.Invocation),
+			inv: s.fair.node(req.Invocation), invPath: req.Invocation,
 		}
 		s.setTraceParentLocked(t, req.TraceParent)
 		if t.Cacheable {
@@ -489,6 +493,8 @@ func (s *Scheduler) joinInvocationLocked(t *Task, path []string, now time.Time) 
 	s.fair.ref(anc)
 	s.fair.unref(n)
 	old := t.inv
+	// The common ancestor's path is a prefix of the task's.
+	t.invPath = t.invPath[:anc.depth:anc.depth]
 	switch t.state {
 	case stateQueued:
 		s.queue.remove(t)

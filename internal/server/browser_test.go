@@ -97,7 +97,7 @@ func TestStatusPageInChromium(t *testing.T) {
 
 	// The failed operation's page.
 	body = text("/status/operation?name="+url.QueryEscape(s.failed), "main")
-	for _, want := range []string{"/bin/sh -c echo oops-out", "Exit code\t3", "execution started", "stdout", "download"} {
+	for _, want := range []string{"/bin/sh -c echo oops-out", "Exit code\t3", "execution started", "stdout", "download", "Invocation\t(none) › build-7 › test"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("operation page lacks %q:\n%s", want, body)
 		}

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -17,13 +20,21 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	adminpb "github.com/gantry-build/gantry/api/admin/v1"
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
@@ -473,5 +484,352 @@ func TestMemoryBackendKeepsNoJournal(t *testing.T) {
 	root := emptyRoot(f)
 	if r := f.run(context.Background(), root, shCmd("echo hi")); r.Result.GetExitCode() != 0 {
 		t.Fatalf("action: %v", r)
+	}
+}
+
+// metricWant is one expected value on /metrics.
+type metricWant struct {
+	name   string
+	labels []string
+	want   float64
+}
+
+func checkMetrics(t *testing.T, addr string, wants ...metricWant) {
+	t.Helper()
+	m := scrape(t, addr)
+	for _, c := range wants {
+		if got := sample(m, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %g, want %g", c.name, c.labels, got, c.want)
+		}
+	}
+}
+
+// TestPreemptionMetric: instance "flood" fills the only core of the
+// cohort, and the worker's pipeline holds another flood action behind it
+// (a third waits in the queue); instance "small" has min_quota 1, so its
+// action gets the core by pre-emption: the running flood action and the
+// one waiting behind it on the same worker are taken back, exactly 2
+// pre-emptions, neither a retry nor a lost lease.
+func TestPreemptionMetric(t *testing.T) {
+	f := observedFarm(t, quietLogger(), func(c *config.Config) {
+		c.Worker.Cores = 1
+		c.Worker.AcceptUnknownProperties = true
+		c.Scheduler.Labels = []config.LabelConfig{{Name: "linux", Properties: map[string]string{"OSFamily": "linux"}}}
+		c.Scheduler.Cohorts = []config.CohortConfig{{Name: "x86", Labels: []string{"linux"}}}
+		c.Scheduler.PreemptionDelay = config.Duration(500 * time.Millisecond)
+	})
+	addr := f.srv.HTTPAddr()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := adminpb.NewAdminClient(f.conn)
+	if _, err := admin.PutQuota(ctx, &adminpb.PutQuotaRequest{InstanceName: "small", Cohort: "x86", MinQuota: 1}); err != nil {
+		t.Fatal(err)
+	}
+	execute := func(ctx context.Context, instance, script string) (*repb.ExecuteResponse, error) {
+		a := f.put(&repb.Action{CommandDigest: f.put(shCmd(script)).Proto(), InputRootDigest: digest.Empty(digest.SHA256).Proto(), DoNotCache: true})
+		resp, _, err := client.Execute(ctx, f.conn, &repb.ExecuteRequest{InstanceName: instance, ActionDigest: a.Proto()})
+		return resp, err
+	}
+	floodCtx, stopFlood := context.WithCancel(ctx)
+	defer stopFlood()
+	for i := 0; i < 3; i++ {
+		go execute(floodCtx, "flood", fmt.Sprintf("sleep 60; echo %d", i))
+	}
+	obsWaitFor(t, "the flood to fill the worker", func() bool {
+		st, err := admin.GetQuota(ctx, &adminpb.GetQuotaRequest{InstanceName: "flood", Cohort: "x86"})
+		m := scrape(t, addr)
+		return err == nil && st.Usage == 2 && st.Queued == 1 && sample(m, "gantry_executing_actions", "instance", "flood") == 2 &&
+			sample(m, "gantry_queue_length", "instance", "flood") == 1
+	})
+	checkMetrics(t, addr, metricWant{"gantry_scheduler_preemptions_total", nil, 0})
+	resp, err := execute(ctx, "small", "echo quick")
+	if err != nil || client.CheckResponse(resp) != nil {
+		t.Fatalf("small action: %v %v", err, client.CheckResponse(resp))
+	}
+	checkMetrics(t, addr,
+		metricWant{"gantry_scheduler_preemptions_total", nil, 2},
+		metricWant{"gantry_scheduler_retries_total", nil, 0},
+		metricWant{"gantry_scheduler_lost_leases_total", nil, 0},
+		metricWant{"gantry_scheduler_gave_up_total", nil, 0},
+	)
+	// The status page counts them too.
+	r, err := http.Get("http://" + addr + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if !strings.Contains(string(b), "2 pre-emptions") {
+		t.Error("the overview does not show 2 pre-emptions")
+	}
+}
+
+// TestCASMetricsAndEviction: the CAS gauges count exactly the uploaded
+// blobs, and with storage.cas.max_size for two of them a third evicts the
+// least recently used one.
+func TestCASMetricsAndEviction(t *testing.T) {
+	const size = 100_000 // above the pack threshold: one file per blob, evicted one by one
+	f := observedFarm(t, quietLogger(), func(c *config.Config) {
+		c.Worker.Enabled = false
+		c.Storage.CAS.MaxSize = 2*size + size/2
+	})
+	addr := f.srv.HTTPAddr()
+	blob := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i)}, size) }
+	checkMetrics(t, addr,
+		metricWant{"gantry_cas_blobs", nil, 0},
+		metricWant{"gantry_cas_bytes", nil, 0},
+		metricWant{"gantry_cas_evictions_total", nil, 0},
+		metricWant{"gantry_cas_max_bytes", nil, 2*size + size/2},
+	)
+	d0 := f.putBytes(blob(0))
+	d1 := f.putBytes(blob(1))
+	checkMetrics(t, addr,
+		metricWant{"gantry_cas_blobs", nil, 2},
+		metricWant{"gantry_cas_bytes", nil, 2 * size},
+		metricWant{"gantry_cas_evictions_total", nil, 0},
+	)
+	// Read the first: the second is now the least recently used.
+	if b, err := blobstore.Get(context.Background(), f.cas, d0); err != nil || !bytes.Equal(b, blob(0)) {
+		t.Fatalf("reading blob 0: %v", err)
+	}
+	f.putBytes(blob(2))
+	checkMetrics(t, addr,
+		metricWant{"gantry_cas_blobs", nil, 2},
+		metricWant{"gantry_cas_bytes", nil, 2 * size},
+		metricWant{"gantry_cas_evictions_total", nil, 1},
+	)
+	missing, err := f.cas.FindMissing(context.Background(), []digest.Digest{d0, d1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(missing) != 1 || missing[0] != d1 {
+		t.Errorf("missing after the eviction: %v, want only blob 1 (%s)", missing, d1)
+	}
+}
+
+// TestWorkerInputCacheEvictionMetric: the embedded worker's input cache
+// holds one of two 1000-byte input files; the second action's input
+// evicts the first's.
+func TestWorkerInputCacheEvictionMetric(t *testing.T) {
+	f := observedFarm(t, quietLogger(), func(c *config.Config) { c.Worker.CacheMaxSize = 1500 })
+	addr := f.srv.HTTPAddr()
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		content := bytes.Repeat([]byte{byte('x' + i)}, 1000)
+		fd := f.putBytes(content)
+		root := f.put(&repb.Directory{Files: []*repb.FileNode{{Name: "in.txt", Digest: fd.Proto()}}})
+		if r := f.run(ctx, root, shCmd("wc -c < in.txt")); r.Result.GetExitCode() != 0 {
+			t.Fatalf("action %d: %v", i, r)
+		}
+	}
+	// The worker lets go of an action's inputs as it reports the result.
+	obsWaitFor(t, "the eviction", func() bool {
+		return sample(scrape(t, addr), "gantry_worker_input_cache_evictions_total") >= 1
+	})
+	checkMetrics(t, addr,
+		metricWant{"gantry_worker_input_cache_misses_total", nil, 2},
+		metricWant{"gantry_worker_input_cache_hits_total", nil, 0},
+		metricWant{"gantry_worker_input_cache_evictions_total", nil, 1},
+		metricWant{"gantry_worker_input_cache_files", nil, 1},
+		metricWant{"gantry_worker_input_cache_bytes", nil, 1000},
+		metricWant{"gantry_worker_input_cache_downloaded_bytes_total", nil, 2000},
+		metricWant{"gantry_worker_input_cache_max_bytes", nil, 1500},
+	)
+}
+
+// TestRetryMetrics: a worker takes an action and goes silent, twice; the
+// scheduler retries the action once, then (scheduler.max_attempts 2)
+// gives up.
+func TestRetryMetrics(t *testing.T) {
+	f := observedFarm(t, quietLogger(), func(c *config.Config) {
+		c.Scheduler.MaxAttempts = 2
+		c.Scheduler.HeartbeatTimeout = config.Duration(500 * time.Millisecond)
+	})
+	addr := f.srv.HTTPAddr()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Only the silent worker offers pool=ghost (the embedded worker
+	// takes no unknown properties).
+	a := f.put(&repb.Action{CommandDigest: f.put(shCmd("true")).Proto(), InputRootDigest: emptyRoot(f).Proto(), DoNotCache: true,
+		Platform: &repb.Platform{Properties: []*repb.Platform_Property{{Name: "pool", Value: "ghost"}}}})
+	type result struct {
+		resp *repb.ExecuteResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, _, err := client.Execute(ctx, f.conn, &repb.ExecuteRequest{ActionDigest: a.Proto()})
+		done <- result{resp, err}
+	}()
+	wk := workerpb.NewWorkersClient(f.conn)
+	take := func(attempt int) {
+		t.Helper()
+		if _, err := wk.Register(ctx, &workerpb.RegisterRequest{WorkerId: "ghost", Cores: 1, Slots: 1, MemoryBytes: 1 << 30,
+			Properties: []*workerpb.Property{{Name: "pool", Value: "ghost"}, {Name: "OSFamily", Value: "linux"}}}); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			resp, err := wk.Poll(ctx, &workerpb.PollRequest{WorkerId: "ghost", FreeCores: 1, FreeMemoryBytes: 1 << 30, WaitMs: 2000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if as := resp.GetAssignment(); as != nil {
+				if as.GetAttempt() != int32(attempt) {
+					t.Errorf("attempt %d, want %d", as.GetAttempt(), attempt)
+				}
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatal("the ghost worker got no work")
+			}
+		}
+	}
+	take(1)
+	obsWaitFor(t, "the lost lease to be retried", func() bool {
+		return sample(scrape(t, addr), "gantry_scheduler_retries_total") == 1
+	})
+	checkMetrics(t, addr,
+		metricWant{"gantry_scheduler_retries_total", nil, 1},
+		metricWant{"gantry_scheduler_lost_leases_total", nil, 1},
+		metricWant{"gantry_scheduler_gave_up_total", nil, 0},
+		metricWant{"gantry_queue_length", nil, 1},
+	)
+	take(2)
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		t.Fatal("the action never finished")
+	}
+	if st := status.FromProto(r.resp.GetStatus()); r.err != nil || st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "started 2 times") {
+		t.Fatalf("after two lost leases: %v %v", r.err, st)
+	}
+	checkMetrics(t, addr,
+		metricWant{"gantry_scheduler_retries_total", nil, 1},
+		metricWant{"gantry_scheduler_lost_leases_total", nil, 2},
+		metricWant{"gantry_scheduler_gave_up_total", nil, 1},
+		metricWant{"gantry_queue_length", nil, 0},
+	)
+}
+
+// otlpReceiver is a fake OTLP/gRPC trace collector: it keeps every span
+// exported to it, with its resource's service.name.
+type otlpReceiver struct {
+	coltracepb.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	spans []receivedSpan
+}
+
+type receivedSpan struct {
+	service string
+	span    *tracepb.Span
+}
+
+func (r *otlpReceiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rs := range req.ResourceSpans {
+		service := ""
+		for _, a := range rs.GetResource().GetAttributes() {
+			if a.Key == "service.name" {
+				service = a.GetValue().GetStringValue()
+			}
+		}
+		for _, ss := range rs.ScopeSpans {
+			for _, sp := range ss.Spans {
+				r.spans = append(r.spans, receivedSpan{service, sp})
+			}
+		}
+	}
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+func (r *otlpReceiver) byName() map[string]receivedSpan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]receivedSpan{}
+	for _, s := range r.spans {
+		out[s.span.Name] = s
+	}
+	return out
+}
+
+// TestTracesExportedByOTLP: a server (role all) configured with the
+// tracing.* keys exports the spans of an executed action to an OTLP/gRPC
+// collector: Execute, the scheduler's submit and lease and the worker's
+// stages, in one trace, parent by parent, under the configured
+// service.name.
+func TestTracesExportedByOTLP(t *testing.T) {
+	recv := &otlpReceiver{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(g, recv)
+	go g.Serve(lis)
+	defer g.Stop()
+
+	file := filepath.Join(t.TempDir(), "gantry.yaml")
+	yaml := fmt.Sprintf("role: all\ntracing:\n  otlp_endpoint: %s\n  insecure: true\n  service_name: gantry-otlp-test\n", lis.Addr())
+	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := config.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := observedFarm(t, quietLogger(), func(c *config.Config) { c.Role, c.Tracing = loaded.Role, loaded.Tracing })
+	t.Cleanup(tracing.Disable)
+	if !tracing.Enabled() {
+		t.Fatal("tracing is off with tracing.otlp_endpoint set")
+	}
+	if r := f.run(context.Background(), emptyRoot(f), shCmd("echo traced")); r.Result.GetExitCode() != 0 {
+		t.Fatalf("action: %v", r)
+	}
+	// The exporter sends in batches: flush until the worker's last span
+	// has arrived.
+	flusher, ok := otel.GetTracerProvider().(interface{ ForceFlush(context.Context) error })
+	if !ok {
+		t.Fatalf("the global tracer provider %T cannot flush", otel.GetTracerProvider())
+	}
+	obsWaitFor(t, "the worker.Action span at the collector", func() bool {
+		flusher.ForceFlush(context.Background())
+		_, ok := recv.byName()["worker.Action"]
+		return ok
+	})
+	spans := recv.byName()
+	root, ok := spans["Execute"]
+	if !ok {
+		t.Fatalf("no Execute span among %d exported", len(spans))
+	}
+	if len(root.span.ParentSpanId) != 0 {
+		t.Errorf("Execute has a parent %x", root.span.ParentSpanId)
+	}
+	for child, parent := range map[string]string{
+		"scheduler.Submit":    "Execute",
+		"scheduler.Lease":     "scheduler.Submit",
+		"worker.Action":       "scheduler.Lease",
+		"worker.InputFetch":   "worker.Action",
+		"worker.Execute":      "worker.Action",
+		"worker.OutputUpload": "worker.Action",
+	} {
+		c, ok := spans[child]
+		if !ok {
+			t.Errorf("no %s span exported", child)
+			continue
+		}
+		if !bytes.Equal(c.span.TraceId, root.span.TraceId) {
+			t.Errorf("%s is in trace %x, not Execute's %x", child, c.span.TraceId, root.span.TraceId)
+		}
+		if p, ok := spans[parent]; !ok || !bytes.Equal(c.span.ParentSpanId, p.span.SpanId) {
+			t.Errorf("%s is not a child of %s", child, parent)
+		}
+		if c.service != "gantry-otlp-test" {
+			t.Errorf("%s has service.name %q, want tracing.service_name", child, c.service)
+		}
+	}
+	if root.service != "gantry-otlp-test" {
+		t.Errorf("Execute has service.name %q", root.service)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -25,6 +26,8 @@ type security struct {
 	authz    *auth.Authorizer
 	internal *auth.InternalListener // the embedded worker's connection; nil when neither is on
 	httpAuth bool
+	// policy is the auth.policy in force, for the status page's checks.
+	policy atomic.Pointer[auth.Policy]
 }
 
 func newSecurity(cfg config.Config) (*security, error) {
@@ -42,6 +45,7 @@ func newSecurity(cfg config.Config) (*security, error) {
 			return nil, err
 		}
 		s.authz = auth.New(st)
+		s.policy.Store(st.Policy)
 		s.httpAuth = cfg.Auth.HTTPRequireToken
 	}
 	if s.tls != nil || s.authz != nil {
@@ -151,6 +155,16 @@ func (s *security) httpHandler(h http.Handler) http.Handler {
 	return s.authz.HTTPHandler(auth.PermStatus, h, "/healthz")
 }
 
+// statusPolicy is what the status page checks its controls (admin) and
+// downloads (cas.read) against; nil, allowing all, unless the HTTP port
+// authenticates its callers.
+func (s *security) statusPolicy() func() *auth.Policy {
+	if s.authz == nil || !s.httpAuth {
+		return nil
+	}
+	return s.policy.Load
+}
+
 // dialEmbedded connects the embedded worker: over the in-process
 // listener (as the internal identity, without TLS) when TLS or auth is
 // on, else over the gRPC port like any worker.
@@ -180,6 +194,7 @@ func (s *security) reload(cfg config.Config, log *slog.Logger) error {
 			return err
 		}
 		s.authz.Update(st)
+		s.policy.Store(st.Policy)
 		log.Info("authentication reloaded", "tokens", st.Tokens.Len(), "policy_rules", len(cfg.Auth.Policy))
 	}
 	return nil

@@ -99,6 +99,10 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	var refusedControls []grpc.UnaryServerInterceptor
+	if sec.authz != nil {
+		refusedControls = append(refusedControls, execution.LogRefusedControls(log))
+	}
 	maxMsg := cfg.GRPCMaxMessageSize()
 	g := grpc.NewServer(
 		grpc.MaxRecvMsgSize(maxMsg),
@@ -126,7 +130,9 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		grpc.NumStreamWorkers(streamWorkers),
 		// TLS, and the embedded worker's in-process connection.
 		grpc.Creds(sec.creds()),
-		// Authentication and authorization (after the metrics).
+		// Authentication and authorization (after the metrics), with
+		// the admin controls it refuses logged.
+		grpc.ChainUnaryInterceptor(refusedControls...),
 		grpc.ChainUnaryInterceptor(sec.unary()...),
 		grpc.ChainStreamInterceptor(sec.stream()...),
 	)
@@ -177,7 +183,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		s.status = status.New(sched, admin, cas, exec.KeyNames, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log})
+		s.status = status.New(sched, admin, cas, exec.KeyNames, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log, Policy: sec.statusPolicy()})
 		mux.Handle("/status", s.status)
 		mux.Handle("/status/", s.status)
 		mux.HandleFunc("/status/invocations", s.serveInvocations)

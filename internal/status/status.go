@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	adminpb "github.com/gantry-build/gantry/api/admin/v1"
+	"github.com/gantry-build/gantry/internal/auth"
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/execution"
@@ -46,6 +47,13 @@ type Options struct {
 	// Refresh is the meta refresh interval of the list pages; 0 is off.
 	Refresh time.Duration
 	Logger  *slog.Logger
+	// Policy, when set, authorizes the controls and downloads of the
+	// caller the request's context names (auth.FromContext): a control
+	// needs the admin permission (on the operation's instance for a
+	// kill, on every instance for the others), a download cas.read on
+	// the instance it is read under. Nil allows everything (the HTTP
+	// port without auth.http_require_token knows no caller).
+	Policy func() *auth.Policy
 }
 
 // Handler serves the status pages.
@@ -151,14 +159,69 @@ type frame struct {
 	Token   string
 	Now     time.Time
 	Flash   string
+	h       *Handler
+	r       *http.Request
 }
 
 func (h *Handler) frame(r *http.Request, title string, refresh bool) frame {
-	f := frame{Title: title, Token: h.token, Now: time.Now(), Flash: r.URL.Query().Get("flash")}
+	f := frame{Title: title, Token: h.token, Now: time.Now(), Flash: r.URL.Query().Get("flash"), h: h, r: r}
 	if refresh && h.opts.Refresh > 0 && r.URL.Query().Get("refresh") != "0" {
 		f.Refresh = max(1, int(h.opts.Refresh/time.Second))
 	}
 	return f
+}
+
+// Admin reports whether the viewer may use the worker controls and
+// reload (admin on every instance); the pages show those buttons only
+// then.
+func (f frame) Admin() bool {
+	return f.h == nil || f.h.authorize(f.r, auth.PermAdmin, scope{global: true}) == nil
+}
+
+// AdminOn reports whether the viewer may kill an operation of instance.
+func (f frame) AdminOn(instance string) bool {
+	return f.h == nil || f.h.authorize(f.r, auth.PermAdmin, scope{instance: instance}) == nil
+}
+
+// scope is where a permission is needed.
+type scope struct {
+	instance string
+	// global: on every instance (a rule with instances: ["*"]).
+	global bool
+	// anywhere: on some instance (the target is unknown).
+	anywhere bool
+	// what is said after the instance in a denial.
+	what string
+}
+
+// denial is a control or download the caller may not use (403).
+type denial struct{ msg string }
+
+func (d *denial) Error() string { return d.msg }
+
+// authorize checks that the caller of r holds need in sc, and says what
+// is missing as the gRPC PERMISSION_DENIED does.
+func (h *Handler) authorize(r *http.Request, need auth.Perm, sc scope) error {
+	if h.opts.Policy == nil {
+		return nil
+	}
+	p, id := h.opts.Policy(), auth.FromContext(r.Context())
+	if p != nil && id != nil {
+		switch {
+		case sc.global && p.Allowed(id, need, "", true),
+			sc.anywhere && p.AllowedAnywhere(id, need),
+			!sc.global && !sc.anywhere && p.Allowed(id, need, sc.instance, false):
+			return nil
+		}
+	}
+	where := fmt.Sprintf("instance %q", sc.instance) + sc.what
+	switch {
+	case sc.global:
+		where = `every instance (a rule with instances: ["*"])`
+	case sc.anywhere:
+		where = "any instance"
+	}
+	return &denial{fmt.Sprintf("%s lacks permission %s on %s for %s %s; ask the server's administrator to grant it in auth.policy", id, need, where, r.Method, r.URL.Path)}
 }
 
 func (h *Handler) render(w http.ResponseWriter, name string, data any) {
@@ -353,7 +416,7 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 				outs = append(outs, output{Name: n, Inline: string(raw)})
 			} else if d != nil {
 				if dd, err := digest.FromProto(fn, d); err == nil {
-					outs = append(outs, output{Name: n, Digest: dd, Link: blobLink(dd, n)})
+					outs = append(outs, output{Name: n, Digest: dd, Link: blobLink(dd, n, info.Instance)})
 				}
 			}
 		}
@@ -385,8 +448,10 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 	}{h.frame(r, "Operation "+name, !info.Done), info, &action, &command, problems, timeline, result, code, message, outs})
 }
 
-func blobLink(d digest.Digest, name string) string {
-	q := url.Values{"hash": {d.Hash}, "size": {strconv.FormatInt(d.Size, 10)}, "fn": {strconv.Itoa(int(d.Function))}, "name": {name}}
+// blobLink downloads d, read under instance (the operation's: the
+// viewer needs cas.read there).
+func blobLink(d digest.Digest, name, instance string) string {
+	q := url.Values{"hash": {d.Hash}, "size": {strconv.FormatInt(d.Size, 10)}, "fn": {strconv.Itoa(int(d.Function))}, "name": {name}, "instance": {instance}}
 	return "/status/blob?" + q.Encode()
 }
 
@@ -412,9 +477,15 @@ func (h *Handler) readProto(ctx context.Context, d digest.Digest, m proto.Messag
 	return nil
 }
 
-// blob downloads a CAS blob (stdout, stderr, output files).
+// blob downloads a CAS blob (stdout, stderr, output files), read under
+// ?instance= as ByteStream Read reads it: the caller needs cas.read on
+// that instance.
 func (h *Handler) blob(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	if err := h.authorize(r, auth.PermCASRead, scope{instance: q.Get("instance")}); err != nil {
+		h.fail(w, r, http.StatusForbidden, err.Error())
+		return
+	}
 	size, err := strconv.ParseInt(q.Get("size"), 10, 64)
 	if err != nil {
 		h.fail(w, r, http.StatusBadRequest, "size is not a number; use the links on an operation's page")
@@ -473,7 +544,15 @@ func (h *Handler) post(f func(ctx context.Context, r *http.Request) (string, err
 			return
 		}
 		who := "status page from " + r.RemoteAddr
+		if id := auth.FromContext(r.Context()); id != nil {
+			who += " as " + id.String()
+		}
 		msg, err := f(execution.WithActor(r.Context(), who), r)
+		var d *denial
+		if errors.As(err, &d) {
+			h.fail(w, r, http.StatusForbidden, d.msg)
+			return
+		}
 		if err != nil {
 			msg = "failed: " + status.Convert(err).Message()
 		}
@@ -507,9 +586,19 @@ func (h *Handler) checkOrigin(r *http.Request) error {
 	return nil
 }
 
+// refuse logs a control refused here, before the admin service, as the
+// service logs its own refusals.
+func (h *Handler) refuse(ctx context.Context, what string, err error, attrs ...any) error {
+	h.admin.LogRefused(ctx, what, err, attrs...)
+	return err
+}
+
 func (h *Handler) workerControl(ctx context.Context, r *http.Request) (string, error) {
 	id, action := r.PostFormValue("worker"), r.PostFormValue("action")
 	req := &adminpb.WorkerControlRequest{WorkerId: id, Reason: r.PostFormValue("reason")}
+	if err := h.authorize(r, auth.PermAdmin, scope{global: true}); err != nil {
+		return "", h.refuse(ctx, action, err, "worker", id, "reason", req.Reason)
+	}
 	var err error
 	switch action {
 	case "drain":
@@ -523,7 +612,7 @@ func (h *Handler) workerControl(ctx context.Context, r *http.Request) (string, e
 	case "resume":
 		_, err = h.admin.ResumeWorker(ctx, req)
 	default:
-		return "", fmt.Errorf("unknown control %q; use drain, undrain, terminate, pause or resume", action)
+		return "", h.refuse(ctx, action, fmt.Errorf("unknown control %q; use drain, undrain, terminate, pause or resume", action), "worker", id, "reason", req.Reason)
 	}
 	if err != nil {
 		return "", err
@@ -532,8 +621,17 @@ func (h *Handler) workerControl(ctx context.Context, r *http.Request) (string, e
 }
 
 func (h *Handler) kill(ctx context.Context, r *http.Request) (string, error) {
-	name := r.PostFormValue("name")
-	resp, err := h.admin.KillOperation(ctx, &adminpb.KillOperationRequest{Name: name, Reason: r.PostFormValue("reason")})
+	name, reason := r.PostFormValue("name"), r.PostFormValue("reason")
+	// Admin on the operation's instance; for an operation not known,
+	// on some instance (the service then says it is not known).
+	sc := scope{anywhere: true}
+	if info, err := h.sched.Operation(name); err == nil {
+		sc = scope{instance: info.Instance, what: fmt.Sprintf(" (operation %q)", name)}
+	}
+	if err := h.authorize(r, auth.PermAdmin, sc); err != nil {
+		return "", h.refuse(ctx, "kill", err, "operation", name, "reason", reason)
+	}
+	resp, err := h.admin.KillOperation(ctx, &adminpb.KillOperationRequest{Name: name, Reason: reason})
 	if err != nil {
 		return "", err
 	}
@@ -543,7 +641,10 @@ func (h *Handler) kill(ctx context.Context, r *http.Request) (string, error) {
 	return name + " killed", nil
 }
 
-func (h *Handler) reload(ctx context.Context, _ *http.Request) (string, error) {
+func (h *Handler) reload(ctx context.Context, r *http.Request) (string, error) {
+	if err := h.authorize(r, auth.PermAdmin, scope{global: true}); err != nil {
+		return "", h.refuse(ctx, "reload", err)
+	}
 	if _, err := h.admin.ReloadConfig(ctx, &adminpb.ReloadConfigRequest{}); err != nil {
 		return "", err
 	}

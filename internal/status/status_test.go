@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/execution"
@@ -121,4 +123,41 @@ func FuzzPages(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFinishedOperationShowsInvocation: an operation's page names its
+// invocation while it runs and after it finished.
+func TestFinishedOperationShowsInvocation(t *testing.T) {
+	h, sched := newHandler(t)
+	name, err := sched.Submit(scheduler.SubmitRequest{ActionDigest: digest.Compute(digest.SHA256, []byte("a")), Invocation: []string{"alice", "build-7"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile(`<tr><th>Invocation</th><td>([^<]*)</td></tr>`)
+	invocation := func() string {
+		m := row.FindStringSubmatch(get(h, "/status/operation?name="+name).Body.String())
+		if m == nil {
+			t.Fatal("no Invocation row")
+		}
+		return m[1]
+	}
+	if got := invocation(); got != "alice › build-7" {
+		t.Errorf("queued: Invocation %q", got)
+	}
+	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w1", Platform: platform.Worker{Cores: 1, AllowUnmatched: true}})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	as, err := sched.PollMany(ctx, "w1", scheduler.Capacity{Cores: 1}, 1)
+	if err != nil || len(as) != 1 {
+		t.Fatalf("leased %d: %v", len(as), err)
+	}
+	if !sched.Complete("w1", as[0].LeaseID, &repb.ExecuteResponse{Result: &repb.ActionResult{}}) {
+		t.Fatal("complete failed")
+	}
+	if info, _ := sched.Operation(name); !info.Done {
+		t.Fatal("not done")
+	}
+	if got := invocation(); got != "alice › build-7" {
+		t.Errorf("finished: Invocation %q, want the keys it ran under", got)
+	}
 }

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"cmp"
 	"fmt"
 	"html/template"
 	"sort"
@@ -44,7 +45,16 @@ var funcs = template.FuncMap{
 		}
 		return fmt.Sprintf("%d B", n)
 	},
-	"join":   strings.Join,
+	"join": strings.Join,
+	// path shows an invocation path as the invocations page does: an
+	// empty key is "(none)".
+	"path": func(p []string) string {
+		out := make([]string, len(p))
+		for i, k := range p {
+			out[i] = cmp.Or(k, "(none)")
+		}
+		return strings.Join(out, " › ")
+	},
 	"pct":    func(f float64) string { return fmt.Sprintf("%.0f%%", f) },
 	"indent": func(d int) string { return strings.Repeat("\u00a0\u00a0\u00a0", d) },
 	"quota": func(n int64) string {
@@ -129,25 +139,25 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 <td class="st-{{state .}}">{{state .}}</td><td class="n">{{.Info.Platform.Cores}}</td><td class="n">{{.Info.Slots}}</td><td class="n">{{bytes .Info.Platform.MemoryBytes}}</td>
 <td>{{resources .Info.Platform.Resources .Held}}</td><td>{{.Cohort}}</td><td>{{ago $f.Now .LastSeen}} ago</td>
 <td>{{range .Leases}}<div>{{range .Operations}}<a href="/status/operation?name={{.}}">{{truncate . 24}}</a> {{end}}<span class="muted">{{.Stage}}, {{ago $f.Now .Started}}</span></div>{{else}}<span class="muted">idle</span>{{end}}</td>
-<td>{{$id := .Info.ID}}
+<td>{{$id := .Info.ID}}{{if $f.Admin}}
 {{if .Control.Drain}}<form class="inline" method="post" action="/status/worker"><input type="hidden" name="csrf" value="{{$f.Token}}"><input type="hidden" name="worker" value="{{$id}}"><button name="action" value="undrain">Undrain</button></form>
 {{else}}<form class="inline" method="post" action="/status/worker"><input type="hidden" name="csrf" value="{{$f.Token}}"><input type="hidden" name="worker" value="{{$id}}"><button name="action" value="drain">Drain</button></form>{{end}}
 {{if not .Control.Terminate}}<form class="inline" method="post" action="/status/worker"><input type="hidden" name="csrf" value="{{$f.Token}}"><input type="hidden" name="worker" value="{{$id}}"><button name="action" value="terminate">Terminate</button></form>{{end}}
 {{if .Control.Pause}}<form class="inline" method="post" action="/status/worker"><input type="hidden" name="csrf" value="{{$f.Token}}"><input type="hidden" name="worker" value="{{$id}}"><button name="action" value="resume">Resume</button></form>
 {{else}}<form class="inline" method="post" action="/status/worker"><input type="hidden" name="csrf" value="{{$f.Token}}"><input type="hidden" name="worker" value="{{$id}}"><button name="action" value="pause">Pause</button></form>{{end}}
-</td></tr>
+{{else}}<span class="muted" title="the controls need the admin permission on every instance">admin only</span>{{end}}</td></tr>
 {{else}}<tr><td colspan="10" class="muted">no workers registered</td></tr>{{end}}</table>
 {{template "pager" .WorkerPage}}
 
 <h2>Operations in progress</h2>
 <table id="operations"><tr><th>Operation</th><th>Instance</th><th>Stage</th><th>Queue</th><th>Waiting</th><th>Worker</th><th>Kill</th></tr>
 {{range .Ops}}<tr><td><a href="/status/operation?name={{.Name}}">{{.Name}}</a></td><td>{{or .Instance "(default)"}}</td><td>{{.Stage}}</td><td>{{.Queue}}</td><td>{{ago $f.Now .QueuedAt}}</td><td>{{if not .LeasedAt.IsZero}}{{.Worker}}{{end}}</td>
-<td><form class="inline" method="post" action="/status/kill"><input type="hidden" name="csrf" value="{{$f.Token}}"><input type="hidden" name="name" value="{{.Name}}"><button>Kill</button></form></td></tr>
+<td>{{if $f.AdminOn .Instance}}<form class="inline" method="post" action="/status/kill"><input type="hidden" name="csrf" value="{{$f.Token}}"><input type="hidden" name="name" value="{{.Name}}"><button>Kill</button></form>{{else}}<span class="muted" title="killing needs the admin permission on the operation's instance">admin only</span>{{end}}</td></tr>
 {{else}}<tr><td colspan="7" class="muted">none</td></tr>{{end}}</table>
 {{template "pager" .OpPage}}
 
-<h2>Configuration</h2>
-<form method="post" action="/status/reload"><input type="hidden" name="csrf" value="{{.Token}}"><button>Reload configuration</button> <span class="muted">re-reads the config file, as SIGHUP does</span></form>
+{{if .Admin}}<h2>Configuration</h2>
+<form method="post" action="/status/reload"><input type="hidden" name="csrf" value="{{.Token}}"><button>Reload configuration</button> <span class="muted">re-reads the config file, as SIGHUP does</span></form>{{end}}
 {{template "foot" .}}{{end}}
 
 {{define "invocations"}}{{template "head" .}}
@@ -172,11 +182,11 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 <tr><th>Instance</th><td>{{or .Op.Instance "(default)"}}</td></tr>
 <tr><th>Action</th><td>{{.Op.ActionDigest}}</td></tr>
 <tr><th>Queue</th><td>{{.Op.Queue}} (priority {{.Op.Priority}}, {{.Op.Cores}} cores)</td></tr>
-<tr><th>Invocation</th><td>{{join .Op.Invocation " › "}}</td></tr>
+<tr><th>Invocation</th><td>{{path .Op.Invocation}}</td></tr>
 <tr><th>Attempts</th><td>{{.Op.Attempts}}</td></tr>
 <tr><th>Worker</th><td>{{.Op.Worker}}</td></tr>
 </table>
-{{if not .Op.Done}}<form method="post" action="/status/kill"><input type="hidden" name="csrf" value="{{.Token}}"><input type="hidden" name="name" value="{{.Op.Name}}"><input type="hidden" name="back" value="/status/operation?name={{.Op.Name}}"><button>Kill this operation</button></form>{{end}}
+{{if and (not .Op.Done) (.AdminOn .Op.Instance)}}<form method="post" action="/status/kill"><input type="hidden" name="csrf" value="{{.Token}}"><input type="hidden" name="name" value="{{.Op.Name}}"><input type="hidden" name="back" value="/status/operation?name={{.Op.Name}}"><button>Kill this operation</button></form>{{end}}
 {{range .Problems}}<p class="flash">{{.}}</p>{{end}}
 <h2>Command</h2>
 {{with .Command}}<pre id="command">{{join .Arguments " "}}</pre>
