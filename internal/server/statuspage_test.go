@@ -451,8 +451,20 @@ func TestStatusControlsNeedAdmin(t *testing.T) {
 		}
 	}
 
-	// Downloads need cas.read on the instance they are read under.
-	_, page, _ = f.do(t, "viewer", "/status/operation?name="+url.QueryEscape(done), nil)
+	// An operation's page (its command, environment, outputs) needs
+	// cas.read on its instance; so do downloads, on the instance they are
+	// read under.
+	opPage := "/status/operation?name=" + url.QueryEscape(done)
+	for _, who := range []string{"viewer", "bob"} {
+		want := fmt.Sprintf(`token:viewer lacks permission cas.read on instance "team-a/main" (operation %q) for GET /status/operation`, done)
+		if who == "bob" {
+			want = "" // bob lacks status: the port refuses him
+		}
+		if code, body, _ := f.do(t, who, opPage, nil); code != http.StatusForbidden || !strings.Contains(body, want) || strings.Contains(body, "secret-out") {
+			t.Errorf("%s GET %s: %d, want 403 saying %q:\n%s", who, opPage, code, want, body)
+		}
+	}
+	_, page, _ = f.do(t, "alice", opPage, nil)
 	link := regexp.MustCompile(`href="(/status/blob\?[^"]+name=stdout[^"]*)"`).FindStringSubmatch(page)
 	if link == nil {
 		t.Fatalf("no stdout link on\n%s", page)

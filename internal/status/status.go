@@ -372,6 +372,13 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusNotFound, fmt.Sprintf("operation %q is not known: it never existed or finished longer ago than scheduler.retention", name))
 		return
 	}
+	// The page shows the action's command line, environment and outputs,
+	// read from the CAS: the viewer needs cas.read on its instance, as
+	// for the downloads it links to.
+	if err := h.authorize(r, auth.PermCASRead, scope{instance: info.Instance, what: fmt.Sprintf(" (operation %q)", name)}); err != nil {
+		h.fail(w, r, http.StatusForbidden, err.Error())
+		return
+	}
 	fn := info.ActionDigest.Function
 	var action repb.Action
 	var command repb.Command
