@@ -60,70 +60,70 @@ var storeKinds = []struct {
 func TestRestartKeepsQueueLeasesAndOperations(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind.name, func(t *testing.T) {
-		store, reopen := kind.open(t)
-		clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
-		s, stop := durableTest(t, store, clk)
-		register(s, "w1")
-		// Queued: c (priority 0, user x), d (priority -1), e (0), in that
-		// submission order; a is leased to w1, b finished.
-		opA := submit(t, s, "a", func(r *SubmitRequest) { r.Invocation = []string{"x"} })
-		la := pollNow(t, s, "w1", 1)
-		opB := submit(t, s, "b")
-		lb := pollNow(t, s, "w1", 1)
-		s.Complete("w1", lb.LeaseID, &repb.ExecuteResponse{Result: &repb.ActionResult{ExitCode: 7}})
-		opC := submit(t, s, "c", func(r *SubmitRequest) { r.Invocation = []string{"x"} })
-		opD := submit(t, s, "d", func(r *SubmitRequest) { r.Priority = -1 })
-		opE := submit(t, s, "e")
-		stop()
+			store, reopen := kind.open(t)
+			clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+			s, stop := durableTest(t, store, clk)
+			register(s, "w1")
+			// Queued: c (priority 0, user x), d (priority -1), e (0), in that
+			// submission order; a is leased to w1, b finished.
+			opA := submit(t, s, "a", func(r *SubmitRequest) { r.Invocation = []string{"x"} })
+			la := pollNow(t, s, "w1", 1)
+			opB := submit(t, s, "b")
+			lb := pollNow(t, s, "w1", 1)
+			s.Complete("w1", lb.LeaseID, &repb.ExecuteResponse{Result: &repb.ActionResult{ExitCode: 7}})
+			opC := submit(t, s, "c", func(r *SubmitRequest) { r.Invocation = []string{"x"} })
+			opD := submit(t, s, "d", func(r *SubmitRequest) { r.Priority = -1 })
+			opE := submit(t, s, "e")
+			stop()
 
-		// A new scheduler process on the same store.
-		store = reopen(store)
-		s2, stop2 := durableTest(t, store, clk)
-		defer stop2()
-		if st := s2.Stats(); st.Queued != 3 || st.Leased != 1 || st.Operations != 5 {
-			t.Fatalf("restored %+v, want 3 queued, 1 leased, 5 operations", st)
-		}
-		// The finished operation still has its result.
-		if st := state(t, s2, opB); !st.Done || st.Response.Result.GetExitCode() != 7 {
-			t.Errorf("finished operation after restart: %+v", st)
-		}
-		// The worker comes back: until it registers again it gets no work,
-		// but the lease it reports stays its own.
-		if _, err := s2.Heartbeat("w1", []LeaseReport{{LeaseID: la.LeaseID}}); err != ErrUnknownWorker {
-			t.Fatalf("heartbeat before registering: %v, want ErrUnknownWorker", err)
-		}
-		register(s2, "w1")
-		register(s2, "w2")
-		cmds, err := s2.Heartbeat("w1", []LeaseReport{{LeaseID: la.LeaseID}})
-		if err != nil || len(cmds) != 0 {
-			t.Fatalf("heartbeat with the restored lease: %v %v", cmds, err)
-		}
-		// The queue comes back in its order: d (better priority), then c, e.
-		var order []string
-		for i := 0; i < 3; i++ {
-			a := pollNow(t, s2, "w2", 1)
-			if a == nil {
-				t.Fatal("queued work lost")
+			// A new scheduler process on the same store.
+			store = reopen(store)
+			s2, stop2 := durableTest(t, store, clk)
+			defer stop2()
+			if st := s2.Stats(); st.Queued != 3 || st.Leased != 1 || st.Operations != 5 {
+				t.Fatalf("restored %+v, want 3 queued, 1 leased, 5 operations", st)
 			}
-			for name, op := range map[string]string{"c": opC, "d": opD, "e": opE} {
-				if a.Task.ops[0].Name == op {
-					order = append(order, name)
+			// The finished operation still has its result.
+			if st := state(t, s2, opB); !st.Done || st.Response.Result.GetExitCode() != 7 {
+				t.Errorf("finished operation after restart: %+v", st)
+			}
+			// The worker comes back: until it registers again it gets no work,
+			// but the lease it reports stays its own.
+			if _, err := s2.Heartbeat("w1", []LeaseReport{{LeaseID: la.LeaseID}}); err != ErrUnknownWorker {
+				t.Fatalf("heartbeat before registering: %v, want ErrUnknownWorker", err)
+			}
+			register(s2, "w1")
+			register(s2, "w2")
+			cmds, err := s2.Heartbeat("w1", []LeaseReport{{LeaseID: la.LeaseID}})
+			if err != nil || len(cmds) != 0 {
+				t.Fatalf("heartbeat with the restored lease: %v %v", cmds, err)
+			}
+			// The queue comes back in its order: d (better priority), then c, e.
+			var order []string
+			for i := 0; i < 3; i++ {
+				a := pollNow(t, s2, "w2", 1)
+				if a == nil {
+					t.Fatal("queued work lost")
+				}
+				for name, op := range map[string]string{"c": opC, "d": opD, "e": opE} {
+					if a.Task.ops[0].Name == op {
+						order = append(order, name)
+					}
 				}
 			}
-		}
-		if fmt.Sprint(order) != "[d c e]" {
-			t.Errorf("order after restart %v, want [d c e]", order)
-		}
-		// The restored lease completes normally, once.
-		if !s2.Complete("w1", la.LeaseID, okResponse()) {
-			t.Fatal("completion of the restored lease refused")
-		}
-		if st := state(t, s2, opA); !st.Done {
-			t.Errorf("operation a: %+v", st)
-		}
-		if s2.Complete("w1", la.LeaseID, okResponse()) {
-			t.Error("second completion accepted")
-		}
+			if fmt.Sprint(order) != "[d c e]" {
+				t.Errorf("order after restart %v, want [d c e]", order)
+			}
+			// The restored lease completes normally, once.
+			if !s2.Complete("w1", la.LeaseID, okResponse()) {
+				t.Fatal("completion of the restored lease refused")
+			}
+			if st := state(t, s2, opA); !st.Done {
+				t.Errorf("operation a: %+v", st)
+			}
+			if s2.Complete("w1", la.LeaseID, okResponse()) {
+				t.Error("second completion accepted")
+			}
 		})
 	}
 }
@@ -131,29 +131,29 @@ func TestRestartKeepsQueueLeasesAndOperations(t *testing.T) {
 func TestRestartRequeuesLeaseWhoseWorkerDoesNotReturn(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind.name, func(t *testing.T) {
-		store, reopen := kind.open(t)
-		clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
-		s, stop := durableTest(t, store, clk)
-		register(s, "gone")
-		op := submit(t, s, "a")
-		if pollNow(t, s, "gone", 1) == nil {
-			t.Fatal("no lease")
-		}
-		stop()
-		store = reopen(store)
-		s2, stop2 := durableTest(t, store, clk)
-		defer stop2()
-		register(s2, "other")
-		clk.Advance(11 * time.Second)
-		s2.Heartbeat("other", nil)
-		s2.Tick()
-		a := pollNow(t, s2, "other", 1)
-		if a == nil || a.Task.ops[0].Name != op {
-			t.Fatalf("the lost lease's action was not requeued: %+v", a)
-		}
-		if a.Attempt != 2 {
-			t.Errorf("attempt %d, want 2", a.Attempt)
-		}
+			store, reopen := kind.open(t)
+			clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+			s, stop := durableTest(t, store, clk)
+			register(s, "gone")
+			op := submit(t, s, "a")
+			if pollNow(t, s, "gone", 1) == nil {
+				t.Fatal("no lease")
+			}
+			stop()
+			store = reopen(store)
+			s2, stop2 := durableTest(t, store, clk)
+			defer stop2()
+			register(s2, "other")
+			clk.Advance(11 * time.Second)
+			s2.Heartbeat("other", nil)
+			s2.Tick()
+			a := pollNow(t, s2, "other", 1)
+			if a == nil || a.Task.ops[0].Name != op {
+				t.Fatalf("the lost lease's action was not requeued: %+v", a)
+			}
+			if a.Attempt != 2 {
+				t.Errorf("attempt %d, want 2", a.Attempt)
+			}
 		})
 	}
 }
@@ -161,29 +161,29 @@ func TestRestartRequeuesLeaseWhoseWorkerDoesNotReturn(t *testing.T) {
 func TestRestartAfterCancelAndRetention(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind.name, func(t *testing.T) {
-		store, reopen := kind.open(t)
-		clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
-		s, stop := durableTest(t, store, clk)
-		op := submit(t, s, "a")
-		if err := s.Cancel(op); err != nil {
-			t.Fatal(err)
-		}
-		stop()
-		store = reopen(store)
-		s2, stop2 := durableTest(t, store, clk)
-		st := state(t, s2, op)
-		if !st.Done || status.FromProto(st.Response.Status).Code() != codes.Canceled || s2.Stats().Queued != 0 {
-			t.Fatalf("cancelled operation after restart: %+v", st)
-		}
-		// After retention the record goes.
-		clk.Advance(2 * time.Hour)
-		s2.Tick()
-		stop2()
-		s3, stop3 := durableTest(t, store, clk)
-		defer stop3()
-		if _, _, err := s3.Watch(op); err != ErrNotFound {
-			t.Errorf("operation still there after retention: %v", err)
-		}
+			store, reopen := kind.open(t)
+			clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+			s, stop := durableTest(t, store, clk)
+			op := submit(t, s, "a")
+			if err := s.Cancel(op); err != nil {
+				t.Fatal(err)
+			}
+			stop()
+			store = reopen(store)
+			s2, stop2 := durableTest(t, store, clk)
+			st := state(t, s2, op)
+			if !st.Done || status.FromProto(st.Response.Status).Code() != codes.Canceled || s2.Stats().Queued != 0 {
+				t.Fatalf("cancelled operation after restart: %+v", st)
+			}
+			// After retention the record goes.
+			clk.Advance(2 * time.Hour)
+			s2.Tick()
+			stop2()
+			s3, stop3 := durableTest(t, store, clk)
+			defer stop3()
+			if _, _, err := s3.Watch(op); err != ErrNotFound {
+				t.Errorf("operation still there after retention: %v", err)
+			}
 		})
 	}
 }
@@ -402,4 +402,3 @@ func TestStoredResultsStayVisibleAfterAFailure(t *testing.T) {
 		t.Errorf("result whose commit failed is shown: %+v", st)
 	}
 }
-
