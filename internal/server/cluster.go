@@ -379,7 +379,7 @@ func NewFrontendNode(cfg config.Config, log *slog.Logger) (*FrontendNode, error)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	registerStoreMetrics(reg, cas)
+	registerCASMetrics(reg, cfg, cas)
 	fe := frontend.New(cas, ac, frontend.Options{
 		MaxBatchSize:      int64(cfg.Storage.MaxBatchSize),
 		ReadChunkSize:     int(cfg.Storage.ReadChunkSize),
