@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/config"
@@ -87,10 +89,42 @@ func (o *observability) stream() []grpc.StreamServerInterceptor {
 	return []grpc.StreamServerInterceptor{o.grpc.Stream, o.storage.Stream}
 }
 
-// register adds the health and reflection services to g.
-func (o *observability) register(g *grpc.Server) {
+// register adds the health and reflection services to g. Reflection
+// also lists the forwarded services (a frontend node's: served by the
+// leading scheduler, through the frontend).
+func (o *observability) register(g *grpc.Server, forwarded ...*grpc.ServiceDesc) {
 	healthpb.RegisterHealthServer(g, o.health)
-	reflection.Register(g)
+	if len(forwarded) == 0 {
+		reflection.Register(g)
+		return
+	}
+	services := reflectedServices{g: g, forwarded: map[string]grpc.ServiceInfo{}}
+	for _, sd := range forwarded {
+		info := grpc.ServiceInfo{Metadata: sd.Metadata}
+		for _, m := range sd.Methods {
+			info.Methods = append(info.Methods, grpc.MethodInfo{Name: m.MethodName})
+		}
+		for _, s := range sd.Streams {
+			info.Methods = append(info.Methods, grpc.MethodInfo{Name: s.StreamName, IsClientStream: s.ClientStreams, IsServerStream: s.ServerStreams})
+		}
+		services.forwarded[sd.ServiceName] = info
+	}
+	reflectionv1.RegisterServerReflectionServer(g, reflection.NewServerV1(reflection.ServerOptions{Services: services}))
+	reflectionv1alpha.RegisterServerReflectionServer(g, reflection.NewServer(reflection.ServerOptions{Services: services}))
+}
+
+// reflectedServices are the services of g and the forwarded ones.
+type reflectedServices struct {
+	g         *grpc.Server
+	forwarded map[string]grpc.ServiceInfo
+}
+
+func (r reflectedServices) GetServiceInfo() map[string]grpc.ServiceInfo {
+	m := r.g.GetServiceInfo()
+	for name, info := range r.forwarded {
+		m[name] = info
+	}
+	return m
 }
 
 // observe connects the execution services to the metrics this process

@@ -134,14 +134,12 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("scheduler.fairness.keys: %w", err)
 	}
 	exec.SetInvocationKeys(keys, sc.Fairness.UserHeader)
-	exec.Register(g)
 	ws := execution.NewWorkerService(sched)
 	ws.UpdateActionCache = fe.StoreActionResult
-	ws.Attach(g)
 	admin := execution.NewAdminService(sched)
 	admin.KeyNames = exec.KeyNames
 	admin.Logger = log
-	admin.Attach(g)
+	registerSchedulerServices(g, exec, ws, admin)
 	cf := controlsFile{path: filepath.Join(cfg.DataDir, "scheduler", "worker-controls.json")}
 	controls, err := cf.load()
 	if err != nil {
