@@ -41,6 +41,8 @@ type secureCluster struct {
 	*secureFarm
 	fe    *FrontendNode
 	sched *SchedulerNode
+	// the scheduler's configuration (the frontend's is cfg)
+	scfg config.Config
 	// node certificates
 	feCert, feKey, scCert, scKey string
 }
@@ -84,7 +86,7 @@ func startSecureCluster(t *testing.T, feMod func(*config.Config)) *secureCluster
 	}
 	runNode(t, s)
 	clusterWaitFor(t, "the scheduler to lead", s.Leading)
-	c.fe, c.sched = fe, s
+	c.fe, c.sched, c.scfg = fe, s, scfg
 	f.target = fe.GRPCAddr()
 	f.cfg = fcfg
 	return c
@@ -297,6 +299,50 @@ func (c *secureCluster) httpsClientErr(addr string) (int, error) {
 	}
 	resp.Body.Close()
 	return resp.StatusCode, nil
+}
+
+// TestClusterReloadAuth: SIGHUP's Reload re-reads the tokens and the
+// policy on both roles; a caller the frontend knows but the scheduler
+// does not (yet) is authenticated by the frontend and denied by the
+// scheduler.
+func TestClusterReloadAuth(t *testing.T) {
+	c := startSecureCluster(t, nil)
+	ctx := ctxT(t)
+	tok := "carol-secret-token-0123456789"
+	lines, err := os.ReadFile(c.cfg.Auth.TokensFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.tokens["carol"] = c.write("carol.token", tok)
+	with := func(cfg config.Config) config.Config {
+		cfg.Auth.TokensFile = c.write("tokens2", string(lines)+"carol "+tok+"\n")
+		cfg.Auth.Policy = append(append([]config.PolicyRule(nil), cfg.Auth.Policy...),
+			config.PolicyRule{Identities: []string{"token:carol"}, Instances: []string{"inst"}, Permissions: []string{"execute"}})
+		return cfg
+	}
+	carol := c.as("carol")
+	if err := executeErr(ctx, carol, "inst", emptyDigest); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("carol before any reload: %v, want UNAUTHENTICATED", err)
+	}
+	if err := c.fe.Reload(with(c.cfg)); err != nil {
+		t.Fatal(err)
+	}
+	if err := executeErr(ctx, carol, "inst", emptyDigest); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `token:carol lacks permission execute on instance "inst"`) {
+		t.Fatalf("carol after the frontend's reload: %v, want the scheduler's PERMISSION_DENIED", err)
+	}
+	if err := c.sched.Reload(with(c.scfg)); err != nil {
+		t.Fatal(err)
+	}
+	// The empty blob is no action: the scheduler's INVALID_ARGUMENT
+	// shows that carol was let through.
+	if err := executeErr(ctx, carol, "inst", emptyDigest); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("carol after both reloads: %v, want INVALID_ARGUMENT for the empty action", err)
+	}
+	bad := with(c.scfg)
+	bad.Cluster.FrontendIdentities = []string{"group:"}
+	if err := c.sched.Reload(bad); err == nil || !strings.Contains(err.Error(), "cluster.frontend_identities[0]") {
+		t.Errorf("reloading a bad frontend identity: %v, want an error naming the key", err)
+	}
 }
 
 // executeErr runs Execute of ad on instance to its end and returns its
