@@ -189,6 +189,9 @@ func NewSchedulerNode(cfg config.Config, log *slog.Logger) (*SchedulerNode, erro
 	if err != nil {
 		return nil, err
 	}
+	if err := checkClusterClient(cfg); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	store, err := statestore.OpenPostgres(ctx, cfg.Scheduler.Store.DSN)
@@ -451,6 +454,9 @@ func NewFrontendNode(cfg config.Config, log *slog.Logger) (*FrontendNode, error)
 	}
 	sec, err := newSecurity(cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkClusterClient(cfg); err != nil {
 		return nil, err
 	}
 	cas, err := openCAS(cfg)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -423,5 +424,76 @@ func TestClusterAuthMismatch(t *testing.T) {
 	})
 	if status.Code(err2) != codes.Internal || !strings.Contains(err2.Error(), "refused this frontend's credentials") {
 		t.Fatalf("a scheduler that cannot authenticate the frontend: %v, want INTERNAL blaming the cluster's configuration", err2)
+	}
+}
+
+// TestClusterClientFilesChecked: a node whose cluster.client files are
+// unusable stops at start, naming the key.
+func TestClusterClientFilesChecked(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		client config.ClientConfig
+		want   string
+	}{
+		{config.ClientConfig{TLSCAFile: filepath.Join(dir, "missing.pem")}, "cluster.client.tls_ca_file: open"},
+		{config.ClientConfig{TLSCAFile: empty}, "cluster.client.tls_ca_file: " + empty + " holds no PEM certificate"},
+		{config.ClientConfig{TLSCertFile: empty, TLSKeyFile: empty}, "cluster.client.tls_cert_file, tls_key_file:"},
+		{config.ClientConfig{TokenFile: empty}, "cluster.client.token_file: " + empty + " must hold exactly one token"},
+	} {
+		for _, role := range []string{config.RoleFrontend, config.RoleScheduler} {
+			cfg := clusterConfig(t, role, "postgres://127.0.0.1:1/none")
+			cfg.Cluster.CAS = "127.0.0.1:1"
+			cfg.Cluster.Client = c.client
+			var err error
+			if role == config.RoleFrontend {
+				_, err = NewFrontendNode(cfg, quietLogger())
+			} else {
+				_, err = NewSchedulerNode(cfg, quietLogger())
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s with cluster.client %+v: %v, want an error containing %q", role, c.client, err, c.want)
+			}
+		}
+	}
+}
+
+// TestFrontendCannotDialLeader: when the frontend cannot even connect
+// to the published leader (here: it would send its token in plain text
+// to another host), forwarded calls say so, not that no scheduler leads.
+func TestFrontendCannotDialLeader(t *testing.T) {
+	dsn := pgtest.Start(t)
+	fcfg := clusterConfig(t, config.RoleFrontend, dsn)
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte("frontend-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fcfg.Cluster.Client.TokenFile = tok
+	fe, err := NewFrontendNode(fcfg, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe.leaders.wait = 300 * time.Millisecond
+	runNode(t, fe)
+	scfg := clusterConfig(t, config.RoleScheduler, dsn)
+	scfg.Cluster.CAS = fe.GRPCAddr()
+	scfg.Cluster.Advertise = "192.0.2.1:8980" // TEST-NET-1: never dialled
+	s, err := NewSchedulerNode(scfg, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runNode(t, s)
+	clusterWaitFor(t, "the scheduler to lead", s.Leading)
+	ctx := ctxT(t)
+	var last error
+	clusterWaitFor(t, "the frontend to report the unusable leader", func() bool {
+		last = executeErr(ctx, mustDial(t, fe.GRPCAddr()), "", emptyDigest)
+		return strings.Contains(status.Convert(last).Message(), "192.0.2.1:8980")
+	})
+	if st := status.Convert(last); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "cannot connect to the published scheduler leader") || !strings.Contains(st.Message(), "plain text") || !strings.Contains(st.Message(), "cluster.client") {
+		t.Fatalf("Execute with an unusable leader: %v, want UNAVAILABLE naming the leader, the reason and cluster.client", last)
 	}
 }

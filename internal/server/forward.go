@@ -68,7 +68,7 @@ type leaderConns struct {
 	// finished, when set, hears the response of every forwarded Execute
 	// or WaitExecution call whose caller saw its operation finish.
 	finished func(*repb.ExecuteResponse)
-	// changed, when set, hears whether a leader is published, after
+	// onChange, when set, hears whether a leader is published, after
 	// every change.
 	onChange func(published bool)
 
@@ -77,8 +77,9 @@ type leaderConns struct {
 	address string
 	conn    *grpc.ClientConn
 	changed chan struct{} // closed and replaced when the leader changes
-	// unusableTerm and unusableAddress are the published leader that
-	// could not be dialled (logged once).
+	// unusable is why the published leader (unusableTerm,
+	// unusableAddress) cannot be dialled (logged once); nil when it can.
+	unusable        error
 	unusableTerm    int64
 	unusableAddress string
 }
@@ -127,13 +128,14 @@ func (lc *leaderConns) refresh(ctx context.Context) {
 		conn, err = client.DialSecure(li.Address, lc.sec,
 			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(newRawCodec()), grpc.MaxCallRecvMsgSize(lc.maxMsg), grpc.MaxCallSendMsgSize(lc.maxMsg)))
 		if err != nil {
-			if lc.unusableTerm != li.Term || lc.unusableAddress != li.Address {
-				lc.unusableTerm, lc.unusableAddress = li.Term, li.Address
+			if lc.unusable == nil || lc.unusableTerm != li.Term || lc.unusableAddress != li.Address {
 				lc.log.Error("frontend: cannot connect to the published scheduler leader; check cluster.client", "address", li.Address, "term", li.Term, "err", err)
 			}
+			lc.unusable, lc.unusableTerm, lc.unusableAddress = err, li.Term, li.Address
 			return
 		}
 	}
+	lc.unusable = nil
 	if lc.conn != nil {
 		lc.conn.Close()
 	}
@@ -283,6 +285,12 @@ func (lc *leaderConns) open(ctx context.Context, method string) (grpc.ClientStre
 		case <-wait.Done():
 			if ctx.Err() != nil {
 				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			lc.mu.Lock()
+			unusable, unusableAddress := lc.unusable, lc.unusableAddress
+			lc.mu.Unlock()
+			if unusable != nil {
+				return nil, status.Errorf(codes.Unavailable, "this frontend cannot connect to the published scheduler leader at %s (%v); the operator must fix the frontend's cluster.client", unusableAddress, unusable)
 			}
 			if conn == nil {
 				return nil, status.Errorf(codes.Unavailable, "no scheduler leads (term %d): start a `gantry serve --role scheduler` on the shared PostgreSQL, or retry", term)

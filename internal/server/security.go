@@ -205,6 +205,32 @@ func clusterSecurity(cfg config.Config) client.Security {
 	return client.Security{TLS: c.TLS, CAFile: c.TLSCAFile, CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile, ServerName: c.TLSServerName, TokenFile: c.TokenFile}
 }
 
+// checkClusterClient reads the files of cluster.client, so that a node
+// with an unusable one stops at start, naming the key.
+func checkClusterClient(cfg config.Config) error {
+	c := cfg.Cluster.Client
+	if c.TLSCAFile != "" {
+		if _, err := auth.LoadCertPool(c.TLSCAFile); err != nil {
+			return fmt.Errorf("cluster.client.tls_ca_file: %v; give the PEM CA certificates that sign the other nodes' certificates", err)
+		}
+	}
+	if c.TLSCertFile != "" {
+		if _, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile); err != nil {
+			return fmt.Errorf("cluster.client.tls_cert_file, tls_key_file: %v; give this node's PEM client certificate and its private key", err)
+		}
+	}
+	if c.TokenFile != "" {
+		data, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return fmt.Errorf("cluster.client.token_file: %v; give the file holding the token this node sends to the others", err)
+		}
+		if tok := strings.TrimSpace(string(data)); tok == "" || strings.ContainsAny(tok, "\r\n") {
+			return fmt.Errorf("cluster.client.token_file: %s must hold exactly one token on one line", c.TokenFile)
+		}
+	}
+	return nil
+}
+
 // httpListener wraps the HTTP port's listener in TLS when it is on.
 func (s *security) httpListener(l net.Listener) net.Listener {
 	if s.tls == nil {
