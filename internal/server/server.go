@@ -24,7 +24,6 @@ import (
 
 	"github.com/gantry-build/gantry/internal/actioncache"
 	"github.com/gantry-build/gantry/internal/blobstore"
-	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/execution"
 	"github.com/gantry-build/gantry/internal/frontend"
@@ -347,11 +346,6 @@ func (s *Server) runEmbeddedWorker(ctx context.Context) error {
 	s.log.Info("the embedded worker was terminated; the server keeps running without it (restart the server to get it back)", "worker", s.cfg.Worker.ID)
 	<-ctx.Done()
 	return nil
-}
-
-// plainDial dials the gRPC port at addr without credentials.
-func plainDial(addr string) func() (*grpc.ClientConn, error) {
-	return func() (*grpc.ClientConn, error) { return client.Dial(dialAddr(addr)) }
 }
 
 // runWorker runs the configured worker over the connection dial makes.
