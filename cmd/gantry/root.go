@@ -79,10 +79,8 @@ Flags given on the command line override the config file.`,
 			defer stop()
 			if srv, ok := node.(*server.Server); ok {
 				srv.SetConfigFile(configPath)
-				go reloadOnHangup(ctx, configPath, srv, log)
-			} else {
-				signal.Ignore(syscall.SIGHUP) // nothing to reload in these roles yet
 			}
+			go reloadOnHangup(ctx, configPath, node, log)
 			return node.Run(ctx)
 		},
 	}
@@ -106,8 +104,9 @@ func newLogger(c config.LogConfig) *slog.Logger {
 }
 
 // reloadOnHangup re-reads the config file on SIGHUP and applies what can
-// change while running (the provision queues).
-func reloadOnHangup(ctx context.Context, configPath string, srv *server.Server, log *slog.Logger) {
+// change while running (role all: the provision queues and fairness
+// keys; every role: the TLS files, tokens, keys and policy).
+func reloadOnHangup(ctx context.Context, configPath string, srv server.Node, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

@@ -34,6 +34,10 @@ type Settings struct {
 	CertNames []string
 	// Policy grants the permissions; nil denies everything.
 	Policy *Policy
+	// Frontends are the identities trusted to forward calls for the
+	// callers they authenticated (a scheduler node's
+	// cluster.frontend_identities; forward.go). nil: none.
+	Frontends *IdentitySet
 }
 
 // Authorizer authenticates callers and checks their permissions.
@@ -133,10 +137,21 @@ func (s *Settings) certIdentity(chains [][]*x509.Certificate) (*Identity, error)
 	return id, nil
 }
 
-// authenticate finds the caller of a gRPC call: the internal identity on
+// authenticate finds the caller of a gRPC call: the peer
+// (authenticatePeer), or the caller a trusted frontend forwards the call
+// for.
+func (a *Authorizer) authenticate(ctx context.Context) (*Identity, error) {
+	id, err := a.authenticatePeer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return a.settings().forwardedCaller(ctx, id)
+}
+
+// authenticatePeer finds who makes a gRPC call: the internal identity on
 // the in-process connection, else a bearer token, else a verified client
 // certificate, else Anonymous when allowed.
-func (a *Authorizer) authenticate(ctx context.Context) (*Identity, error) {
+func (a *Authorizer) authenticatePeer(ctx context.Context) (*Identity, error) {
 	p, _ := peer.FromContext(ctx)
 	if p != nil {
 		if _, ok := p.AuthInfo.(internalAuthInfo); ok {

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"fmt"
+	"strings"
 	"time"
 )
 
@@ -30,6 +32,15 @@ type ClusterConfig struct {
 	// TakeoverInterval is how often a standby scheduler tries to take
 	// the leadership and how often a frontend re-reads the leader.
 	TakeoverInterval Duration `yaml:"takeover_interval"`
+	// Client is how this node connects to the other nodes (a frontend to
+	// the leading scheduler, a scheduler to cluster.cas): TLS, the CA
+	// that signs their certificates, a client certificate, a token.
+	Client ClientConfig `yaml:"client"`
+	// FrontendIdentities are, on a scheduler with auth on, the
+	// identities of the frontends (policy spelling: cert:NAME,
+	// token:NAME, jwt:NAME, group:NAME, NAME): only they may forward
+	// calls on behalf of the callers they authenticated.
+	FrontendIdentities []string `yaml:"frontend_identities"`
 }
 
 func defaultCluster() ClusterConfig {
@@ -46,14 +57,6 @@ func (c *Config) validateCluster(bad func(path, format string, args ...any)) {
 		bad("role", "%q is not a role; use all, scheduler or frontend", c.Role)
 		return
 	}
-	// The cluster roles do not apply TLS and the policy yet: refuse
-	// rather than run a frontend that looks secured and is not.
-	if c.TLS.Enabled() {
-		bad("tls", "TLS is not supported with role %s yet (only role all); terminate TLS in front of the nodes, or run role all", c.Role)
-	}
-	if c.Auth.Enabled {
-		bad("auth.enabled", "authentication is not supported with role %s yet (only role all); run role all, or keep the cluster on a trusted network", c.Role)
-	}
 	if c.Scheduler.Store.Backend != "postgres" {
 		bad("scheduler.store.backend", "role %s needs the postgres store shared by the schedulers and frontends (it is %q)", c.Role, c.Scheduler.Store.Backend)
 	}
@@ -62,5 +65,28 @@ func (c *Config) validateCluster(bad func(path, format string, args ...any)) {
 	}
 	if c.Cluster.TakeoverInterval <= 0 {
 		bad("cluster.takeover_interval", "must be positive, e.g. 500ms")
+	}
+	cl := c.Cluster.Client
+	if (cl.TLSCertFile == "") != (cl.TLSKeyFile == "") {
+		bad("cluster.client", "a client certificate needs both tls_cert_file and tls_key_file")
+	}
+	for i, id := range c.Cluster.FrontendIdentities {
+		if id == "*" || id == "anonymous" || strings.TrimSpace(id) == "" {
+			bad(fmt.Sprintf("cluster.frontend_identities[%d]", i), "%q would let callers other than the frontends act as anyone; name the frontends, e.g. cert:frontend-1.example.com or token:frontend", id)
+		}
+	}
+	if !c.Auth.Enabled {
+		return
+	}
+	// With auth on, every node requires credentials of the others.
+	if cl.TokenFile == "" && cl.TLSCertFile == "" {
+		peer := "the schedulers"
+		if c.Role == RoleScheduler {
+			peer = "the frontend (cluster.cas)"
+		}
+		bad("cluster.client", "auth is on, and %s will require this node's credentials: set cluster.client.token_file, or cluster.client.tls_cert_file and tls_key_file (docs/OPERATIONS.md, \"Several nodes\")", peer)
+	}
+	if c.Role == RoleScheduler && len(c.Cluster.FrontendIdentities) == 0 {
+		bad("cluster.frontend_identities", "auth is on, so this scheduler accepts forwarded calls only from the frontends named here; list their identities, e.g. [cert:frontend-1.example.com] or [token:frontend]")
 	}
 }

@@ -45,7 +45,7 @@ func (s *AdminService) log() *slog.Logger {
 func NewAdminService(sched *scheduler.Scheduler) *AdminService { return &AdminService{sched: sched} }
 
 // Attach adds the service to a gRPC server.
-func (s *AdminService) Attach(g *grpc.Server) { adminpb.RegisterAdminServer(g, s) }
+func (s *AdminService) Attach(g grpc.ServiceRegistrar) { adminpb.RegisterAdminServer(g, s) }
 
 // ExplainPlatform implements adminpb.AdminServer.
 func (s *AdminService) ExplainPlatform(_ context.Context, req *adminpb.ExplainPlatformRequest) (*adminpb.ExplainPlatformResponse, error) {

@@ -53,7 +53,7 @@ func New(sched *scheduler.Scheduler, cas blobstore.Store, lookup ResultLookup, l
 }
 
 // Register adds Execution and Operations to a gRPC server.
-func (s *Service) Register(g *grpc.Server) {
+func (s *Service) Register(g grpc.ServiceRegistrar) {
 	repb.RegisterExecutionServer(g, s)
 	longrunningpb.RegisterOperationsServer(g, s)
 }

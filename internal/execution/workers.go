@@ -37,7 +37,7 @@ func NewWorkerService(sched *scheduler.Scheduler) *WorkerService {
 }
 
 // Attach adds the service to a gRPC server.
-func (s *WorkerService) Attach(g *grpc.Server) { workerpb.RegisterWorkersServer(g, s) }
+func (s *WorkerService) Attach(g grpc.ServiceRegistrar) { workerpb.RegisterWorkersServer(g, s) }
 
 // Register implements the worker protocol's Register.
 func (s *WorkerService) Register(_ context.Context, req *workerpb.RegisterRequest) (*workerpb.RegisterResponse, error) {

@@ -18,7 +18,13 @@ type Storage struct {
 	received, sent *prometheus.CounterVec
 	// byteStream etc. are the resolved children.
 	bsIn, bsOut, batchIn, batchOut prometheus.Counter
-	ops                            *Operations
+	ops                            *Outcomes
+	// FromScheduler, when set, tells the calls of a scheduler node (role
+	// scheduler, reading actions from and writing results to this
+	// frontend) from those of clients and workers: their blob bytes are
+	// not counted, and their GetActionResult lookups are Execute's own
+	// (source execute).
+	FromScheduler func(ctx context.Context) bool
 }
 
 // Full method names the storage interceptors look at.
@@ -32,7 +38,7 @@ const (
 
 // NewStorage registers the storage traffic metrics with reg; ops counts
 // GetActionResult lookups.
-func NewStorage(reg prometheus.Registerer, ops *Operations) *Storage {
+func NewStorage(reg prometheus.Registerer, ops *Outcomes) *Storage {
 	m := &Storage{
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gantry_cas_received_bytes_total",
@@ -52,6 +58,12 @@ func NewStorage(reg prometheus.Registerer, ops *Operations) *Storage {
 
 // Unary is a unary server interceptor.
 func (m *Storage) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	switch info.FullMethod {
+	case methodBatchUpdate, methodBatchRead:
+		if m.fromScheduler(ctx) {
+			return handler(ctx, req)
+		}
+	}
 	switch info.FullMethod {
 	case methodBatchUpdate:
 		// Counted before the handler, which may hand the data's buffers
@@ -78,12 +90,16 @@ func (m *Storage) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 		}
 		return resp, err
 	case methodGetActionResult:
+		source := "get_action_result"
+		if m.fromScheduler(ctx) {
+			source = "execute"
+		}
 		resp, err := handler(ctx, req)
 		switch status.Code(err) {
 		case codes.OK:
-			m.ops.CacheLookup("get_action_result", true)
+			m.ops.CacheLookup(source, true)
 		case codes.NotFound:
-			m.ops.CacheLookup("get_action_result", false)
+			m.ops.CacheLookup(source, false)
 		}
 		return resp, err
 	}
@@ -92,6 +108,9 @@ func (m *Storage) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 
 // Stream is a stream server interceptor.
 func (m *Storage) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if (info.FullMethod == methodRead || info.FullMethod == methodWrite) && m.fromScheduler(ss.Context()) {
+		return handler(srv, ss)
+	}
 	switch info.FullMethod {
 	case methodRead:
 		return handler(srv, &countingStream{ServerStream: ss, sent: m.bsOut})
@@ -99,6 +118,10 @@ func (m *Storage) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerI
 		return handler(srv, &countingStream{ServerStream: ss, received: m.bsIn})
 	}
 	return handler(srv, ss)
+}
+
+func (m *Storage) fromScheduler(ctx context.Context) bool {
+	return m.FromScheduler != nil && m.FromScheduler(ctx)
 }
 
 // countingStream counts the data of ByteStream messages.

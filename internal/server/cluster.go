@@ -7,15 +7,18 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
@@ -39,6 +42,9 @@ type Node interface {
 	GRPCAddr() string
 	HTTPAddr() string
 	Run(ctx context.Context) error
+	// Reload applies what a new configuration may change while the
+	// process runs (on SIGHUP).
+	Reload(cfg config.Config) error
 }
 
 // NewNode builds the process for cfg.Role: the all-in-one Server, a
@@ -75,7 +81,10 @@ func leadAlone(state statestore.Store, grpcAddr string) (<-chan struct{}, error)
 	return lost, nil
 }
 
-func clusterGRPCOptions(cfg config.Config) []grpc.ServerOption {
+// clusterGRPCOptions are the gRPC server options of both node roles:
+// sizes, windows, keepalive, TLS (and the embedded worker's in-process
+// connection), and the metrics interceptors first in the chain.
+func clusterGRPCOptions(cfg config.Config, sec *security, obs *observability) []grpc.ServerOption {
 	maxMsg := cfg.GRPCMaxMessageSize()
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxMsg),
@@ -83,11 +92,15 @@ func clusterGRPCOptions(cfg config.Config) []grpc.ServerOption {
 		grpc.InitialWindowSize(8 << 20),
 		grpc.InitialConnWindowSize(16 << 20),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.Creds(sec.creds()),
+		grpc.ChainUnaryInterceptor(obs.unary()...),
+		grpc.ChainStreamInterceptor(obs.stream()...),
 	}
 }
 
-// clusterHTTP serves /healthz (with state's answer) and /metrics.
-func clusterHTTP(addr string, reg *prometheus.Registry, state func() string) (net.Listener, *http.Server, error) {
+// clusterHTTP serves /healthz (with state's answer) and /metrics, with
+// TLS and auth.http_require_token applied as on role all.
+func clusterHTTP(addr string, reg *prometheus.Registry, state func() string, sec *security, log *slog.Logger) (net.Listener, *http.Server, error) {
 	if addr == "" {
 		return nil, nil, nil
 	}
@@ -101,7 +114,8 @@ func clusterHTTP(addr string, reg *prometheus.Registry, state func() string) (ne
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(w, "ok", state())
 	})
-	return lis, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, nil
+	return sec.httpListener(lis), &http.Server{Handler: sec.httpHandler(mux), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn)}, nil
 }
 
 func addrOf(l net.Listener) string {
@@ -111,11 +125,33 @@ func addrOf(l net.Listener) string {
 	return l.Addr().String()
 }
 
+// schedulerCallHeader marks a scheduler node's calls to the frontend's
+// CAS and action cache, which the frontend's metrics count apart from
+// those of clients and workers (metrics.Storage.FromScheduler).
+const schedulerCallHeader = "gantry-scheduler-call"
+
+// markSchedulerCalls are the dial options that mark every call.
+func markSchedulerCalls() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return invoke(metadata.AppendToOutgoingContext(ctx, schedulerCallHeader, "1"), method, req, reply, cc, opts...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, stream grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			return stream(metadata.AppendToOutgoingContext(ctx, schedulerCallHeader, "1"), desc, cc, method, opts...)
+		}),
+	}
+}
+
+func isSchedulerCall(ctx context.Context) bool {
+	return len(metadata.ValueFromIncomingContext(ctx, schedulerCallHeader)) > 0
+}
+
 // SchedulerNode is one of the scheduler processes sharing a PostgreSQL.
-// It stands by until it takes the leadership, then restores the state
-// from the database and serves Execution, Operations, the worker
-// protocol and Admin on its gRPC port (to frontends). It reads actions
-// from and writes results to the CAS and action cache of cluster.cas.
+// Its gRPC port serves health and reflection from the start; it stands
+// by until it takes the leadership, then restores the state from the
+// database and serves Execution, Operations, the worker protocol and
+// Admin there too (to frontends). It reads actions from and writes
+// results to the CAS and action cache of cluster.cas.
 type SchedulerNode struct {
 	cfg       config.Config
 	log       *slog.Logger
@@ -123,9 +159,16 @@ type SchedulerNode struct {
 	lis       net.Listener
 	httpLis   net.Listener
 	http      *http.Server
+	grpc      *grpc.Server
 	casConn   *grpc.ClientConn
 	advertise string
 	reg       *prometheus.Registry
+	sec       *security
+	obs       *observability
+	services  *termServices
+	// idle is an empty scheduler, what a standby's metrics read.
+	idle     *scheduler.Scheduler
+	stopOnce sync.Once
 
 	leading atomic.Bool
 	term    atomic.Int64
@@ -142,13 +185,22 @@ func NewSchedulerNode(cfg config.Config, log *slog.Logger) (*SchedulerNode, erro
 	if _, err := invocation.ParseAll(cfg.Scheduler.Fairness.Keys); err != nil {
 		return nil, fmt.Errorf("scheduler.fairness.keys: %w", err)
 	}
+	sec, err := newSecurity(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkClusterClient(cfg); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	store, err := statestore.OpenPostgres(ctx, cfg.Scheduler.Store.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("opening the scheduler's state store (scheduler.store): %w", err)
 	}
-	n := &SchedulerNode{cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry()}
+	n := &SchedulerNode{cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(), sec: sec,
+		services: newTermServices(), idle: scheduler.New(schedulerConfig(cfg), scheduler.RealClock{})}
+	registerStateStoreMetrics(n.reg, cfg, store)
 	fail := func(err error) (*SchedulerNode, error) {
 		store.Close()
 		if n.casConn != nil {
@@ -160,10 +212,23 @@ func NewSchedulerNode(cfg config.Config, log *slog.Logger) (*SchedulerNode, erro
 		if n.httpLis != nil {
 			n.httpLis.Close()
 		}
+		if n.obs != nil {
+			n.obs.stop()
+		}
 		return nil, err
 	}
-	if n.casConn, err = client.Dial(cfg.Cluster.CAS); err != nil {
-		return fail(fmt.Errorf("cluster.cas: %w", err))
+	if n.obs, err = newObservability(cfg, n.reg, n.current, nil); err != nil {
+		return fail(err)
+	}
+	n.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gantry_scheduler_leader", Help: "1 while this scheduler process leads, 0 while it stands by."},
+		func() float64 {
+			if n.leading.Load() {
+				return 1
+			}
+			return 0
+		}))
+	if n.casConn, err = client.DialSecure(cfg.Cluster.CAS, clusterSecurity(cfg), markSchedulerCalls()...); err != nil {
+		return fail(fmt.Errorf("cluster.cas and cluster.client: %w", err))
 	}
 	if n.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return fail(fmt.Errorf("listen (gRPC) on %s: %w; pick a free address with --listen", cfg.Listen, err))
@@ -172,35 +237,40 @@ func NewSchedulerNode(cfg config.Config, log *slog.Logger) (*SchedulerNode, erro
 	if n.advertise == "" {
 		n.advertise = dialAddr(n.lis.Addr().String())
 	}
-	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	n.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gantry_scheduler_leader", Help: "1 while this scheduler process leads, 0 while it stands by."},
-		func() float64 {
-			if n.leading.Load() {
-				return 1
-			}
-			return 0
-		}))
-	for _, g := range []struct {
-		name, help string
-		get        func(scheduler.Stats) int
-	}{
-		{"gantry_scheduler_queued_actions", "Actions waiting for a worker (0 on a standby).", func(s scheduler.Stats) int { return s.Queued }},
-		{"gantry_scheduler_leased_actions", "Actions held by workers (0 on a standby).", func(s scheduler.Stats) int { return s.Leased }},
-		{"gantry_scheduler_operations", "Operations known (0 on a standby).", func(s scheduler.Stats) int { return s.Operations }},
-		{"gantry_scheduler_workers", "Registered workers (0 on a standby).", func(s scheduler.Stats) int { return s.Workers }},
-	} {
-		get := g.get
-		n.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, func() float64 {
-			if s := n.sched.Load(); s != nil {
-				return float64(get(s.Stats()))
-			}
-			return 0
-		}))
+	if sec.authz != nil {
+		sec.authz.OperationInstance = n.operationInstance
 	}
-	if n.httpLis, n.http, err = clusterHTTP(cfg.HTTPListen, n.reg, n.state); err != nil {
+	n.grpc = grpc.NewServer(append(clusterGRPCOptions(cfg, sec, n.obs),
+		// Authentication and authorization (after the metrics).
+		grpc.ChainUnaryInterceptor(sec.schedulerUnary()...),
+		grpc.ChainStreamInterceptor(sec.schedulerStream()...))...)
+	n.services.register(n.grpc)
+	n.obs.register(n.grpc)
+	n.obs.markServices(n.grpc)
+	n.obs.setServing(healthpb.HealthCheckResponse_NOT_SERVING, serviceNames(n.services.descs)...)
+	if n.httpLis, n.http, err = clusterHTTP(cfg.HTTPListen, n.reg, n.state, sec, log); err != nil {
 		return fail(err)
 	}
 	return n, nil
+}
+
+// current is the scheduler whose state the metrics export: the
+// leader's, or an empty one while standing by.
+func (n *SchedulerNode) current() *scheduler.Scheduler {
+	if s := n.sched.Load(); s != nil {
+		return s
+	}
+	return n.idle
+}
+
+// operationInstance is the authorizer's OperationInstance.
+func (n *SchedulerNode) operationInstance(name string) (string, bool) {
+	s := n.sched.Load()
+	if s == nil {
+		return "", false
+	}
+	st, _, err := s.Watch(name)
+	return st.Instance, err == nil
 }
 
 func (n *SchedulerNode) state() string {
@@ -225,16 +295,39 @@ func (n *SchedulerNode) Leading() bool { return n.leading.Load() }
 // Scheduler is the scheduler core while this node leads, else nil.
 func (n *SchedulerNode) Scheduler() *scheduler.Scheduler { return n.sched.Load() }
 
+// Reload re-reads the TLS files, the tokens and keys, and the policy
+// (SIGHUP); other changes need a restart.
+func (n *SchedulerNode) Reload(cfg config.Config) error {
+	cfg.Role = config.RoleScheduler
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	return n.sec.reload(cfg, n.log)
+}
+
+// stopServing reports NOT_SERVING and stops the ports, giving calls in
+// flight a few seconds.
+func (n *SchedulerNode) stopServing() {
+	n.stopOnce.Do(func() {
+		n.obs.notServing()
+		stopPorts(n.http, n.grpc)
+	})
+}
+
 // Run stands by until this node leads, then serves until ctx ends (nil)
 // or the leadership is lost (ErrLostLeadership).
 func (n *SchedulerNode) Run(ctx context.Context) error {
 	defer n.casConn.Close()
+	defer n.obs.stop()
+	defer n.store.Close()
+	defer n.stopServing()
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- n.grpc.Serve(n.lis) }()
 	if n.http != nil {
-		go n.http.Serve(n.httpLis)
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			n.http.Shutdown(sctx)
-			cancel()
+		go func() {
+			if err := n.http.Serve(n.httpLis); !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- err
+			}
 		}()
 	}
 	n.log.Info("gantry scheduler standing by", "grpc", n.GRPCAddr(), "advertise", n.advertise, "http", n.HTTPAddr())
@@ -257,56 +350,52 @@ func (n *SchedulerNode) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			n.lis.Close()
-			n.store.Close()
 			return nil
+		case err := <-serveErr:
+			return fmt.Errorf("serving the scheduler's ports: %w", err)
 		case <-time.After(interval):
 		}
 	}
-	return n.lead(ctx, term, lost)
+	return n.lead(ctx, term, lost, serveErr)
 }
 
 // lead restores the state and serves until ctx ends or lost closes.
-func (n *SchedulerNode) lead(ctx context.Context, term int64, lost <-chan struct{}) error {
+func (n *SchedulerNode) lead(ctx context.Context, term int64, lost <-chan struct{}, serveErr <-chan error) error {
 	start := time.Now()
 	cfg := n.cfg
 	sched := scheduler.New(schedulerConfig(cfg), scheduler.RealClock{})
 	stateCtx, stopState := context.WithCancel(context.Background())
-	defer n.store.Close()
 	if err := sched.Attach(stateCtx, n.store); err != nil {
 		stopState()
-		n.lis.Close()
 		return fmt.Errorf("restoring the scheduler's state from PostgreSQL: %w", err)
 	}
 	stopJournal := func() { stopState(); <-sched.Stopped() }
 	if err := restoreQuotas(stateCtx, sched, n.store, "", n.log); err != nil {
 		stopJournal()
-		n.lis.Close()
 		return fmt.Errorf("restoring the quotas: %w", err)
 	}
 	cas := newRemoteCAS(n.casConn, int64(cfg.Storage.MaxBatchSize))
 	ac := remoteAC{ac: repb.NewActionCacheClient(n.casConn)}
-	g := grpc.NewServer(clusterGRPCOptions(cfg)...)
 	exec := execution.New(sched, cas, ac.lookup, n.log)
 	keys, _ := invocation.ParseAll(cfg.Scheduler.Fairness.Keys) // checked in NewSchedulerNode
 	exec.SetInvocationKeys(keys, cfg.Scheduler.Fairness.UserHeader)
-	exec.Register(g)
 	ws := execution.NewWorkerService(sched)
 	ws.UpdateActionCache = ac.store
-	ws.Attach(g)
 	admin := execution.NewAdminService(sched)
 	admin.KeyNames = exec.KeyNames
 	admin.SaveQuotas = quotaState{store: n.store}.save
 	admin.Logger = n.log
-	admin.Attach(g)
+	n.obs.observe(exec, ws)
+	impls := newServiceRecorder()
+	registerSchedulerServices(impls, exec, ws, admin)
 
 	n.sched.Store(sched)
 	n.term.Store(term)
 	n.leading.Store(true)
+	n.services.set(impls.impls)
+	n.obs.setServing(healthpb.HealthCheckResponse_SERVING, serviceNames(impls.descs)...)
 	st := sched.Stats()
 	n.log.Info("gantry scheduler leading", "term", term, "advertise", n.advertise, "restored_operations", st.Operations, "queued", st.Queued, "leased", st.Leased, "took", time.Since(start))
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- g.Serve(n.lis) }()
 	runCtx, stopRun := context.WithCancel(ctx)
 	go sched.Run(runCtx, 250*time.Millisecond)
 
@@ -314,25 +403,21 @@ func (n *SchedulerNode) lead(ctx context.Context, term int64, lost <-chan struct
 	select {
 	case <-ctx.Done():
 		stopRun()
-		done := make(chan struct{})
-		go func() { g.GracefulStop(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			g.Stop()
-		}
 	case <-lost:
 		// Deposed: no more answers from this process. Every call in
 		// flight ends with UNAVAILABLE, and clients retry through a
 		// frontend, which finds the new leader.
 		stopRun()
-		g.Stop()
+		n.grpc.Stop()
 		err = ErrLostLeadership
 		n.log.Error("scheduler leadership lost; stopped serving", "term", term)
 	case err = <-serveErr:
 		stopRun()
-		err = fmt.Errorf("serving gRPC: %w", err)
+		err = fmt.Errorf("serving the scheduler's ports: %w", err)
 	}
+	// Calls in flight finish before the journal stops.
+	n.stopServing()
+	n.services.set(nil)
 	n.leading.Store(false)
 	n.sched.Store(nil)
 	stopJournal()
@@ -343,7 +428,10 @@ func (n *SchedulerNode) lead(ctx context.Context, term int64, lost <-chan struct
 // Capabilities from its own stores, like the all-in-one server, and
 // forwards every other call (Execution, Operations, the worker
 // protocol, Admin) to the leading scheduler it finds in PostgreSQL.
-// Clients and workers use its address only.
+// Clients and workers use its address only. With auth on, it
+// authenticates every caller and authorizes the calls of its own
+// services; the leading scheduler authorizes the forwarded ones, for
+// the caller the frontend names (auth.ForwardedCallerHeader).
 type FrontendNode struct {
 	cfg     config.Config
 	log     *slog.Logger
@@ -353,6 +441,8 @@ type FrontendNode struct {
 	httpLis net.Listener
 	http    *http.Server
 	leaders *leaderConns
+	sec     *security
+	obs     *observability
 	// Frontend is the storage half.
 	Frontend *frontend.Server
 }
@@ -361,6 +451,13 @@ type FrontendNode struct {
 func NewFrontendNode(cfg config.Config, log *slog.Logger) (*FrontendNode, error) {
 	cfg.Role = config.RoleFrontend
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	sec, err := newSecurity(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkClusterClient(cfg); err != nil {
 		return nil, err
 	}
 	cas, err := openCAS(cfg)
@@ -378,8 +475,12 @@ func NewFrontendNode(cfg config.Config, log *slog.Logger) (*FrontendNode, error)
 		return nil, fmt.Errorf("opening the PostgreSQL database where schedulers publish their leader (scheduler.store): %w", err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	registerStoreMetrics(reg, cas)
+	obs, err := newObservability(cfg, reg, nil, cas)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	obs.storage.FromScheduler = isSchedulerCall
 	fe := frontend.New(cas, ac, frontend.Options{
 		MaxBatchSize:      int64(cfg.Storage.MaxBatchSize),
 		ReadChunkSize:     int(cfg.Storage.ReadChunkSize),
@@ -388,23 +489,48 @@ func NewFrontendNode(cfg config.Config, log *slog.Logger) (*FrontendNode, error)
 		ExecEnabled:       true,
 		Logger:            log,
 	})
-	lc := newLeaderConns(store, cfg.Cluster.TakeoverInterval.D(), cfg.GRPCMaxMessageSize(), log)
-	opts := append(clusterGRPCOptions(cfg),
+	forwarded := schedulerServiceDescs()
+	lc := newLeaderConns(store, cfg.Cluster.TakeoverInterval.D(), cfg.GRPCMaxMessageSize(), clusterSecurity(cfg), log)
+	lc.finished = obs.outcomes.OperationDone
+	// The forwarded services are SERVING while a leader is published.
+	lc.onChange = func(published bool) {
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if published {
+			st = healthpb.HealthCheckResponse_SERVING
+		}
+		obs.setServing(st, serviceNames(forwarded)...)
+	}
+	local := map[string]bool{} // the services served here; filled before serving
+	isLocal := func(fullMethod string) bool {
+		svc, _, _ := strings.Cut(strings.TrimPrefix(fullMethod, "/"), "/")
+		return local[svc]
+	}
+	g := grpc.NewServer(append(clusterGRPCOptions(cfg, sec, obs),
 		grpc.ForceServerCodecV2(newRawCodec()),
 		grpc.UnknownServiceHandler(lc.handler),
 		grpc.ReadBufferSize(256<<10),
 		grpc.WriteBufferSize(256<<10),
-		grpc.SharedWriteBuffer(true))
-	g := grpc.NewServer(opts...)
+		grpc.SharedWriteBuffer(true),
+		// Authentication and authorization (after the metrics).
+		grpc.ChainUnaryInterceptor(sec.unary()...),
+		grpc.ChainStreamInterceptor(sec.frontendStream(isLocal)...))...)
 	fe.Register(g)
-	n := &FrontendNode{cfg: cfg, log: log, store: store, grpc: g, leaders: lc, Frontend: fe}
+	obs.register(g, forwarded...)
+	for name := range g.GetServiceInfo() {
+		local[name] = true
+	}
+	obs.markServices(g)
+	obs.setServing(healthpb.HealthCheckResponse_NOT_SERVING, serviceNames(forwarded)...)
+	n := &FrontendNode{cfg: cfg, log: log, store: store, grpc: g, leaders: lc, sec: sec, obs: obs, Frontend: fe}
 	if n.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		store.Close()
+		obs.stop()
 		return nil, fmt.Errorf("listen (gRPC) on %s: %w; pick a free address with --listen", cfg.Listen, err)
 	}
-	if n.httpLis, n.http, err = clusterHTTP(cfg.HTTPListen, reg, n.state); err != nil {
+	if n.httpLis, n.http, err = clusterHTTP(cfg.HTTPListen, reg, n.state, sec, log); err != nil {
 		n.lis.Close()
 		store.Close()
+		obs.stop()
 		return nil, err
 	}
 	return n, nil
@@ -424,6 +550,16 @@ func (n *FrontendNode) GRPCAddr() string { return n.lis.Addr().String() }
 // HTTPAddr is the bound HTTP address, or "".
 func (n *FrontendNode) HTTPAddr() string { return addrOf(n.httpLis) }
 
+// Reload re-reads the TLS files, the tokens and keys, and the policy
+// (SIGHUP); other changes need a restart.
+func (n *FrontendNode) Reload(cfg config.Config) error {
+	cfg.Role = config.RoleFrontend
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	return n.sec.reload(cfg, n.log)
+}
+
 // Run serves until ctx ends.
 func (n *FrontendNode) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -432,6 +568,9 @@ func (n *FrontendNode) Run(ctx context.Context) error {
 	go func() { n.leaders.run(ctx); close(lcDone) }()
 	errc := make(chan error, 2)
 	go func() { errc <- n.grpc.Serve(n.lis) }()
+	if n.sec.internal != nil {
+		go n.grpc.Serve(n.sec.internal) // ends with GracefulStop
+	}
 	if n.http != nil {
 		go func() {
 			if err := n.http.Serve(n.httpLis); !errors.Is(err, http.ErrServerClosed) {
@@ -443,7 +582,8 @@ func (n *FrontendNode) Run(ctx context.Context) error {
 	var workerDone chan error // nil (never ready) without an embedded worker
 	if n.cfg.Worker.Enabled {
 		workerDone = make(chan error, 1)
-		go func() { workerDone <- runWorker(ctx, plainDial(n.GRPCAddr()), n.cfg, n.log, nil) }()
+		dial := func() (*grpc.ClientConn, error) { return n.sec.dialEmbedded(n.GRPCAddr()) }
+		go func() { workerDone <- runWorker(ctx, dial, n.cfg, n.log, n.obs.embeddedWorker) }()
 	}
 	var err error
 	select {
@@ -459,9 +599,11 @@ func (n *FrontendNode) Run(ctx context.Context) error {
 	if workerDone != nil {
 		<-workerDone
 	}
+	n.obs.notServing()
 	stopPorts(n.http, n.grpc)
 	cancel()
 	<-lcDone
 	n.store.Close()
+	n.obs.stop()
 	return err
 }

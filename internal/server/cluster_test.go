@@ -14,6 +14,7 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -55,6 +56,12 @@ func clusterConfig(t *testing.T, role, dsn string) config.Config {
 	cfg.Scheduler.Labels = []config.LabelConfig{{Name: "all", Properties: map[string]string{"OSFamily": "linux"}}}
 	cfg.Scheduler.Cohorts = []config.CohortConfig{{Name: "farm", Labels: []string{"all"}}}
 	return cfg
+}
+
+// plainDial dials the gRPC port at addr without credentials (a worker
+// outside the frontend).
+func plainDial(addr string) func() (*grpc.ClientConn, error) {
+	return func() (*grpc.ClientConn, error) { return client.Dial(dialAddr(addr)) }
 }
 
 // waitFor polls cond every 20 ms for up to a minute.

@@ -8,13 +8,17 @@ import (
 	"sync"
 	"time"
 
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/gantry-build/gantry/internal/auth"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/statestore"
 )
@@ -57,18 +61,31 @@ type leaderConns struct {
 	interval time.Duration
 	log      *slog.Logger
 	maxMsg   int
+	// sec is how the frontend connects to the schedulers (cluster.client).
+	sec client.Security
 	// wait bounds how long a call waits for a reachable leader.
 	wait time.Duration
+	// finished, when set, hears the response of every forwarded Execute
+	// or WaitExecution call whose caller saw its operation finish.
+	finished func(*repb.ExecuteResponse)
+	// onChange, when set, hears whether a leader is published, after
+	// every change.
+	onChange func(published bool)
 
 	mu      sync.Mutex
 	term    int64
 	address string
 	conn    *grpc.ClientConn
 	changed chan struct{} // closed and replaced when the leader changes
+	// unusable is why the published leader (unusableTerm,
+	// unusableAddress) cannot be dialled (logged once); nil when it can.
+	unusable        error
+	unusableTerm    int64
+	unusableAddress string
 }
 
-func newLeaderConns(store *statestore.Postgres, interval time.Duration, maxMsg int, log *slog.Logger) *leaderConns {
-	return &leaderConns{store: store, interval: interval, log: log, maxMsg: maxMsg, wait: forwardWait, changed: make(chan struct{})}
+func newLeaderConns(store *statestore.Postgres, interval time.Duration, maxMsg int, sec client.Security, log *slog.Logger) *leaderConns {
+	return &leaderConns{store: store, interval: interval, log: log, maxMsg: maxMsg, sec: sec, wait: forwardWait, changed: make(chan struct{})}
 }
 
 // run re-reads the leader every interval until ctx ends.
@@ -108,13 +125,17 @@ func (lc *leaderConns) refresh(ctx context.Context) {
 	}
 	var conn *grpc.ClientConn
 	if li.Address != "" {
-		conn, err = client.Dial(li.Address,
+		conn, err = client.DialSecure(li.Address, lc.sec,
 			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(newRawCodec()), grpc.MaxCallRecvMsgSize(lc.maxMsg), grpc.MaxCallSendMsgSize(lc.maxMsg)))
 		if err != nil {
-			lc.log.Error("frontend: the published scheduler leader's address is unusable", "address", li.Address, "err", err)
+			if lc.unusable == nil || lc.unusableTerm != li.Term || lc.unusableAddress != li.Address {
+				lc.log.Error("frontend: cannot connect to the published scheduler leader; check cluster.client", "address", li.Address, "term", li.Term, "err", err)
+			}
+			lc.unusable, lc.unusableTerm, lc.unusableAddress = err, li.Term, li.Address
 			return
 		}
 	}
+	lc.unusable = nil
 	if lc.conn != nil {
 		lc.conn.Close()
 	}
@@ -122,6 +143,9 @@ func (lc *leaderConns) refresh(ctx context.Context) {
 	lc.term, lc.address, lc.conn = li.Term, li.Address, conn
 	close(lc.changed)
 	lc.changed = make(chan struct{})
+	if lc.onChange != nil {
+		lc.onChange(conn != nil)
+	}
 }
 
 func (lc *leaderConns) current() (*grpc.ClientConn, int64, <-chan struct{}) {
@@ -146,6 +170,14 @@ func (lc *leaderConns) handler(_ any, ss grpc.ServerStream) error {
 	md = md.Copy()
 	delete(md, ":authority")
 	delete(md, "content-type")
+	// The caller's credentials stay here: the frontend sends its own
+	// (cluster.client) and, when it authenticated the caller, who the
+	// caller is. A caller's own claim to be someone is dropped.
+	delete(md, "authorization")
+	delete(md, auth.ForwardedCallerHeader)
+	if id := auth.FromContext(ss.Context()); id != nil {
+		md.Set(auth.ForwardedCallerHeader, auth.EncodeForwarded(id))
+	}
 	outCtx := metadata.NewOutgoingContext(ctx, md)
 
 	cs, err := lc.open(outCtx, method)
@@ -179,18 +211,52 @@ func (lc *leaderConns) handler(_ any, ss grpc.ServerStream) error {
 	if header, herr := cs.Header(); herr == nil && len(header) > 0 {
 		err = ss.SendHeader(header)
 	}
+	var last *rawFrame
 	for err == nil {
 		f := &rawFrame{}
 		if err = cs.RecvMsg(f); err != nil {
 			break
 		}
-		err = ss.SendMsg(f)
+		if err = ss.SendMsg(f); err == nil {
+			last = f
+		}
 	}
 	ss.SetTrailer(cs.Trailer())
 	if errors.Is(err, io.EOF) {
+		if last != nil && lc.finished != nil && (method == methodExecute || method == methodWaitExecution) {
+			if resp, ok := finishedOperation(last.b); ok {
+				lc.finished(resp)
+			}
+		}
 		return nil
 	}
 	return lc.callError(ss.Context(), err)
+}
+
+const (
+	methodExecute       = "/build.bazel.remote.execution.v2.Execution/Execute"
+	methodWaitExecution = "/build.bazel.remote.execution.v2.Execution/WaitExecution"
+)
+
+// finishedOperation reads the response of a finished operation from the
+// last message of an Execute or WaitExecution call; ok is false when the
+// operation had not finished.
+func finishedOperation(b []byte) (resp *repb.ExecuteResponse, ok bool) {
+	op := &longrunningpb.Operation{}
+	if proto.Unmarshal(b, op) != nil || !op.Done {
+		return nil, false
+	}
+	switch r := op.Result.(type) {
+	case *longrunningpb.Operation_Response:
+		resp = &repb.ExecuteResponse{}
+		if r.Response.UnmarshalTo(resp) != nil {
+			return nil, false
+		}
+		return resp, true
+	case *longrunningpb.Operation_Error:
+		return &repb.ExecuteResponse{Status: r.Error}, true
+	}
+	return nil, false
 }
 
 // open starts the call on the leader, waiting (up to forwardWait) while
@@ -220,10 +286,16 @@ func (lc *leaderConns) open(ctx context.Context, method string) (grpc.ClientStre
 			if ctx.Err() != nil {
 				return nil, status.FromContextError(ctx.Err()).Err()
 			}
+			lc.mu.Lock()
+			unusable, unusableAddress := lc.unusable, lc.unusableAddress
+			lc.mu.Unlock()
+			if unusable != nil {
+				return nil, status.Errorf(codes.Unavailable, "this frontend cannot connect to the published scheduler leader at %s (%v); the operator must fix the frontend's cluster.client", unusableAddress, unusable)
+			}
 			if conn == nil {
 				return nil, status.Errorf(codes.Unavailable, "no scheduler leads (term %d): start a `gantry serve --role scheduler` on the shared PostgreSQL, or retry", term)
 			}
-			return nil, status.Errorf(codes.Unavailable, "the scheduler leader cannot be reached (%v); retry: a standby takes over within seconds", lastErr)
+			return nil, status.Errorf(codes.Unavailable, "the scheduler leader cannot be reached (%v); retry: a standby takes over within seconds (if this lasts, the operator should check the frontend's cluster.client against the schedulers' tls)", lastErr)
 		}
 	}
 }
@@ -238,6 +310,11 @@ func (lc *leaderConns) callError(ctx context.Context, err error) error {
 	if !ok || st.Code() == codes.Canceled {
 		// The connection to a replaced leader was closed under the call.
 		return status.Errorf(codes.Unavailable, "the scheduler leader changed during the call; retry: %v", err)
+	}
+	if st.Code() == codes.Unauthenticated {
+		// The frontend authenticated the caller (or needs no
+		// credentials): the leader refused the frontend, not the caller.
+		return status.Errorf(codes.Internal, "the scheduler leader refused this frontend's credentials: %s; the operator must fix the cluster's configuration (the frontend's cluster.client, the schedulers' cluster.frontend_identities, the same auth section on every node)", st.Message())
 	}
 	return err
 }

@@ -8,46 +8,60 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	reflectionv1 "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	reflectionv1alpha "google.golang.org/grpc/reflection/grpc_reflection_v1alpha"
 
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/execution"
 	"github.com/gantry-build/gantry/internal/metrics"
 	"github.com/gantry-build/gantry/internal/scheduler"
+	"github.com/gantry-build/gantry/internal/statestore"
 	"github.com/gantry-build/gantry/internal/tracing"
 	"github.com/gantry-build/gantry/internal/worker"
 )
 
-// observability holds the metrics, tracing and health parts of a server.
+// observability holds the metrics, tracing and health parts of a
+// process. Each metric is exported where its source is: the all-in-one
+// server has everything; a frontend node the gRPC, outcome, cache lookup
+// and CAS metrics; a scheduler node the gRPC, scheduler, queue time and
+// worker stage metrics.
 type observability struct {
-	reg     prometheus.Registerer
-	ops     *metrics.Operations
+	reg  prometheus.Registerer
+	grpc *metrics.GRPC
+	// outcomes: where callers see operations finish (roles all, frontend).
+	outcomes *metrics.Outcomes
+	// timings: where the scheduler runs (roles all, scheduler).
+	timings *metrics.Timings
+	// storage: where the CAS is (roles all, frontend).
 	storage *metrics.Storage
 	health  *health.Server
 	// stopTracing flushes and stops the trace exporter.
 	stopTracing func(context.Context) error
 }
 
-// newObservability registers the operation, storage and scheduler metrics
-// and starts the trace exporter when tracing is configured.
-func newObservability(cfg config.Config, reg prometheus.Registerer, sched *scheduler.Scheduler, cas blobstore.Store) (*observability, error) {
-	o := &observability{reg: reg, ops: metrics.NewOperations(reg), health: health.NewServer()}
-	o.storage = metrics.NewStorage(reg, o.ops)
-	metrics.NewScheduler(reg, sched.MetricsSnapshot, metrics.NewInstances(cfg.Metrics.MaxInstances))
-	if ev, ok := cas.(interface{ Evicted() int64 }); ok {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "gantry_cas_evictions_total", Help: "Blobs evicted from the CAS to stay under storage.cas.max_size.",
-		}, func() float64 { return float64(ev.Evicted()) }))
+// newObservability registers the metrics of the parts this process runs
+// and starts the trace exporter when tracing is configured. sched
+// returns the scheduler whose state is exported (nil: no scheduler runs
+// here); cas is the CAS held here (nil: none).
+func newObservability(cfg config.Config, reg prometheus.Registerer, sched func() *scheduler.Scheduler, cas blobstore.Store) (*observability, error) {
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	o := &observability{reg: reg, grpc: metrics.NewGRPC(reg), health: health.NewServer()}
+	if cas != nil {
+		o.outcomes = metrics.NewOutcomes(reg)
+		o.storage = metrics.NewStorage(reg, o.outcomes)
+		registerCASMetrics(reg, cfg, cas)
 	}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "gantry_cas_max_bytes", Help: "The CAS size limit (storage.cas.max_size).",
-	}, func() float64 { return float64(cfg.Storage.CAS.MaxSize) }))
-	tc := cfg.Tracing
-	stop, err := tracing.Setup(context.Background(), tracing.Config{OTLPEndpoint: tc.OTLPEndpoint, Insecure: tc.Insecure, SampleRatio: tc.SampleRatio, Service: tc.ServiceName})
+	if sched != nil {
+		o.timings = metrics.NewTimings(reg)
+		registerSchedulerMetrics(reg, cfg, sched)
+	}
+	stop, err := startTracing(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -55,23 +69,111 @@ func newObservability(cfg config.Config, reg prometheus.Registerer, sched *sched
 	return o, nil
 }
 
-// attach registers the health and reflection services and connects the
-// execution services to the metrics.
-func (o *observability) attach(g *grpc.Server, exec *execution.Service, ws *execution.WorkerService) {
-	healthpb.RegisterHealthServer(g, o.health)
-	reflection.Register(g)
-	exec.Observer.Finished = func(f execution.Finished) { o.ops.OperationDone(f.Response, f.Accepted) }
-	exec.Observer.CacheLookup = func(hit bool) { o.ops.CacheLookup("execute", hit) }
-	ws.Observer.WorkerCompleted = func(_ string, resp *repb.ExecuteResponse) {
-		o.ops.WorkerCompleted(resp.GetResult().GetExecutionMetadata())
+// startTracing starts the trace exporter of the tracing section.
+func startTracing(cfg config.Config) (func(context.Context) error, error) {
+	tc := cfg.Tracing
+	return tracing.Setup(context.Background(), tracing.Config{OTLPEndpoint: tc.OTLPEndpoint, Insecure: tc.Insecure, SampleRatio: tc.SampleRatio, Service: tc.ServiceName})
+}
+
+// unary and stream are the metrics interceptors, first in the chain.
+func (o *observability) unary() []grpc.UnaryServerInterceptor {
+	if o.storage == nil {
+		return []grpc.UnaryServerInterceptor{o.grpc.Unary}
 	}
+	return []grpc.UnaryServerInterceptor{o.grpc.Unary, o.storage.Unary}
+}
+
+func (o *observability) stream() []grpc.StreamServerInterceptor {
+	if o.storage == nil {
+		return []grpc.StreamServerInterceptor{o.grpc.Stream}
+	}
+	return []grpc.StreamServerInterceptor{o.grpc.Stream, o.storage.Stream}
+}
+
+// register adds the health and reflection services to g. Reflection
+// also lists the forwarded services (a frontend node's: served by the
+// leading scheduler, through the frontend).
+func (o *observability) register(g *grpc.Server, forwarded ...*grpc.ServiceDesc) {
+	healthpb.RegisterHealthServer(g, o.health)
+	if len(forwarded) == 0 {
+		reflection.Register(g)
+		return
+	}
+	services := reflectedServices{g: g, forwarded: map[string]grpc.ServiceInfo{}}
+	for _, sd := range forwarded {
+		info := grpc.ServiceInfo{Metadata: sd.Metadata}
+		for _, m := range sd.Methods {
+			info.Methods = append(info.Methods, grpc.MethodInfo{Name: m.MethodName})
+		}
+		for _, s := range sd.Streams {
+			info.Methods = append(info.Methods, grpc.MethodInfo{Name: s.StreamName, IsClientStream: s.ClientStreams, IsServerStream: s.ServerStreams})
+		}
+		services.forwarded[sd.ServiceName] = info
+	}
+	reflectionv1.RegisterServerReflectionServer(g, reflection.NewServerV1(reflection.ServerOptions{Services: services}))
+	reflectionv1alpha.RegisterServerReflectionServer(g, reflection.NewServer(reflection.ServerOptions{Services: services}))
+}
+
+// reflectedServices are the services of g and the forwarded ones.
+type reflectedServices struct {
+	g         *grpc.Server
+	forwarded map[string]grpc.ServiceInfo
+}
+
+func (r reflectedServices) GetServiceInfo() map[string]grpc.ServiceInfo {
+	m := r.g.GetServiceInfo()
+	for name, info := range r.forwarded {
+		m[name] = info
+	}
+	return m
+}
+
+// observe connects the execution services to the metrics this process
+// exports.
+func (o *observability) observe(exec *execution.Service, ws *execution.WorkerService) {
+	exec.Observer.Finished = func(f execution.Finished) {
+		if o.outcomes != nil {
+			o.outcomes.OperationDone(f.Response)
+		}
+		if o.timings != nil {
+			o.timings.Queued(f.Response, f.Accepted)
+		}
+	}
+	if o.outcomes != nil {
+		exec.Observer.CacheLookup = func(hit bool) { o.outcomes.CacheLookup("execute", hit) }
+	}
+	if o.timings != nil {
+		ws.Observer.WorkerCompleted = func(_ string, resp *repb.ExecuteResponse) {
+			o.timings.WorkerCompleted(resp.GetResult().GetExecutionMetadata())
+		}
+	}
+}
+
+// attach registers the health and reflection services and connects the
+// execution services to the metrics (the all-in-one server).
+func (o *observability) attach(g *grpc.Server, exec *execution.Service, ws *execution.WorkerService) {
+	o.register(g)
+	o.observe(exec, ws)
 }
 
 // markServices reports every service registered on g as SERVING.
 func (o *observability) markServices(g *grpc.Server) {
-	for name := range g.GetServiceInfo() {
-		o.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	o.setServing(healthpb.HealthCheckResponse_SERVING, keysOf(g.GetServiceInfo())...)
+}
+
+// setServing reports the named services in status st.
+func (o *observability) setServing(st healthpb.HealthCheckResponse_ServingStatus, services ...string) {
+	for _, name := range services {
+		o.health.SetServingStatus(name, st)
 	}
+}
+
+func keysOf[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for n := range m {
+		out = append(out, n)
+	}
+	return out
 }
 
 // notServing reports every service NOT_SERVING, as the server stops.
@@ -94,4 +196,58 @@ func (o *observability) embeddedWorker(w *worker.Worker) error {
 		return fmt.Errorf("registering the embedded worker's metrics: %w", err)
 	}
 	return nil
+}
+
+// statser is implemented by stores that can report their size.
+type statser interface {
+	Stats() (blobs int, bytes int64)
+}
+
+// registerCASMetrics exports the size, limit and evictions of the CAS.
+// registerStateStoreMetrics registers the scheduler state store's commit
+// metrics (gantry_state_*) when the store reports them.
+func registerStateStoreMetrics(reg prometheus.Registerer, cfg config.Config, store statestore.Store) {
+	if in, ok := store.(statestore.Instrumented); ok {
+		metrics.NewStateStore(reg, in, cfg.Scheduler.Store.Backend)
+	}
+}
+
+func registerCASMetrics(reg prometheus.Registerer, cfg config.Config, cas blobstore.Store) {
+	if st, ok := cas.(statser); ok {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gantry_cas_blobs", Help: "Blobs held in the CAS.",
+		}, func() float64 { n, _ := st.Stats(); return float64(n) }))
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gantry_cas_bytes", Help: "Bytes held in the CAS.",
+		}, func() float64 { _, b := st.Stats(); return float64(b) }))
+	}
+	if ev, ok := cas.(interface{ Evicted() int64 }); ok {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gantry_cas_evictions_total", Help: "Blobs evicted from the CAS to stay under storage.cas.max_size.",
+		}, func() float64 { return float64(ev.Evicted()) }))
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "gantry_cas_max_bytes", Help: "The CAS size limit (storage.cas.max_size).",
+	}, func() float64 { return float64(cfg.Storage.CAS.MaxSize) }))
+}
+
+// registerSchedulerMetrics exports the state of the scheduler sched
+// returns, read when scraped. A standby scheduler node returns an empty
+// scheduler, so every value is 0 there.
+func registerSchedulerMetrics(reg prometheus.Registerer, cfg config.Config, sched func() *scheduler.Scheduler) {
+	for _, g := range []struct {
+		name, help string
+		get        func(scheduler.Stats) int
+	}{
+		{"gantry_scheduler_queued_actions", "Actions waiting for a worker.", func(s scheduler.Stats) int { return s.Queued }},
+		{"gantry_scheduler_leased_actions", "Actions held by workers.", func(s scheduler.Stats) int { return s.Leased }},
+		{"gantry_scheduler_operations", "Operations known (running and recently finished).", func(s scheduler.Stats) int { return s.Operations }},
+		{"gantry_scheduler_workers", "Registered workers.", func(s scheduler.Stats) int { return s.Workers }},
+	} {
+		get := g.get
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, func() float64 { return float64(get(sched().Stats())) }))
+	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gantry_scheduler_preemptions_total",
+		Help: "Actions pre-empted for instances below their min quota."}, func() float64 { return float64(sched().Stats().Preemptions) }))
+	metrics.NewScheduler(reg, func() scheduler.MetricsSnapshot { return sched().MetricsSnapshot() }, metrics.NewInstances(cfg.Metrics.MaxInstances))
 }

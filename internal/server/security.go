@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto"
 	"crypto/tls"
 	"fmt"
@@ -12,7 +13,10 @@ import (
 	"sync/atomic"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/gantry-build/gantry/internal/auth"
 	"github.com/gantry-build/gantry/internal/client"
@@ -48,7 +52,9 @@ func newSecurity(cfg config.Config) (*security, error) {
 		s.policy.Store(st.Policy)
 		s.httpAuth = cfg.Auth.HTTPRequireToken
 	}
-	if s.tls != nil || s.authz != nil {
+	// The embedded worker's connection (roles all and frontend; a
+	// scheduler node has no worker).
+	if (s.tls != nil || s.authz != nil) && cfg.Role != config.RoleScheduler {
 		s.internal = auth.NewInternalListener()
 	}
 	return s, nil
@@ -106,13 +112,18 @@ func authSettings(cfg config.Config) (auth.Settings, error) {
 		return st, err
 	}
 	st.Policy = p
+	if cfg.Role == config.RoleScheduler {
+		if st.Frontends, err = auth.CompileIdentities(cfg.Cluster.FrontendIdentities, "cluster.frontend_identities"); err != nil {
+			return st, err
+		}
+	}
 	return st, nil
 }
 
 // creds are the gRPC server's transport credentials: nil (plain text,
 // today's default) unless TLS or auth is on.
 func (s *security) creds() credentials.TransportCredentials {
-	if s.internal == nil {
+	if s.tls == nil && s.authz == nil {
 		return nil
 	}
 	var tc *tls.Config
@@ -136,6 +147,92 @@ func (s *security) stream() []grpc.StreamServerInterceptor {
 		return nil
 	}
 	return []grpc.StreamServerInterceptor{s.authz.StreamInterceptor}
+}
+
+// frontendStream are a frontend node's stream interceptors: the calls
+// of its own services (local) are authorized as on role all; the calls
+// it forwards to the leading scheduler are authenticated here and
+// authorized there, with the caller's identity the forwarding handler
+// sends along (auth.ForwardedCallerHeader).
+func (s *security) frontendStream(local func(fullMethod string) bool) []grpc.StreamServerInterceptor {
+	if s.authz == nil {
+		return nil
+	}
+	return []grpc.StreamServerInterceptor{func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if local(info.FullMethod) {
+			return s.authz.StreamInterceptor(srv, ss, info, h)
+		}
+		return s.authz.AuthenticateStream(srv, ss, info, h)
+	}}
+}
+
+// schedulerUnary and schedulerStream are a scheduler node's
+// interceptors: authorization (of the callers frontends forward) with
+// auth on; with auth off, a refusal of calls that carry a forwarded
+// caller, which only a frontend with auth on sends: such a frontend
+// relies on the scheduler to authorize its callers.
+func (s *security) schedulerUnary() []grpc.UnaryServerInterceptor {
+	if s.authz != nil {
+		return s.unary()
+	}
+	return []grpc.UnaryServerInterceptor{func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if err := refuseForwarded(ctx); err != nil {
+			return nil, err
+		}
+		return h(ctx, req)
+	}}
+}
+
+func (s *security) schedulerStream() []grpc.StreamServerInterceptor {
+	if s.authz != nil {
+		return s.stream()
+	}
+	return []grpc.StreamServerInterceptor{func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		if err := refuseForwarded(ss.Context()); err != nil {
+			return err
+		}
+		return h(srv, ss)
+	}}
+}
+
+func refuseForwarded(ctx context.Context) error {
+	if len(metadata.ValueFromIncomingContext(ctx, auth.ForwardedCallerHeader)) == 0 {
+		return nil
+	}
+	return status.Error(codes.FailedPrecondition, "a frontend with auth on forwarded this call, but this scheduler has auth.enabled: false and would not authorize it; give every scheduler the frontends' auth section and cluster.frontend_identities")
+}
+
+// clusterSecurity is how a node connects to the other nodes
+// (cluster.client).
+func clusterSecurity(cfg config.Config) client.Security {
+	c := cfg.Cluster.Client
+	return client.Security{TLS: c.TLS, CAFile: c.TLSCAFile, CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile, ServerName: c.TLSServerName, TokenFile: c.TokenFile}
+}
+
+// checkClusterClient reads the files of cluster.client, so that a node
+// with an unusable one stops at start, naming the key.
+func checkClusterClient(cfg config.Config) error {
+	c := cfg.Cluster.Client
+	if c.TLSCAFile != "" {
+		if _, err := auth.LoadCertPool(c.TLSCAFile); err != nil {
+			return fmt.Errorf("cluster.client.tls_ca_file: %v; give the PEM CA certificates that sign the other nodes' certificates", err)
+		}
+	}
+	if c.TLSCertFile != "" {
+		if _, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile); err != nil {
+			return fmt.Errorf("cluster.client.tls_cert_file, tls_key_file: %v; give this node's PEM client certificate and its private key", err)
+		}
+	}
+	if c.TokenFile != "" {
+		data, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return fmt.Errorf("cluster.client.token_file: %v; give the file holding the token this node sends to the others", err)
+		}
+		if tok := strings.TrimSpace(string(data)); tok == "" || strings.ContainsAny(tok, "\r\n") {
+			return fmt.Errorf("cluster.client.token_file: %s must hold exactly one token on one line", c.TokenFile)
+		}
+	}
+	return nil
 }
 
 // httpListener wraps the HTTP port's listener in TLS when it is on.

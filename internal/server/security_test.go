@@ -46,6 +46,8 @@ type secureFarm struct {
 	rsa    any
 	ec     any
 	stop   func()
+	// target is the gRPC address dial connects to ("": srv's).
+	target string
 }
 
 // perms are the single permissions; identity "p-NAME" holds only NAME,
@@ -53,6 +55,28 @@ type secureFarm struct {
 var perms = []string{"cas.read", "ac.read", "cas.write", "ac.write", "execute", "admin", "worker", "status"}
 
 func startSecureFarm(t *testing.T, mod func(*config.Config)) *secureFarm {
+	t.Helper()
+	f, cfg := secureFarmConfig(t)
+	if mod != nil {
+		mod(&cfg)
+	}
+	f.cfg = cfg
+	srv, err := New(cfg, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv = srv
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Run(ctx); close(done) }()
+	f.stop = func() { cancel(); <-done }
+	t.Cleanup(f.stop)
+	return f
+}
+
+// secureFarmConfig makes the CA, tokens and keys of a secureFarm and its
+// configuration.
+func secureFarmConfig(t *testing.T) (*secureFarm, config.Config) {
 	t.Helper()
 	f := &secureFarm{t: t, ca: authtest.NewCA(t, "test"), dir: t.TempDir(), tokens: map[string]string{}}
 	var lines []string
@@ -101,21 +125,7 @@ func startSecureFarm(t *testing.T, mod func(*config.Config)) *secureFarm {
 		}
 		cfg.Auth.Policy = append(cfg.Auth.Policy, config.PolicyRule{Identities: []string{"token:p-" + p}, Instances: []string{inst}, Permissions: []string{p}})
 	}
-	if mod != nil {
-		mod(&cfg)
-	}
-	f.cfg = cfg
-	srv, err := New(cfg, quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.srv = srv
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Run(ctx); close(done) }()
-	f.stop = func() { cancel(); <-done }
-	t.Cleanup(f.stop)
-	return f
+	return f, cfg
 }
 
 func (f *secureFarm) write(name, content string) string {
@@ -130,7 +140,11 @@ func (f *secureFarm) write(name, content string) string {
 func (f *secureFarm) dial(sec client.Security) *grpc.ClientConn {
 	f.t.Helper()
 	sec.CAFile = f.ca.CertFile
-	conn, err := client.DialSecure(f.srv.GRPCAddr(), sec)
+	target := f.target
+	if target == "" {
+		target = f.srv.GRPCAddr()
+	}
+	conn, err := client.DialSecure(target, sec)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -485,24 +499,7 @@ func TestWorkerRegistrationNeedsPermission(t *testing.T) {
 // permission, and leaves /healthz open.
 func TestHTTPPortRequiresToken(t *testing.T) {
 	f := startSecureFarm(t, func(c *config.Config) { c.Worker.Enabled = false })
-	pem, _ := os.ReadFile(f.ca.CertFile)
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 30 * time.Second}
-	get := func(path, subject string) (int, string) {
-		req, _ := http.NewRequest("GET", "https://"+f.srv.HTTPAddr()+path, nil)
-		if subject != "" {
-			tok, _ := os.ReadFile(f.tokens[subject])
-			req.Header.Set("Authorization", "Bearer "+string(tok))
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func(path, subject string) (int, string) { return f.httpsGet(f.srv.HTTPAddr(), path, subject) }
 	if code, _ := get("/healthz", ""); code != 200 {
 		t.Errorf("/healthz without a token: %d", code)
 	}
@@ -522,6 +519,38 @@ func TestHTTPPortRequiresToken(t *testing.T) {
 			t.Error("plain HTTP served /metrics")
 		}
 	}
+}
+
+// httpsGet GETs path on the HTTPS port addr, verifying it with the
+// farm's CA, with subject's token ("": none) and the client certificate
+// certKey (file and key file), if given.
+func (f *secureFarm) httpsGet(addr, path, subject string, certKey ...string) (int, string) {
+	f.t.Helper()
+	pem, _ := os.ReadFile(f.ca.CertFile)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	tc := &tls.Config{RootCAs: pool}
+	if len(certKey) == 2 {
+		cert, err := tls.LoadX509KeyPair(certKey[0], certKey[1])
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 30 * time.Second}
+	defer hc.CloseIdleConnections()
+	req, _ := http.NewRequest("GET", "https://"+addr+path, nil)
+	if subject != "" {
+		tok, _ := os.ReadFile(f.tokens[subject])
+		req.Header.Set("Authorization", "Bearer "+string(tok))
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // TestEveryMethodIsMapped: every gRPC method the server serves has a

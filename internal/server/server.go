@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/experimental"
@@ -25,12 +24,10 @@ import (
 
 	"github.com/gantry-build/gantry/internal/actioncache"
 	"github.com/gantry-build/gantry/internal/blobstore"
-	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/execution"
 	"github.com/gantry-build/gantry/internal/frontend"
 	"github.com/gantry-build/gantry/internal/invocation"
-	"github.com/gantry-build/gantry/internal/metrics"
 	"github.com/gantry-build/gantry/internal/platform"
 	"github.com/gantry-build/gantry/internal/scheduler"
 	"github.com/gantry-build/gantry/internal/statestore"
@@ -79,9 +76,6 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	gm := metrics.NewGRPC(reg)
-	registerStoreMetrics(reg, cas)
 
 	fe := frontend.New(cas, ac, frontend.Options{
 		MaxBatchSize:      int64(cfg.Storage.MaxBatchSize),
@@ -93,9 +87,11 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	})
 	sc := cfg.Scheduler
 	sched := scheduler.New(schedulerConfig(cfg), scheduler.RealClock{})
-	registerSchedulerMetrics(reg, sched)
 	sec, err := newSecurity(cfg)
-	obs, err := newObservability(cfg, reg, sched, cas)
+	if err != nil {
+		return nil, err
+	}
+	obs, err := newObservability(cfg, reg, func() *scheduler.Scheduler { return sched }, cas)
 	if err != nil {
 		return nil, err
 	}
@@ -121,8 +117,8 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		// handlers (see frontend.BufferPool).
 		experimental.BufferPool(frontend.BufferPool()),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.ChainUnaryInterceptor(gm.Unary, obs.storage.Unary),
-		grpc.ChainStreamInterceptor(gm.Stream, obs.storage.Stream),
+		grpc.ChainUnaryInterceptor(obs.unary()...),
+		grpc.ChainStreamInterceptor(obs.stream()...),
 		// Reused handler goroutines keep their grown stacks: a new
 		// goroutine per call grows its stack on every call (copystack was
 		// ~10% of the CPU with many small calls). Calls beyond these
@@ -143,14 +139,12 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("scheduler.fairness.keys: %w", err)
 	}
 	exec.SetInvocationKeys(keys, sc.Fairness.UserHeader)
-	exec.Register(g)
 	ws := execution.NewWorkerService(sched)
 	ws.UpdateActionCache = fe.StoreActionResult
-	ws.Attach(g)
 	admin := execution.NewAdminService(sched)
 	admin.KeyNames = exec.KeyNames
 	admin.Logger = log
-	admin.Attach(g)
+	registerSchedulerServices(g, exec, ws, admin)
 	cf := controlsFile{path: filepath.Join(cfg.DataDir, "scheduler", "worker-controls.json")}
 	controls, err := cf.load()
 	if err != nil {
@@ -206,9 +200,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		s.closeListeners()
 		return nil, fmt.Errorf("opening the scheduler's state store (scheduler.store): %w", err)
 	}
-	if in, ok := state.(statestore.Instrumented); ok {
-		metrics.NewStateStore(reg, in, cfg.Scheduler.Store.Backend)
-	}
+	registerStateStoreMetrics(reg, cfg, state)
 	if s.lost, err = leadAlone(state, s.GRPCAddr()); err != nil {
 		state.Close()
 		s.closeListeners()
@@ -363,11 +355,6 @@ func (s *Server) runEmbeddedWorker(ctx context.Context) error {
 	return nil
 }
 
-// plainDial dials the gRPC port at addr without credentials.
-func plainDial(addr string) func() (*grpc.ClientConn, error) {
-	return func() (*grpc.ClientConn, error) { return client.Dial(dialAddr(addr)) }
-}
-
 // runWorker runs the configured worker over the connection dial makes.
 // It returns when ctx ends, or when an operator terminated the worker.
 // prepare, if not nil, is called with the worker before it runs.
@@ -490,41 +477,6 @@ func openAC(cfg config.Config) (actioncache.Store, error) {
 		return nil, fmt.Errorf("opening the action cache under %s: %w", cfg.DataDir, err)
 	}
 	return s, nil
-}
-
-// statser is implemented by stores that can report their size.
-type statser interface {
-	Stats() (blobs int, bytes int64)
-}
-
-func registerStoreMetrics(reg prometheus.Registerer, cas blobstore.Store) {
-	st, ok := cas.(statser)
-	if !ok {
-		return
-	}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "gantry_cas_blobs", Help: "Blobs held in the CAS.",
-	}, func() float64 { n, _ := st.Stats(); return float64(n) }))
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "gantry_cas_bytes", Help: "Bytes held in the CAS.",
-	}, func() float64 { _, b := st.Stats(); return float64(b) }))
-}
-
-func registerSchedulerMetrics(reg prometheus.Registerer, sched *scheduler.Scheduler) {
-	for _, g := range []struct {
-		name, help string
-		get        func(scheduler.Stats) int
-	}{
-		{"gantry_scheduler_queued_actions", "Actions waiting for a worker.", func(s scheduler.Stats) int { return s.Queued }},
-		{"gantry_scheduler_leased_actions", "Actions held by workers.", func(s scheduler.Stats) int { return s.Leased }},
-		{"gantry_scheduler_operations", "Operations known (running and recently finished).", func(s scheduler.Stats) int { return s.Operations }},
-		{"gantry_scheduler_workers", "Registered workers.", func(s scheduler.Stats) int { return s.Workers }},
-	} {
-		get := g.get
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, func() float64 { return float64(get(sched.Stats())) }))
-	}
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gantry_scheduler_preemptions_total",
-		Help: "Actions pre-empted for instances below their min quota."}, func() float64 { return float64(sched.Stats().Preemptions) }))
 }
 
 // Queues converts configured provision queues.
