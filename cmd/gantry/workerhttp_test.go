@@ -100,7 +100,8 @@ func TestStandaloneWorkerMetrics(t *testing.T) {
 		return -1
 	}
 	// The stages are observed as the lease ends, just after the result
-	// is delivered: wait for them, bounded.
+	// is delivered, and the lease is let go after that: wait for both,
+	// bounded.
 	for deadline := time.Now().Add(20 * time.Second); ; {
 		r, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
@@ -112,7 +113,7 @@ func TestStandaloneWorkerMetrics(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if value("gantry_worker_stage_duration_seconds", "worker") == 1 || time.Now().After(deadline) {
+		if (value("gantry_worker_stage_duration_seconds", "worker") == 1 && value("gantry_worker_active_leases", "") == 0) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
