@@ -51,8 +51,9 @@ type Embedded struct {
 	// Owned by the committer goroutine after open.
 	log     *os.File
 	logGen  uint64
-	logSize int64
-	seq     uint64 // of the next record
+	logSize int64     // bytes of intact records in log
+	pre     *prealloc // the zeros after them
+	seq     uint64    // of the next record
 	broken  error
 	buf     []byte
 
@@ -62,6 +63,7 @@ type Embedded struct {
 
 	commits     atomic.Uint64
 	compactions atomic.Uint64
+	logBytes    atomic.Int64 // logSize, for Stats
 }
 
 // EmbeddedOptions tunes an Embedded store; the zero value is the default.
@@ -192,6 +194,13 @@ func (s *Embedded) open() error {
 			return err
 		}
 	}
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("opening the state log: %w", err)
+	}
+	s.pre = newPrealloc(f, max(fi.Size(), s.logSize))
+	s.logBytes.Store(s.logSize)
+	s.pre.maybeExtend(s.logSize)
 	return nil
 }
 
@@ -282,6 +291,10 @@ func replay(b []byte, seq uint64, apply func([]Mutation)) (int, uint64, *replayE
 			// An intact record out of sequence is not a torn write.
 			return off, seq, &replayError{err: err, middle: true}
 		}
+		if err != nil && allZero(b[off:]) {
+			// The log's preallocated zeros (prealloc.go): its end.
+			return off, seq, nil
+		}
 		if err != nil {
 			re := &replayError{err: err}
 			// Damage is in the middle when the record's stated length
@@ -368,20 +381,32 @@ func (s *Embedded) commit(reqs []*request) error {
 		}
 	}
 	s.buf = appendRecord(s.buf[:0], s.seq, muts)
+	end := s.logSize + int64(len(s.buf))
+	inZeros := s.pre.room(end)
 	if _, err := s.log.WriteAt(s.buf, s.logSize); err != nil {
-		// Leave no partial record for a later one to follow.
+		// Leave no partial record for a later one to follow (nor the
+		// zeros after it: they are written again when needed).
+		s.pre.wait()
 		if terr := s.log.Truncate(s.logSize); terr != nil {
 			s.broken = fmt.Errorf("statestore: the state log could not be repaired after a failed write (%v): restart to recover", terr)
 		}
+		s.pre = newPrealloc(s.log, s.logSize)
 		return fmt.Errorf("statestore: writing the state log: %w", err)
 	}
-	if err := s.log.Sync(); err != nil {
+	// Into the zeros only the data must reach the disk; an append also
+	// changes the size, which fdatasync writes too.
+	if err := datasync(s.log); err != nil {
 		// After a failed fsync the kernel's copy of the file cannot be
 		// trusted: refuse further commits; a restart replays what is there.
 		s.broken = fmt.Errorf("statestore: syncing the state log failed (%v): restart to recover", err)
 		return s.broken
 	}
-	s.logSize += int64(len(s.buf))
+	s.logSize = end
+	if !inZeros {
+		s.pre.grew(end)
+	}
+	s.pre.maybeExtend(end)
+	s.logBytes.Store(end)
 	if cap(s.buf) > 4<<20 {
 		s.buf = nil // do not keep a large group's buffer
 	}
@@ -418,8 +443,12 @@ func (s *Embedded) startCompaction() error {
 		os.Remove(f.Name())
 		return err
 	}
+	s.pre.wait()
 	s.log.Close()
 	s.log, s.logGen, s.logSize = f, gen, 0
+	s.pre = newPrealloc(f, 0)
+	s.pre.maybeExtend(0)
+	s.logBytes.Store(0)
 	// A copy of the maps; values are never modified in place, so they
 	// can be shared with the snapshot writer.
 	s.dataMu.RLock()
@@ -577,7 +606,7 @@ func (s *Embedded) Commits() uint64 { return s.commits.Load() }
 type EmbeddedStats struct {
 	Commits     uint64
 	Compactions uint64
-	LogBytes    int64 // of the newest log
+	LogBytes    int64 // of records in the newest log (not its preallocated zeros)
 	LiveBytes   int64 // encoded size of the live records, roughly
 	// CompactErr is the last compaction's failure, if it failed.
 	CompactErr error
@@ -592,25 +621,8 @@ func (s *Embedded) Stats() EmbeddedStats {
 	s.dataMu.RLock()
 	st.LiveBytes = s.live
 	s.dataMu.RUnlock()
-	if fi, err := os.Stat(filepath.Join(s.dir, logName(s.currentGen()))); err == nil {
-		st.LogBytes = fi.Size()
-	}
+	st.LogBytes = s.logBytes.Load()
 	return st
-}
-
-func (s *Embedded) currentGen() uint64 {
-	// logGen is owned by the committer; the newest log file is the one
-	// with the highest generation.
-	entries, _ := os.ReadDir(s.dir)
-	var gen uint64
-	for _, e := range entries {
-		if name, ok := strings.CutPrefix(e.Name(), "log."); ok {
-			if g, err := strconv.ParseUint(name, 16, 64); err == nil && g > gen {
-				gen = g
-			}
-		}
-	}
-	return gen
 }
 
 // Close waits for the batches already passed to Apply to commit, finishes
@@ -621,6 +633,7 @@ func (s *Embedded) Close() error {
 		return nil
 	}
 	s.compacting.Wait()
+	s.pre.wait()
 	err := s.log.Close()
 	s.lock.Close()
 	return err

@@ -52,18 +52,15 @@ func logFiles(t *testing.T, dir string) []string {
 }
 
 // writeRecords applies n batches of one record each, key%02d = v%d, and
-// returns the log's size after each.
+// returns the log's length after each (its records: the file also holds
+// preallocated zeros).
 func writeRecords(t *testing.T, dir string, n int) []int64 {
 	t.Helper()
 	s := openEmbedded(t, dir, EmbeddedOptions{})
 	var sizes []int64
 	for i := 0; i < n; i++ {
 		apply(t, s, put("k", fmt.Sprintf("key%02d", i), fmt.Sprintf("v%d-%s", i, strings.Repeat("p", 50))))
-		fi, err := os.Stat(logFiles(t, dir)[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		sizes = append(sizes, fi.Size())
+		sizes = append(sizes, s.Stats().LogBytes)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -112,8 +109,13 @@ func TestEmbeddedTornTail(t *testing.T) {
 	}
 	s.Close()
 
-	// A header cut short.
-	fi, _ := os.Stat(log)
+	// A header cut short, at the end of the file.
+	s = openEmbedded(t, dir, EmbeddedOptions{})
+	intact := s.Stats().LogBytes
+	s.Close()
+	if err := os.Truncate(log, intact); err != nil { // drop the zeros
+		t.Fatal(err)
+	}
 	f, _ = os.OpenFile(log, os.O_WRONLY|os.O_APPEND, 0)
 	f.Write([]byte{1, 2, 3})
 	f.Close()
@@ -121,10 +123,96 @@ func TestEmbeddedTornTail(t *testing.T) {
 	if n := len(load(t, s, "k")); n != 6 {
 		t.Fatalf("after a short header: %d records, want 6", n)
 	}
-	s.Close()
-	if fi2, _ := os.Stat(log); fi2.Size() != fi.Size() {
-		t.Fatalf("the torn tail was not cut off: %d bytes, want %d", fi2.Size(), fi.Size())
+	if got := s.Stats().LogBytes; got != intact {
+		t.Fatalf("%d bytes of records after a short header, want %d", got, intact)
 	}
+	s.Close()
+	// The three bytes were cut off: past the records there are only the
+	// zeros written again since.
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !allZero(b[intact:]) {
+		t.Fatalf("the torn tail was not cut off: %q follows the records", b[intact:min(len(b), int(intact)+8)])
+	}
+}
+
+// TestEmbeddedPreallocatedZeros: the log is kept longer than its records
+// by zeros written ahead (commits then overwrite them and need only
+// fdatasync); the zeros are the log's end on replay, also in an older log
+// a compaction left behind, and a torn record among them is cut off.
+func TestEmbeddedPreallocatedZeros(t *testing.T) {
+	dir := t.TempDir()
+	s := openEmbedded(t, dir, EmbeddedOptions{})
+	for i := 0; i < 200; i++ {
+		apply(t, s, put("k", fmt.Sprintf("key%03d", i), strings.Repeat("v", 100)))
+	}
+	records := s.Stats().LogBytes
+	s.Close() // waits for a running extension
+	log := logFiles(t, dir)[0]
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(b)) < records+preallocChunk/2 || !allZero(b[records:]) {
+		t.Fatalf("log of %d bytes for %d bytes of records: want at least %d zeros after them", len(b), records, preallocChunk/2)
+	}
+
+	// Reopen: all 200 come back, and new commits go into the zeros
+	// (the file does not grow).
+	s = openEmbedded(t, dir, EmbeddedOptions{})
+	if n := len(load(t, s, "k")); n != 200 {
+		t.Fatalf("after reopening: %d records, want 200", n)
+	}
+	apply(t, s, put("k", "next", "x"))
+	s.Close()
+	if fi, _ := os.Stat(log); fi.Size() != int64(len(b)) {
+		t.Errorf("a commit into the zeros changed the file from %d to %d bytes", len(b), fi.Size())
+	}
+
+	// An older log with zeros at its end (a compaction started the next
+	// log and stopped before its snapshot): not damage.
+	older := filepath.Join(dir, logName(1))
+	newer := filepath.Join(dir, logName(2))
+	if filepath.Base(log) != filepath.Base(older) {
+		t.Fatalf("the first log is %s, want %s", log, older)
+	}
+	if err := os.WriteFile(newer, append(appendRecord(nil, 202, []Mutation{put("k", "in-newer", "y")}), make([]byte, 4096)...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s = openEmbedded(t, dir, EmbeddedOptions{})
+	if n := len(load(t, s, "k")); n != 202 {
+		t.Fatalf("two logs with zero tails: %d records, want 202", n)
+	}
+	s.Close()
+
+	// A record torn among the zeros of the newest log is cut off.
+	nb, err := os.ReadFile(newer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recLen := len(appendRecord(nil, 202, []Mutation{put("k", "in-newer", "y")}))
+	torn := appendRecord(nil, 203, []Mutation{put("k", "torn", strings.Repeat("t", 200))})
+	for i := recLen; i < len(nb); i++ { // only the zeros: drop what reopening appended
+		nb[i] = 0
+	}
+	copy(nb[recLen:], torn[:len(torn)/2])
+	if err := os.WriteFile(newer, nb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s = openEmbedded(t, dir, EmbeddedOptions{})
+	got := load(t, s, "k")
+	if len(got) != 202 {
+		t.Fatalf("after a torn record among the zeros: %d records, want 202", len(got))
+	}
+	apply(t, s, put("k", "after-torn", "z"))
+	s.Close()
+	s = openEmbedded(t, dir, EmbeddedOptions{})
+	if n := len(load(t, s, "k")); n != 203 {
+		t.Fatalf("a commit after the torn record: %d records, want 203", n)
+	}
+	s.Close()
 }
 
 func TestEmbeddedCorruptionInTheMiddleFails(t *testing.T) {

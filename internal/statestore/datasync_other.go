@@ -1,0 +1,8 @@
+//go:build !linux
+
+package statestore
+
+import "os"
+
+// datasync makes f durable (fsync where fdatasync is not available).
+func datasync(f *os.File) error { return f.Sync() }
