@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -105,8 +106,30 @@ sections secure --http-listen as they secure gantry serve's HTTP port.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			// SIGHUP would end the process by default; operators send it
+			// to every Gantry process after renewing certificates (gantry
+			// serve reloads on it), so the worker stays up and says so.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			go func() {
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-hup:
+						log.Warn("SIGHUP ignored: gantry worker does not reload its configuration; restart it to apply a changed --config or renewed certificate files")
+					}
+				}
+			}()
 			log.Info("worker starting", "id", wc.ID, "scheduler", schedulerAddr, "work_dir", wc.WorkDir)
-			return w.Run(ctx)
+			err = w.Run(ctx)
+			if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+				// Stopped by SIGTERM or Ctrl-C: a clean exit.
+				log.Info("worker stopped")
+				return nil
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "YAML config file; its worker section applies (see docs/CONFIGURATION.md)")
