@@ -1,15 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/testutil"
 )
 
 // TestMain lets a test run this test binary as the gantry command in a
@@ -22,24 +22,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// syncBuffer is a bytes.Buffer safe for a child's output and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestWorkerSurvivesSIGHUP: operators send SIGHUP to every Gantry process
 // after renewing certificates; gantry serve reloads on it, and a worker
 // must not die of it (the default for SIGHUP), but say it does not reload.
@@ -48,7 +30,7 @@ func TestWorkerSurvivesSIGHUP(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "worker", "--scheduler", "127.0.0.1:1", "--work-dir", filepath.Join(dir, "work"), "--cores", "1")
 	cmd.Env = append(os.Environ(), "GANTRY_TEST_RUN_AS_GANTRY=1")
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

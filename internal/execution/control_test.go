@@ -1,13 +1,11 @@
 package execution
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -17,26 +15,15 @@ import (
 	adminpb "github.com/gantry-build/gantry/api/admin/v1"
 	"github.com/gantry-build/gantry/internal/platform"
 	"github.com/gantry-build/gantry/internal/scheduler"
+	"github.com/gantry-build/gantry/internal/testutil"
 )
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// lines returns the JSON log lines, parsed, and forgets them.
-func (s *syncBuffer) lines(t *testing.T) []map[string]any {
+// logLines returns the JSON log lines written to s, parsed, and forgets
+// them.
+func logLines(t *testing.T, s *testutil.SyncBuffer) []map[string]any {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(s.Take()), "\n") {
 		if l == "" {
 			continue
 		}
@@ -46,7 +33,6 @@ func (s *syncBuffer) lines(t *testing.T) []map[string]any {
 		}
 		out = append(out, m)
 	}
-	s.b.Reset()
 	return out
 }
 
@@ -56,7 +42,7 @@ func (s *syncBuffer) lines(t *testing.T) []map[string]any {
 func TestControlsAreLogged(t *testing.T) {
 	sched := scheduler.New(scheduler.Config{}, nil)
 	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w1", Platform: platform.Worker{Cores: 1}})
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	s := NewAdminService(sched)
 	s.Logger = slog.New(slog.NewJSONHandler(&out, nil))
 	ctx := WithActor(context.Background(), "tester")
@@ -102,7 +88,7 @@ func TestControlsAreLogged(t *testing.T) {
 		if (c.want["msg"] == "admin control") != (err == nil) {
 			t.Errorf("%s: %v", c.name, err)
 		}
-		lines := out.lines(t)
+		lines := logLines(t, &out)
 		if len(lines) != 1 {
 			t.Errorf("%s: %d log lines, want 1: %v", c.name, len(lines), lines)
 			continue
@@ -136,7 +122,7 @@ func TestControlsAreLogged(t *testing.T) {
 	icpt(ctx, &adminpb.KillOperationRequest{Name: "op-1"}, info("KillOperation"), denied)
 	icpt(ctx, &adminpb.ListWorkersRequest{}, info("ListWorkers"), denied) // not a control
 	icpt(ctx, wreq("w1"), info("DrainWorker"), notFound)                  // the service logs it
-	lines := out.lines(t)
+	lines := logLines(t, &out)
 	if len(lines) != 2 {
 		t.Fatalf("interceptor: %d lines, want 2: %v", len(lines), lines)
 	}

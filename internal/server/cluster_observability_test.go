@@ -414,14 +414,7 @@ func TestClusterTracing(t *testing.T) {
 	conn := mustDial(t, fe.GRPCAddr())
 	ctx := ctxT(t)
 	cas := client.NewCAS(conn, "", digest.SHA256, 0)
-	put := func(m proto.Message) digest.Digest {
-		b, _ := proto.Marshal(m)
-		d := digest.Compute(digest.SHA256, b)
-		if err := blobstore.Put(ctx, cas, d, b); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	put := func(m proto.Message) digest.Digest { return putMsg(ctx, t, cas, m) }
 	ad := put(&repb.Action{CommandDigest: put(shCmd("echo traced")).Proto(), InputRootDigest: digest.Empty(digest.SHA256).Proto()})
 	resp, _, err := client.Execute(ctx, conn, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
 	if err != nil || client.CheckResponse(resp) != nil {

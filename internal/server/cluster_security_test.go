@@ -153,14 +153,7 @@ func TestClusterTLSAndAuth(t *testing.T) {
 	// alice runs an action on the frontend's embedded worker.
 	alice := c.as("alice")
 	cas := client.NewCAS(alice, "team-a/main", digest.SHA256, 0)
-	put := func(m proto.Message) digest.Digest {
-		b, _ := proto.Marshal(m)
-		d := digest.Compute(digest.SHA256, b)
-		if err := blobstore.Put(ctx, cas, d, b); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	put := func(m proto.Message) digest.Digest { return putMsg(ctx, t, cas, m) }
 	root := put(&repb.Directory{})
 	ad := put(&repb.Action{CommandDigest: put(shCmd("echo clustered > out.txt", "out.txt")).Proto(), InputRootDigest: root.Proto()})
 	resp, name, err := client.Execute(ctx, alice, &repb.ExecuteRequest{InstanceName: "team-a/main", ActionDigest: ad.Proto()})

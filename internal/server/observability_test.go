@@ -40,6 +40,7 @@ import (
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/invocation"
+	"github.com/gantry-build/gantry/internal/testutil"
 	"github.com/gantry-build/gantry/internal/tracing"
 )
 
@@ -278,26 +279,8 @@ func TestInstanceLabelIsCapped(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log destination tests can read while servers write.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestOperationCompletionLogLine(t *testing.T) {
-	var out lockedBuffer
+	var out testutil.SyncBuffer
 	f := observedFarm(t, slog.New(slog.NewJSONHandler(&out, nil)), nil)
 	root := emptyRoot(f)
 	cmd := shCmd("exit 7")

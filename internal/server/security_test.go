@@ -27,7 +27,6 @@ import (
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/auth"
 	"github.com/gantry-build/gantry/internal/auth/authtest"
-	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/digest"
@@ -427,14 +426,7 @@ func TestEmbeddedWorkerWithTLSAndAuth(t *testing.T) {
 	ctx := ctxT(t)
 	alice := f.as("alice")
 	cas := client.NewCAS(alice, "team-a/main", digest.SHA256, 0)
-	put := func(m proto.Message) digest.Digest {
-		b, _ := proto.Marshal(m)
-		d := digest.Compute(digest.SHA256, b)
-		if err := blobstore.Put(ctx, cas, d, b); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	put := func(m proto.Message) digest.Digest { return putMsg(ctx, t, cas, m) }
 	root := put(&repb.Directory{})
 	cmd := put(shCmd("echo secured > out.txt", "out.txt"))
 	ad := put(&repb.Action{CommandDigest: cmd.Proto(), InputRootDigest: root.Proto()})
@@ -613,14 +605,7 @@ func TestAuthenticatedUserIsTheFairnessKey(t *testing.T) {
 	ctx := ctxT(t)
 	alice := f.as("alice")
 	cas := client.NewCAS(alice, "team-a/main", digest.SHA256, 0)
-	put := func(m proto.Message) digest.Digest {
-		b, _ := proto.Marshal(m)
-		d := digest.Compute(digest.SHA256, b)
-		if err := blobstore.Put(ctx, cas, d, b); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	put := func(m proto.Message) digest.Digest { return putMsg(ctx, t, cas, m) }
 	ad := put(&repb.Action{CommandDigest: put(shCmd("true")).Proto(), InputRootDigest: put(&repb.Directory{}).Proto()})
 	ectx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, "x-gantry-user", "mallory"))
 	defer cancel()
@@ -674,14 +659,7 @@ func TestTLSWithoutAuth(t *testing.T) {
 	}
 	conn := f.dial(client.Security{})
 	cas := client.NewCAS(conn, "", digest.SHA256, 0)
-	put := func(m proto.Message) digest.Digest {
-		b, _ := proto.Marshal(m)
-		d := digest.Compute(digest.SHA256, b)
-		if err := blobstore.Put(ctx, cas, d, b); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
+	put := func(m proto.Message) digest.Digest { return putMsg(ctx, t, cas, m) }
 	ad := put(&repb.Action{CommandDigest: put(shCmd("echo tls > out.txt", "out.txt")).Proto(), InputRootDigest: put(&repb.Directory{}).Proto()})
 	resp, _, err := client.Execute(ctx, conn, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
 	if err != nil || resp.Result.GetExitCode() != 0 || len(resp.Result.GetOutputFiles()) != 1 {

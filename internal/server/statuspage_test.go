@@ -31,6 +31,7 @@ import (
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/invocation"
 	"github.com/gantry-build/gantry/internal/scheduler"
+	"github.com/gantry-build/gantry/internal/testutil"
 )
 
 // scenario is a farm with one worker ("w1") and three actions: one
@@ -241,13 +242,13 @@ type authStatusFarm struct {
 	srv    *Server
 	base   string
 	dir    string
-	log    *lockedBuffer
+	log    *testutil.SyncBuffer
 	tokens map[string]string // subject -> token
 }
 
 func startAuthStatusFarm(t *testing.T) *authStatusFarm {
 	t.Helper()
-	f := &authStatusFarm{dir: t.TempDir(), log: &lockedBuffer{}, tokens: map[string]string{}}
+	f := &authStatusFarm{dir: t.TempDir(), log: &testutil.SyncBuffer{}, tokens: map[string]string{}}
 	var lines []string
 	for _, s := range []string{"viewer", "alice", "bob", "op"} {
 		f.tokens[s] = s + "-status-token-0123456789"
@@ -680,7 +681,7 @@ const workerRow = `<tr data-worker="w1">.*?</tr>`
 func TestStatusButtons(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var out lockedBuffer
+	var out testutil.SyncBuffer
 	s := startScenarioLog(t, ctx, slog.New(slog.NewJSONHandler(&out, nil)))
 	defer s.finish(t, ctx)
 	pid := waitForPID(ctx, t, filepath.Join(s.dir, "run.pid"))

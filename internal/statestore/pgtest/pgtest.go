@@ -21,13 +21,14 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/gantry-build/gantry/internal/testutil"
 )
 
 const (
@@ -171,7 +172,7 @@ func start(t testing.TB, bin string, opts Options) (dsn string, retry bool, err 
 	srv := exec.Command(filepath.Join(bin, "postgres"), args...)
 	srv.Dir = dir
 	srv.Env = env
-	var logBuf syncBuffer
+	var logBuf testutil.SyncBuffer
 	srv.Stdout, srv.Stderr = &logBuf, &logBuf
 	srv.SysProcAttr = sys()
 	if err := srv.Start(); err != nil {
@@ -237,22 +238,4 @@ func CreateDatabase(t testing.TB, dsn string) string {
 		t.Fatalf("pgtest: creating a database: %v", err)
 	}
 	return fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name)
-}
-
-// syncBuffer is a bytes.Buffer safe for the server's output and a reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
