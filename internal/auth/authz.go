@@ -69,6 +69,9 @@ func (a *Authorizer) Update(s Settings) {
 
 func (a *Authorizer) settings() *Settings { return a.s.Load() }
 
+// Policy is the policy in force (the last Update's).
+func (a *Authorizer) Policy() *Policy { return a.settings().Policy }
+
 // credentialsHint is what an unauthenticated caller is told to send.
 const credentialsHint = "send a bearer token in the authorization header (\"authorization: Bearer TOKEN\"; gantry commands: --token-file) or connect with a client certificate (--tls-cert, --tls-key)"
 

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -30,8 +29,6 @@ type security struct {
 	authz    *auth.Authorizer
 	internal *auth.InternalListener // the embedded worker's connection; nil when neither is on
 	httpAuth bool
-	// policy is the auth.policy in force, for the status page's checks.
-	policy atomic.Pointer[auth.Policy]
 }
 
 func newSecurity(cfg config.Config) (*security, error) {
@@ -49,7 +46,6 @@ func newSecurity(cfg config.Config) (*security, error) {
 			return nil, err
 		}
 		s.authz = auth.New(st)
-		s.policy.Store(st.Policy)
 		s.httpAuth = cfg.Auth.HTTPRequireToken
 	}
 	// The embedded worker's connection (roles all and frontend; a
@@ -259,7 +255,7 @@ func (s *security) statusPolicy() func() *auth.Policy {
 	if s.authz == nil || !s.httpAuth {
 		return nil
 	}
-	return s.policy.Load
+	return s.authz.Policy
 }
 
 // dialEmbedded connects the embedded worker: over the in-process
@@ -291,7 +287,6 @@ func (s *security) reload(cfg config.Config, log *slog.Logger) error {
 			return err
 		}
 		s.authz.Update(st)
-		s.policy.Store(st.Policy)
 		log.Info("authentication reloaded", "tokens", st.Tokens.Len(), "policy_rules", len(cfg.Auth.Policy))
 	}
 	return nil
