@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
-	"google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -222,14 +221,11 @@ func (a *Authorizer) authorize(id *Identity, m method, fullMethod string, req an
 		}
 		return a.check(p, id, m.need, r.GetInstanceName(), fullMethod, "")
 	case fromReadResource, fromWriteResource:
+		// ReadRequest, WriteRequest (also the frontend's own decoding of
+		// it) and QueryWriteStatusRequest.
 		var name string
-		switch r := req.(type) {
-		case *bytestream.ReadRequest:
-			name = r.ResourceName
-		case *bytestream.WriteRequest:
-			name = r.ResourceName
-		case *bytestream.QueryWriteStatusRequest:
-			name = r.ResourceName
+		if r, ok := req.(interface{ GetResourceName() string }); ok {
+			name = r.GetResourceName()
 		}
 		var res digest.Resource
 		var err error

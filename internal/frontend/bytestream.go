@@ -217,14 +217,15 @@ var errAlreadyPresent = errors.New("blob already present")
 // the bytes the server already has are skipped.
 func (s *Server) Write(stream bspb.ByteStream_WriteServer) error {
 	ctx := stream.Context()
-	req, err := stream.Recv()
+	req, err := recvWrite(stream)
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			return invalid("write stream closed before its first request")
 		}
 		return err
 	}
-	name := req.ResourceName
+	defer req.free()
+	name := req.resourceName
 	res, err := digest.ParseWriteResource(name)
 	if err != nil {
 		return storeError(err, "")
@@ -257,7 +258,7 @@ func (s *Server) Write(stream bspb.ByteStream_WriteServer) error {
 		return err
 	}
 	defer u.unlock()
-	if req.WriteOffset == 0 && u.w.Written() > 0 {
+	if req.writeOffset == 0 && u.w.Written() > 0 {
 		// The client starts over rather than resuming: oblige it.
 		w, err := s.cas.Create(ctx, d)
 		if err != nil {
@@ -268,40 +269,34 @@ func (s *Server) Write(stream bspb.ByteStream_WriteServer) error {
 		u.w = w
 		u.committed.Store(0)
 	}
-	if req.WriteOffset < 0 || req.WriteOffset > u.w.Written() {
-		return invalid("write_offset %d is beyond the %d bytes received for %s; ask QueryWriteStatus and resume from there", req.WriteOffset, u.w.Written(), name)
+	if req.writeOffset < 0 || req.writeOffset > u.w.Written() {
+		return invalid("write_offset %d is beyond the %d bytes received for %s; ask QueryWriteStatus and resume from there", req.writeOffset, u.w.Written(), name)
 	}
 	// Bytes before base are already held: a stream that resumes early
 	// resends them, and they are skipped.
 	base := u.w.Written()
-	pos := req.WriteOffset // where this stream is in the blob
-	p := newWritePipe(u.w, func(n int64) { u.committed.Store(n) })
-	defer p.close()
+	pos := req.writeOffset // where this stream is in the blob
 	for {
-		if req.ResourceName != "" && req.ResourceName != name {
-			p.close()
-			return invalid("resource_name changed within one write stream, from %q to %q", name, req.ResourceName)
+		if req.resourceName != "" && req.resourceName != name {
+			return invalid("resource_name changed within one write stream, from %q to %q", name, req.resourceName)
 		}
-		if req.WriteOffset != pos {
-			p.close()
+		if req.writeOffset != pos {
 			s.dropUploadLocked(name, u)
-			return invalid("write_offset %d is not the first offset plus the data sent before (%d); nothing was stored, upload the blob again", req.WriteOffset, pos)
+			return invalid("write_offset %d is not the first offset plus the data sent before (%d); nothing was stored, upload the blob again", req.writeOffset, pos)
 		}
-		data := req.Data
-		if skip := base - pos; skip > 0 {
-			data = data[min(skip, int64(len(data))):]
-		}
-		pos += int64(len(req.Data))
-		if err := p.write(data, req.Data); err != nil {
-			p.close()
+		start := pos
+		pos += int64(req.n)
+		req.skip(base - start)
+		// The data is written here, in the handler: gRPC's reader goroutine
+		// receives the next messages meanwhile, and the store writes the
+		// file from its own goroutine while this one hashes.
+		if err := writeData(u.w, req.data); err != nil {
 			s.dropUploadLocked(name, u)
 			return storeError(err, "blob "+d.String())
 		}
-		if req.FinishWrite {
-			err := p.close()
-			if err == nil {
-				err = u.w.Commit()
-			}
+		u.committed.Store(u.w.Written())
+		if req.finishWrite {
+			err := u.w.Commit()
 			s.dropUploadLocked(name, u)
 			if err != nil {
 				return storeError(err, "blob "+d.String())
@@ -309,94 +304,45 @@ func (s *Server) Write(stream bspb.ByteStream_WriteServer) error {
 			return stream.SendAndClose(&bspb.WriteResponse{CommittedSize: d.Size})
 		}
 		u.touch()
-		req, err = stream.Recv()
-		if errors.Is(err, io.EOF) {
-			if err := p.close(); err != nil {
-				s.dropUploadLocked(name, u)
-				return storeError(err, "blob "+d.String())
+		// The Writer keeps no reference to the data.
+		req.free()
+		if err := stream.RecvMsg(req); err != nil {
+			if errors.Is(err, io.EOF) {
+				return invalid("write stream for %s ended without finish_write; the %d bytes received are kept, resume after QueryWriteStatus", name, u.w.Written())
 			}
-			return invalid("write stream for %s ended without finish_write; the %d bytes received are kept, resume after QueryWriteStatus", name, u.w.Written())
-		}
-		if err != nil {
 			return err // cancelled: the bytes so far are kept for resumption
 		}
 	}
 }
 
-// writePipe feeds a blob writer from its own goroutine, so that receiving
-// the next message overlaps with hashing and storing the previous ones.
-type writePipe struct {
-	w       blobstore.Writer
-	written func(n int64) // called after each write with the total
-	ch      chan pipeItem
-	done    chan struct{} // closed when the goroutine has stopped
-	failed  chan struct{} // closed when a write fails
-	err     error         // the failure; read after failed or done
-	once    sync.Once
-}
-
-// writePipeDepth bounds the messages queued for the writer: enough to
-// ride out a slow write, few enough to bound memory.
-const writePipeDepth = 4
-
-func newWritePipe(w blobstore.Writer, written func(int64)) *writePipe {
-	p := &writePipe{
-		w: w, written: written,
-		ch:     make(chan pipeItem, writePipeDepth),
-		done:   make(chan struct{}),
-		failed: make(chan struct{}),
-	}
-	go p.run()
-	return p
-}
-
-// pipeItem is data to write, and the decoded buffer it lies in, which
-// goes back to its pool once written (a Writer keeps no reference to what
-// it is given).
-type pipeItem struct{ data, buf []byte }
-
-func (p *writePipe) run() {
-	defer close(p.done)
-	for it := range p.ch {
-		if p.err != nil {
-			releaseData(it.buf)
-			continue // drain
+// writeData writes the pieces of a request's data to w.
+func writeData(w blobstore.Writer, data [][]byte) error {
+	for _, b := range data {
+		if _, err := w.Write(b); err != nil {
+			return err
 		}
-		_, err := p.w.Write(it.data)
-		releaseData(it.buf)
-		if err != nil {
-			p.err = err
-			close(p.failed)
-			continue
-		}
-		p.written(p.w.Written())
 	}
+	return nil
 }
 
-// write queues data, a part of buf, the data of a received WriteRequest
-// that the pipe releases once written (see releaseData); it fails once an
-// earlier write has failed. The caller must not use buf afterwards.
-func (p *writePipe) write(data, buf []byte) error {
-	select {
-	case p.ch <- pipeItem{data, buf}:
-		return nil
-	case <-p.failed:
-		return p.err
+// recvWrite receives the first WriteRequest of a Write stream, its data
+// left in gRPC's buffers (see writeMsg); the handler receives the next
+// ones into the same message. The caller must free it.
+func recvWrite(stream bspb.ByteStream_WriteServer) (*writeMsg, error) {
+	m := new(writeMsg)
+	if err := stream.RecvMsg(m); err != nil {
+		m.free()
+		return m, err
 	}
-}
-
-// close waits until all queued data is written and returns the first
-// write error. It may be called more than once.
-func (p *writePipe) close() error {
-	p.once.Do(func() { close(p.ch) })
-	<-p.done
-	return p.err
+	return m, nil
 }
 
 // writeCompressed handles compressed-blobs uploads: the zstd stream is
-// decompressed as it arrives, bounded by the announced size.
-func (s *Server) writeCompressed(ctx context.Context, stream bspb.ByteStream_WriteServer, req *bspb.WriteRequest, d digest.Digest) error {
-	if req.WriteOffset != 0 {
+// decompressed as it arrives, bounded by the announced size. req is the
+// stream's first request; it receives the following ones too, and the
+// caller frees it.
+func (s *Server) writeCompressed(ctx context.Context, stream bspb.ByteStream_WriteServer, req *writeMsg, d digest.Digest) error {
+	if req.writeOffset != 0 {
 		return invalid("compressed uploads cannot be resumed; start again at write_offset 0")
 	}
 	w, err := s.cas.Create(ctx, d)
@@ -424,21 +370,25 @@ func (s *Server) writeCompressed(ctx context.Context, stream bspb.ByteStream_Wri
 	}()
 	received := int64(0)
 	for {
-		if req.WriteOffset != received {
+		if req.writeOffset != received {
 			pw.CloseWithError(errors.New("bad offset"))
 			<-done
-			return invalid("write_offset %d is not the sum of the compressed data sent before (%d)", req.WriteOffset, received)
+			return invalid("write_offset %d is not the sum of the compressed data sent before (%d)", req.writeOffset, received)
 		}
-		if _, err := pw.Write(req.Data); err != nil {
-			<-done
-			return storeError(decodeErr(err), "blob "+d.String())
+		for _, b := range req.data {
+			if _, err := pw.Write(b); err != nil {
+				<-done
+				return storeError(decodeErr(err), "blob "+d.String())
+			}
 		}
-		received += int64(len(req.Data))
-		if req.FinishWrite {
+		received += int64(req.n)
+		if req.finishWrite {
 			break
 		}
-		req, err = stream.Recv()
-		if err != nil {
+		// The pipe's reader has consumed the data: release it, and
+		// receive the next request into the same message.
+		req.free()
+		if err = stream.RecvMsg(req); err != nil {
 			pw.CloseWithError(err)
 			<-done
 			if errors.Is(err, io.EOF) {

@@ -34,9 +34,9 @@ import (
 // decoded straight from gRPC's receive buffers (a large message arrives in
 // many 16 KiB buffers). The standard codec first joins them into one
 // buffer and proto.Unmarshal then copies the bytes fields out of it again;
-// here each byte is copied once, WriteRequest data into a pooled buffer
-// (see releaseData), and the many Digest messages of a request share a few
-// allocations. The decoders take only the well-formed messages that use
+// here WriteRequest data is not copied at all (it stays in the receive
+// buffers, see writeMsg), batch data is copied once, and the many Digest
+// messages of a request share a few allocations. The decoders take only the well-formed messages that use
 // the known fields once each (what every client sends); anything else
 // (unknown fields, repeated singular fields, invalid UTF-8, truncation)
 // goes to proto.Unmarshal, so the result, and the error for malformed
@@ -217,8 +217,8 @@ func dataHeader(n int) []byte {
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	ok := false
 	switch m := v.(type) {
-	case *bspb.WriteRequest:
-		ok = decodeWriteRequest(data, m)
+	case *writeMsg:
+		return c.unmarshalWriteMsg(data, m)
 	case *repb.FindMissingBlobsRequest:
 		ok = decodeFindMissing(data, m)
 	case *repb.BatchUpdateBlobsRequest:
@@ -362,11 +362,62 @@ func (w *wire) str(limit int) (string, bool) {
 	return string(b), true
 }
 
-// decodeWriteRequest decodes a ByteStream WriteRequest: resource_name (1),
-// write_offset (2), finish_write (3), data (10). The data goes into a
-// buffer from dataPool.
-func decodeWriteRequest(bufs mem.BufferSlice, m *bspb.WriteRequest) bool {
-	m.Reset()
+// writeMsg is a ByteStream WriteRequest as the Write handler receives it.
+// Its data stays where gRPC received it: the codec takes a reference to
+// each receive buffer the data lies in and keeps views into them, instead
+// of copying the data out (a large upload's bytes are then copied once in
+// the server, into the blob's file buffers). The handler releases the
+// buffers with free once the data is written.
+//
+// It is not a proto.Message: only this codec decodes it, and the
+// interceptors see it through GetResourceName and DataLen.
+type writeMsg struct {
+	resourceName string
+	writeOffset  int64
+	finishWrite  bool
+	data         [][]byte        // the data, in order: views into held, or one copied slice
+	held         mem.BufferSlice // buffers referenced for data; free releases them
+	n            int             // total length of data
+}
+
+// GetResourceName is the request's resource_name (empty after the first
+// request of a stream, as clients may send it).
+func (m *writeMsg) GetResourceName() string { return m.resourceName }
+
+// DataLen is the length of the request's data.
+func (m *writeMsg) DataLen() int { return m.n }
+
+// free releases the buffers the data lies in and empties m; the data
+// must not be used afterwards. It may be called more than once.
+func (m *writeMsg) free() {
+	if m == nil {
+		return
+	}
+	m.held.Free()
+	clear(m.held)
+	clear(m.data)
+	*m = writeMsg{held: m.held[:0], data: m.data[:0]}
+}
+
+// skip drops the first k bytes of the data (all of it if k is larger).
+func (m *writeMsg) skip(k int64) {
+	for k > 0 && len(m.data) > 0 {
+		if int64(len(m.data[0])) > k {
+			m.data[0] = m.data[0][k:]
+			m.n -= int(k)
+			return
+		}
+		k -= int64(len(m.data[0]))
+		m.n -= len(m.data[0])
+		m.data[0] = nil
+		m.data = m.data[1:]
+	}
+}
+
+// decodeWriteMsg decodes a ByteStream WriteRequest: resource_name (1),
+// write_offset (2), finish_write (3), data (10), leaving the data in bufs
+// (see writeMsg). m must be empty (new or freed).
+func decodeWriteMsg(bufs mem.BufferSlice, m *writeMsg) bool {
 	w := newWire(bufs)
 	var seen uint16
 	once := func(field uint) bool {
@@ -386,7 +437,7 @@ func decodeWriteRequest(bufs mem.BufferSlice, m *bspb.WriteRequest) bool {
 			if !once(1) {
 				return false
 			}
-			if m.ResourceName, ok = w.str(w.left); !ok {
+			if m.resourceName, ok = w.str(w.left); !ok {
 				return false
 			}
 		case tagVarint2:
@@ -394,27 +445,63 @@ func decodeWriteRequest(bufs mem.BufferSlice, m *bspb.WriteRequest) bool {
 			if !ok || !once(2) {
 				return false
 			}
-			m.WriteOffset = int64(v)
+			m.writeOffset = int64(v)
 		case tagVarint3:
 			v, ok := w.varint()
 			if !ok || !once(3) {
 				return false
 			}
-			m.FinishWrite = v != 0
+			m.finishWrite = v != 0
 		case tagBytes10:
 			n, ok := w.length(w.left)
 			if !ok || !once(10) {
 				return false
 			}
-			if n > 0 {
-				m.Data = getData(n)
-				w.copyTo(m.Data)
-			}
+			w.hold(n, m)
 		default:
 			return false
 		}
 	}
 	return true
+}
+
+// hold appends the next n bytes to m's data as views into the buffers
+// they lie in, taking a reference to each of those buffers.
+func (w *wire) hold(n int, m *writeMsg) {
+	m.n += n
+	last := -1 // index in w.bufs of the buffer held last
+	for n > 0 {
+		w.fill()
+		k := min(n, len(w.cur))
+		if i := w.next - 1; i != last {
+			w.bufs[i].Ref()
+			m.held = append(m.held, w.bufs[i])
+			last = i
+		}
+		m.data = append(m.data, w.cur[:k:k])
+		w.cur = w.cur[k:]
+		w.left -= k
+		n -= k
+	}
+}
+
+// unmarshalWriteMsg decodes a WriteRequest into m, through proto when
+// decodeWriteMsg does not take it; the data is then a copy of its own.
+func (c codec) unmarshalWriteMsg(data mem.BufferSlice, m *writeMsg) error {
+	m.free()
+	if decodeWriteMsg(data, m) {
+		return nil
+	}
+	m.free()
+	var req bspb.WriteRequest
+	if err := c.std.Unmarshal(data, &req); err != nil {
+		return err
+	}
+	*m = writeMsg{resourceName: req.ResourceName, writeOffset: req.WriteOffset, finishWrite: req.FinishWrite, n: len(req.Data)}
+	if len(req.Data) > 0 {
+		m.data = [][]byte{req.Data}
+	}
+	return nil
 }
 
 // digestSlab hands out Digest messages and their hashes from a few large

@@ -118,6 +118,10 @@ func splitBuffers(data []byte, seed uint64) mem.BufferSlice {
 // checkDecoder decodes data as kind with the codec (split into buffers)
 // and with proto.Unmarshal, and fails unless both give the same.
 func checkDecoder(t *testing.T, kind int, data []byte, seed uint64) {
+	if kind == 0 {
+		checkWriteDecoder(t, data, seed)
+		return
+	}
 	c := encoding.GetCodecV2("proto")
 	want := decoderCases[kind]()
 	wantErr := proto.Unmarshal(data, want)
@@ -145,10 +149,6 @@ func checkDecoder(t *testing.T, kind int, data []byte, seed uint64) {
 	}
 	// proto leaves empty bytes fields nil; so must the codec.
 	switch g := got.(type) {
-	case *bspb.WriteRequest:
-		if (g.Data == nil) != (want.(*bspb.WriteRequest).Data == nil) {
-			t.Fatalf("WriteRequest from %x: data nil-ness differs", data)
-		}
 	case *repb.BatchUpdateBlobsRequest:
 		for i, r := range g.Requests {
 			w := want.(*repb.BatchUpdateBlobsRequest).Requests[i]
@@ -162,6 +162,82 @@ func checkDecoder(t *testing.T, kind int, data []byte, seed uint64) {
 				t.Fatalf("FindMissingBlobsRequest from %x: digest %d differs in nil-ness", data, i)
 			}
 		}
+	}
+}
+
+// trackingPool hands out reference-counted buffers as gRPC's receive path
+// does, poisons each buffer returned to it, and counts those not returned.
+type trackingPool struct{ out int }
+
+func (p *trackingPool) Get(n int) *[]byte {
+	p.out++
+	b := make([]byte, n, max(n, 4096)) // above gRPC's pooling threshold
+	return &b
+}
+
+func (p *trackingPool) Put(b *[]byte) {
+	p.out--
+	for i := range (*b)[:cap(*b)] {
+		(*b)[:cap(*b)][i] = 0xa5
+	}
+}
+
+// split is splitBuffers with the pieces copied into buffers of p.
+func (p *trackingPool) split(data []byte, seed uint64) mem.BufferSlice {
+	var bs mem.BufferSlice
+	for _, piece := range splitBuffers(data, seed) {
+		b := p.Get(piece.Len())
+		copy(*b, piece.ReadOnlyData())
+		bs = append(bs, mem.NewBuffer(b, p))
+	}
+	return bs
+}
+
+// checkWriteDecoder decodes data as a WriteRequest with the codec, as the
+// Write handler receives it (a writeMsg), and with proto.Unmarshal, and
+// fails unless both give the same. The codec must hold the buffers the
+// data lies in after gRPC frees its own references, release every buffer
+// once the message is freed, and copy nothing it did not hold.
+func checkWriteDecoder(t *testing.T, data []byte, seed uint64) {
+	want := &bspb.WriteRequest{}
+	wantErr := proto.Unmarshal(data, want)
+	pool := &trackingPool{}
+	bufs := pool.split(data, seed)
+	got := &writeMsg{}
+	gotErr := encoding.GetCodecV2("proto").Unmarshal(bufs, got)
+	bufs.Free() // what gRPC does once Unmarshal returns
+	if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
+		t.Fatalf("WriteRequest from %x: codec error %v, proto error %v", data, gotErr, wantErr)
+	}
+	if wantErr != nil {
+		if pool.out != 0 {
+			t.Fatalf("WriteRequest from %x: %d buffers held after a failed decode", data, pool.out)
+		}
+		return
+	}
+	var joined []byte
+	for _, b := range got.data {
+		joined = append(joined, b...)
+	}
+	if got.resourceName != want.ResourceName || got.writeOffset != want.WriteOffset || got.finishWrite != want.FinishWrite ||
+		got.n != len(want.Data) || !bytes.Equal(joined, want.Data) || got.GetResourceName() != want.ResourceName || got.DataLen() != len(want.Data) {
+		t.Fatalf("WriteRequest from %x: codec gave %q %d %v %d bytes %x, proto %v", data, got.resourceName, got.writeOffset, got.finishWrite, got.n, joined, want)
+	}
+	if len(got.held) > len(got.data) {
+		t.Fatalf("WriteRequest from %x: %d buffers held for %d pieces of data", data, len(got.held), len(got.data))
+	}
+	got.skip(int64(seed % uint64(len(want.Data)+2)))
+	joined = joined[:0]
+	for _, b := range got.data {
+		joined = append(joined, b...)
+	}
+	if k := min(int(seed%uint64(len(want.Data)+2)), len(want.Data)); !bytes.Equal(joined, want.Data[k:]) || got.n != len(want.Data)-k {
+		t.Fatalf("WriteRequest from %x: skipping %d bytes left %x (n %d)", data, k, joined, got.n)
+	}
+	got.free()
+	got.free() // twice is harmless
+	if pool.out != 0 {
+		t.Fatalf("WriteRequest from %x: %d buffers not released after free", data, pool.out)
 	}
 }
 
@@ -222,7 +298,7 @@ func TestDecodersMatchProto(t *testing.T) {
 func TestDecodersTakeFastPath(t *testing.T) {
 	h := strings.Repeat("0f", 32)
 	wr, _ := proto.Marshal(&bspb.WriteRequest{ResourceName: "uploads/u/blobs/" + h + "/3", WriteOffset: 1 << 40, FinishWrite: true, Data: []byte("abc")})
-	if !decodeWriteRequest(splitBuffers(wr, 1), &bspb.WriteRequest{}) {
+	if !decodeWriteMsg(splitBuffers(wr, 1), &writeMsg{}) {
 		t.Error("WriteRequest took proto's path")
 	}
 	fm := &repb.FindMissingBlobsRequest{InstanceName: "x"}

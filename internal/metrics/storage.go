@@ -147,8 +147,14 @@ func (s *countingStream) SendMsg(msg any) error {
 
 func (s *countingStream) RecvMsg(msg any) error {
 	err := s.ServerStream.RecvMsg(msg)
-	if r, ok := msg.(*bspb.WriteRequest); ok && err == nil && s.received != nil {
+	if err != nil || s.received == nil {
+		return err
+	}
+	switch r := msg.(type) {
+	case *bspb.WriteRequest:
 		s.received.Add(float64(len(r.Data)))
+	case interface{ DataLen() int }: // the frontend's own WriteRequest
+		s.received.Add(float64(r.DataLen()))
 	}
 	return err
 }
