@@ -82,47 +82,18 @@ func stamp(data []byte, i int) {
 // in one Write stream. chunk is the size of each WriteRequest: 16 KiB is
 // what Bazel sends (its Chunker's default); 1 MiB stands for clients that
 // send larger requests.
-//
-// cache=full is the steady state of a farm's CAS: the store is at its
-// max_size before the timer starts, so every upload evicts an older blob,
-// and the memory the kernel needs for the new blob's page cache is what
-// the evicted one gave back. cache=empty fills an empty store: every page
-// of page cache is memory the machine has not used for a while, which on
-// a virtual machine that hands free memory back to its host (free page
-// reporting, as on the test machine) costs a host page fault per page.
-// io=direct writes with O_DIRECT (direct_io_threshold: 32MiB), which
-// needs no page cache at all and goes at the disk's speed.
 func BenchmarkByteStreamWrite256MiB(b *testing.B) {
 	for _, chunk := range []int{16 << 10, 1 << 20} {
-		b.Run(fmt.Sprintf("chunk=%dKiB/cache=full", chunk>>10), func(b *testing.B) {
-			benchWrite(b, benchFullEnv(b, int64(config.Default().Storage.CAS.DirectIOThreshold)), chunk)
+		b.Run(fmt.Sprintf("chunk=%dKiB", chunk>>10), func(b *testing.B) {
+			e := benchEnv(b)
+			benchWrite(b, e, chunk)
 		})
 	}
-	b.Run("chunk=1024KiB/cache=empty", func(b *testing.B) {
-		benchWrite(b, benchEnv(b), 1<<20)
-	})
+	// The same with O_DIRECT (direct_io_threshold: 32MiB), for
+	// comparison in the same run.
 	b.Run("chunk=1024KiB/io=direct", func(b *testing.B) {
-		benchWrite(b, benchFullEnv(b, 32<<20), 1<<20)
+		benchWrite(b, benchEnvDirect(b, 32<<20), 1<<20)
 	})
-}
-
-// benchFullEnv serves a disk store bounded at two and a half big blobs,
-// filled with two before the benchmark starts.
-func benchFullEnv(b *testing.B, directIOThreshold int64) *env {
-	b.Helper()
-	syscall.Sync()
-	store, err := blobstore.NewDisk(b.TempDir(), blobstore.DiskOptions{MaxBytes: bigBlob * 5 / 2, DirectIOThreshold: directIOThreshold})
-	if err != nil {
-		b.Fatal(err)
-	}
-	e := newEnv(b, store, defaultOptions())
-	data := randomBlob("fill", bigBlob)
-	for i := range 2 {
-		stamp(data, -1-i)
-		e.put(b, digest.SHA256, data)
-	}
-	syscall.Sync()
-	return e
 }
 
 func benchWrite(b *testing.B, e *env, chunk int) {
