@@ -74,6 +74,11 @@ var methods = map[string]method{
 	operations + "DeleteOperation": {PermExecute, fromOperation},
 	operations + "ListOperations":  {PermAdmin, fromGlobal},
 
+	// An operator may kill the operations of the instances they
+	// administer, as on the status page; the other admin methods are
+	// mapped by prefix (lookupMethod).
+	adminPrefix + "KillOperation": {PermAdmin, fromOperation},
+
 	workersSvc + "Register":  {PermWorker, fromWorkerInstances},
 	workersSvc + "Poll":      {PermWorker, fromAny},
 	workersSvc + "Heartbeat": {PermWorker, fromAny},

@@ -422,7 +422,11 @@ func TestClientCertificateRequired(t *testing.T) {
 // embedded worker keeps working, and another instance's client cannot
 // see the operation.
 func TestEmbeddedWorkerWithTLSAndAuth(t *testing.T) {
-	f := startSecureFarm(t, nil)
+	f := startSecureFarm(t, func(c *config.Config) {
+		c.Auth.Policy = append(c.Auth.Policy,
+			config.PolicyRule{Identities: []string{"alice"}, Instances: []string{"team-a/*"}, Permissions: []string{"admin"}},
+			config.PolicyRule{Identities: []string{"bob"}, Instances: []string{"team-b/*"}, Permissions: []string{"admin"}})
+	})
 	ctx := ctxT(t)
 	alice := f.as("alice")
 	cas := client.NewCAS(alice, "team-a/main", digest.SHA256, 0)
@@ -454,6 +458,21 @@ func TestEmbeddedWorkerWithTLSAndAuth(t *testing.T) {
 	}
 	if status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("bob waiting on alice's operation: %v", err)
+	}
+	// KillOperation needs admin on the operation's instance, as the status
+	// page's Kill button does: alice administers team-a, bob team-b.
+	kill := func(c *grpc.ClientConn) (*adminpb.KillOperationResponse, error) {
+		return adminpb.NewAdminClient(c).KillOperation(ctx, &adminpb.KillOperationRequest{Name: name, Reason: "test"})
+	}
+	if resp, err := kill(f.as("alice")); err != nil || !resp.AlreadyDone {
+		t.Fatalf("alice (admin on team-a/*) killing her finished operation: %v, %v", resp, err)
+	}
+	_, err = kill(f.as("bob"))
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), fmt.Sprintf(`lacks permission admin on instance "team-a/main" (operation %q)`, name)) {
+		t.Fatalf("bob (admin on team-b/*) killing alice's operation: %v", err)
+	}
+	if _, err := kill(f.as("p-admin")); err != nil {
+		t.Fatalf("a global admin killing it: %v", err)
 	}
 }
 
