@@ -337,22 +337,36 @@ func (s *Scheduler) leaseUsageLocked(l *lease, delta int) {
 }
 
 // preemptLocked runs in Tick: for each instance below its min on a cohort
-// with work the cohort could run and no free slot for it, once the
-// pre-emption delay has passed, it pre-empts actions of instances above
-// their own min on that cohort: the most over-quota instance first, then
-// a running action (it holds a core) before one still being prepared,
-// then the most recently started (the least work lost). A victim is
-// cancelled on its worker and goes back to the front of its queue; its
-// clients see it QUEUED again and the try does not count. Actions the
-// victim's worker holds but has not started yet (its pipeline fetches
-// ahead of its cores) are taken back with it, so that the freed core goes
-// to the starving instance.
+// with work waiting, once the pre-emption delay has passed, it pre-empts
+// actions of instances above their own min on that cohort: the most
+// over-quota instance first, then a running action (it holds a core)
+// before one still being prepared, then the most recently started (the
+// least work lost). A victim is cancelled on its worker and goes back to
+// the front of its queue; its clients see it QUEUED again and the try does
+// not count. Actions the victim's worker holds but has not started yet
+// (its pipeline fetches ahead of its cores) are taken back with it, so
+// that the freed core goes to the starving instance.
+//
+// Only running actions count toward the min here: an action of the
+// instance that a worker holds but cannot start, because running actions
+// hold all the worker's cores, waits as queued work does, and its victim
+// is a running action on that same worker. Work waits if it is queued
+// with no free slot of the cohort to take it, or held like that.
 func (s *Scheduler) preemptLocked(now time.Time) {
 	if len(s.ten.quotas) == 0 {
 		return
 	}
+	var running map[quotaKey]int
+	var stuck map[quotaKey][]*lease
 	for k, q := range s.ten.quotas {
-		deficit := q.Min - s.ten.usage[k]
+		if q.Min <= 0 {
+			delete(s.ten.starving, k)
+			continue
+		}
+		if running == nil {
+			running, stuck = s.runningLocked()
+		}
+		deficit := q.Min - running[k]
 		if deficit <= 0 {
 			delete(s.ten.starving, k)
 			continue
@@ -365,7 +379,12 @@ func (s *Scheduler) preemptLocked(now time.Time) {
 				queued += b.n
 			}
 		}
-		if queued == 0 || s.freeSlotForLocked(k.cohort, runnable) {
+		if queued > 0 && s.freeSlotForLocked(k.cohort, runnable) {
+			// A parked poll takes the queued work now.
+			queued = 0
+		}
+		held := stuck[k]
+		if queued == 0 && len(held) == 0 {
 			delete(s.ten.starving, k)
 			continue
 		}
@@ -377,12 +396,77 @@ func (s *Scheduler) preemptLocked(now time.Time) {
 		if now.Sub(since) < s.ten.delay {
 			continue
 		}
-		victims := s.chooseVictimsLocked(k, min(deficit, queued), runnable)
-		for _, l := range victims {
-			s.preemptLeaseLocked(l, fmt.Sprintf("pre-empted: instance %q is below its min_quota %d on cohort %s", k.instance, q.Min, k.cohort))
+		reason := fmt.Sprintf("pre-empted: instance %q is below its min_quota %d on cohort %s", k.instance, q.Min, k.cohort)
+		// Held actions first: each needs a core of its own worker.
+		for _, h := range held {
+			if deficit == 0 {
+				break
+			}
+			victims := s.chooseVictimsLocked(k, 1, func(l *lease) bool {
+				return l.worker == h.worker && l.stage >= repb.ExecutionStage_EXECUTING
+			})
+			if len(victims) == 0 {
+				continue
+			}
+			for _, l := range victims {
+				s.preemptLeaseLocked(l, reason)
+			}
+			deficit--
+		}
+		if deficit > 0 && queued > 0 {
+			victims := s.chooseVictimsLocked(k, min(deficit, queued), func(l *lease) bool {
+				for _, b := range runnable {
+					if l.worker.serves(b.instance) && l.worker.matches(b) {
+						return true
+					}
+				}
+				return false
+			})
+			for _, l := range victims {
+				s.preemptLeaseLocked(l, reason)
+			}
 		}
 		s.ten.starving[k] = now
 	}
+}
+
+// runningLocked counts, per (instance, cohort), the leases whose action
+// runs (holds cores), and lists the leases whose action has not started
+// and cannot: running actions hold so many of its worker's cores that
+// those it needs are not free.
+func (s *Scheduler) runningLocked() (running map[quotaKey]int, stuck map[quotaKey][]*lease) {
+	running = map[quotaKey]int{}
+	busy := map[*worker]int{} // cores held by running actions
+	for _, l := range s.leases {
+		if l.cohort == "" || l.preempted || l.stage < repb.ExecutionStage_EXECUTING {
+			continue
+		}
+		running[quotaKey{l.task.Instance, l.cohort}]++
+		busy[l.worker] += leaseCores(l)
+	}
+	for _, l := range s.leases {
+		if l.cohort == "" || l.preempted || l.stage >= repb.ExecutionStage_EXECUTING {
+			continue
+		}
+		if busy[l.worker]+leaseCores(l) > max(l.worker.info.Platform.Cores, 1) {
+			if stuck == nil {
+				stuck = map[quotaKey][]*lease{}
+			}
+			k := quotaKey{l.task.Instance, l.cohort}
+			stuck[k] = append(stuck[k], l)
+		}
+	}
+	for _, ls := range stuck {
+		// Longest held first: the order does not depend on map iteration.
+		sort.Slice(ls, func(i, j int) bool { return ls[i].started.Before(ls[j].started) || ls[i].started.Equal(ls[j].started) && ls[i].id < ls[j].id })
+	}
+	return running, stuck
+}
+
+// leaseCores is the cores l's action holds on its worker once it runs:
+// its min-cores, at least 1, at most the worker's.
+func leaseCores(l *lease) int {
+	return min(max(l.task.Req.Cores, 1), max(l.worker.info.Platform.Cores, 1))
 }
 
 // freeSlotForLocked reports whether a parked poll of the cohort could take
@@ -402,24 +486,20 @@ func (s *Scheduler) freeSlotForLocked(cohort string, bs []*bucket) bool {
 }
 
 // chooseVictimsLocked picks up to n leases on cohort k.cohort, of other
-// instances above their min, on workers that could run the starving
-// instance's work.
-func (s *Scheduler) chooseVictimsLocked(k quotaKey, n int, runnable []*bucket) []*lease {
+// instances above their min, among those fits accepts (on workers that
+// could run the starving instance's work), with the not-started leases of
+// such instances on the victims' workers.
+func (s *Scheduler) chooseVictimsLocked(k quotaKey, n int, fits func(*lease) bool) []*lease {
 	usage := map[string]int{}
-	var cands []*lease
+	var cands, others []*lease
 	for _, l := range s.leases {
 		if l.cohort != k.cohort || l.task.Instance == k.instance || l.preempted {
 			continue
 		}
-		fits := false
-		for _, b := range runnable {
-			if l.worker.serves(b.instance) && l.worker.matches(b) {
-				fits = true
-				break
-			}
-		}
-		if fits {
+		if fits(l) {
 			cands = append(cands, l)
+		} else if l.stage < repb.ExecutionStage_EXECUTING {
+			others = append(others, l)
 		}
 		usage[l.task.Instance] = s.ten.usage[quotaKey{l.task.Instance, k.cohort}]
 	}
@@ -467,12 +547,14 @@ func (s *Scheduler) chooseVictimsLocked(k quotaKey, n int, runnable []*bucket) [
 		// Actions the victim's worker holds but has not started (waiting
 		// for its cores) would take the freed core first: they go too,
 		// which costs no work.
-		for i, c := range cands {
-			if c != nil && c.worker == l.worker && c.stage < repb.ExecutionStage_EXECUTING &&
-				usage[c.task.Instance] > s.ten.min(c.task.Instance, k.cohort) {
-				cands[i] = nil
-				usage[c.task.Instance]--
-				out = append(out, c)
+		for _, list := range [][]*lease{cands, others} {
+			for i, c := range list {
+				if c != nil && c.worker == l.worker && c.stage < repb.ExecutionStage_EXECUTING &&
+					usage[c.task.Instance] > s.ten.min(c.task.Instance, k.cohort) {
+					list[i] = nil
+					usage[c.task.Instance]--
+					out = append(out, c)
+				}
 			}
 		}
 	}

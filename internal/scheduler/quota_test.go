@@ -266,3 +266,103 @@ func TestQuotaValidation(t *testing.T) {
 		t.Error("delete should report whether a quota existed")
 	}
 }
+
+// heldSetup: flood runs on w (cores cores); then small (min 1) is
+// submitted and w's pipeline takes it ahead of its cores. It returns the
+// flood's lease and small's.
+func heldSetup(t *testing.T, cores int) (*Scheduler, *fakeClock, *Assignment, *Assignment, *[]Event) {
+	t.Helper()
+	s, clk := newQueueTest(t, tenancyConfig)
+	var preempted []Event
+	s.OnEvent(func(e Event) {
+		if e.Kind == EventPreempted {
+			preempted = append(preempted, e)
+		}
+	})
+	s.RegisterWorker(WorkerInfo{ID: "w", Platform: platform.Worker{Cores: cores, AllowUnmatched: true,
+		Properties: platform.Properties{{Name: "ISA", Value: "x86-64"}, {Name: "OSFamily", Value: "linux"}}}})
+	if _, err := s.SetQuota(Quota{Instance: "small", Cohort: "x86", Min: 1, Max: -1}); err != nil {
+		t.Fatal(err)
+	}
+	submitIn(t, s, "flood", "0")
+	submitIn(t, s, "flood", "1")
+	f := pollNow(t, s, "w", 1)
+	if f == nil || f.Task.Instance != "flood" {
+		t.Fatalf("flood did not start: %+v", f)
+	}
+	if _, err := s.Heartbeat("w", []LeaseReport{{LeaseID: f.LeaseID, Stage: repb.ExecutionStage_EXECUTING}}); err != nil {
+		t.Fatal(err)
+	}
+	submitIn(t, s, "small", "quick")
+	h := pollNow(t, s, "w", 1) // the pipeline fetches ahead
+	if h == nil || h.Task.Instance != "small" {
+		t.Fatalf("the worker's next action is %+v, want small's (below its min)", h)
+	}
+	return s, clk, f, h, &preempted
+}
+
+// TestHeldActionBelowMinPreemptsOnItsWorker: an instance below its min
+// whose action a worker holds but cannot start, because an over-quota
+// action holds the worker's only core, is starving as if its action were
+// queued: after the delay the running action on that worker is
+// pre-empted, and the held one gets the core.
+func TestHeldActionBelowMinPreemptsOnItsWorker(t *testing.T) {
+	s, clk, f, h, preempted := heldSetup(t, 1)
+	reports := []LeaseReport{{LeaseID: f.LeaseID, Stage: repb.ExecutionStage_EXECUTING}, {LeaseID: h.LeaseID, Stage: repb.ExecutionStage_QUEUED}}
+	start := clk.Now()
+	for clk.Now().Sub(start) < 10*time.Second-250*time.Millisecond {
+		clk.Advance(250 * time.Millisecond)
+		if _, err := s.Heartbeat("w", reports); err != nil {
+			t.Fatal(err)
+		}
+		s.Tick()
+	}
+	if len(*preempted) != 0 {
+		t.Fatalf("pre-empted before the delay: %v", *preempted)
+	}
+	clk.Advance(500 * time.Millisecond)
+	s.Heartbeat("w", reports)
+	s.Tick()
+	if len(*preempted) != 1 || (*preempted)[0].Task != f.Task.ID {
+		t.Fatalf("pre-emptions %+v, want the flood's running action", *preempted)
+	}
+	cmds, _ := s.Heartbeat("w", reports)
+	if len(cmds) != 1 || cmds[0].Kind != CommandCancel || cmds[0].LeaseID != f.LeaseID || !strings.Contains(cmds[0].Reason, "min_quota") {
+		t.Fatalf("worker commands %+v, want CANCEL of the flood's lease", cmds)
+	}
+	// The worker stops the victim and runs small's action.
+	s.Heartbeat("w", []LeaseReport{{LeaseID: h.LeaseID, Stage: repb.ExecutionStage_EXECUTING}})
+	s.Complete("w", h.LeaseID, okResponse())
+	if st := state(t, s, h.Task.ops[0].Name); !st.Done {
+		t.Fatalf("small's operation: %+v", st)
+	}
+	// The victim is queued again, first of the flood's.
+	if a := pollNow(t, s, "w", 1); a == nil || a.Task != f.Task {
+		t.Fatalf("next on w: %+v, want the pre-empted action", a)
+	}
+	for i := 0; i < 40; i++ {
+		clk.Advance(time.Second)
+		keepAlive(t, s, "w")
+		s.Tick()
+	}
+	if len(*preempted) != 1 {
+		t.Errorf("%d pre-emptions in all, want 1", len(*preempted))
+	}
+}
+
+// TestHeldActionWithAFreeCoreWaits: a held action whose worker has a
+// free core for it (it is still fetching its inputs) is not starving.
+func TestHeldActionWithAFreeCoreWaits(t *testing.T) {
+	s, clk, f, h, preempted := heldSetup(t, 2)
+	reports := []LeaseReport{{LeaseID: f.LeaseID, Stage: repb.ExecutionStage_EXECUTING}, {LeaseID: h.LeaseID, Stage: repb.ExecutionStage_QUEUED}}
+	for i := 0; i < 30; i++ {
+		clk.Advance(time.Second)
+		if _, err := s.Heartbeat("w", reports); err != nil {
+			t.Fatal(err)
+		}
+		s.Tick()
+	}
+	if len(*preempted) != 0 {
+		t.Fatalf("pre-empted although the worker had a free core: %+v", *preempted)
+	}
+}
