@@ -458,7 +458,9 @@ func (s *Scheduler) runningLocked() (running map[quotaKey]int, stuck map[quotaKe
 	}
 	for _, ls := range stuck {
 		// Longest held first: the order does not depend on map iteration.
-		sort.Slice(ls, func(i, j int) bool { return ls[i].started.Before(ls[j].started) || ls[i].started.Equal(ls[j].started) && ls[i].id < ls[j].id })
+		sort.Slice(ls, func(i, j int) bool {
+			return ls[i].started.Before(ls[j].started) || ls[i].started.Equal(ls[j].started) && ls[i].id < ls[j].id
+		})
 	}
 	return running, stuck
 }
