@@ -583,7 +583,7 @@ func (n *FrontendNode) Run(ctx context.Context) error {
 	if n.cfg.Worker.Enabled {
 		workerDone = make(chan error, 1)
 		dial := func() (*grpc.ClientConn, error) { return n.sec.dialEmbedded(n.GRPCAddr()) }
-		go func() { workerDone <- runWorker(ctx, dial, n.cfg, n.log, n.obs.embeddedWorker) }()
+		go func() { workerDone <- runEmbedded(ctx, dial, n.cfg, n.log, n.obs.embeddedWorker) }()
 	}
 	var err error
 	select {

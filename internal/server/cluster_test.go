@@ -343,3 +343,61 @@ func TestServeOnPostgresLeads(t *testing.T) {
 	f.stop()
 	startFarm(t, mod)
 }
+
+// A frontend keeps serving when an operator terminates its embedded
+// worker, as gantry serve (role all) does: the worker leaves, the node
+// does not exit.
+func TestFrontendKeepsServingWithoutItsTerminatedWorker(t *testing.T) {
+	dsn := pgtest.Start(t)
+	log := quietLogger()
+	scfg := clusterConfig(t, config.RoleScheduler, dsn)
+	fcfg := clusterConfig(t, config.RoleFrontend, dsn)
+	fcfg.Worker.Enabled = true
+	fcfg.Worker.ID = "fe-emb"
+	fcfg.Worker.Cores = 1
+	fe, err := NewFrontendNode(fcfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe.leaders.wait = 300 * time.Millisecond
+	feRun := runNode(t, fe)
+	scfg.Cluster.CAS = fe.GRPCAddr()
+	s, err := NewSchedulerNode(scfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runNode(t, s)
+	conn, err := client.Dial(fe.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := adminpb.NewAdminClient(conn)
+	registered := func() bool {
+		resp, err := admin.ListWorkers(ctx, &adminpb.ListWorkersRequest{})
+		if err != nil {
+			return false // no leader yet
+		}
+		for _, w := range resp.Workers {
+			if w.WorkerId == "fe-emb" {
+				return true
+			}
+		}
+		return false
+	}
+	clusterWaitFor(t, "the frontend's worker to register with the leader", registered)
+	if _, err := admin.TerminateWorker(ctx, &adminpb.WorkerControlRequest{WorkerId: "fe-emb", Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	clusterWaitFor(t, "the terminated worker to leave", func() bool { return !registered() })
+	select {
+	case <-feRun.done:
+		t.Fatalf("the frontend exited when its worker was terminated: %v", feRun.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if _, err := repb.NewCapabilitiesClient(conn).GetCapabilities(ctx, &repb.GetCapabilitiesRequest{}); err != nil {
+		t.Fatalf("the frontend after its worker was terminated: %v", err)
+	}
+}

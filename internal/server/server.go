@@ -345,12 +345,18 @@ func (s *Server) Run(ctx context.Context) error {
 // runEmbeddedWorker runs a worker in this process that reaches the
 // scheduler over the server's own gRPC port, like any other worker.
 func (s *Server) runEmbeddedWorker(ctx context.Context) error {
-	err := runWorker(ctx, func() (*grpc.ClientConn, error) { return s.sec.dialEmbedded(s.GRPCAddr()) }, s.cfg, s.log, s.obs.embeddedWorker)
+	return runEmbedded(ctx, func() (*grpc.ClientConn, error) { return s.sec.dialEmbedded(s.GRPCAddr()) }, s.cfg, s.log, s.obs.embeddedWorker)
+}
+
+// runEmbedded runs a process's embedded worker until ctx ends. When an
+// operator terminates the worker, the process keeps serving without it:
+// runEmbedded then waits for ctx and returns nil.
+func runEmbedded(ctx context.Context, dial func() (*grpc.ClientConn, error), cfg config.Config, log *slog.Logger, prepare func(*worker.Worker) error) error {
+	err := runWorker(ctx, dial, cfg, log, prepare)
 	if err != nil || ctx.Err() != nil {
 		return err
 	}
-	// Terminated by an operator: the server itself keeps serving.
-	s.log.Info("the embedded worker was terminated; the server keeps running without it (restart the server to get it back)", "worker", s.cfg.Worker.ID)
+	log.Info("the embedded worker was terminated; the server keeps running without it (restart the server to get it back)", "worker", cfg.Worker.ID)
 	<-ctx.Done()
 	return nil
 }
