@@ -105,11 +105,7 @@ func TestClusterFailover(t *testing.T) {
 	clusterWaitFor(t, "the first scheduler to lead", a.Leading)
 	rb := runNode(t, b)
 
-	conn, err := client.Dial(fe.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := mustDial(t, fe.GRPCAddr())
 	// A quota set through the frontend (Admin is forwarded) is stored
 	// in PostgreSQL, so the next leader has it.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -241,11 +237,7 @@ func TestFrontendForwarding(t *testing.T) {
 	}
 	fe.leaders.wait = 300 * time.Millisecond
 	runNode(t, fe)
-	conn, err := client.Dial(fe.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := mustDial(t, fe.GRPCAddr())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -367,11 +359,7 @@ func TestFrontendKeepsServingWithoutItsTerminatedWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	runNode(t, s)
-	conn, err := client.Dial(fe.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := mustDial(t, fe.GRPCAddr())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	admin := adminpb.NewAdminClient(conn)

@@ -15,6 +15,25 @@ import (
 	"github.com/gantry-build/gantry/internal/digest"
 )
 
+// floodTime is how long each flood action runs (they are cancelled at
+// the end of a test).
+const floodTime = 60 * time.Second
+
+// startFlood runs n long actions of instance "flood" in the background;
+// the returned function cancels them and waits for their calls to end.
+func startFlood(ctx context.Context, execute func(context.Context, string, *repb.Command) (*repb.ExecuteResponse, error), n int) (stop func()) {
+	floodCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			execute(floodCtx, "flood", shCmd(fmt.Sprintf("sleep %d; echo flood %d", int(floodTime.Seconds()), i)))
+		}()
+	}
+	return func() { cancel(); wg.Wait() }
+}
+
 // quotaFarm is a farm whose worker (two cores) is in cohort x86, with a
 // pre-emption delay of 1 s and min_quota 1 for instance "small", and a
 // function that runs a command on an instance.
@@ -43,17 +62,7 @@ func TestMinQuotaPreemptsFlood(t *testing.T) {
 	f, admin, execute := quotaFarm(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	const floodTime = 60 * time.Second
-	floodCtx, stopFlood := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			execute(floodCtx, "flood", shCmd(fmt.Sprintf("sleep %d; echo flood %d", int(floodTime.Seconds()), i)))
-		}()
-	}
-	defer func() { stopFlood(); wg.Wait() }()
+	defer startFlood(ctx, execute, 4)()
 	// Wait until the flood holds both slots.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -115,17 +124,7 @@ func TestMinQuotaPreemptsForActionHeldByTheWorker(t *testing.T) {
 	f, admin, execute := quotaFarm(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	const floodTime = 60 * time.Second
-	floodCtx, stopFlood := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for i := 0; i < 2; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			execute(floodCtx, "flood", shCmd(fmt.Sprintf("sleep %d; echo flood %d", int(floodTime.Seconds()), i)))
-		}()
-	}
-	defer func() { stopFlood(); wg.Wait() }()
+	defer startFlood(ctx, execute, 2)()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		st, err := admin.GetQuota(ctx, &adminpb.GetQuotaRequest{InstanceName: "flood", Cohort: "x86"})
 		if err != nil {
