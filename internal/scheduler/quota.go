@@ -347,26 +347,30 @@ func (s *Scheduler) leaseUsageLocked(l *lease, delta int) {
 // (its pipeline fetches ahead of its cores) are taken back with it, so
 // that the freed core goes to the starving instance.
 //
-// Only running actions count toward the min here: an action of the
-// instance that a worker holds but cannot start, because running actions
-// hold all the worker's cores, waits as queued work does, and its victim
-// is a running action on that same worker. Work waits if it is queued
-// with no free slot of the cohort to take it, or held like that.
+// An action of the instance that a worker holds but cannot start, because
+// running actions hold all that worker's cores, does not count toward the
+// min: it waits as queued work does, and its victim is a running action on
+// that same worker. (One still fetching its inputs on a worker with a free
+// core counts: it will run.) Work waits if it is queued with no free slot
+// of the cohort to take it, or held like that.
 func (s *Scheduler) preemptLocked(now time.Time) {
 	if len(s.ten.quotas) == 0 {
 		return
 	}
-	var running map[quotaKey]int
 	var stuck map[quotaKey][]*lease
+	found := false
 	for k, q := range s.ten.quotas {
 		if q.Min <= 0 {
 			delete(s.ten.starving, k)
 			continue
 		}
-		if running == nil {
-			running, stuck = s.runningLocked()
+		if !found {
+			stuck, found = s.stuckLocked(), true
 		}
-		deficit := q.Min - running[k]
+		held := stuck[k]
+		// Leases count toward the min, but for those that cannot start:
+		// one still fetching inputs on a worker with a free core will run.
+		deficit := q.Min - (s.ten.usage[k] - len(held))
 		if deficit <= 0 {
 			delete(s.ten.starving, k)
 			continue
@@ -383,7 +387,6 @@ func (s *Scheduler) preemptLocked(now time.Time) {
 			// A parked poll takes the queued work now.
 			queued = 0
 		}
-		held := stuck[k]
 		if queued == 0 && len(held) == 0 {
 			delete(s.ten.starving, k)
 			continue
@@ -430,20 +433,17 @@ func (s *Scheduler) preemptLocked(now time.Time) {
 	}
 }
 
-// runningLocked counts, per (instance, cohort), the leases whose action
-// runs (holds cores), and lists the leases whose action has not started
-// and cannot: running actions hold so many of its worker's cores that
-// those it needs are not free.
-func (s *Scheduler) runningLocked() (running map[quotaKey]int, stuck map[quotaKey][]*lease) {
-	running = map[quotaKey]int{}
+// stuckLocked lists, per (instance, cohort), the leases whose action has
+// not started and cannot: running actions hold so many of its worker's
+// cores that those it needs are not free.
+func (s *Scheduler) stuckLocked() map[quotaKey][]*lease {
 	busy := map[*worker]int{} // cores held by running actions
 	for _, l := range s.leases {
-		if l.cohort == "" || l.preempted || l.stage < repb.ExecutionStage_EXECUTING {
-			continue
+		if !l.preempted && l.stage >= repb.ExecutionStage_EXECUTING {
+			busy[l.worker] += leaseCores(l)
 		}
-		running[quotaKey{l.task.Instance, l.cohort}]++
-		busy[l.worker] += leaseCores(l)
 	}
+	var stuck map[quotaKey][]*lease
 	for _, l := range s.leases {
 		if l.cohort == "" || l.preempted || l.stage >= repb.ExecutionStage_EXECUTING {
 			continue
@@ -462,7 +462,7 @@ func (s *Scheduler) runningLocked() (running map[quotaKey]int, stuck map[quotaKe
 			return ls[i].started.Before(ls[j].started) || ls[i].started.Equal(ls[j].started) && ls[i].id < ls[j].id
 		})
 	}
-	return running, stuck
+	return stuck
 }
 
 // leaseCores is the cores l's action holds on its worker once it runs:

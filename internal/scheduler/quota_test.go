@@ -366,3 +366,36 @@ func TestHeldActionWithAFreeCoreWaits(t *testing.T) {
 		t.Fatalf("pre-empted although the worker had a free core: %+v", *preempted)
 	}
 }
+
+// TestFetchingActionCountsTowardMin: an instance whose action a worker is
+// preparing on a free core holds its min already; its further queued work
+// does not pre-empt anyone.
+func TestFetchingActionCountsTowardMin(t *testing.T) {
+	s, clk := newQueueTest(t, tenancyConfig)
+	n := 0
+	s.OnEvent(func(e Event) {
+		if e.Kind == EventPreempted {
+			n++
+		}
+	})
+	x86Worker(s, "w1")
+	x86Worker(s, "w2")
+	s.SetQuota(Quota{Instance: "small", Cohort: "x86", Min: 1, Max: -1})
+	submitIn(t, s, "flood", "1")
+	f := pollNow(t, s, "w1", 1)
+	submitIn(t, s, "small", "a")
+	submitIn(t, s, "small", "b")
+	a := pollNow(t, s, "w2", 1) // small's first action: w2 fetches its inputs
+	if f == nil || a == nil || a.Task.Instance != "small" {
+		t.Fatalf("leases %+v, %+v", f, a)
+	}
+	for i := 0; i < 30; i++ {
+		clk.Advance(time.Second)
+		s.Heartbeat("w1", []LeaseReport{{LeaseID: f.LeaseID, Stage: repb.ExecutionStage_EXECUTING}})
+		s.Heartbeat("w2", []LeaseReport{{LeaseID: a.LeaseID, Stage: repb.ExecutionStage_QUEUED}})
+		s.Tick()
+	}
+	if n != 0 {
+		t.Fatalf("%d pre-emptions while small's action was being prepared on a free core", n)
+	}
+}
