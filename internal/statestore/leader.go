@@ -75,9 +75,13 @@ func (p *Postgres) Lead(ctx context.Context, address string) (term int64, lost <
 	if l == nil {
 		return 0, nil, ErrClosed
 	}
-	err = l.conn.QueryRow(ctx, `INSERT INTO gantry_leader (one, term, address, since) VALUES (true, 1, $1, now())
+	// On the lock's own session (its health check shares it): the term
+	// is taken only while the lock is held.
+	err = l.use(ctx, 0, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `INSERT INTO gantry_leader (one, term, address, since) VALUES (true, 1, $1, now())
 		ON CONFLICT (one) DO UPDATE SET term = gantry_leader.term + 1, address = EXCLUDED.address, since = EXCLUDED.since
 		RETURNING term`, address).Scan(&term)
+	})
 	if err != nil {
 		p.depose(l)
 		return 0, nil, fmt.Errorf("statestore: starting a leader term: %w", err)

@@ -91,3 +91,31 @@ func TestPostgresLeaderFencing(t *testing.T) {
 	default:
 	}
 }
+
+// The leadership session's health check and the leader's own statements
+// (taking the term) share one connection, which serves one call at a
+// time: they must take turns. With a check every millisecond, overlapping
+// calls fail ("conn busy") and end the leadership at once.
+func TestLeadWhileHealthChecked(t *testing.T) {
+	dsn := pgtest.Start(t)
+	old := pingInterval
+	pingInterval = time.Millisecond
+	defer func() { pingInterval = old }()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := 0; i < 20; i++ {
+		p := openPostgres(t, dsn)
+		_, lost, err := p.Lead(ctx, "a:1")
+		if err != nil {
+			t.Fatalf("round %d: Lead: %v", i, err)
+		}
+		select {
+		case <-lost:
+			t.Fatalf("round %d: the leadership ended although its session is healthy", i)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -42,9 +42,11 @@ const (
 	leaderLockKey = 0x67616e747279 + 1
 	// commitTimeout bounds one commit transaction.
 	commitTimeout = 30 * time.Second
-	// pingInterval is how often the leadership connection is checked.
-	pingInterval = 500 * time.Millisecond
 )
+
+// pingInterval is how often the leadership connection is checked (a
+// variable for tests).
+var pingInterval = 500 * time.Millisecond
 
 // ErrNotLeader is returned by TryLead when another session holds the
 // leadership.
@@ -243,6 +245,9 @@ func (e errCallback) Error() string { return e.err.Error() }
 func (p *Postgres) Commits() uint64 { return p.commits.Load() }
 
 type leadership struct {
+	// conn is the lock's session. A pgx.Conn serves one call at a time:
+	// connMu serialises the health check and the leader's own statements.
+	connMu   sync.Mutex
 	conn     *pgx.Conn
 	lost     chan struct{}
 	stop     chan struct{}
@@ -297,22 +302,34 @@ func (l *leadership) watch() {
 	for {
 		select {
 		case <-l.stop:
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			l.conn.Close(ctx)
-			cancel()
+			l.close(5 * time.Second)
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := l.conn.Ping(ctx)
-		cancel()
+		err := l.use(context.Background(), 2*time.Second, func(ctx context.Context, conn *pgx.Conn) error { return conn.Ping(ctx) })
 		if err != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			l.conn.Close(ctx)
-			cancel()
+			l.close(time.Second)
 			return
 		}
 	}
+}
+
+// use runs fn on the leadership connection, alone, with ctx bounded by
+// timeout (0: ctx as it is).
+func (l *leadership) use(ctx context.Context, timeout time.Duration, fn func(context.Context, *pgx.Conn) error) error {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	l.connMu.Lock()
+	defer l.connMu.Unlock()
+	return fn(ctx, l.conn)
+}
+
+// close closes the leadership connection, ending the session and its lock.
+func (l *leadership) close(timeout time.Duration) {
+	l.use(context.Background(), timeout, func(ctx context.Context, conn *pgx.Conn) error { return conn.Close(ctx) })
 }
 
 // Close waits for the batches already passed to Apply to commit, gives up
