@@ -221,8 +221,25 @@ func (s *Scheduler) flush(ctx context.Context) {
 		batch = append(batch, op.mutation())
 	}
 	if len(batch) == 0 {
-		j.record(seq, nil)
-		s.notifyStored()
+		// Nothing changed since the last flush, whose commit may still be
+		// running: seq is stored when that commit is, not before (else a
+		// result it holds would show as stored, and a crash lose it).
+		select {
+		case <-j.prev:
+			j.record(seq, nil)
+			s.notifyStored()
+		default:
+			prev, mine := j.prev, make(chan struct{})
+			j.prev = mine
+			j.inflight.Add(1)
+			go func() {
+				defer j.inflight.Done()
+				defer close(mine)
+				<-prev
+				j.record(seq, nil)
+				s.notifyStored()
+			}()
+		}
 		return
 	}
 	p, ok := j.store.(statestore.Pipeliner)
