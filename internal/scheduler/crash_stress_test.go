@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -41,6 +40,18 @@ func copyDir(t *testing.T, src string) string {
 		out.Close()
 	}
 	return dst
+}
+
+// restoreCopy restores a scheduler from a copied state directory; done
+// stops it and closes the store.
+func restoreCopy(t *testing.T, dir string, clk *fakeClock) (s *Scheduler, done func()) {
+	t.Helper()
+	store, err := statestore.OpenEmbedded(dir)
+	if err != nil {
+		t.Fatalf("reopening a killed state directory: %v", err)
+	}
+	s, stop := durableTest(t, store, clk)
+	return s, func() { stop(); store.Close() }
 }
 
 // TestKillKeepsEveryResultShown runs actions on the embedded store while
@@ -122,15 +133,7 @@ func TestKillKeepsEveryResultShown(t *testing.T) {
 		mu.Unlock()
 		copied := copyDir(t, dir)
 		kills++
-		restored, err := statestore.OpenEmbedded(copied)
-		if err != nil {
-			t.Fatalf("kill %d: reopening: %v", kills, err)
-		}
-		s2 := New(Config{HeartbeatTimeout: 10 * time.Second, CallerGrace: time.Hour, MaxAttempts: 3, Retention: time.Hour}, clk)
-		ctx, cancel := context.WithCancel(context.Background())
-		if err := s2.Attach(ctx, restored); err != nil {
-			t.Fatalf("kill %d: restoring: %v", kills, err)
-		}
+		s2, stop2 := restoreCopy(t, copied, clk)
 		for _, op := range shown {
 			st, _, err := s2.Watch(op)
 			if err != nil || !st.Done {
@@ -148,9 +151,7 @@ func TestKillKeepsEveryResultShown(t *testing.T) {
 			}
 			s2.mu.Unlock()
 		}
-		cancel()
-		<-s2.Stopped()
-		restored.Close()
+		stop2()
 		if t.Failed() {
 			break
 		}
@@ -158,21 +159,11 @@ func TestKillKeepsEveryResultShown(t *testing.T) {
 		case <-done:
 			wg.Wait()
 			for _, k := range atShow {
-				restored, err := statestore.OpenEmbedded(k.dir)
-				if err != nil {
-					t.Fatalf("reopening a kill at a result's showing: %v", err)
-				}
-				s2 := New(Config{HeartbeatTimeout: 10 * time.Second, CallerGrace: time.Hour, MaxAttempts: 3, Retention: time.Hour}, clk)
-				ctx, cancel := context.WithCancel(context.Background())
-				if err := s2.Attach(ctx, restored); err != nil {
-					t.Fatal(err)
-				}
+				s2, stop2 := restoreCopy(t, k.dir, clk)
 				if st, _, err := s2.Watch(k.op); err != nil || !st.Done {
-					t.Errorf("killed the moment %s showed done: after the restore %+v %v (log bytes %d..%d at the copy, %d restored)", k.op, st, err, k.before, k.after, restored.Stats().LogBytes)
+					t.Errorf("killed the moment %s showed done: after the restore %+v %v (log bytes %d..%d at the copy)", k.op, st, err, k.before, k.after)
 				}
-				cancel()
-				<-s2.Stopped()
-				restored.Close()
+				stop2()
 			}
 			t.Logf("%d kills, %d results shown, %d kills the moment one showed", kills, len(shown), len(atShow))
 			// The copies are not atomic: a compaction (new log, snapshot,

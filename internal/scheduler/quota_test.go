@@ -186,14 +186,20 @@ func TestStarvingInstancePreemptsAfterDelay(t *testing.T) {
 	}
 }
 
-func TestNoPreemptionWhileASlotIsFree(t *testing.T) {
-	s, clk := newQueueTest(t, tenancyConfig)
+// countPreemptions counts s's pre-emption events from now on.
+func countPreemptions(s *Scheduler) *int {
 	n := 0
 	s.OnEvent(func(e Event) {
 		if e.Kind == EventPreempted {
 			n++
 		}
 	})
+	return &n
+}
+
+func TestNoPreemptionWhileASlotIsFree(t *testing.T) {
+	s, clk := newQueueTest(t, tenancyConfig)
+	n := countPreemptions(s)
 	x86Worker(s, "w1")
 	x86Worker(s, "w2")
 	x86Worker(s, "w3")
@@ -210,8 +216,8 @@ func TestNoPreemptionWhileASlotIsFree(t *testing.T) {
 		waitForWaiters(s, 0)
 		s.Tick()
 	}
-	if n != 0 {
-		t.Fatalf("%d pre-emptions with a free slot", n)
+	if *n != 0 {
+		t.Fatalf("%d pre-emptions with a free slot", *n)
 	}
 	if a := pollNow(t, s, "w3", 1); a == nil || a.Task.Instance != "small" {
 		t.Fatalf("free slot got %+v", a)
@@ -372,12 +378,7 @@ func TestHeldActionWithAFreeCoreWaits(t *testing.T) {
 // does not pre-empt anyone.
 func TestFetchingActionCountsTowardMin(t *testing.T) {
 	s, clk := newQueueTest(t, tenancyConfig)
-	n := 0
-	s.OnEvent(func(e Event) {
-		if e.Kind == EventPreempted {
-			n++
-		}
-	})
+	n := countPreemptions(s)
 	x86Worker(s, "w1")
 	x86Worker(s, "w2")
 	s.SetQuota(Quota{Instance: "small", Cohort: "x86", Min: 1, Max: -1})
@@ -395,7 +396,7 @@ func TestFetchingActionCountsTowardMin(t *testing.T) {
 		s.Heartbeat("w2", []LeaseReport{{LeaseID: a.LeaseID, Stage: repb.ExecutionStage_QUEUED}})
 		s.Tick()
 	}
-	if n != 0 {
-		t.Fatalf("%d pre-emptions while small's action was being prepared on a free core", n)
+	if *n != 0 {
+		t.Fatalf("%d pre-emptions while small's action was being prepared on a free core", *n)
 	}
 }
