@@ -229,16 +229,7 @@ func (s *Scheduler) flush(ctx context.Context) {
 			j.record(seq, nil)
 			s.notifyStored()
 		default:
-			prev, mine := j.prev, make(chan struct{})
-			j.prev = mine
-			j.inflight.Add(1)
-			go func() {
-				defer j.inflight.Done()
-				defer close(mine)
-				<-prev
-				j.record(seq, nil)
-				s.notifyStored()
-			}()
+			s.reportInOrder(seq, nil)
 		}
 		return
 	}
@@ -249,14 +240,27 @@ func (s *Scheduler) flush(ctx context.Context) {
 		return
 	}
 	wait, err := p.Enqueue(context.WithoutCancel(ctx), batch)
+	s.reportInOrder(seq, func() error {
+		if err != nil {
+			return err
+		}
+		return wait(context.Background())
+	})
+}
+
+// reportInOrder records seq with the outcome of wait (nil: none to wait
+// for) once it is known and every earlier flush is recorded.
+func (s *Scheduler) reportInOrder(seq uint64, wait func() error) {
+	j := s.jr
 	prev, mine := j.prev, make(chan struct{})
 	j.prev = mine
 	j.inflight.Add(1)
 	go func() {
 		defer j.inflight.Done()
 		defer close(mine)
-		if err == nil {
-			err = wait(context.Background())
+		var err error
+		if wait != nil {
+			err = wait()
 		}
 		<-prev // report in flush order
 		j.record(seq, err)
