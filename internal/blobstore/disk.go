@@ -60,6 +60,13 @@ type Disk struct {
 	// file is being removed, outside the lock; the channel is closed when
 	// that is over. A digest is never both indexed and busy.
 	busy map[digest.Digest]chan struct{}
+	// removers bounds the evictions being removed in the background (see
+	// removeSoon); removing counts them.
+	removers chan struct{}
+	removing sync.WaitGroup
+	// removeHook, if set (by tests), runs before evicted files are
+	// unlinked, with whether that happens in the background.
+	removeHook func(background bool)
 
 	// pmu serialises appends to the current segment and guards the list
 	// of segments. Lock order: mu before pmu.
@@ -117,6 +124,7 @@ func NewDisk(dir string, opts DiskOptions) (*Disk, error) {
 		lru:       list.New(),
 		index:     make(map[digest.Digest]*entry),
 		busy:      make(map[digest.Digest]chan struct{}),
+		removers:  make(chan struct{}, backgroundRemovals),
 	}
 	switch {
 	case s.packMax == 0:
@@ -391,8 +399,49 @@ func (s *Disk) release(d digest.Digest, e *entry) {
 	s.mu.Lock()
 	ev := s.releaseLocked(d, e)
 	s.mu.Unlock()
+	s.removeSoon(ev)
+}
+
+// backgroundRemovals bounds the evictions unlinked in the background at
+// once; beyond it, the caller unlinks them itself.
+const backgroundRemovals = 2
+
+// removeSoon is remove for evictions a new blob caused: their files are
+// unlinked in the background, so that the upload that filled the store
+// does not wait for the removal of older blobs (unlinking a large file
+// drops its page cache and frees its blocks, tens of milliseconds for
+// hundreds of MiB). The evicted digests stay busy until their files are
+// gone, so a new copy of one waits and is not unlinked by mistake. When
+// backgroundRemovals are already under way the caller removes its own,
+// which keeps a store under a storm of evictions from piling them up.
+func (s *Disk) removeSoon(ev evictions) {
+	if len(ev.files) == 0 {
+		s.remove(ev)
+		return
+	}
+	select {
+	case s.removers <- struct{}{}:
+		s.removing.Add(1)
+		go func() {
+			defer s.removing.Done()
+			s.removeFiles(ev, true)
+			<-s.removers
+		}()
+	default:
+		s.removeFiles(ev, false)
+	}
+}
+
+// removeFiles is remove, running removeHook first.
+func (s *Disk) removeFiles(ev evictions, background bool) {
+	if s.removeHook != nil {
+		s.removeHook(background)
+	}
 	s.remove(ev)
 }
+
+// settle waits for the evictions being removed in the background.
+func (s *Disk) settle() { s.removing.Wait() }
 
 // releaseLocked is release with s.mu held; the caller must pass what it
 // returns to remove once it has released the lock.

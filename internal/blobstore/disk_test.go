@@ -217,3 +217,106 @@ func TestDiskDamagedBehindItsBack(t *testing.T) {
 		t.Errorf("after re-put: %d bytes, %v", len(got), err)
 	}
 }
+
+// An upload that fills the store returns without waiting for the evicted
+// files to be unlinked; at most backgroundRemovals are unlinked in the
+// background, further evictions by their caller; and a blob stored again
+// while its evicted file is still being removed keeps its new file.
+func TestDiskEvictionRemovesInTheBackground(t *testing.T) {
+	ctx := context.Background()
+	const size = 256 << 10
+	s := openDisk(t, t.TempDir(), size*5/2) // two blobs fit
+	gate := make(chan struct{})
+	removals := make(chan bool, 10) // each removal: whether in the background
+	s.removeHook = func(background bool) {
+		removals <- background
+		if background {
+			<-gate
+		}
+	}
+	// removal waits for the next removal to start and says where it runs.
+	removal := func() bool {
+		t.Helper()
+		select {
+		case bg := <-removals:
+			return bg
+		case <-time.After(30 * time.Second):
+			t.Fatal("no removal started after an eviction")
+			return false
+		}
+	}
+	data := map[string][]byte{}
+	ds := map[string]digest.Digest{}
+	// put stores blob name; it fails the test (instead of hanging) if the
+	// Put does not return while background removals are held.
+	put := func(name string) {
+		t.Helper()
+		if data[name] == nil {
+			data[name] = blob(name, size)
+		}
+		done := make(chan digest.Digest, 1)
+		go func() { done <- mustPut(t, s, data[name], digest.SHA256) }()
+		select {
+		case ds[name] = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("storing %s waited for the removal of evicted blobs", name)
+		}
+	}
+	exists := func(name string) bool {
+		_, err := os.Stat(s.path(ds[name]))
+		return err == nil
+	}
+	put("a")
+	put("b")
+	put("c") // evicts a: removed in the background, held at the gate
+	put("d") // evicts b: the second background removal
+	if !removal() || !removal() {
+		t.Fatal("the first two evictions were not removed in the background")
+	}
+	if !exists("a") || !exists("b") {
+		t.Fatal("a held background removal has already unlinked its file")
+	}
+	if missing, _ := s.FindMissing(ctx, []digest.Digest{ds["a"], ds["b"]}); len(missing) != 2 {
+		t.Errorf("FindMissing of the evicted blobs = %v, want both missing", missing)
+	}
+	put("e") // evicts c: both background slots are taken, so its caller unlinks it
+	if removal() {
+		t.Fatal("a third eviction was removed in the background while two were under way")
+	}
+	if exists("c") {
+		t.Error("c was evicted and removed by its caller, but its file is still there")
+	}
+	// a again, while its old file's removal is still held: the new copy
+	// must wait for it rather than be unlinked by it.
+	// (Should it not wait, give it time to finish first, so that the old
+	// removal would then unlink the new file.)
+	again := make(chan digest.Digest, 1)
+	go func() { again <- mustPut(t, s, data["a"], digest.SHA256) }()
+	finished := false
+	select {
+	case <-again:
+		finished = true
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(gate)
+	if !finished {
+		select {
+		case <-again:
+		case <-time.After(30 * time.Second):
+			t.Fatal("storing a again did not finish after the removals were let go")
+		}
+	}
+	s.settle()
+	mustGet(t, s, ds["a"], data["a"])
+	if !exists("a") {
+		t.Error("a was stored again, but its file is gone: the old removal unlinked the new copy")
+	}
+	if exists("b") {
+		t.Error("b was evicted, but its file is still there after the background removals")
+	}
+	n, total := s.Stats()
+	if n != 2 || total != 2*size {
+		t.Errorf("Stats = %d blobs, %d bytes; want 2, %d", n, total, 2*size)
+	}
+	assertNoTemp(t, s)
+}

@@ -563,6 +563,7 @@ func TestStoreChurn(t *testing.T) {
 			t.Errorf("FindMissing finds %d blobs, Stats says %d", len(ds)-len(missing), n)
 		}
 		if d, ok := s.(*Disk); ok {
+			d.settle() // evicted files are unlinked in the background
 			assertNoTemp(t, d)
 			files := 0
 			for _, dd := range ds {
