@@ -40,24 +40,30 @@ func BenchmarkDiskWrite(b *testing.B) {
 				syscall.Sync()
 				b.StartTimer()
 				c0 := processCPU()
-				w, err := s.Create(context.Background(), d)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for off := 0; off < size; off += chunk {
-					if _, err := w.Write(data[off : off+chunk]); err != nil {
-						b.Fatal(err)
-					}
-				}
-				if err := w.Commit(); err != nil {
-					b.Fatal(err)
-				}
-				w.Close()
+				writeBlob(b, s, d, data, chunk)
 				cpu += processCPU() - c0
 			}
 			b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
 		})
 	}
+}
+
+// writeBlob streams data (whose digest is d) into s in writes of chunk
+// bytes, and commits it.
+func writeBlob(b *testing.B, s *Disk, d digest.Digest, data []byte, chunk int) {
+	w, err := s.Create(context.Background(), d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for off := 0; off < len(data); off += chunk {
+		if _, err := w.Write(data[off:min(off+chunk, len(data))]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := w.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	w.Close()
 }
 
 // BenchmarkDiskWriteBig stores new 256 MiB blobs (1 MiB writes) into a
@@ -84,21 +90,7 @@ func BenchmarkDiskWriteBig(b *testing.B) {
 				binary.LittleEndian.PutUint64(data, uint64(time.Now().UnixNano()))
 				return digest.Compute(digest.SHA256, data)
 			}
-			put := func(d digest.Digest) {
-				w, err := s.Create(context.Background(), d)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for off := 0; off < size; off += 1 << 20 {
-					if _, err := w.Write(data[off : off+1<<20]); err != nil {
-						b.Fatal(err)
-					}
-				}
-				if err := w.Commit(); err != nil {
-					b.Fatal(err)
-				}
-				w.Close()
-			}
+			put := func(d digest.Digest) { writeBlob(b, s, d, data, 1<<20) }
 			if c.max < 64<<30 {
 				put(next()) // two blobs held: the first timed one evicts
 				put(next())
