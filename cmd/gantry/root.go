@@ -77,8 +77,10 @@ Flags given on the command line override the config file.`,
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if srv, ok := node.(*server.Server); ok {
-				srv.SetConfigFile(configPath)
+			// The admin ReloadConfig control (and the status page's
+			// button) re-reads the same file as SIGHUP.
+			if n, ok := node.(interface{ SetConfigFile(string) }); ok {
+				n.SetConfigFile(configPath)
 			}
 			go reloadOnHangup(ctx, configPath, node, log)
 			return node.Run(ctx)

@@ -27,6 +27,7 @@ import (
 	"github.com/gantry-build/gantry/internal/invocation"
 	"github.com/gantry-build/gantry/internal/scheduler"
 	"github.com/gantry-build/gantry/internal/statestore"
+	"github.com/gantry-build/gantry/internal/status"
 )
 
 // Multi-node: `gantry serve --role scheduler` and `--role frontend`.
@@ -98,9 +99,10 @@ func clusterGRPCOptions(cfg config.Config, sec *security, obs *observability) []
 	}
 }
 
-// clusterHTTP serves /healthz (with state's answer) and /metrics, with
-// TLS and auth.http_require_token applied as on role all.
-func clusterHTTP(addr string, reg *prometheus.Registry, state func() string, sec *security, log *slog.Logger) (net.Listener, *http.Server, error) {
+// clusterHTTP serves /healthz (with state's answer), /metrics and
+// /debug/pprof/, and the status pages if pages is not nil, with TLS and
+// auth.http_require_token applied as on role all.
+func clusterHTTP(addr string, reg *prometheus.Registry, state func() string, pages func() http.Handler, sec *security, log *slog.Logger) (net.Listener, *http.Server, error) {
 	if addr == "" {
 		return nil, nil, nil
 	}
@@ -114,6 +116,11 @@ func clusterHTTP(addr string, reg *prometheus.Registry, state func() string, sec
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(w, "ok", state())
 	})
+	handlePprof(mux)
+	if pages != nil {
+		handleStatus(mux, pages)
+		mux.Handle("/{$}", http.RedirectHandler("/status", http.StatusSeeOther))
+	}
 	return sec.httpListener(lis), &http.Server{Handler: sec.httpHandler(mux), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn)}, nil
 }
@@ -173,7 +180,18 @@ type SchedulerNode struct {
 	leading atomic.Bool
 	term    atomic.Int64
 	sched   atomic.Pointer[scheduler.Scheduler]
+	// pages are the status pages of the term this node leads; nil while
+	// it stands by.
+	pages atomic.Pointer[statusPages]
+	// configFile is what the Admin ReloadConfig control re-reads ("":
+	// it refuses); set before Run.
+	configFile string
 }
+
+// SetConfigFile names the config file the admin ReloadConfig control (and
+// the status page's reload button) re-reads while this node leads;
+// without it they refuse.
+func (n *SchedulerNode) SetConfigFile(path string) { n.configFile = path }
 
 // NewSchedulerNode connects to the database and the CAS node and binds
 // the ports; Run stands by and leads.
@@ -248,7 +266,7 @@ func NewSchedulerNode(cfg config.Config, log *slog.Logger) (*SchedulerNode, erro
 	n.obs.register(n.grpc)
 	n.obs.markServices(n.grpc)
 	n.obs.setServing(healthpb.HealthCheckResponse_NOT_SERVING, serviceNames(n.services.descs)...)
-	if n.httpLis, n.http, err = clusterHTTP(cfg.HTTPListen, n.reg, n.state, sec, log); err != nil {
+	if n.httpLis, n.http, err = clusterHTTP(cfg.HTTPListen, n.reg, n.state, n.statusPages, sec, log); err != nil {
 		return fail(err)
 	}
 	return n, nil
@@ -261,6 +279,15 @@ func (n *SchedulerNode) current() *scheduler.Scheduler {
 		return s
 	}
 	return n.idle
+}
+
+// statusPages is the HTTP port's status pages: the leader's, nil while
+// standing by.
+func (n *SchedulerNode) statusPages() http.Handler {
+	if p := n.pages.Load(); p != nil {
+		return p
+	}
+	return nil
 }
 
 // operationInstance is the authorizer's OperationInstance.
@@ -385,10 +412,21 @@ func (n *SchedulerNode) lead(ctx context.Context, term int64, lost <-chan struct
 	admin.KeyNames = exec.KeyNames
 	admin.SaveQuotas = quotaState{store: n.store}.save
 	admin.Logger = n.log
+	if path := n.configFile; path != "" {
+		admin.Reload = func() error {
+			cfg, err := config.Load(path)
+			if err != nil {
+				return err
+			}
+			return n.Reload(cfg)
+		}
+	}
 	n.obs.observe(exec, ws)
 	impls := newServiceRecorder()
 	registerSchedulerServices(impls, exec, ws, admin)
 
+	n.pages.Store(&statusPages{sched: sched, keys: exec.KeyNames,
+		page: status.New(sched, admin, cas, exec.KeyNames, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: n.log, Policy: n.sec.statusPolicy()})})
 	n.sched.Store(sched)
 	n.term.Store(term)
 	n.leading.Store(true)
@@ -419,6 +457,7 @@ func (n *SchedulerNode) lead(ctx context.Context, term int64, lost <-chan struct
 	n.stopServing()
 	n.services.set(nil)
 	n.leading.Store(false)
+	n.pages.Store(nil)
 	n.sched.Store(nil)
 	stopJournal()
 	return err
@@ -527,7 +566,7 @@ func NewFrontendNode(cfg config.Config, log *slog.Logger) (*FrontendNode, error)
 		obs.stop()
 		return nil, fmt.Errorf("listen (gRPC) on %s: %w; pick a free address with --listen", cfg.Listen, err)
 	}
-	if n.httpLis, n.http, err = clusterHTTP(cfg.HTTPListen, reg, n.state, sec, log); err != nil {
+	if n.httpLis, n.http, err = clusterHTTP(cfg.HTTPListen, reg, n.state, nil, sec, log); err != nil {
 		n.lis.Close()
 		store.Close()
 		obs.stop()

@@ -3,7 +3,12 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
 	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	adminpb "github.com/gantry-build/gantry/api/admin/v1"
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
@@ -429,4 +435,125 @@ func TestClusterTracing(t *testing.T) {
 			t.Errorf("span %s: service %q, want gantry-scheduler (received %v)", name, got[name], got)
 		}
 	}
+}
+
+// httpGet fetches url (following redirects) and returns the status code
+// and body.
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// The leading scheduler serves the status pages (and both roles pprof) on
+// their HTTP ports, as role all does; a standby says where to look
+// instead, and serves them once it leads.
+func TestClusterStatusPages(t *testing.T) {
+	dsn := pgtest.Start(t)
+	log := quietLogger()
+	fcfg := clusterConfig(t, config.RoleFrontend, dsn)
+	fcfg.HTTPListen = "127.0.0.1:0"
+	fe, err := NewFrontendNode(fcfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runNode(t, fe)
+	// The file the leader's ReloadConfig re-reads: not a valid config.
+	configFile := filepath.Join(t.TempDir(), "gantry.yaml")
+	if err := os.WriteFile(configFile, []byte("no_such_key: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	newScheduler := func() (*SchedulerNode, *runningNode) {
+		cfg := clusterConfig(t, config.RoleScheduler, dsn)
+		cfg.HTTPListen = "127.0.0.1:0"
+		cfg.Cluster.CAS = fe.GRPCAddr()
+		n, err := NewSchedulerNode(cfg, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.SetConfigFile(configFile)
+		return n, runNode(t, n)
+	}
+	leader, runLeader := newScheduler()
+	clusterWaitFor(t, "the scheduler to lead", leader.Leading)
+	standby, _ := newScheduler()
+
+	// One action, queued (no worker), in instance "tenant".
+	conn := mustDial(t, fe.GRPCAddr())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cas := client.NewCAS(conn, "", digest.SHA256, 0)
+	put := func(b []byte) digest.Digest {
+		d := digest.Compute(digest.SHA256, b)
+		if err := blobstore.Put(ctx, cas, d, b); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	cmd, _ := proto.Marshal(shCmd("echo paged > out", "out"))
+	act, _ := proto.Marshal(&repb.Action{CommandDigest: put(cmd).Proto(), InputRootDigest: digest.Empty(digest.SHA256).Proto()})
+	ad := put(act)
+	executed := make(chan struct{})
+	go func() {
+		defer close(executed)
+		client.Execute(ctx, conn, &repb.ExecuteRequest{ActionDigest: ad.Proto(), InstanceName: "tenant"}) // ends with the test
+	}()
+	defer func() { cancel(); <-executed }()
+
+	// queued reads how many actions the invocations JSON of the node at
+	// addr shows queued (-1: no JSON).
+	queued := func(addr string) int {
+		code, body := httpGet(t, "http://"+addr+"/status/invocations?format=json")
+		var inv struct {
+			Invocations []invocationJSON `json:"invocations"`
+		}
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &inv) != nil {
+			return -1
+		}
+		n := 0
+		for _, i := range inv.Invocations {
+			n += i.SelfQueued
+		}
+		return n
+	}
+	obsWaitFor(t, "the action on the leader's invocations page", func() bool { return queued(leader.HTTPAddr()) == 1 })
+	code, body := httpGet(t, "http://"+leader.HTTPAddr()+"/")
+	if code != http.StatusOK || !strings.Contains(body, "1 queued") || !strings.Contains(body, "<td>tenant</td>") {
+		t.Errorf("the leader's status page (%d) does not show the queued action of tenant:\n%s", code, body)
+	}
+	if code, body := httpGet(t, "http://"+leader.HTTPAddr()+"/status/invocations"); code != http.StatusOK || strings.Contains(body, "<html") {
+		t.Errorf("the leader's /status/invocations as text: %d\n%s", code, body)
+	}
+	code, body = httpGet(t, "http://"+standby.HTTPAddr()+"/status")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "leading scheduler") {
+		t.Errorf("a standby's status page: %d %q, want 503 naming the leading scheduler", code, body)
+	}
+	for _, n := range []struct{ role, addr string }{{"frontend", fe.HTTPAddr()}, {"leader", leader.HTTPAddr()}, {"standby", standby.HTTPAddr()}} {
+		if code, body := httpGet(t, "http://"+n.addr+"/debug/pprof/"); code != http.StatusOK || !strings.Contains(body, "goroutine") {
+			t.Errorf("%s: /debug/pprof/ = %d", n.role, code)
+		}
+	}
+	// Reload (the status page's button, here through the frontend's
+	// Admin) re-reads the leader's config file.
+	if _, err := adminpb.NewAdminClient(conn).ReloadConfig(ctx, &adminpb.ReloadConfigRequest{}); err == nil || !strings.Contains(err.Error(), "no_such_key") {
+		t.Errorf("ReloadConfig on the leader = %v, want the error of its config file (no_such_key)", err)
+	}
+	if code, _ := httpGet(t, "http://"+fe.HTTPAddr()+"/status"); code != http.StatusNotFound {
+		t.Errorf("a frontend's /status = %d, want 404 (the status pages are the leader's)", code)
+	}
+
+	// The standby takes over: its pages show the restored queue, and the
+	// old leader's are gone with its process.
+	runLeader.stop()
+	<-runLeader.done
+	clusterWaitFor(t, "the standby to lead", standby.Leading)
+	obsWaitFor(t, "the action on the new leader's invocations page", func() bool { return queued(standby.HTTPAddr()) == 1 })
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -173,14 +172,10 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		handlePprof(mux)
 		s.status = status.New(sched, admin, cas, exec.KeyNames, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log, Policy: sec.statusPolicy()})
-		mux.Handle("/status", s.status)
-		mux.Handle("/status/", s.status)
-		mux.HandleFunc("/status/invocations", s.serveInvocations)
+		pages := &statusPages{page: s.status, sched: sched, keys: exec.KeyNames}
+		handleStatus(mux, func() http.Handler { return pages })
 		// The port's root is the status page.
 		mux.Handle("/{$}", http.RedirectHandler("/status", http.StatusSeeOther))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 
 	"github.com/gantry-build/gantry/internal/scheduler"
@@ -19,15 +20,31 @@ type invocationJSON struct {
 	Workers       int      `json:"workers"`
 }
 
-// serveInvocations shows the fairness trie: a text table, or JSON with
-// ?format=json.
-func (s *Server) serveInvocations(w http.ResponseWriter, r *http.Request) {
-	if status.WantsHTML(r) {
-		s.status.ServeHTTP(w, r)
+// statusPages is the status page of one scheduler: its HTML pages, and
+// /status/invocations also as text and JSON.
+type statusPages struct {
+	page  *status.Handler
+	sched *scheduler.Scheduler
+	keys  func() []string
+}
+
+func (p *statusPages) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/status/invocations" {
+		p.serveInvocations(w, r)
 		return
 	}
-	keys := s.exec.KeyNames()
-	stats := s.Scheduler.Invocations()
+	p.page.ServeHTTP(w, r)
+}
+
+// serveInvocations shows the fairness trie: a text table, or JSON with
+// ?format=json (the HTML page for browsers).
+func (p *statusPages) serveInvocations(w http.ResponseWriter, r *http.Request) {
+	if status.WantsHTML(r) {
+		p.page.ServeHTTP(w, r)
+		return
+	}
+	keys := p.keys()
+	stats := p.sched.Invocations()
 	if r.URL.Query().Get("format") == "json" || strings.Contains(r.Header.Get("Accept"), "application/json") {
 		out := struct {
 			Keys        []string         `json:"keys"`
@@ -43,4 +60,27 @@ func (s *Server) serveInvocations(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	scheduler.WriteInvocations(w, keys, stats)
+}
+
+// handleStatus serves pages (nil: none, with what to do instead) under
+// /status.
+func handleStatus(mux *http.ServeMux, pages func() http.Handler) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := pages()
+		if p == nil {
+			http.Error(w, "this scheduler stands by and has no status pages; open those of the leading scheduler (its gantry_scheduler_leader metric is 1)", http.StatusServiceUnavailable)
+			return
+		}
+		p.ServeHTTP(w, r)
+	})
+	mux.Handle("/status", h)
+	mux.Handle("/status/", h)
+}
+
+// handlePprof serves Go's profiler under /debug/pprof/.
+func handlePprof(mux *http.ServeMux) {
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 }
