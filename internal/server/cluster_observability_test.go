@@ -183,6 +183,33 @@ func TestClusterHealthAndReflection(t *testing.T) {
 	}
 }
 
+// httpCluster starts a frontend node with an HTTP port on the PostgreSQL
+// at dsn; newScheduler starts a scheduler node with one too, after
+// prepare (if not nil) has set it up.
+func httpCluster(t *testing.T, dsn string) (*FrontendNode, func(prepare func(*SchedulerNode)) (*SchedulerNode, *runningNode)) {
+	log := quietLogger()
+	fcfg := clusterConfig(t, config.RoleFrontend, dsn)
+	fcfg.HTTPListen = "127.0.0.1:0"
+	fe, err := NewFrontendNode(fcfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runNode(t, fe)
+	return fe, func(prepare func(*SchedulerNode)) (*SchedulerNode, *runningNode) {
+		cfg := clusterConfig(t, config.RoleScheduler, dsn)
+		cfg.HTTPListen = "127.0.0.1:0"
+		cfg.Cluster.CAS = fe.GRPCAddr()
+		n, err := NewSchedulerNode(cfg, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if prepare != nil {
+			prepare(n)
+		}
+		return n, runNode(t, n)
+	}
+}
+
 // TestClusterMetrics: after a known scenario each role's /metrics holds
 // the metrics that belong to it. The frontend counts the outcomes its
 // callers see, the action cache lookups (Execute's, made by the
@@ -192,27 +219,10 @@ func TestClusterHealthAndReflection(t *testing.T) {
 func TestClusterMetrics(t *testing.T) {
 	dsn := pgtest.Start(t)
 	log := quietLogger()
-	fcfg := clusterConfig(t, config.RoleFrontend, dsn)
-	fcfg.HTTPListen = "127.0.0.1:0"
-	fe, err := NewFrontendNode(fcfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runNode(t, fe)
-	newScheduler := func() *SchedulerNode {
-		cfg := clusterConfig(t, config.RoleScheduler, dsn)
-		cfg.HTTPListen = "127.0.0.1:0"
-		cfg.Cluster.CAS = fe.GRPCAddr()
-		n, err := NewSchedulerNode(cfg, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		runNode(t, n)
-		return n
-	}
-	leader := newScheduler()
+	fe, newScheduler := httpCluster(t, dsn)
+	leader, _ := newScheduler(nil)
 	clusterWaitFor(t, "the scheduler to lead", leader.Leading)
-	standby := newScheduler()
+	standby, _ := newScheduler(nil)
 	feHTTP, scHTTP := fe.HTTPAddr(), leader.HTTPAddr()
 
 	conn := mustDial(t, fe.GRPCAddr())
@@ -457,50 +467,24 @@ func httpGet(t *testing.T, url string) (int, string) {
 // their HTTP ports, as role all does; a standby says where to look
 // instead, and serves them once it leads.
 func TestClusterStatusPages(t *testing.T) {
-	dsn := pgtest.Start(t)
-	log := quietLogger()
-	fcfg := clusterConfig(t, config.RoleFrontend, dsn)
-	fcfg.HTTPListen = "127.0.0.1:0"
-	fe, err := NewFrontendNode(fcfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runNode(t, fe)
+	fe, newScheduler := httpCluster(t, pgtest.Start(t))
 	// The file the leader's ReloadConfig re-reads: not a valid config.
 	configFile := filepath.Join(t.TempDir(), "gantry.yaml")
 	if err := os.WriteFile(configFile, []byte("no_such_key: 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	newScheduler := func() (*SchedulerNode, *runningNode) {
-		cfg := clusterConfig(t, config.RoleScheduler, dsn)
-		cfg.HTTPListen = "127.0.0.1:0"
-		cfg.Cluster.CAS = fe.GRPCAddr()
-		n, err := NewSchedulerNode(cfg, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.SetConfigFile(configFile)
-		return n, runNode(t, n)
-	}
-	leader, runLeader := newScheduler()
+	withConfigFile := func(n *SchedulerNode) { n.SetConfigFile(configFile) }
+	leader, runLeader := newScheduler(withConfigFile)
 	clusterWaitFor(t, "the scheduler to lead", leader.Leading)
-	standby, _ := newScheduler()
+	standby, _ := newScheduler(withConfigFile)
 
 	// One action, queued (no worker), in instance "tenant".
 	conn := mustDial(t, fe.GRPCAddr())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cas := client.NewCAS(conn, "", digest.SHA256, 0)
-	put := func(b []byte) digest.Digest {
-		d := digest.Compute(digest.SHA256, b)
-		if err := blobstore.Put(ctx, cas, d, b); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	cmd, _ := proto.Marshal(shCmd("echo paged > out", "out"))
-	act, _ := proto.Marshal(&repb.Action{CommandDigest: put(cmd).Proto(), InputRootDigest: digest.Empty(digest.SHA256).Proto()})
-	ad := put(act)
+	cmd := putMsg(ctx, t, cas, shCmd("echo paged > out", "out"))
+	ad := putMsg(ctx, t, cas, &repb.Action{CommandDigest: cmd.Proto(), InputRootDigest: digest.Empty(digest.SHA256).Proto()})
 	executed := make(chan struct{})
 	go func() {
 		defer close(executed)
