@@ -102,7 +102,7 @@ func clusterGRPCOptions(cfg config.Config, sec *security, obs *observability) []
 // clusterHTTP serves /healthz (with state's answer), /metrics and
 // /debug/pprof/, and the status pages if pages is not nil, with TLS and
 // auth.http_require_token applied as on role all.
-func clusterHTTP(addr string, reg *prometheus.Registry, state func() string, pages func() http.Handler, sec *security, log *slog.Logger) (net.Listener, *http.Server, error) {
+func clusterHTTP(addr string, reg *prometheus.Registry, state func() string, pages func() *statusPages, sec *security, log *slog.Logger) (net.Listener, *http.Server, error) {
 	if addr == "" {
 		return nil, nil, nil
 	}
@@ -119,7 +119,6 @@ func clusterHTTP(addr string, reg *prometheus.Registry, state func() string, pag
 	handlePprof(mux)
 	if pages != nil {
 		handleStatus(mux, pages)
-		mux.Handle("/{$}", http.RedirectHandler("/status", http.StatusSeeOther))
 	}
 	return sec.httpListener(lis), &http.Server{Handler: sec.httpHandler(mux), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn)}, nil
@@ -266,7 +265,7 @@ func NewSchedulerNode(cfg config.Config, log *slog.Logger) (*SchedulerNode, erro
 	n.obs.register(n.grpc)
 	n.obs.markServices(n.grpc)
 	n.obs.setServing(healthpb.HealthCheckResponse_NOT_SERVING, serviceNames(n.services.descs)...)
-	if n.httpLis, n.http, err = clusterHTTP(cfg.HTTPListen, n.reg, n.state, n.statusPages, sec, log); err != nil {
+	if n.httpLis, n.http, err = clusterHTTP(cfg.HTTPListen, n.reg, n.state, n.pages.Load, sec, log); err != nil {
 		return fail(err)
 	}
 	return n, nil
@@ -279,15 +278,6 @@ func (n *SchedulerNode) current() *scheduler.Scheduler {
 		return s
 	}
 	return n.idle
-}
-
-// statusPages is the HTTP port's status pages: the leader's, nil while
-// standing by.
-func (n *SchedulerNode) statusPages() http.Handler {
-	if p := n.pages.Load(); p != nil {
-		return p
-	}
-	return nil
 }
 
 // operationInstance is the authorizer's OperationInstance.
@@ -412,14 +402,8 @@ func (n *SchedulerNode) lead(ctx context.Context, term int64, lost <-chan struct
 	admin.KeyNames = exec.KeyNames
 	admin.SaveQuotas = quotaState{store: n.store}.save
 	admin.Logger = n.log
-	if path := n.configFile; path != "" {
-		admin.Reload = func() error {
-			cfg, err := config.Load(path)
-			if err != nil {
-				return err
-			}
-			return n.Reload(cfg)
-		}
+	if n.configFile != "" {
+		admin.Reload = reloadFrom(n.configFile, n.Reload)
 	}
 	n.obs.observe(exec, ws)
 	impls := newServiceRecorder()

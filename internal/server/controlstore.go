@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
@@ -72,11 +71,5 @@ func (s *Server) SetConfigFile(path string) {
 	if path == "" {
 		return
 	}
-	s.admin.Reload = func() error {
-		cfg, err := config.Load(path)
-		if err != nil {
-			return err
-		}
-		return s.Reload(cfg)
-	}
+	s.admin.Reload = reloadFrom(path, s.Reload)
 }

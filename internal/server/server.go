@@ -54,7 +54,6 @@ type Server struct {
 	state      statestore.Store
 	stopState  context.CancelFunc
 	closeState sync.Once
-	status     *status.Handler
 	// lost closes when a PostgreSQL store's leadership ends (nil: never).
 	lost <-chan struct{}
 	// obs: metrics, tracing, health (observability.go).
@@ -173,11 +172,9 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		handlePprof(mux)
-		s.status = status.New(sched, admin, cas, exec.KeyNames, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log, Policy: sec.statusPolicy()})
-		pages := &statusPages{page: s.status, sched: sched, keys: exec.KeyNames}
-		handleStatus(mux, func() http.Handler { return pages })
-		// The port's root is the status page.
-		mux.Handle("/{$}", http.RedirectHandler("/status", http.StatusSeeOther))
+		pages := &statusPages{sched: sched, keys: exec.KeyNames,
+			page: status.New(sched, admin, cas, exec.KeyNames, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log, Policy: sec.statusPolicy()})}
+		handleStatus(mux, func() *statusPages { return pages })
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/plain")
 			fmt.Fprintln(w, "ok")

@@ -6,6 +6,7 @@ import (
 	"net/http/pprof"
 	"strings"
 
+	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/scheduler"
 	"github.com/gantry-build/gantry/internal/status"
 )
@@ -62,9 +63,10 @@ func (p *statusPages) serveInvocations(w http.ResponseWriter, r *http.Request) {
 	scheduler.WriteInvocations(w, keys, stats)
 }
 
-// handleStatus serves pages (nil: none, with what to do instead) under
-// /status.
-func handleStatus(mux *http.ServeMux, pages func() http.Handler) {
+// handleStatus serves the status pages that pages returns (nil: none,
+// with what to do instead) under /status, and redirects the port's root
+// there.
+func handleStatus(mux *http.ServeMux, pages func() *statusPages) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := pages()
 		if p == nil {
@@ -75,6 +77,19 @@ func handleStatus(mux *http.ServeMux, pages func() http.Handler) {
 	})
 	mux.Handle("/status", h)
 	mux.Handle("/status/", h)
+	mux.Handle("/{$}", http.RedirectHandler("/status", http.StatusSeeOther))
+}
+
+// reloadFrom is an AdminService.Reload: it re-reads the config file at
+// path and applies it with reload.
+func reloadFrom(path string, reload func(config.Config) error) func() error {
+	return func() error {
+		cfg, err := config.Load(path)
+		if err != nil {
+			return err
+		}
+		return reload(cfg)
+	}
 }
 
 // handlePprof serves Go's profiler under /debug/pprof/.
