@@ -67,6 +67,12 @@ type Disk struct {
 	// removeHook, if set (by tests), runs before evicted files are
 	// unlinked, with whether that happens in the background.
 	removeHook func(background bool)
+	// spares are evicted blobs' files kept under tmp for new uploads to
+	// overwrite (see spare.go), oldest first; spareBytes is their size
+	// and spareMax its bound (0: no spares).
+	spares     []spare
+	spareBytes int64
+	spareMax   int64
 
 	// pmu serialises appends to the current segment and guards the list
 	// of segments. Lock order: mu before pmu.
@@ -83,6 +89,9 @@ type entry struct {
 	seg  *segment // nil: the blob has its own file
 	off  int64    // offset of the blob's record in seg
 	used uint64   // clock at the last store or use
+	// readers counts the Open calls that hold (or are opening) the
+	// blob's file; an evicted file with readers is never recycled.
+	readers int
 }
 
 var _ Store = (*Disk)(nil)
@@ -125,6 +134,7 @@ func NewDisk(dir string, opts DiskOptions) (*Disk, error) {
 		index:     make(map[digest.Digest]*entry),
 		busy:      make(map[digest.Digest]chan struct{}),
 		removers:  make(chan struct{}, backgroundRemovals),
+		spareMax:  max(opts.MaxBytes, 0) / spareShare,
 	}
 	switch {
 	case s.packMax == 0:
@@ -230,9 +240,9 @@ func (s *Disk) load() error {
 		el.Value.(*entry).used = s.tick()
 	}
 	ev := s.evictLocked()
-	for _, d := range ev.files {
-		os.Remove(s.path(d))
-		delete(s.busy, d)
+	for _, f := range ev.files {
+		os.Remove(s.path(f.d))
+		delete(s.busy, f.d)
 	}
 	for _, g := range ev.segs {
 		g.unref()
@@ -278,25 +288,32 @@ func (s *Disk) Open(_ context.Context, d digest.Digest, offset int64) (io.ReadCl
 		f, err := os.Open(s.path(d))
 		if err == nil {
 			info, serr := f.Stat()
-			if serr == nil && info.Size() == d.Size {
+			// Still indexed as e: the file opened is e's, which is not
+			// recycled while e counts this reader.
+			if serr == nil && info.Size() == d.Size && s.indexedAs(e) {
 				if offset > 0 {
 					if _, err := f.Seek(offset, io.SeekStart); err != nil {
 						f.Close()
+						s.doneReading(e)
 						return nil, fmt.Errorf("reading blob %s at offset %d: %w", d, offset, err)
 					}
 				}
-				return f, nil
+				return &blobFile{File: f, s: s, e: e}, nil
 			}
 			f.Close()
+			s.doneReading(e)
 			if serr != nil {
 				return nil, fmt.Errorf("opening blob %s: %w", d, serr)
 			}
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("opening blob %s: %w", d, err)
+		} else {
+			s.doneReading(e)
+			if !errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("opening blob %s: %w", d, err)
+			}
 		}
 		// The file is missing or incomplete: between the lookup and the
-		// open, the blob was evicted and is being stored again. Wait for
-		// that and look again; if it persists, the file was damaged.
+		// open, the blob was evicted and may be being stored again. Wait
+		// for that and look again; if it persists, the file was damaged.
 		if attempt == 2 {
 			s.forget(d)
 			return nil, ErrNotFound
@@ -307,7 +324,9 @@ func (s *Disk) Open(_ context.Context, d digest.Digest, offset int64) (io.ReadCl
 
 // touch marks d as recently used and returns its entry, or nil if it is
 // not indexed. If d is packed, it also returns its segment, with a
-// reference the caller must drop, and its record's offset.
+// reference the caller must drop, and its record's offset; otherwise it
+// counts a reader of the entry's file, which the caller must end with
+// doneReading.
 func (s *Disk) touch(d digest.Digest) (*entry, *segment, int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -318,8 +337,42 @@ func (s *Disk) touch(d digest.Digest) (*entry, *segment, int64) {
 	s.useLocked(e)
 	if e.seg != nil {
 		e.seg.refs.Add(1)
+	} else {
+		e.readers++
 	}
 	return e, e.seg, e.off
+}
+
+// doneReading ends a reader that touch counted.
+func (s *Disk) doneReading(e *entry) {
+	s.mu.Lock()
+	e.readers--
+	s.mu.Unlock()
+}
+
+// indexedAs reports whether e is still d's index entry.
+func (s *Disk) indexedAs(e *entry) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.index[e.d] == e
+}
+
+// blobFile is an open blob file that counts as a reader of its entry
+// until it is closed.
+type blobFile struct {
+	*os.File
+	s      *Disk
+	e      *entry
+	closed bool
+}
+
+func (f *blobFile) Close() error {
+	err := f.File.Close()
+	if !f.closed {
+		f.closed = true
+		f.s.doneReading(f.e)
+	}
+	return err
 }
 
 // useLocked marks e as just used.
@@ -463,10 +516,17 @@ func (s *Disk) releaseLocked(d digest.Digest, e *entry) evictions {
 }
 
 // evictions is what evictLocked took out of the index: blob files to
-// unlink, and segments whose store reference to drop.
+// unlink or recycle, and segments whose store reference to drop.
 type evictions struct {
-	files []digest.Digest
+	files []evictedFile
 	segs  []*segment
+}
+
+// evictedFile is an evicted blob with a file of its own. reuse: nobody
+// had it open when it was evicted, so the file may become a spare.
+type evictedFile struct {
+	d     digest.Digest
+	reuse bool
 }
 
 // evictLocked drops least recently used blobs from the index until the
@@ -487,19 +547,23 @@ func (s *Disk) evictLocked() evictions {
 		s.unindexLocked(tail)
 		s.evicted++
 		s.busy[d] = make(chan struct{})
-		ev.files = append(ev.files, d)
+		ev.files = append(ev.files, evictedFile{d: d, reuse: tail.readers == 0})
 	}
 	return ev
 }
 
-// remove unlinks evicted blobs' files and drops evicted segments, outside
-// the lock. Open readers keep their file: unlinking only drops the name.
+// remove unlinks (or keeps as spares) evicted blobs' files and drops
+// evicted segments, outside the lock. Open readers keep their file:
+// unlinking only drops the name, and a file with readers is not recycled.
 func (s *Disk) remove(ev evictions) {
 	for _, g := range ev.segs {
 		g.unref()
 	}
-	for _, d := range ev.files {
-		os.Remove(s.path(d))
+	for _, f := range ev.files {
+		d := f.d
+		if !f.reuse || !s.keepSpare(d) {
+			os.Remove(s.path(d))
+		}
 		s.mu.Lock()
 		close(s.busy[d])
 		delete(s.busy, d)
@@ -534,6 +598,14 @@ func (s *Disk) Create(_ context.Context, d digest.Digest) (Writer, error) {
 		w.buf = make([]byte, 0, d.Size)
 		return w, nil
 	}
+	if !s.wantsDirect(d.Size) {
+		// Overwrite an evicted blob's file if one fits: see spare.go.
+		if f, size, ok := s.takeSpare(d.Size); ok {
+			w.f, w.trim = f, size > d.Size
+			w.fw = newFileWriter(f, false)
+			return w, nil
+		}
+	}
 	f, direct, err := s.createTemp(d.Size)
 	if err != nil {
 		return nil, fmt.Errorf("creating temporary blob file: %w", err)
@@ -547,7 +619,7 @@ func (s *Disk) Create(_ context.Context, d digest.Digest) (Writer, error) {
 // with O_DIRECT when the blob is at least directMin bytes and the file
 // system supports it.
 func (s *Disk) createTemp(size int64) (f *os.File, direct bool, err error) {
-	if s.directMin > 0 && size >= s.directMin && !s.noDirect.Load() {
+	if s.wantsDirect(size) {
 		for range 10 {
 			name := filepath.Join(s.tmp, "w"+strconv.FormatUint(rand.Uint64(), 36))
 			f, ok, err := openDirect(name)
@@ -569,6 +641,12 @@ func (s *Disk) createTemp(size int64) (f *os.File, direct bool, err error) {
 	return f, false, err
 }
 
+// wantsDirect reports whether a blob of the given size is written with
+// O_DIRECT.
+func (s *Disk) wantsDirect(size int64) bool {
+	return s.directMin > 0 && size >= s.directMin && !s.noDirect.Load()
+}
+
 // diskWriter writes one blob: into buf if it is small, else through fw
 // into the temporary file f.
 type diskWriter struct {
@@ -578,6 +656,7 @@ type diskWriter struct {
 	hdr  int // bytes reserved for a record header at the start of buf
 	f    *os.File
 	fw   *fileWriter
+	trim bool // f is a spare longer than the blob: truncate it
 	done bool // committed or closed
 }
 
@@ -624,6 +703,11 @@ func (w *diskWriter) Commit() error {
 	}
 	if err := w.fw.finish(); err != nil {
 		return fmt.Errorf("writing blob %s: %w", d, err)
+	}
+	if w.trim {
+		if err := w.f.Truncate(d.Size); err != nil {
+			return fmt.Errorf("writing blob %s: %w", d, err)
+		}
 	}
 	if w.s.fsync {
 		if err := w.f.Sync(); err != nil {
