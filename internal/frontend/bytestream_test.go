@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
 )
 
@@ -345,7 +346,6 @@ func TestByteStreamResumableWrite(t *testing.T) {
 	data := randomBlob("resumable", 2<<20)
 	d := digest.Compute(digest.SHA256, data)
 	name := "inst/uploads/3f1d4a4e/blobs/" + d.ResourceSegment()
-	half := int64(len(data) / 2)
 	tests := []struct {
 		name   string
 		resume func(committed int64) int64 // offset of the resuming stream
@@ -356,60 +356,94 @@ func TestByteStreamResumableWrite(t *testing.T) {
 		{"restart at zero", func(int64) int64 { return 0 }, codes.OK},
 		{"resume past committed size", func(c int64) int64 { return c + 1 }, codes.InvalidArgument},
 	}
+	// On the memory store, and on the disk store (the blob has a
+	// temporary file) with two request sizes.
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t, nil, defaultOptions())
-			// Write half, make sure the server has it, then break the stream.
-			ctx, cancel := context.WithCancel(testCtx(t))
-			w := e.newWriter(t, ctx, name, 0)
-			if err := w.send(data[:half], 64<<10, false); err != nil {
-				t.Fatal(err)
+		for _, c := range []struct {
+			disk  bool
+			chunk int
+		}{{false, 64 << 10}, {true, 64 << 10}, {true, 512 << 10}} {
+			store := "memory"
+			if c.disk {
+				store = "disk"
 			}
-			e.waitCommitted(t, testCtx(t), name, half)
-			cancel()
-			if _, err := w.close(); status.Code(err) != codes.Canceled {
-				t.Fatalf("cancelled stream ended with %v", err)
-			}
-			st, err := e.bs.QueryWriteStatus(testCtx(t), &bspb.QueryWriteStatusRequest{ResourceName: name})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.CommittedSize != half || st.Complete {
-				t.Fatalf("QueryWriteStatus = %v, want committed_size %d, not complete", st, half)
-			}
-			if e.has(t, d) {
-				t.Fatal("half a blob is visible")
-			}
-
-			off := tt.resume(st.CommittedSize)
-			w = e.newWriter(t, testCtx(t), name, off)
-			sendErr := w.send(data[off:], 64<<10, true)
-			resp, err := w.close()
-			if tt.code != codes.OK {
-				wantCode(t, err, tt.code, "write_offset")
-				// The kept bytes survive a bad resumption attempt.
-				st, err := e.bs.QueryWriteStatus(testCtx(t), &bspb.QueryWriteStatusRequest{ResourceName: name})
-				if err != nil || st.CommittedSize != half {
-					t.Errorf("after a bad resume QueryWriteStatus = %v, %v; want %d", st, err, half)
+			t.Run(fmt.Sprintf("%s/%s/chunk=%dKiB", tt.name, store, c.chunk>>10), func(t *testing.T) {
+				var s blobstore.Store
+				if c.disk {
+					s = diskStore(t)
 				}
-				return
-			}
-			if sendErr != nil || err != nil {
-				t.Fatalf("resuming: %v, %v", sendErr, err)
-			}
-			if resp.CommittedSize != d.Size {
-				t.Errorf("committed_size %d, want %d", resp.CommittedSize, d.Size)
-			}
-			got, _, err := e.read(testCtx(t), &bspb.ReadRequest{ResourceName: "blobs/" + d.ResourceSegment()})
-			if err != nil || !bytes.Equal(got, data) {
-				t.Fatalf("reading the resumed blob: %d bytes, %v", len(got), err)
-			}
-			st, err = e.bs.QueryWriteStatus(testCtx(t), &bspb.QueryWriteStatusRequest{ResourceName: name})
-			if err != nil || !st.Complete || st.CommittedSize != d.Size {
-				t.Errorf("QueryWriteStatus after completion = %v, %v", st, err)
-			}
-		})
+				testResumableWrite(t, s, data, name, c.chunk, tt.resume, tt.code)
+			})
+		}
 	}
+}
+
+// testResumableWrite writes the first half of data under name in
+// requests of chunk bytes, breaks the stream, and resumes at the offset
+// resume returns, expecting code.
+func testResumableWrite(t *testing.T, store blobstore.Store, data []byte, name string, chunk int, resume func(committed int64) int64, code codes.Code) {
+	d := digest.Compute(digest.SHA256, data)
+	half := int64(len(data) / 2)
+	e := newEnv(t, store, defaultOptions())
+	// Write half, make sure the server has it, then break the stream.
+	ctx, cancel := context.WithCancel(testCtx(t))
+	w := e.newWriter(t, ctx, name, 0)
+	if err := w.send(data[:half], chunk, false); err != nil {
+		t.Fatal(err)
+	}
+	e.waitCommitted(t, testCtx(t), name, half)
+	cancel()
+	if _, err := w.close(); status.Code(err) != codes.Canceled {
+		t.Fatalf("cancelled stream ended with %v", err)
+	}
+	st, err := e.bs.QueryWriteStatus(testCtx(t), &bspb.QueryWriteStatusRequest{ResourceName: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.CommittedSize != half || st.Complete {
+		t.Fatalf("QueryWriteStatus = %v, want committed_size %d, not complete", st, half)
+	}
+	if e.has(t, d) {
+		t.Fatal("half a blob is visible")
+	}
+
+	off := resume(st.CommittedSize)
+	w = e.newWriter(t, testCtx(t), name, off)
+	sendErr := w.send(data[off:], chunk, true)
+	resp, err := w.close()
+	if code != codes.OK {
+		wantCode(t, err, code, "write_offset")
+		// The kept bytes survive a bad resumption attempt.
+		st, err := e.bs.QueryWriteStatus(testCtx(t), &bspb.QueryWriteStatusRequest{ResourceName: name})
+		if err != nil || st.CommittedSize != half {
+			t.Errorf("after a bad resume QueryWriteStatus = %v, %v; want %d", st, err, half)
+		}
+		return
+	}
+	if sendErr != nil || err != nil {
+		t.Fatalf("resuming: %v, %v", sendErr, err)
+	}
+	if resp.CommittedSize != d.Size {
+		t.Errorf("committed_size %d, want %d", resp.CommittedSize, d.Size)
+	}
+	got, _, err := e.read(testCtx(t), &bspb.ReadRequest{ResourceName: "blobs/" + d.ResourceSegment()})
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("reading the resumed blob: %d bytes, %v", len(got), err)
+	}
+	st, err = e.bs.QueryWriteStatus(testCtx(t), &bspb.QueryWriteStatusRequest{ResourceName: name})
+	if err != nil || !st.Complete || st.CommittedSize != d.Size {
+		t.Errorf("QueryWriteStatus after completion = %v, %v", st, err)
+	}
+}
+
+// diskStore is a disk store in a temporary directory.
+func diskStore(t *testing.T) *blobstore.Disk {
+	t.Helper()
+	s, err := blobstore.NewDisk(t.TempDir(), blobstore.DiskOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // TestByteStreamEndWithoutFinish checks that a stream closed without
