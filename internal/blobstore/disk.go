@@ -73,6 +73,7 @@ type Disk struct {
 	spares     []spare
 	spareBytes int64
 	spareMax   int64
+	recycled   int64 // uploads written into a spare
 
 	// pmu serialises appends to the current segment and guards the list
 	// of segments. Lock order: mu before pmu.
@@ -832,6 +833,14 @@ func (s *Disk) Stats() (blobs int, bytes int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.index), s.total
+}
+
+// Spares reports the bytes held in spare files and how many uploads have
+// been written into one since start (see spare.go).
+func (s *Disk) Spares() (bytes, recycled int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.spareBytes, s.recycled
 }
 
 // Evicted reports how many blobs eviction has removed since start.

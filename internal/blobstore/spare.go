@@ -108,5 +108,8 @@ func (s *Disk) takeSpare(size int64) (*os.File, int64, bool) {
 		os.Remove(sp.name)
 		return nil, 0, false
 	}
+	s.mu.Lock()
+	s.recycled++
+	s.mu.Unlock()
 	return f, sp.size, true
 }

@@ -226,6 +226,14 @@ func registerCASMetrics(reg prometheus.Registerer, cfg config.Config, cas blobst
 			Name: "gantry_cas_evictions_total", Help: "Blobs evicted from the CAS to stay under storage.cas.max_size.",
 		}, func() float64 { return float64(ev.Evicted()) }))
 	}
+	if sp, ok := cas.(interface{ Spares() (int64, int64) }); ok {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gantry_cas_spare_bytes", Help: "Bytes of evicted blob files kept for new uploads to overwrite (on top of gantry_cas_bytes).",
+		}, func() float64 { b, _ := sp.Spares(); return float64(b) }))
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gantry_cas_recycled_total", Help: "Uploads written into the file of an evicted blob instead of a new one.",
+		}, func() float64 { _, n := sp.Spares(); return float64(n) }))
+	}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "gantry_cas_max_bytes", Help: "The CAS size limit (storage.cas.max_size).",
 	}, func() float64 { return float64(cfg.Storage.CAS.MaxSize) }))

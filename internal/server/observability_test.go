@@ -487,6 +487,15 @@ func checkMetrics(t *testing.T, addr string, wants ...metricWant) {
 	}
 }
 
+// waitMetric waits (up to 30 s) until the metric name without labels
+// has the value want.
+func waitMetric(t *testing.T, addr, name string, want float64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	waitFor(ctx, t, fmt.Sprintf("%s = %g", name, want), func() bool { return sample(scrape(t, addr), name) == want })
+}
+
 // TestPreemptionMetric: instance "flood" fills the only core of the
 // cohort, and the worker's pipeline holds another flood action behind it
 // (a third waits in the queue); instance "small" has min_quota 1, so its
@@ -588,6 +597,36 @@ func TestCASMetricsAndEviction(t *testing.T) {
 	if len(missing) != 1 || missing[0] != d1 {
 		t.Errorf("missing after the eviction: %v, want only blob 1 (%s)", missing, d1)
 	}
+}
+
+// TestCASSpareMetrics: in a CAS bounded at eight and a half 2 MiB blobs,
+// the ninth evicts the first, whose file is kept as a spare
+// (gantry_cas_spare_bytes), and the tenth is written into it
+// (gantry_cas_recycled_total).
+func TestCASSpareMetrics(t *testing.T) {
+	const size = 2 << 20
+	f := observedFarm(t, quietLogger(), func(c *config.Config) {
+		c.Worker.Enabled = false
+		c.Storage.CAS.MaxSize = 8*size + size/2
+	})
+	addr := f.srv.HTTPAddr()
+	blob := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i)}, size) }
+	for i := range 8 {
+		f.putBytes(blob(i))
+	}
+	checkMetrics(t, addr,
+		metricWant{"gantry_cas_spare_bytes", nil, 0},
+		metricWant{"gantry_cas_recycled_total", nil, 0},
+	)
+	f.putBytes(blob(8))
+	// The evicted file becomes a spare in the background.
+	waitMetric(t, addr, "gantry_cas_spare_bytes", size)
+	f.putBytes(blob(9))
+	waitMetric(t, addr, "gantry_cas_recycled_total", 1)
+	checkMetrics(t, addr,
+		metricWant{"gantry_cas_evictions_total", nil, 2},
+		metricWant{"gantry_cas_bytes", nil, 8 * size},
+	)
 }
 
 // TestWorkerInputCacheEvictionMetric: the embedded worker's input cache
