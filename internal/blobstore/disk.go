@@ -74,6 +74,13 @@ type Disk struct {
 	spareBytes int64
 	spareMax   int64
 	recycled   int64 // uploads written into a spare
+	// Seals (see seal.go): sealing says one is scheduled or running;
+	// unsealed that large files were committed since the last one began,
+	// unsealedReused that some of them were written into spares.
+	sealing, unsealed, unsealedReused bool
+	sealEvery                         time.Duration
+	// verified counts the blob files hashed at start (see seal.go).
+	verified int
 
 	// pmu serialises appends to the current segment and guards the list
 	// of segments. Lock order: mu before pmu.
@@ -136,6 +143,7 @@ func NewDisk(dir string, opts DiskOptions) (*Disk, error) {
 		busy:      make(map[digest.Digest]chan struct{}),
 		removers:  make(chan struct{}, backgroundRemovals),
 		spareMax:  max(opts.MaxBytes, 0) / spareShare,
+		sealEvery: defaultSealEvery,
 	}
 	switch {
 	case s.packMax == 0:
@@ -163,6 +171,9 @@ func NewDisk(dir string, opts DiskOptions) (*Disk, error) {
 	if err := s.load(); err != nil {
 		return nil, err
 	}
+	if err := s.recordSeal(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -175,6 +186,9 @@ func (s *Disk) load() error {
 		off   int64
 	}
 	var all []found
+	// After a reboot, large files renamed since the last seal are hashed
+	// (see seal.go).
+	cutoff, verify := s.verifyCutoff()
 	for _, fn := range digest.Supported {
 		base := filepath.Join(s.root, digest.Name(fn))
 		err := filepath.WalkDir(base, func(path string, de fs.DirEntry, err error) error {
@@ -195,6 +209,16 @@ func (s *Disk) load() error {
 				!info.Mode().IsRegular() || path != s.path(d) {
 				// Not a blob this store wrote, or a damaged one: drop it.
 				return os.Remove(path)
+			}
+			if verify && size > smallBlob {
+				if ct, ok := changeTime(info); !ok || !ct.Before(cutoff) {
+					s.verified++
+					if !blobMatches(path, d) {
+						// Written over an older blob, and only partly
+						// flushed when the machine went down.
+						return os.Remove(path)
+					}
+				}
 			}
 			all = append(all, found{d: d, mtime: info.ModTime()})
 			return nil
@@ -602,7 +626,7 @@ func (s *Disk) Create(_ context.Context, d digest.Digest) (Writer, error) {
 	if !s.wantsDirect(d.Size) {
 		// Overwrite an evicted blob's file if one fits: see spare.go.
 		if f, size, ok := s.takeSpare(d.Size); ok {
-			w.f, w.trim = f, size > d.Size
+			w.f, w.trim, w.reused = f, size > d.Size, true
 			w.fw = newFileWriter(f, false)
 			return w, nil
 		}
@@ -651,14 +675,15 @@ func (s *Disk) wantsDirect(size int64) bool {
 // diskWriter writes one blob: into buf if it is small, else through fw
 // into the temporary file f.
 type diskWriter struct {
-	s    *Disk
-	v    verifier
-	buf  []byte
-	hdr  int // bytes reserved for a record header at the start of buf
-	f    *os.File
-	fw   *fileWriter
-	trim bool // f is a spare longer than the blob: truncate it
-	done bool // committed or closed
+	s      *Disk
+	v      verifier
+	buf    []byte
+	hdr    int // bytes reserved for a record header at the start of buf
+	f      *os.File
+	fw     *fileWriter
+	trim   bool // f is a spare longer than the blob: truncate it
+	reused bool // f is a spare
+	done   bool // committed or closed
 }
 
 func (w *diskWriter) Write(p []byte) (int, error) {
@@ -713,6 +738,14 @@ func (w *diskWriter) Commit() error {
 	if w.s.fsync {
 		if err := w.f.Sync(); err != nil {
 			return fmt.Errorf("flushing blob %s: %w", d, err)
+		}
+	}
+	w.s.committingLarge(w.reused)
+	if w.reused {
+		// Its ctime must be after the note above, whatever the file
+		// system does on rename (see seal.go); a chmod sets it.
+		if err := w.f.Chmod(0o600); err != nil {
+			return fmt.Errorf("writing blob %s: %w", d, err)
 		}
 	}
 	if err := w.f.Close(); err != nil {

@@ -40,7 +40,7 @@ type spare struct {
 // whether it dealt with the file (kept it, or found it gone); if not,
 // the caller unlinks it.
 func (s *Disk) keepSpare(d digest.Digest) bool {
-	if d.Size <= smallBlob || d.Size > s.spareMax || s.wantsDirect(d.Size) {
+	if !canRecycle || d.Size <= smallBlob || d.Size > s.spareMax || s.wantsDirect(d.Size) {
 		// Not worth keeping: written to memory, too large, or (written
 		// with O_DIRECT) not in the page cache.
 		return false

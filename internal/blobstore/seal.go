@@ -1,0 +1,232 @@
+package blobstore
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gantry-build/gantry/internal/digest"
+)
+
+// A blob written into a spare (see spare.go) overwrites an older blob's
+// file in place and is renamed to its own name. Without fsync, a power
+// loss can then leave the rename on disk but not all of the new data:
+// the file has the right size and some of the old blob's bytes, which
+// the size check at start cannot see. (A new file cannot end up like
+// that: its size on disk covers only data that reached the disk.) A
+// process crash is harmless: the page cache holds the data.
+//
+// So a store that does not fsync each blob seals itself: some time after
+// it commits large files it flushes the file system (syncfs) and records,
+// in sealFile, the boot and the time the flush began. At start, if the
+// machine has booted since (its boot id changed), every large blob file
+// whose ctime (set by the rename) is not older than that record is
+// hashed, and dropped if it does not match: at most sealEvery's worth
+// of uploads. If the record is from this boot, the page cache survived
+// and nothing is hashed.
+
+// sealFile holds the boot id and the Unix time in nanoseconds at which
+// the last seal began.
+const sealFile = "sealed"
+
+// defaultSealEvery is how long after committing a large file the store
+// seals.
+const defaultSealEvery = 15 * time.Second
+
+// sealMargin allows for coarse file times: files this much older than the
+// record are hashed too.
+const sealMargin = 2 * time.Second
+
+// bootID identifies the running kernel's boot ("" if unknown). A var so
+// that tests can pretend the machine rebooted.
+var bootID = func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// readSeal returns the boot id and time of the last seal; ok is false if
+// there is no record (a new store, or one from before seals).
+func (s *Disk) readSeal() (boot string, at time.Time, ok bool) {
+	b, err := os.ReadFile(filepath.Join(s.root, sealFile))
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return "", time.Time{}, false
+	}
+	ns, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	return f[0], time.Unix(0, ns), true
+}
+
+// verifyCutoff decides at start which large blob files must be hashed:
+// those whose ctime is not before the returned time. ok is false if none
+// need to be.
+func (s *Disk) verifyCutoff() (cutoff time.Time, ok bool) {
+	if s.fsync || !canRecycle {
+		// Every blob was flushed before its rename, or none was
+		// written over an older one.
+		return time.Time{}, false
+	}
+	boot, at, found := s.readSeal()
+	if !found {
+		// No seal: a new store, or one written before spares existed,
+		// whose blob files were all new files. NewDisk records one.
+		return time.Time{}, false
+	}
+	if cur := bootID(); cur != "" && cur == boot {
+		return time.Time{}, false // the page cache survived
+	}
+	return at.Add(-sealMargin), true
+}
+
+// seal flushes the file system the store is on and records that
+// everything renamed before start is on stable storage.
+func (s *Disk) seal(start time.Time) error {
+	if err := syncFS(s.root); err != nil {
+		return fmt.Errorf("flushing the blob store: %w", err)
+	}
+	return s.writeSeal(start)
+}
+
+// writeSeal replaces the seal record with one for this boot and the time
+// at.
+func (s *Disk) writeSeal(at time.Time) error {
+	rec := fmt.Sprintf("%s %d\n", orUnknown(bootID()), at.UnixNano())
+	tmp, err := os.CreateTemp(s.tmp, "seal")
+	if err != nil {
+		return fmt.Errorf("recording the blob store's flush: %w", err)
+	}
+	_, err = tmp.WriteString(rec)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(s.root, sealFile))
+	}
+	if err == nil {
+		err = syncDirOf(filepath.Join(s.root, sealFile))
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("recording the blob store's flush: %w", err)
+	}
+	return nil
+}
+
+func orUnknown(boot string) string {
+	if boot == "" {
+		return "unknown"
+	}
+	return boot
+}
+
+// syncDirOf flushes the directory entry of path.
+func syncDirOf(path string) error {
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return dir.Sync()
+}
+
+// committingLarge notes that a large blob file is about to be renamed
+// into place (reused: written into a spare), and schedules a seal if none
+// is pending. It is called before the rename, so that a seal that finds
+// no reused file pending began before any such rename it does not cover.
+func (s *Disk) committingLarge(reused bool) {
+	if s.fsync || !canRecycle {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unsealed = true
+	s.unsealedReused = s.unsealedReused || reused
+	if !s.sealing {
+		s.sealing = true
+		time.AfterFunc(s.sealEvery, s.sealLoop)
+	}
+}
+
+// sealLoop seals, and again later if large files were committed while it
+// did. Without reused files since the last seal it only moves the record
+// on: new files need no flush (see above), and keeping the record recent
+// keeps what is hashed after a reboot small.
+func (s *Disk) sealLoop() {
+	s.mu.Lock()
+	reused := s.unsealedReused
+	s.unsealed, s.unsealedReused = false, false
+	start := time.Now()
+	s.mu.Unlock()
+	// A failed seal leaves the older record: more files are hashed after
+	// a reboot, nothing is lost.
+	var err error
+	if reused {
+		err = s.seal(start)
+	} else {
+		err = s.writeSeal(start)
+	}
+	s.mu.Lock()
+	if err != nil && reused {
+		s.unsealedReused = true // still unflushed
+	}
+	again, every := s.unsealed, s.sealEvery
+	if !again {
+		s.sealing = false
+	}
+	s.mu.Unlock()
+	if again {
+		time.AfterFunc(every, s.sealLoop)
+	}
+}
+
+// blobMatches reports whether the file at path hashes to d.
+func blobMatches(path string, d digest.Digest) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	v := newVerifier(d)
+	if _, err := io.Copy(verifierWriter{&v}, f); err != nil {
+		return false
+	}
+	return v.check() == nil
+}
+
+type verifierWriter struct{ v *verifier }
+
+func (w verifierWriter) Write(p []byte) (int, error) {
+	if err := w.v.write(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// recordSeal writes a seal record for a store that has none, so that a
+// power loss before its first seal still finds one. Nothing in the store
+// was written over an older blob yet (that needs this code, which
+// records at start), so no flush is needed first.
+func (s *Disk) recordSeal() error {
+	if s.fsync || !canRecycle {
+		return nil
+	}
+	if _, _, ok := s.readSeal(); ok {
+		return nil
+	}
+	return s.writeSeal(time.Now())
+}
