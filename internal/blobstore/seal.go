@@ -1,8 +1,10 @@
 package blobstore
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -51,20 +53,24 @@ var bootID = func() string {
 	return strings.TrimSpace(string(b))
 }
 
-// readSeal returns the boot id and time of the last seal; ok is false if
-// there is no record (a new store, or one from before seals).
-func (s *Disk) readSeal() (boot string, at time.Time, ok bool) {
+// readSeal returns the boot id and time of the last seal. found is false
+// if there is no record (a new store, or one from before seals); a record
+// that cannot be read or parsed is found, with the zero time.
+func (s *Disk) readSeal() (boot string, at time.Time, found bool) {
 	b, err := os.ReadFile(filepath.Join(s.root, sealFile))
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
 		return "", time.Time{}, false
+	}
+	if err != nil {
+		return "", time.Time{}, true
 	}
 	f := strings.Fields(string(b))
 	if len(f) != 2 {
-		return "", time.Time{}, false
+		return "", time.Time{}, true
 	}
 	ns, err := strconv.ParseInt(f[1], 10, 64)
 	if err != nil {
-		return "", time.Time{}, false
+		return "", time.Time{}, true
 	}
 	return f[0], time.Unix(0, ns), true
 }
@@ -86,6 +92,9 @@ func (s *Disk) verifyCutoff() (cutoff time.Time, ok bool) {
 	}
 	if cur := bootID(); cur != "" && cur == boot {
 		return time.Time{}, false // the page cache survived
+	}
+	if at.IsZero() {
+		return at, true // a damaged record: hash every large file
 	}
 	return at.Add(-sealMargin), true
 }
@@ -225,8 +234,9 @@ func (s *Disk) recordSeal() error {
 	if s.fsync || !canRecycle {
 		return nil
 	}
-	if _, _, ok := s.readSeal(); ok {
+	if _, at, found := s.readSeal(); found && !at.IsZero() {
 		return nil
 	}
+	// None, or a damaged one (load has hashed every large file).
 	return s.writeSeal(time.Now())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -71,6 +72,19 @@ func TestDiskHashesRecentFilesAfterReboot(t *testing.T) {
 		t.Error("the small blob is gone")
 	}
 	assertNoTemp(t, s3)
+
+	// A damaged record: every large file is hashed (one is left), and
+	// the record is written anew.
+	if err := os.WriteFile(filepath.Join(dir, sealFile), []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s5 := openDisk(t, dir, 0)
+	if s5.verified != 1 {
+		t.Errorf("with a damaged seal record %d files were hashed, want 1", s5.verified)
+	}
+	if _, at, ok := s5.readSeal(); !ok || at.IsZero() {
+		t.Error("the damaged seal record was not replaced")
+	}
 
 	// A seal after the blobs: nothing older than it is hashed.
 	if err := s3.seal(time.Now().Add(sealMargin + time.Second)); err != nil {
