@@ -821,12 +821,7 @@ func (s *Disk) syncDir(path string) error {
 	if !s.fsync {
 		return nil
 	}
-	dir, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	return dir.Sync()
+	return syncDirOf(path)
 }
 
 // renameIn moves a verified temporary file to d's final name and indexes
