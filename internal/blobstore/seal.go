@@ -53,6 +53,10 @@ var bootID = func() string {
 	return strings.TrimSpace(string(b))
 }
 
+// seals reports whether the store seals: not if it flushes every blob
+// before its rename, nor where no file is written over an older one.
+func (s *Disk) seals() bool { return !s.fsync && canRecycle }
+
 // readSeal returns the boot id and time of the last seal. found is false
 // if there is no record (a new store, or one from before seals); a record
 // that cannot be read or parsed is found, with the zero time.
@@ -79,9 +83,7 @@ func (s *Disk) readSeal() (boot string, at time.Time, found bool) {
 // those whose ctime is not before the returned time. ok is false if none
 // need to be.
 func (s *Disk) verifyCutoff() (cutoff time.Time, ok bool) {
-	if s.fsync || !canRecycle {
-		// Every blob was flushed before its rename, or none was
-		// written over an older one.
+	if !s.seals() {
 		return time.Time{}, false
 	}
 	boot, at, found := s.readSeal()
@@ -158,7 +160,7 @@ func syncDirOf(path string) error {
 // is pending. It is called before the rename, so that a seal that finds
 // no reused file pending began before any such rename it does not cover.
 func (s *Disk) committingLarge(reused bool) {
-	if s.fsync || !canRecycle {
+	if !s.seals() {
 		return
 	}
 	s.mu.Lock()
@@ -210,20 +212,9 @@ func blobMatches(path string, d digest.Digest) bool {
 		return false
 	}
 	defer f.Close()
-	v := newVerifier(d)
-	if _, err := io.Copy(verifierWriter{&v}, f); err != nil {
-		return false
-	}
-	return v.check() == nil
-}
-
-type verifierWriter struct{ v *verifier }
-
-func (w verifierWriter) Write(p []byte) (int, error) {
-	if err := w.v.write(p); err != nil {
-		return 0, err
-	}
-	return len(p), nil
+	h := digest.NewHasher(d.Function)
+	n, err := io.Copy(h, f)
+	return err == nil && n == d.Size && digest.HexOf(h.Sum(nil)) == d.Hash
 }
 
 // recordSeal writes a seal record for a store that has none, so that a
@@ -231,7 +222,7 @@ func (w verifierWriter) Write(p []byte) (int, error) {
 // was written over an older blob yet (that needs this code, which
 // records at start), so no flush is needed first.
 func (s *Disk) recordSeal() error {
-	if s.fsync || !canRecycle {
+	if !s.seals() {
 		return nil
 	}
 	if _, at, found := s.readSeal(); found && !at.IsZero() {
