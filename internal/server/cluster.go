@@ -22,6 +22,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/dirlock"
 	"github.com/gantry-build/gantry/internal/execution"
 	"github.com/gantry-build/gantry/internal/frontend"
 	"github.com/gantry-build/gantry/internal/invocation"
@@ -466,16 +467,27 @@ type FrontendNode struct {
 	leaders *leaderConns
 	sec     *security
 	obs     *observability
+	// dataDir keeps other processes out of cfg.DataDir until Run ends.
+	dataDir *dirlock.Lock
 	// Frontend is the storage half.
 	Frontend *frontend.Server
 }
 
 // NewFrontendNode opens the stores and binds the ports.
-func NewFrontendNode(cfg config.Config, log *slog.Logger) (*FrontendNode, error) {
+func NewFrontendNode(cfg config.Config, log *slog.Logger) (_ *FrontendNode, err error) {
 	cfg.Role = config.RoleFrontend
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	lock, err := lockDataDir(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.Release()
+		}
+	}()
 	sec, err := newSecurity(cfg)
 	if err != nil {
 		return nil, err
@@ -544,7 +556,7 @@ func NewFrontendNode(cfg config.Config, log *slog.Logger) (*FrontendNode, error)
 	}
 	obs.markServices(g)
 	obs.setServing(healthpb.HealthCheckResponse_NOT_SERVING, serviceNames(forwarded)...)
-	n := &FrontendNode{cfg: cfg, log: log, store: store, grpc: g, leaders: lc, sec: sec, obs: obs, Frontend: fe}
+	n := &FrontendNode{cfg: cfg, log: log, store: store, grpc: g, leaders: lc, sec: sec, obs: obs, dataDir: lock, Frontend: fe}
 	if n.lis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		store.Close()
 		obs.stop()
@@ -628,5 +640,6 @@ func (n *FrontendNode) Run(ctx context.Context) error {
 	<-lcDone
 	n.store.Close()
 	n.obs.stop()
+	n.dataDir.Release()
 	return err
 }

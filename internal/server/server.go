@@ -24,6 +24,7 @@ import (
 	"github.com/gantry-build/gantry/internal/actioncache"
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/dirlock"
 	"github.com/gantry-build/gantry/internal/execution"
 	"github.com/gantry-build/gantry/internal/frontend"
 	"github.com/gantry-build/gantry/internal/invocation"
@@ -58,13 +59,26 @@ type Server struct {
 	lost <-chan struct{}
 	// obs: metrics, tracing, health (observability.go).
 	obs *observability
+	// dataDir keeps other processes out of cfg.DataDir until Stop.
+	dataDir *dirlock.Lock
 }
 
 // New builds a server from cfg and binds its ports.
-func New(cfg config.Config, log *slog.Logger) (*Server, error) {
+func New(cfg config.Config, log *slog.Logger) (s *Server, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// Before anything touches the data dir: a second process must not
+	// open the stores of a live one.
+	lock, err := lockDataDir(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			lock.Release()
+		}
+	}()
 	cas, err := openCAS(cfg)
 	if err != nil {
 		return nil, err
@@ -160,7 +174,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	obs.attach(g, exec, ws)
 	obs.markServices(g)
 
-	s := &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched, exec: exec, admin: admin, sec: sec, obs: obs}
+	s = &Server{cfg: cfg, log: log, grpc: g, Frontend: fe, Scheduler: sched, exec: exec, admin: admin, sec: sec, obs: obs, dataDir: lock}
 	if s.grpcLis, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen (gRPC) on %s: %w; pick a free address with --listen", cfg.Listen, err)
 	}
@@ -450,6 +464,7 @@ func (s *Server) Stop() {
 			s.log.Error("closing the scheduler's state store", "err", err)
 		}
 		s.obs.stop()
+		s.dataDir.Release()
 	})
 }
 
