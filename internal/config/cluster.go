@@ -41,6 +41,10 @@ type ClusterConfig struct {
 	// token:NAME, jwt:NAME, group:NAME, NAME): only they may forward
 	// calls on behalf of the callers they authenticated.
 	FrontendIdentities []string `yaml:"frontend_identities"`
+	// SchedulerIdentities are, on a frontend with auth on, the
+	// identities of the scheduler nodes: only their calls may carry the
+	// mark that counts them apart from clients' in the CAS metrics.
+	SchedulerIdentities []string `yaml:"scheduler_identities"`
 }
 
 func defaultCluster() ClusterConfig {
@@ -73,6 +77,11 @@ func (c *Config) validateCluster(bad func(path, format string, args ...any)) {
 	for i, id := range c.Cluster.FrontendIdentities {
 		if id == "*" || id == "anonymous" || strings.TrimSpace(id) == "" {
 			bad(fmt.Sprintf("cluster.frontend_identities[%d]", i), "%q would let callers other than the frontends act as anyone; name the frontends, e.g. cert:frontend-1.example.com or token:frontend", id)
+		}
+	}
+	for i, id := range c.Cluster.SchedulerIdentities {
+		if id == "*" || id == "anonymous" || strings.TrimSpace(id) == "" {
+			bad(fmt.Sprintf("cluster.scheduler_identities[%d]", i), "%q would let any caller hide its traffic from the CAS byte counters; name the scheduler nodes, e.g. cert:scheduler-1.example.com or token:scheduler", id)
 		}
 	}
 	if !c.Auth.Enabled {

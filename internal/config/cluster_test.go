@@ -22,6 +22,7 @@ func TestClusterKeys(t *testing.T) {
 		{"auth on a scheduler without frontends", "role: scheduler\ncluster:\n  cas: fe:1\n  client: {token_file: /t}\n" + auth + pg, "cluster.frontend_identities: auth is on, so this scheduler accepts forwarded calls only from the frontends named here"},
 		{"every caller a frontend", "role: scheduler\ncluster:\n  cas: fe:1\n  frontend_identities: [cert:fe, \"*\"]\n" + pg, `cluster.frontend_identities[1]: "*" would let callers other than the frontends act as anyone`},
 		{"anonymous frontend", "role: scheduler\ncluster:\n  cas: fe:1\n  frontend_identities: [anonymous]\n" + pg, `cluster.frontend_identities[0]: "anonymous" would let`},
+		{"every caller a scheduler", "role: frontend\ncluster:\n  scheduler_identities: [token:sched, \"*\"]\n" + pg, `cluster.scheduler_identities[1]: "*" would let any caller hide its traffic`},
 		{"certificate without key", "role: frontend\ncluster:\n  client: {tls_cert_file: /c}\n" + pg, "cluster.client: a client certificate needs both tls_cert_file and tls_key_file"},
 		{"unknown cluster.client key", "cluster:\n  client:\n    tls_ca: /ca\n", "cluster.client.tls_ca (line 3): unknown key"},
 		{"unknown cluster key", "cluster:\n  cass: x\n", "cluster.cass (line 2): unknown key"},

@@ -149,8 +149,16 @@ func markSchedulerCalls() []grpc.DialOption {
 	}
 }
 
-func isSchedulerCall(ctx context.Context) bool {
-	return len(metadata.ValueFromIncomingContext(ctx, schedulerCallHeader)) > 0
+// isSchedulerCall reports whether a call to a frontend is a scheduler
+// node's. With auth on, the mark counts only from a caller that
+// authenticates as one of cluster.scheduler_identities: anyone else
+// could set it to hide its bytes from the CAS counters. With auth off
+// every caller is trusted with everything, this mark included.
+func (s *security) isSchedulerCall(ctx context.Context) bool {
+	if len(metadata.ValueFromIncomingContext(ctx, schedulerCallHeader)) == 0 {
+		return false
+	}
+	return s.authz == nil || s.authz.IsScheduler(ctx)
 }
 
 // SchedulerNode is one of the scheduler processes sharing a PostgreSQL.
@@ -515,7 +523,7 @@ func NewFrontendNode(cfg config.Config, log *slog.Logger) (_ *FrontendNode, err 
 		store.Close()
 		return nil, err
 	}
-	obs.storage.FromScheduler = isSchedulerCall
+	obs.storage.FromScheduler = sec.isSchedulerCall
 	fe := frontend.New(cas, ac, frontend.Options{
 		MaxBatchSize:      int64(cfg.Storage.MaxBatchSize),
 		ReadChunkSize:     int(cfg.Storage.ReadChunkSize),

@@ -113,6 +113,11 @@ func authSettings(cfg config.Config) (auth.Settings, error) {
 			return st, err
 		}
 	}
+	if cfg.Role == config.RoleFrontend && len(cfg.Cluster.SchedulerIdentities) > 0 {
+		if st.Schedulers, err = auth.CompileIdentities(cfg.Cluster.SchedulerIdentities, "cluster.scheduler_identities"); err != nil {
+			return st, err
+		}
+	}
 	return st, nil
 }
 
