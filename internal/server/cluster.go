@@ -224,6 +224,7 @@ func NewSchedulerNode(cfg config.Config, log *slog.Logger) (*SchedulerNode, erro
 	if err != nil {
 		return nil, fmt.Errorf("opening the scheduler's state store (scheduler.store): %w", err)
 	}
+	logQueues(log, Queues(cfg.Scheduler.Queues))
 	n := &SchedulerNode{cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(), sec: sec,
 		services: newTermServices(), idle: scheduler.New(schedulerConfig(cfg), scheduler.RealClock{})}
 	registerStateStoreMetrics(n.reg, cfg, store)

@@ -99,6 +99,7 @@ func New(cfg config.Config, log *slog.Logger) (s *Server, err error) {
 	})
 	sc := cfg.Scheduler
 	sched := scheduler.New(schedulerConfig(cfg), scheduler.RealClock{})
+	logQueues(log, Queues(sc.Queues))
 	sec, err := newSecurity(cfg)
 	if err != nil {
 		return nil, err
@@ -523,6 +524,7 @@ func (s *Server) Reload(cfg config.Config) error {
 		return err
 	}
 	s.Scheduler.SetQueues(Queues(cfg.Scheduler.Queues))
+	logQueues(s.log, Queues(cfg.Scheduler.Queues))
 	s.exec.SetInvocationKeys(keys, cfg.Scheduler.Fairness.UserHeader)
 	s.log.Info("configuration reloaded", "queues", len(cfg.Scheduler.Queues), "fairness_keys", cfg.Scheduler.Fairness.Keys)
 	return nil
