@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	adminpb "github.com/gantry-build/gantry/api/admin/v1"
+	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
 // adminCall runs f with an admin client of *addr and a deadline.
@@ -122,15 +123,25 @@ func writeWorkers(out io.Writer, ws []*adminpb.WorkerStatus) {
 
 func newOperationCommand() *cobra.Command {
 	var serverAddr, reason string
+	var refuse time.Duration
 	cmd := &cobra.Command{Use: "operation", Short: "Act on one operation of a running Gantry"}
 	cmd.PersistentFlags().StringVar(&serverAddr, "server", "127.0.0.1:8980", "address of a running Gantry")
 	kill := &cobra.Command{
 		Use:   "kill OPERATION",
 		Short: "Cancel an operation: its clients get CANCELLED, its action stops unless shared",
-		Args:  cobra.ExactArgs(1),
+		Long: `Cancel an operation: its clients get CANCELLED, its action stops unless shared.
+
+A client may submit the killed action again as a new operation (Bazel does,
+and its build then succeeds). With --refuse DURATION the kill sticks: for that
+long every new Execute of the same action (instance and action digest) fails
+with FAILED_PRECONDITION naming the kill, so the client's build fails.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if refuse < 0 || refuse > scheduler.MaxRefusal {
+				return fmt.Errorf("--refuse %s: give a duration from 0 (only cancel) to %s", refuse, scheduler.MaxRefusal)
+			}
 			return adminCall(cmd, &serverAddr, func(ctx context.Context, c adminpb.AdminClient) error {
-				resp, err := c.KillOperation(ctx, &adminpb.KillOperationRequest{Name: args[0], Reason: reason})
+				resp, err := c.KillOperation(ctx, &adminpb.KillOperationRequest{Name: args[0], Reason: reason, RefuseSeconds: int64((refuse + time.Second - 1) / time.Second)})
 				if err != nil {
 					return fmt.Errorf("kill %s: %w", args[0], err)
 				}
@@ -139,11 +150,15 @@ func newOperationCommand() *cobra.Command {
 				} else {
 					fmt.Fprintf(cmd.OutOrStdout(), "%s killed\n", args[0])
 				}
+				if refuse > 0 {
+					fmt.Fprintf(cmd.OutOrStdout(), "its action is refused for %s\n", refuse)
+				}
 				return nil
 			})
 		},
 	}
 	kill.Flags().StringVar(&reason, "reason", "", "why, for the server's log and the client's message")
+	kill.Flags().DurationVar(&refuse, "refuse", 0, "also refuse new submissions of the same action for this long (e.g. 30m), so that clients that resubmit it fail")
 	cmd.AddCommand(kill)
 	return cmd
 }

@@ -51,6 +51,23 @@ func TestWorkersOperationAndReloadCLI(t *testing.T) {
 	if out, err := run(t, "operation", "kill", "--server", addr, name); err != nil || !strings.Contains(out, "already finished") {
 		t.Errorf("second kill: %v %q", err, out)
 	}
+	// A plain kill let the action be submitted again; --refuse stops that.
+	resubmit := func() error {
+		_, err := srv.Scheduler.Submit(scheduler.SubmitRequest{ActionDigest: digest.Compute(digest.SHA256, []byte("a"))})
+		return err
+	}
+	if err := resubmit(); err != nil {
+		t.Fatalf("resubmitting after a plain kill: %v", err)
+	}
+	if out, err := run(t, "operation", "kill", "--server", addr, "--refuse", "10m", "--reason", "loops", name); err != nil || !strings.Contains(out, "refused for 10m0s") {
+		t.Fatalf("kill --refuse: %v %q", err, out)
+	}
+	if err := resubmit(); err == nil || !strings.Contains(err.Error(), "loops") {
+		t.Errorf("resubmitting after kill --refuse: %v, want a refusal naming the reason", err)
+	}
+	if _, err := run(t, "operation", "kill", "--server", addr, "--refuse", "200h", name); err == nil || !strings.Contains(err.Error(), "--refuse 200h0m0s") {
+		t.Errorf("kill --refuse 200h: %v", err)
+	}
 	if _, err := run(t, "operation", "kill", "--server", addr, "nope"); err == nil || !strings.Contains(err.Error(), `operation "nope" is not known`) {
 		t.Errorf("kill of an unknown operation: %v", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -195,14 +196,18 @@ func (s *AdminService) KillOperation(ctx context.Context, req *adminpb.KillOpera
 	if reason == "" {
 		reason = "no reason given"
 	}
-	done, err := s.sched.Kill(req.Name, reason)
+	refuse := time.Duration(req.RefuseSeconds) * time.Second
+	if req.RefuseSeconds < 0 || refuse > scheduler.MaxRefusal {
+		return fail(status.Errorf(codes.InvalidArgument, "refuse_seconds is %d; give 0 (only cancel) up to %d (%s)", req.RefuseSeconds, int64(scheduler.MaxRefusal/time.Second), scheduler.MaxRefusal))
+	}
+	done, err := s.sched.Kill(req.Name, reason, refuse)
 	if errors.Is(err, scheduler.ErrNotFound) {
 		return fail(status.Errorf(codes.NotFound, "operation %q is not known (it may have finished longer ago than scheduler.retention); check the name", req.Name))
 	}
 	if err != nil {
 		return fail(status.Errorf(codes.Unavailable, "killing %s: %v", req.Name, err))
 	}
-	s.log().Info("admin control", "control", "kill", "operation", req.Name, "by", actor(ctx), "reason", req.Reason, "already_done", done)
+	s.log().Info("admin control", "control", "kill", "operation", req.Name, "by", actor(ctx), "reason", req.Reason, "already_done", done, "refuse_for", refuse)
 	return &adminpb.KillOperationResponse{AlreadyDone: done}, nil
 }
 

@@ -280,8 +280,11 @@ func (s *Scheduler) Operations(offset, limit int) (ops []OperationInfo, total in
 }
 
 // Kill cancels an operation as an operator: its callers get CANCELLED
-// with reason. It reports whether the operation had already finished.
-func (s *Scheduler) Kill(name, reason string) (alreadyDone bool, err error) {
+// with reason. With refuse above zero, new submissions of the same action
+// (instance and digest) fail for that long (at most MaxRefusal), also when
+// the operation had finished. It reports whether the operation had already
+// finished.
+func (s *Scheduler) Kill(name, reason string, refuse time.Duration) (alreadyDone bool, err error) {
 	s.mu.Lock()
 	op, ok := s.ops[name]
 	if !ok {
@@ -289,6 +292,10 @@ func (s *Scheduler) Kill(name, reason string) (alreadyDone bool, err error) {
 		return false, ErrNotFound
 	}
 	alreadyDone = op.done
+	if refuse > 0 {
+		now := s.clock.Now()
+		s.refused.add(op.task.dedupKey, refusal{until: now.Add(min(refuse, MaxRefusal)), reason: reason, op: name}, now)
+	}
 	err = s.cancelWithLocked(name, "operation killed by an operator: "+reason)
 	ticket := s.ticketLocked()
 	s.mu.Unlock()

@@ -121,7 +121,7 @@ func TestFinishedOperationKeepsItsInvocation(t *testing.T) {
 	if !s.Complete("w", as.LeaseID, okResponse()) {
 		t.Fatal("complete failed")
 	}
-	if _, err := s.Kill(k, "test"); err != nil {
+	if _, err := s.Kill(k, "test", 0); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{a, b, k} {

@@ -234,6 +234,8 @@ type Scheduler struct {
 	controls map[string]WorkerControl
 	failures []FailedOperation
 	failNext int
+	// refused are the sticky kills in force (refuse.go).
+	refused refusals
 
 	// counters feed the metrics (metrics.go).
 	counters schedCounters
@@ -283,7 +285,7 @@ func New(cfg Config, clock Clock) *Scheduler {
 		ops: map[string]*Operation{}, inflight: map[uint64]*Task{},
 		queue: newQueue(f), workers: map[string]*worker{}, leases: map[string]*lease{},
 		queues: cfg.Queues, seen: map[string]seenWorker{}, started: clock.Now(),
-		idPrefix: uuid.NewString()[:13] + "-",
+		idPrefix: uuid.NewString()[:13] + "-", refused: refusals{},
 	}
 }
 
@@ -406,6 +408,9 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 	queueName := analysis.Verdicts[analysis.Chosen].Queue
 	now := s.clock.Now()
 	key := dedupKey{req.Instance, req.ActionDigest}
+	if err := s.refused.check(key, now); err != nil {
+		return "", 0, err
+	}
 	var t *Task
 	if !req.DoNotCache {
 		t = s.inflightLocked(key)

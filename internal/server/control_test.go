@@ -293,6 +293,41 @@ func TestKillOperationReturnsCancelled(t *testing.T) {
 	}
 }
 
+// TestKillOperationThatSticks: a kill with refuse_seconds cancels the
+// running action and makes a new Execute of the same action fail with
+// FAILED_PRECONDITION naming the kill; other actions still run.
+func TestKillOperationThatSticks(t *testing.T) {
+	f := startFarm(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := gated(f.dir, "loop")
+	a := f.start(ctx, cmd)
+	pid := waitForPID(ctx, t, filepath.Join(f.dir, "loop.pid"))
+	admin := adminpb.NewAdminClient(f.conn)
+	if _, err := admin.KillOperation(ctx, &adminpb.KillOperationRequest{Name: a.name, Reason: "loops forever", RefuseSeconds: -1}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("refuse_seconds -1: %v, want INVALID_ARGUMENT", err)
+	}
+	if _, err := admin.KillOperation(ctx, &adminpb.KillOperationRequest{Name: a.name, Reason: "loops forever", RefuseSeconds: 600}); err != nil {
+		t.Fatal(err)
+	}
+	if r := a.wait(ctx, t); codes.Code(r.Status.GetCode()) != codes.Canceled {
+		t.Fatalf("client got %v, want CANCELLED", r.Status)
+	}
+	waitGone(ctx, t, pid)
+	// The client submits the same action again, as Bazel does.
+	ad := f.put(&repb.Action{CommandDigest: f.put(cmd).Proto(), InputRootDigest: digest.Empty(digest.SHA256).Proto(), DoNotCache: true})
+	stream, err := repb.NewExecutionClient(f.conn).Execute(ctx, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
+	for err == nil { // CACHE_CHECK first, then the refusal
+		_, err = stream.Recv()
+	}
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "loops forever") || !strings.Contains(err.Error(), a.name) {
+		t.Fatalf("Execute of the killed action: %v, want FAILED_PRECONDITION naming the kill", err)
+	}
+	if r := f.run(ctx, digest.Empty(digest.SHA256), shCmd("echo other")); r.Status.GetCode() != 0 || r.Result.GetExitCode() != 0 {
+		t.Fatalf("another action after the kill: %v", r)
+	}
+}
+
 func TestReloadConfigAppliesQueues(t *testing.T) {
 	f := startFarm(t, func(c *config.Config) { c.Worker.Enabled = false })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -451,9 +451,15 @@ func (x *WorkerControlResponse) GetWorker() *WorkerStatus {
 }
 
 type KillOperationRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Also refuse, for this many seconds, every new Execute of the same
+	// action (instance name and action digest) with FAILED_PRECONDITION
+	// naming the kill: a client that submits a killed action again (Bazel
+	// does, as a new operation) then fails instead of running it. 0: the
+	// kill only cancels. At most 7 days.
+	RefuseSeconds int64 `protobuf:"varint,3,opt,name=refuse_seconds,json=refuseSeconds,proto3" json:"refuse_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -500,6 +506,13 @@ func (x *KillOperationRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *KillOperationRequest) GetRefuseSeconds() int64 {
+	if x != nil {
+		return x.RefuseSeconds
+	}
+	return 0
 }
 
 type KillOperationResponse struct {
@@ -1617,10 +1630,11 @@ const file_admin_v1_admin_proto_rawDesc = "" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"N\n" +
 	"\x15WorkerControlResponse\x125\n" +
-	"\x06worker\x18\x01 \x01(\v2\x1d.gantry.admin.v1.WorkerStatusR\x06worker\"B\n" +
+	"\x06worker\x18\x01 \x01(\v2\x1d.gantry.admin.v1.WorkerStatusR\x06worker\"i\n" +
 	"\x14KillOperationRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\":\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12%\n" +
+	"\x0erefuse_seconds\x18\x03 \x01(\x03R\rrefuseSeconds\":\n" +
 	"\x15KillOperationResponse\x12!\n" +
 	"\falready_done\x18\x01 \x01(\bR\valreadyDone\"\x15\n" +
 	"\x13ReloadConfigRequest\"\x16\n" +
