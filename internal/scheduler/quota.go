@@ -72,11 +72,21 @@ type tenancy struct {
 	// starving is when an instance below its min with runnable work was
 	// first seen waiting (or last got victims) on a cohort.
 	starving map[quotaKey]time.Time
+	// mode is how victims are stopped; suspended holds, in suspend mode,
+	// the leases stopped for pre-emption and when (suspend.go).
+	mode       PreemptionMode
+	maxSuspend time.Duration
+	suspended  map[*lease]time.Time
+	expired    int64
+	// unsure are leases restored from the state store: a suspension is
+	// not stored, so each gets a RESUME (a no-op unless it is stopped).
+	unsure map[*lease]bool
 }
 
 func newTenancy(cfg Config) *tenancy {
 	return &tenancy{labels: cfg.Labels, cohorts: cfg.Cohorts, delay: cfg.PreemptionDelay,
-		quotas: map[quotaKey]Quota{}, usage: map[quotaKey]int{}, starving: map[quotaKey]time.Time{}}
+		quotas: map[quotaKey]Quota{}, usage: map[quotaKey]int{}, starving: map[quotaKey]time.Time{},
+		mode: cfg.Preemption, maxSuspend: cfg.MaxSuspend, suspended: map[*lease]time.Time{}, unsure: map[*lease]bool{}}
 }
 
 // cohortOf returns the cohort of a worker offering props, or "".
@@ -326,14 +336,15 @@ func (s *Scheduler) cohortCanRunLocked(cohort string, b *bucket) bool {
 // leaseUsage counts a lease toward its instance's usage on its worker's
 // cohort (delta +1 at the start, -1 at the end).
 func (s *Scheduler) leaseUsageLocked(l *lease, delta int) {
-	if l.cohort == "" {
-		return
+	if delta < 0 {
+		delete(s.ten.unsure, l)
+		if _, ok := s.ten.suspended[l]; ok {
+			// A suspended lease gave its usage back when it stopped.
+			delete(s.ten.suspended, l)
+			return
+		}
 	}
-	k := quotaKey{l.task.Instance, l.cohort}
-	s.ten.usage[k] += delta
-	if s.ten.usage[k] <= 0 {
-		delete(s.ten.usage, k)
-	}
+	s.ten.addUsage(l, delta)
 }
 
 // preemptLocked runs in Tick: for each instance below its min on a cohort
@@ -412,7 +423,7 @@ func (s *Scheduler) preemptLocked(now time.Time) {
 				continue
 			}
 			for _, l := range victims {
-				s.preemptLeaseLocked(l, reason)
+				s.stopVictimLocked(l, reason)
 			}
 			deficit--
 		}
@@ -426,7 +437,7 @@ func (s *Scheduler) preemptLocked(now time.Time) {
 				return false
 			})
 			for _, l := range victims {
-				s.preemptLeaseLocked(l, reason)
+				s.stopVictimLocked(l, reason)
 			}
 		}
 		s.ten.starving[k] = now
@@ -439,7 +450,7 @@ func (s *Scheduler) preemptLocked(now time.Time) {
 func (s *Scheduler) stuckLocked() map[quotaKey][]*lease {
 	busy := map[*worker]int{} // cores held by running actions
 	for _, l := range s.leases {
-		if !l.preempted && l.stage >= repb.ExecutionStage_EXECUTING {
+		if !l.preempted && l.stage >= repb.ExecutionStage_EXECUTING && !s.ten.isSuspended(l) {
 			busy[l.worker] += leaseCores(l)
 		}
 	}
@@ -495,7 +506,7 @@ func (s *Scheduler) chooseVictimsLocked(k quotaKey, n int, fits func(*lease) boo
 	usage := map[string]int{}
 	var cands, others []*lease
 	for _, l := range s.leases {
-		if l.cohort != k.cohort || l.task.Instance == k.instance || l.preempted {
+		if l.cohort != k.cohort || l.task.Instance == k.instance || l.preempted || s.ten.isSuspended(l) {
 			continue
 		}
 		if fits(l) {
@@ -566,13 +577,19 @@ func (s *Scheduler) chooseVictimsLocked(k quotaKey, n int, fits func(*lease) boo
 // preemptLeaseLocked takes a running action away from its worker and puts
 // it back at the front of its queue, without counting the try.
 func (s *Scheduler) preemptLeaseLocked(l *lease, reason string) {
+	s.preemptions++
+	s.emit(Event{Kind: EventPreempted, Task: l.task.ID, Worker: l.worker.info.ID, Reason: reason})
+	s.takeBackLocked(l, reason)
+}
+
+// takeBackLocked cancels l on its worker and queues its task again at the
+// front, without counting the try.
+func (s *Scheduler) takeBackLocked(l *lease, reason string) {
 	t := l.task
 	l.preempted = true
 	l.worker.commands = append(l.worker.commands, LeaseCommand{LeaseID: l.id, Kind: CommandCancel, Reason: reason})
 	s.dropLeaseLocked(l)
 	s.holdCancelledLocked(l)
 	t.attempts--
-	s.preemptions++
-	s.emit(Event{Kind: EventPreempted, Task: t.ID, Worker: l.worker.info.ID, Reason: reason})
 	s.requeueFrontLocked(t)
 }

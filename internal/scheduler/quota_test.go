@@ -275,10 +275,15 @@ func TestQuotaValidation(t *testing.T) {
 
 // heldSetup: flood runs on w (cores cores); then small (min 1) is
 // submitted and w's pipeline takes it ahead of its cores. It returns the
-// flood's lease and small's.
-func heldSetup(t *testing.T, cores int) (*Scheduler, *fakeClock, *Assignment, *Assignment, *[]Event) {
+// flood's lease and small's. mods change the configuration further.
+func heldSetup(t *testing.T, cores int, mods ...func(*Config)) (*Scheduler, *fakeClock, *Assignment, *Assignment, *[]Event) {
 	t.Helper()
-	s, clk := newQueueTest(t, tenancyConfig)
+	s, clk := newQueueTest(t, func(c *Config) {
+		tenancyConfig(c)
+		for _, m := range mods {
+			m(c)
+		}
+	})
 	var preempted []Event
 	s.OnEvent(func(e Event) {
 		if e.Kind == EventPreempted {
