@@ -1,11 +1,14 @@
 package scheduler
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+
+	"github.com/gantry-build/gantry/internal/platform"
 )
 
 func suspendMode(maxSuspend time.Duration) func(*Config) {
@@ -29,9 +32,9 @@ func commandsFor(t *testing.T, s *Scheduler, w string, reports ...LeaseReport) [
 // running action is suspended for small's held one. It returns reports
 // of both leases as running, as the worker sends them once small's action
 // has the core.
-func suspendedSetup(t *testing.T, maxSuspend time.Duration) (*Scheduler, *fakeClock, *Assignment, *Assignment, *[]Event, []LeaseReport) {
+func suspendedSetup(t *testing.T, maxSuspend time.Duration) (s *Scheduler, clk *fakeClock, f, h *Assignment, preempted *[]Event, running []LeaseReport, suspendedAt time.Time) {
 	t.Helper()
-	s, clk, f, h, preempted := heldSetup(t, 1, suspendMode(maxSuspend))
+	s, clk, f, h, preempted = heldSetup(t, 1, suspendMode(maxSuspend))
 	waiting := []LeaseReport{{LeaseID: f.LeaseID, Stage: repb.ExecutionStage_EXECUTING}, {LeaseID: h.LeaseID, Stage: repb.ExecutionStage_QUEUED}}
 	for i := 0; i < 41 && len(*preempted) == 0; i++ {
 		clk.Advance(250 * time.Millisecond)
@@ -41,12 +44,23 @@ func suspendedSetup(t *testing.T, maxSuspend time.Duration) (*Scheduler, *fakeCl
 	if len(*preempted) != 1 || (*preempted)[0].Task != f.Task.ID || !strings.Contains((*preempted)[0].Reason, "suspended") {
 		t.Fatalf("pre-emptions %+v, want the flood's running action suspended", *preempted)
 	}
+	suspendedAt = clk.Now()
 	cmds := commandsFor(t, s, "w", waiting...)
 	if len(cmds) != 1 || cmds[0].Kind != CommandSuspend || cmds[0].LeaseID != f.LeaseID || !strings.Contains(cmds[0].Reason, "min_quota") {
 		t.Fatalf("worker commands %+v, want SUSPEND of the flood's lease", cmds)
 	}
-	running := []LeaseReport{{LeaseID: f.LeaseID, Stage: repb.ExecutionStage_EXECUTING}, {LeaseID: h.LeaseID, Stage: repb.ExecutionStage_EXECUTING}}
-	return s, clk, f, h, preempted, running
+	// Until the worker starts small's action on the lent core, it counts
+	// toward small's min: nothing more is pre-empted.
+	for i := 0; i < 100; i++ {
+		clk.Advance(250 * time.Millisecond)
+		commandsFor(t, s, "w", waiting...)
+		s.Tick()
+	}
+	if len(*preempted) != 1 {
+		t.Fatalf("%d pre-emptions, want 1: small's action no longer waits behind a running one", len(*preempted))
+	}
+	running = []LeaseReport{{LeaseID: f.LeaseID, Stage: repb.ExecutionStage_EXECUTING}, {LeaseID: h.LeaseID, Stage: repb.ExecutionStage_EXECUTING}}
+	return s, clk, f, h, preempted, running, suspendedAt
 }
 
 // TestSuspendedVictimResumesWhenItsCoreIsFree: in suspend mode the victim
@@ -56,7 +70,7 @@ func suspendedSetup(t *testing.T, maxSuspend time.Duration) (*Scheduler, *fakeCl
 // other work of its instance; once the action it made room for is done,
 // it is resumed and completes with its own result.
 func TestSuspendedVictimResumesWhenItsCoreIsFree(t *testing.T) {
-	s, clk, f, h, preempted, running := suspendedSetup(t, 10*time.Minute)
+	s, clk, f, h, preempted, running, _ := suspendedSetup(t, 10*time.Minute)
 	if st := s.Stats(); st.Suspended != 1 || st.Preemptions != 1 {
 		t.Fatalf("stats %+v, want 1 suspended, 1 pre-emption", st)
 	}
@@ -121,8 +135,7 @@ func TestSuspendedVictimResumesWhenItsCoreIsFree(t *testing.T) {
 // TestSuspendedVictimCancelledAfterMaxSuspend: a victim still suspended
 // after max_suspend is cancelled and queued again, as in cancel mode.
 func TestSuspendedVictimCancelledAfterMaxSuspend(t *testing.T) {
-	s, clk, f, h, preempted, running := suspendedSetup(t, time.Minute)
-	start := clk.Now()
+	s, clk, f, h, preempted, running, start := suspendedSetup(t, time.Minute)
 	for clk.Now().Sub(start) < time.Minute-time.Second {
 		clk.Advance(time.Second)
 		if cmds := commandsFor(t, s, "w", running...); len(cmds) != 0 {
@@ -156,11 +169,11 @@ func TestSuspendedVictimCancelledAfterMaxSuspend(t *testing.T) {
 	}
 }
 
-// TestSuspendLendsTheCoreToQueuedWork: with small's action queued (no
-// worker took it ahead), the victim on w2 is suspended, w2's next poll
-// gets small's action although its cores are all leased, the flood's
-// queued work does not get the lent core, and the victim resumes after
-// small's action.
+// TestSuspendLendsTheCoreToQueuedWork: with small's actions queued (no
+// worker took them ahead), the victim on w2 is suspended, w2's next polls
+// get small's actions although its cores are all leased, the flood's
+// queued work does not get the lent core, and the victim resumes once
+// small has no more work for it.
 func TestSuspendLendsTheCoreToQueuedWork(t *testing.T) {
 	s, clk := newQueueTest(t, func(c *Config) { tenancyConfig(c); suspendMode(time.Hour)(c) })
 	x86Worker(s, "w1")
@@ -175,7 +188,8 @@ func TestSuspendLendsTheCoreToQueuedWork(t *testing.T) {
 	run := func(a *Assignment) LeaseReport {
 		return LeaseReport{LeaseID: a.LeaseID, Stage: repb.ExecutionStage_EXECUTING}
 	}
-	submitIn(t, s, "small", "quick")
+	submitIn(t, s, "small", "a")
+	submitIn(t, s, "small", "b")
 	n := countPreemptions(s)
 	for i := 0; i < 50 && *n == 0; i++ {
 		clk.Advance(250 * time.Millisecond)
@@ -192,6 +206,15 @@ func TestSuspendLendsTheCoreToQueuedWork(t *testing.T) {
 		t.Fatalf("w2's lent core went to %+v, want small", b)
 	}
 	s.Complete("w2", b.LeaseID, okResponse())
+	// Small's second action is queued: the lent core is still small's.
+	s.Tick()
+	if cmds := commandsFor(t, s, "w2", run(a2)); len(cmds) != 0 {
+		t.Fatalf("w2 commands %+v while small has queued work for the lent core", cmds)
+	}
+	if b = pollNow(t, s, "w2", 1); b == nil || b.Task.Instance != "small" {
+		t.Fatalf("w2's lent core went to %+v, want small's second action", b)
+	}
+	s.Complete("w2", b.LeaseID, okResponse())
 	if a := pollNow(t, s, "w2", 1); a != nil {
 		t.Fatalf("w2 got %s's action while its suspended one waits", a.Task.Instance)
 	}
@@ -203,5 +226,91 @@ func TestSuspendLendsTheCoreToQueuedWork(t *testing.T) {
 	// Resumed, w2 fetches ahead again as usual.
 	if a := pollNow(t, s, "w2", 1); a == nil || a.Task.Instance != "flood" {
 		t.Fatalf("w2 after the resume got %+v, want the flood's next action", a)
+	}
+}
+
+// twoCoreSetup: two flood actions run on w (2 cores); then small (with
+// the given min) has n actions that w takes ahead of its cores. It
+// returns the leases, flood's first, and the pre-emption events.
+func twoCoreSetup(t *testing.T, min, n int) (*Scheduler, *fakeClock, []*Assignment, *[]Event) {
+	t.Helper()
+	s, clk := newQueueTest(t, func(c *Config) { tenancyConfig(c); suspendMode(time.Hour)(c) })
+	var preempted []Event
+	s.OnEvent(func(e Event) {
+		if e.Kind == EventPreempted {
+			preempted = append(preempted, e)
+		}
+	})
+	s.RegisterWorker(WorkerInfo{ID: "w", Platform: platform.Worker{Cores: 2, AllowUnmatched: true,
+		Properties: platform.Properties{{Name: "ISA", Value: "x86-64"}, {Name: "OSFamily", Value: "linux"}}}})
+	s.SetQuota(Quota{Instance: "small", Cohort: "x86", Min: min, Max: -1})
+	var as []*Assignment
+	for i := 0; i < 2; i++ {
+		submitIn(t, s, "flood", fmt.Sprint(i))
+		as = append(as, pollNow(t, s, "w", 1))
+		clk.Advance(time.Second)
+	}
+	for i := 0; i < n; i++ {
+		submitIn(t, s, "small", fmt.Sprint(i))
+		as = append(as, pollNow(t, s, "w", 1))
+	}
+	for i, a := range as {
+		if a == nil || (i < 2) != (a.Task.Instance == "flood") {
+			t.Fatalf("lease %d: %+v", i, a)
+		}
+	}
+	return s, clk, as, &preempted
+}
+
+// reportAll heartbeats w with the flood's leases running and small's
+// waiting, for d, ticking; it returns the commands w got.
+func reportAll(t *testing.T, s *Scheduler, clk *fakeClock, as []*Assignment, d time.Duration) []LeaseCommand {
+	var reports []LeaseReport
+	for i, a := range as {
+		st := repb.ExecutionStage_EXECUTING
+		if i >= 2 {
+			st = repb.ExecutionStage_QUEUED
+		}
+		reports = append(reports, LeaseReport{LeaseID: a.LeaseID, Stage: st})
+	}
+	var cmds []LeaseCommand
+	for end := clk.Now().Add(d); clk.Now().Before(end); {
+		clk.Advance(250 * time.Millisecond)
+		cmds = append(cmds, commandsFor(t, s, "w", reports...)...)
+		s.Tick()
+	}
+	return cmds
+}
+
+// TestSuspendOneVictimPerHeldAction: two actions of small (min 2) wait
+// behind two running flood actions: both flood actions are suspended,
+// each once.
+func TestSuspendOneVictimPerHeldAction(t *testing.T) {
+	s, clk, as, preempted := twoCoreSetup(t, 2, 2)
+	cmds := reportAll(t, s, clk, as, time.Minute)
+	got := map[string]int{}
+	for _, c := range cmds {
+		if c.Kind != CommandSuspend {
+			t.Fatalf("command %+v, want only SUSPEND", c)
+		}
+		got[c.LeaseID]++
+	}
+	if len(*preempted) != 2 || got[as[0].LeaseID] != 1 || got[as[1].LeaseID] != 1 {
+		t.Fatalf("%d pre-emptions, SUSPENDs by lease %v: want each flood action suspended once", len(*preempted), got)
+	}
+	if st := s.Stats(); st.Suspended != 2 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestSuspendedCoreCountsAsFree: small (min 1) has one action waiting
+// behind two running flood actions. Once one is suspended, small's action
+// has a core (though the worker has not started it yet): the other flood
+// action runs on.
+func TestSuspendedCoreCountsAsFree(t *testing.T) {
+	s, clk, as, preempted := twoCoreSetup(t, 1, 1)
+	cmds := reportAll(t, s, clk, as, time.Minute)
+	if len(*preempted) != 1 || len(cmds) != 1 || cmds[0].Kind != CommandSuspend || cmds[0].LeaseID != as[1].LeaseID {
+		t.Fatalf("%d pre-emptions, commands %+v: want the most recent flood action suspended, only", len(*preempted), cmds)
 	}
 }
