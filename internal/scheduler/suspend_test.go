@@ -9,6 +9,7 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 
 	"github.com/gantry-build/gantry/internal/platform"
+	"github.com/gantry-build/gantry/internal/statestore"
 )
 
 func suspendMode(maxSuspend time.Duration) func(*Config) {
@@ -312,5 +313,38 @@ func TestSuspendedCoreCountsAsFree(t *testing.T) {
 	cmds := reportAll(t, s, clk, as, time.Minute)
 	if len(*preempted) != 1 || len(cmds) != 1 || cmds[0].Kind != CommandSuspend || cmds[0].LeaseID != as[1].LeaseID {
 		t.Fatalf("%d pre-emptions, commands %+v: want the most recent flood action suspended, only", len(*preempted), cmds)
+	}
+}
+
+// TestRestartResumesRestoredLeases: suspensions are not stored, so a
+// restarted scheduler sends one RESUME for each lease it restored (a
+// no-op on the worker for an action it did not stop), once the worker
+// has registered again.
+func TestRestartResumesRestoredLeases(t *testing.T) {
+	store := statestore.NewMemory()
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s, stop := durableTest(t, store, clk)
+	register(s, "w")
+	submit(t, s, "a")
+	a := pollNow(t, s, "w", 1)
+	if a == nil {
+		t.Fatal("no lease")
+	}
+	stop()
+	s2, stop2 := durableTest(t, store, clk)
+	defer stop2()
+	s2.Tick()
+	if _, err := s2.Heartbeat("w", []LeaseReport{{LeaseID: a.LeaseID, Stage: repb.ExecutionStage_EXECUTING}}); err != ErrUnknownWorker {
+		t.Fatalf("heartbeat before registering: %v", err)
+	}
+	register(s2, "w")
+	s2.Tick()
+	cmds := commandsFor(t, s2, "w", LeaseReport{LeaseID: a.LeaseID, Stage: repb.ExecutionStage_EXECUTING})
+	if len(cmds) != 1 || cmds[0].Kind != CommandResume || cmds[0].LeaseID != a.LeaseID {
+		t.Fatalf("commands after the restart %+v, want one RESUME", cmds)
+	}
+	s2.Tick()
+	if cmds := commandsFor(t, s2, "w", LeaseReport{LeaseID: a.LeaseID, Stage: repb.ExecutionStage_EXECUTING}); len(cmds) != 0 {
+		t.Fatalf("commands later %+v, want none", cmds)
 	}
 }
