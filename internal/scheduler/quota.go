@@ -422,9 +422,7 @@ func (s *Scheduler) preemptLocked(now time.Time) {
 			if len(victims) == 0 {
 				continue
 			}
-			for _, l := range victims {
-				s.stopVictimLocked(l, reason)
-			}
+			s.stopVictimsLocked(victims, reason)
 			deficit--
 		}
 		if deficit > 0 && queued > 0 {
@@ -436,9 +434,7 @@ func (s *Scheduler) preemptLocked(now time.Time) {
 				}
 				return false
 			})
-			for _, l := range victims {
-				s.stopVictimLocked(l, reason)
-			}
+			s.stopVictimsLocked(victims, reason)
 		}
 		s.ten.starving[k] = now
 	}

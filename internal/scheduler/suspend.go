@@ -41,6 +41,19 @@ func (tn *tenancy) isSuspended(l *lease) bool {
 	return ok
 }
 
+// stopVictimsLocked pre-empts victims, those that have not started
+// first: their CANCELs reach the worker before a SUSPEND lends a core
+// they could take.
+func (s *Scheduler) stopVictimsLocked(victims []*lease, reason string) {
+	for _, started := range []bool{false, true} {
+		for _, l := range victims {
+			if (l.stage >= repb.ExecutionStage_EXECUTING) == started {
+				s.stopVictimLocked(l, reason)
+			}
+		}
+	}
+}
+
 // stopVictimLocked pre-empts l: in suspend mode a running action is
 // suspended; anything else (cancel mode, or an action that has not
 // started, so that taking it back loses no work) is cancelled and queued

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
 // procState returns the state letter of /proc/<pid>/stat ('T': stopped),
@@ -140,5 +142,57 @@ func TestSuspendPreemptionEndToEnd(t *testing.T) {
 	// It ran once: the same process, suspended and continued.
 	if got := readPid(victimPid); got != pid {
 		t.Errorf("the flood action ran again (pid %d, first %d)", got, pid)
+	}
+}
+
+// In suspend mode, a flood that fills the worker's cores and its pipeline
+// (so the small action waits in the queue): one running flood action is
+// suspended and the actions waiting behind it are taken back; the small
+// action runs on the lent core, and then the suspended action resumes.
+func TestSuspendPreemptionForQueuedWork(t *testing.T) {
+	f, admin, execute := quotaFarm(t, func(c *config.Config) {
+		c.Scheduler.PreemptionDelay = config.Duration(300 * time.Millisecond)
+		c.Scheduler.Preemption = "suspend"
+	})
+	var mu sync.Mutex
+	suspended, resumed := 0, 0
+	f.srv.Scheduler.OnEvent(func(e scheduler.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case e.Kind == scheduler.EventPreempted && strings.HasSuffix(e.Reason, "(suspended)"):
+			suspended++
+		case e.Kind == scheduler.EventResumed:
+			resumed++
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	defer startFlood(ctx, execute, 4)()
+	pollUntil(t, 30*time.Second, "the flood to fill the worker", func() bool {
+		st, err := admin.GetQuota(ctx, &adminpb.GetQuotaRequest{InstanceName: "flood", Cohort: "x86"})
+		return err == nil && st.Usage == 4
+	})
+	resp, err := execute(ctx, "small", shCmd("echo quick > out", "out"))
+	if err != nil || client.CheckResponse(resp) != nil {
+		t.Fatalf("small action: %v %v", err, client.CheckResponse(resp))
+	}
+	if got := f.read(resp.Result.OutputFiles[0].Digest); got != "quick\n" {
+		t.Errorf("small output %q", got)
+	}
+	// The suspended flood action resumes: it is running again, not
+	// cancelled, and all four are held or queued.
+	pollUntil(t, 30*time.Second, "the suspended flood action to resume", func() bool {
+		st := f.srv.Scheduler.Stats()
+		q, err := admin.GetQuota(ctx, &adminpb.GetQuotaRequest{InstanceName: "flood", Cohort: "x86"})
+		return st.Suspended == 0 && err == nil && q.Usage+q.Queued == 4
+	})
+	mu.Lock()
+	if suspended != 1 || resumed != 1 {
+		t.Errorf("%d suspended, %d resumed; want 1 and 1", suspended, resumed)
+	}
+	mu.Unlock()
+	if st := f.srv.Scheduler.Stats(); st.Preemptions < 1 || st.Preemptions > 3 || st.SuspendExpired != 0 {
+		t.Errorf("stats %+v, want 1 to 3 pre-emptions (one suspended, the waiting ones taken back), none expired", st)
 	}
 }
