@@ -240,12 +240,6 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	w.complete(l, req)
 }
 
-func (w *Worker) addFree(n int) {
-	w.mu.Lock()
-	w.freeCPU += n
-	w.mu.Unlock()
-}
-
 // inputFailure maps an input materialization error to a result.
 func inputFailure(ad digest.Digest, err error) *workerpb.CompleteRequest {
 	var missing *execroot.MissingError
