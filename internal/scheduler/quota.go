@@ -78,6 +78,9 @@ type tenancy struct {
 	maxSuspend time.Duration
 	suspended  map[*lease]time.Time
 	expired    int64
+	// avoid keeps an action moved off a worker it waited on (and could
+	// not start on) from going back there until it is leased.
+	avoid map[*Task]*worker
 	// unsure are leases restored from the state store: a suspension is
 	// not stored, so each gets a RESUME (a no-op unless it is stopped).
 	unsure map[*lease]bool
@@ -86,7 +89,8 @@ type tenancy struct {
 func newTenancy(cfg Config) *tenancy {
 	return &tenancy{labels: cfg.Labels, cohorts: cfg.Cohorts, delay: cfg.PreemptionDelay,
 		quotas: map[quotaKey]Quota{}, usage: map[quotaKey]int{}, starving: map[quotaKey]time.Time{},
-		mode: cfg.Preemption, maxSuspend: cfg.MaxSuspend, suspended: map[*lease]time.Time{}, unsure: map[*lease]bool{}}
+		mode: cfg.Preemption, maxSuspend: cfg.MaxSuspend, suspended: map[*lease]time.Time{}, unsure: map[*lease]bool{},
+		avoid: map[*Task]*worker{}}
 }
 
 // cohortOf returns the cohort of a worker offering props, or "".
@@ -336,6 +340,9 @@ func (s *Scheduler) cohortCanRunLocked(cohort string, b *bucket) bool {
 // leaseUsage counts a lease toward its instance's usage on its worker's
 // cohort (delta +1 at the start, -1 at the end).
 func (s *Scheduler) leaseUsageLocked(l *lease, delta int) {
+	if delta > 0 && len(s.ten.avoid) > 0 {
+		delete(s.ten.avoid, l.task)
+	}
 	if delta < 0 {
 		delete(s.ten.unsure, l)
 		if _, ok := s.ten.suspended[l]; ok {
@@ -361,10 +368,17 @@ func (s *Scheduler) leaseUsageLocked(l *lease, delta int) {
 // An action of the instance that a worker holds but cannot start, because
 // running actions hold all that worker's cores, does not count toward the
 // min: it waits as queued work does, and its victim is a running action on
-// that same worker. (One still fetching its inputs on a worker with a free
-// core counts: it will run.) Work waits if it is queued with no free slot
+// that same worker; if nothing there may be pre-empted, the action is
+// taken back and its victim is a running action on another worker that
+// could run it (moveHeldLocked). (One still fetching its inputs on a
+// worker with a free core counts: it will run.) Work waits if it is queued with no free slot
 // of the cohort to take it, or held like that.
 func (s *Scheduler) preemptLocked(now time.Time) {
+	for t := range s.ten.avoid {
+		if t.state != stateQueued { // finished without a lease
+			delete(s.ten.avoid, t)
+		}
+	}
 	if len(s.ten.quotas) == 0 {
 		return
 	}
@@ -420,7 +434,16 @@ func (s *Scheduler) preemptLocked(now time.Time) {
 				return l.worker == h.worker && l.stage >= repb.ExecutionStage_EXECUTING
 			})
 			if len(victims) == 0 {
-				continue
+				// Nothing on its worker may be pre-empted (what runs
+				// there is within its own min): the action moves to a
+				// core taken on another worker that could run it.
+				victims = s.chooseVictimsLocked(k, 1, func(l *lease) bool {
+					return l.worker != h.worker && l.stage >= repb.ExecutionStage_EXECUTING && l.worker.canRun(h.task)
+				})
+				if len(victims) == 0 {
+					continue
+				}
+				s.moveHeldLocked(h)
 			}
 			s.stopVictimsLocked(victims, reason)
 			deficit--
@@ -438,6 +461,21 @@ func (s *Scheduler) preemptLocked(now time.Time) {
 		}
 		s.ten.starving[k] = now
 	}
+}
+
+// moveHeldLocked takes back h, an action its worker cannot start, and
+// queues it again at the front, kept from that worker until it is leased
+// elsewhere (admits): it has not started, so nothing is lost.
+func (s *Scheduler) moveHeldLocked(h *lease) {
+	reason := fmt.Sprintf("taken back: worker %s cannot start it and nothing running there may be pre-empted; it runs on another worker", h.worker.info.ID)
+	s.emit(Event{Kind: EventRequeued, Task: h.task.ID, Worker: h.worker.info.ID, Reason: reason})
+	s.takeBackLocked(h, reason)
+	s.ten.avoid[h.task] = h.worker
+}
+
+// canRun reports whether w could run t at all (instance, queue, platform).
+func (w *worker) canRun(t *Task) bool {
+	return w.serves(t.Instance) && w.info.Platform.Serves(t.Queue) && len(w.info.Platform.Accepts(t.Req, nil)) == 0
 }
 
 // stuckLocked lists, per (instance, cohort), the leases whose action has

@@ -141,13 +141,17 @@ func (s *Scheduler) roomToResumeLocked(l *lease) bool {
 	return true
 }
 
-// admits reports whether w may take t of instance: while w holds a
+// admits reports whether w may take t of instance: not if t was moved
+// off w (moveHeldLocked); while w holds a
 // suspended lease, it takes work only of instances below their min on its
 // cohort (the work it was suspended for), or work its cores have room
 // for besides every lease it holds, suspended ones included. So the cores
 // a suspended action lent are not given away to others, and it can
 // resume once the work it made room for is done.
 func (tn *tenancy) admits(w *worker, instance string, t *Task) bool {
+	if len(tn.avoid) > 0 && tn.avoid[t] == w {
+		return false
+	}
 	if len(tn.suspended) == 0 || w.cohort == "" {
 		return true
 	}
