@@ -13,6 +13,7 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	adminpb "github.com/gantry-build/gantry/api/admin/v1"
 	"github.com/gantry-build/gantry/internal/client"
@@ -61,7 +62,9 @@ func readPid(path string) int {
 // worker's pipeline. After the pre-emption delay the flood action's
 // process is stopped (state T) and the small one runs on its core; when
 // the small one is done the flood action continues where it was and
-// completes with all its output, in its first and only try.
+// completes with all its output, in its first and only try. It was
+// stopped for longer than the heartbeat timeout and than its own action
+// timeout: neither counts the stopped time.
 func TestSuspendPreemptionEndToEnd(t *testing.T) {
 	f := startFarm(t, func(c *config.Config) {
 		c.Worker.Cores = 1
@@ -81,9 +84,10 @@ func TestSuspendPreemptionEndToEnd(t *testing.T) {
 		resp *repb.ExecuteResponse
 		err  error
 	}
-	execute := func(instance string, cmd *repb.Command) <-chan result {
+	execute := func(instance string, cmd *repb.Command, timeout time.Duration) <-chan result {
 		ch := make(chan result, 1)
-		a := &repb.Action{CommandDigest: f.put(cmd).Proto(), InputRootDigest: digest.Empty(digest.SHA256).Proto(), DoNotCache: true}
+		a := &repb.Action{CommandDigest: f.put(cmd).Proto(), InputRootDigest: digest.Empty(digest.SHA256).Proto(), DoNotCache: true,
+			Timeout: durationpb.New(timeout)}
 		ad := f.put(a)
 		go func() {
 			resp, _, err := client.Execute(ctx, f.conn, &repb.ExecuteRequest{InstanceName: instance, ActionDigest: ad.Proto()})
@@ -98,11 +102,14 @@ func TestSuspendPreemptionEndToEnd(t *testing.T) {
 	victimPid, victimGate := filepath.Join(dir, "victim.pid"), filepath.Join(dir, "victim.go")
 	smallPid, smallGate := filepath.Join(dir, "small.pid"), filepath.Join(dir, "small.go")
 	// The gate loops keep each action running until the test lets it end.
-	victim := execute("flood", shCmd(fmt.Sprintf("echo before > out; echo $$ > %s; until [ -e %s ]; do sleep 0.02; done; echo after >> out", victimPid, victimGate), "out"))
+	// The flood action's timeout is shorter than its stop: suspended time
+	// does not count.
+	const victimTimeout, stopped = 3 * time.Second, 3500 * time.Millisecond
+	victim := execute("flood", shCmd(fmt.Sprintf("echo before > out; echo $$ > %s; until [ -e %s ]; do sleep 0.02; done; echo after >> out", victimPid, victimGate), "out"), victimTimeout)
 	var pid int
 	pollUntil(t, 30*time.Second, "the flood action to start", func() bool { pid = readPid(victimPid); return pid != 0 })
 
-	small := execute("small", shCmd(fmt.Sprintf("echo $$ > %s; until [ -e %s ]; do sleep 0.02; done; echo quick > out", smallPid, smallGate), "out"))
+	small := execute("small", shCmd(fmt.Sprintf("echo $$ > %s; until [ -e %s ]; do sleep 0.02; done; echo quick > out", smallPid, smallGate), "out"), time.Minute)
 	// The small action starts on the core the stopped flood action lent.
 	pollUntil(t, 30*time.Second, "the small action to start", func() bool { return readPid(smallPid) != 0 })
 	if st := procState(pid); st != 'T' {
@@ -110,6 +117,13 @@ func TestSuspendPreemptionEndToEnd(t *testing.T) {
 	}
 	if st := f.srv.Scheduler.Stats(); st.Suspended != 1 || st.Preemptions != 1 {
 		t.Errorf("scheduler stats %+v, want 1 suspended action, 1 pre-emption", st)
+	}
+	// It stays stopped for longer than the heartbeat timeout (1 s) —
+	// the worker's heartbeats keep its lease — and than its own timeout.
+	for end := time.Now().Add(stopped); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if st := procState(pid); st != 'T' {
+			t.Fatalf("the flood action's process is in state %q while suspended, want T", st)
+		}
 	}
 	// Let the flood action end when it can: stopped, it cannot see it.
 	if err := os.WriteFile(victimGate, nil, 0o644); err != nil {
@@ -138,6 +152,9 @@ func TestSuspendPreemptionEndToEnd(t *testing.T) {
 	st := f.srv.Scheduler.Stats()
 	if st.Suspended != 0 || st.SuspendExpired != 0 || st.Preemptions != 1 {
 		t.Errorf("scheduler stats at the end %+v", st)
+	}
+	if m := f.srv.Scheduler.MetricsSnapshot(); m.WorkersLost != 0 || m.Retries != 0 {
+		t.Errorf("%d leases lost, %d retries: a suspended action's lease must not time out", m.WorkersLost, m.Retries)
 	}
 	// It ran once: the same process, suspended and continued.
 	if got := readPid(victimPid); got != pid {
