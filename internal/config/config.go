@@ -73,6 +73,13 @@ type SchedulerConfig struct {
 	// PreemptionDelay is how long an instance below its min quota waits
 	// for a free slot before running work is pre-empted for it.
 	PreemptionDelay Duration `yaml:"preemption_delay"`
+	// Preemption is how a victim is pre-empted: "cancel" (its work is
+	// lost and it is queued again) or "suspend" (SIGSTOP, memory kept,
+	// resumed later).
+	Preemption string `yaml:"preemption"`
+	// MaxSuspend is how long a suspended victim may stay stopped before it
+	// is cancelled and queued again, as in cancel mode.
+	MaxSuspend Duration `yaml:"max_suspend"`
 	// Store is where the scheduler's state is kept durably.
 	Store StoreConfig `yaml:"store"`
 }
@@ -244,6 +251,8 @@ func Default() Config {
 			UnsatisfiableWait: Duration(10 * time.Minute),
 			StartupGrace:      Duration(time.Minute),
 			PreemptionDelay:   Duration(10 * time.Second),
+			Preemption:        "cancel",
+			MaxSuspend:        Duration(10 * time.Minute),
 			Store:             StoreConfig{Backend: "embedded"},
 			Fairness: FairnessConfig{
 				Keys:            append([]string(nil), invocation.Default...),
@@ -467,6 +476,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Scheduler.PreemptionDelay <= 0 {
 		bad("scheduler.preemption_delay", "must be positive: it is the grace running work gets before it is pre-empted")
+	}
+	switch c.Scheduler.Preemption {
+	case "cancel", "suspend":
+	default:
+		bad("scheduler.preemption", "%q is not a pre-emption mode; use cancel (the victim is stopped and queued again) or suspend (it is stopped with SIGSTOP and resumed later)", c.Scheduler.Preemption)
+	}
+	if c.Scheduler.MaxSuspend <= 0 {
+		bad("scheduler.max_suspend", "must be positive: it is how long a suspended action may stay stopped before it is cancelled and queued again")
 	}
 	seenQueue := map[string]bool{}
 	for i, q := range c.Scheduler.Queues {

@@ -15,6 +15,7 @@ const (
 	EventGaveUp      EventKind = "gave_up"
 	EventWorkerAdded EventKind = "worker_added"
 	EventPreempted   EventKind = "preempted"
+	EventResumed     EventKind = "resumed"
 	EventStoreFailed EventKind = "store_failed"
 )
 

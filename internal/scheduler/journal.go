@@ -454,6 +454,7 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 		t.state, t.stage, t.lease = stateLeased, repb.ExecutionStage_EXECUTING, l
 		s.leases[l.id] = l
 		w.leases[l.id] = l
+		s.ten.restoredLease(l)
 		s.fair.started(t.inv, +1, now)
 	}
 	var finished []*Operation

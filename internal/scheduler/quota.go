@@ -72,11 +72,25 @@ type tenancy struct {
 	// starving is when an instance below its min with runnable work was
 	// first seen waiting (or last got victims) on a cohort.
 	starving map[quotaKey]time.Time
+	// mode is how victims are stopped; suspended holds, in suspend mode,
+	// the leases stopped for pre-emption and when (suspend.go).
+	mode       PreemptionMode
+	maxSuspend time.Duration
+	suspended  map[*lease]time.Time
+	expired    int64
+	// avoid keeps an action moved off a worker it waited on (and could
+	// not start on) from going back there until it is leased.
+	avoid map[*Task]*worker
+	// unsure are leases restored from the state store: a suspension is
+	// not stored, so each gets a RESUME (a no-op unless it is stopped).
+	unsure map[*lease]bool
 }
 
 func newTenancy(cfg Config) *tenancy {
 	return &tenancy{labels: cfg.Labels, cohorts: cfg.Cohorts, delay: cfg.PreemptionDelay,
-		quotas: map[quotaKey]Quota{}, usage: map[quotaKey]int{}, starving: map[quotaKey]time.Time{}}
+		quotas: map[quotaKey]Quota{}, usage: map[quotaKey]int{}, starving: map[quotaKey]time.Time{},
+		mode: cfg.Preemption, maxSuspend: cfg.MaxSuspend, suspended: map[*lease]time.Time{}, unsure: map[*lease]bool{},
+		avoid: map[*Task]*worker{}}
 }
 
 // cohortOf returns the cohort of a worker offering props, or "".
@@ -326,14 +340,18 @@ func (s *Scheduler) cohortCanRunLocked(cohort string, b *bucket) bool {
 // leaseUsage counts a lease toward its instance's usage on its worker's
 // cohort (delta +1 at the start, -1 at the end).
 func (s *Scheduler) leaseUsageLocked(l *lease, delta int) {
-	if l.cohort == "" {
-		return
+	if delta > 0 && len(s.ten.avoid) > 0 {
+		delete(s.ten.avoid, l.task)
 	}
-	k := quotaKey{l.task.Instance, l.cohort}
-	s.ten.usage[k] += delta
-	if s.ten.usage[k] <= 0 {
-		delete(s.ten.usage, k)
+	if delta < 0 {
+		delete(s.ten.unsure, l)
+		if _, ok := s.ten.suspended[l]; ok {
+			// A suspended lease gave its usage back when it stopped.
+			delete(s.ten.suspended, l)
+			return
+		}
 	}
+	s.ten.addUsage(l, delta)
 }
 
 // preemptLocked runs in Tick: for each instance below its min on a cohort
@@ -350,10 +368,17 @@ func (s *Scheduler) leaseUsageLocked(l *lease, delta int) {
 // An action of the instance that a worker holds but cannot start, because
 // running actions hold all that worker's cores, does not count toward the
 // min: it waits as queued work does, and its victim is a running action on
-// that same worker. (One still fetching its inputs on a worker with a free
-// core counts: it will run.) Work waits if it is queued with no free slot
+// that same worker; if nothing there may be pre-empted, the action is
+// taken back and its victim is a running action on another worker that
+// could run it (moveHeldLocked). (One still fetching its inputs on a
+// worker with a free core counts: it will run.) Work waits if it is queued with no free slot
 // of the cohort to take it, or held like that.
 func (s *Scheduler) preemptLocked(now time.Time) {
+	for t := range s.ten.avoid {
+		if t.state != stateQueued { // finished without a lease
+			delete(s.ten.avoid, t)
+		}
+	}
 	if len(s.ten.quotas) == 0 {
 		return
 	}
@@ -409,11 +434,18 @@ func (s *Scheduler) preemptLocked(now time.Time) {
 				return l.worker == h.worker && l.stage >= repb.ExecutionStage_EXECUTING
 			})
 			if len(victims) == 0 {
-				continue
+				// Nothing on its worker may be pre-empted (what runs
+				// there is within its own min): the action moves to a
+				// core taken on another worker that could run it.
+				victims = s.chooseVictimsLocked(k, 1, func(l *lease) bool {
+					return l.worker != h.worker && l.stage >= repb.ExecutionStage_EXECUTING && l.worker.canRun(h.task)
+				})
+				if len(victims) == 0 {
+					continue
+				}
+				s.moveHeldLocked(h)
 			}
-			for _, l := range victims {
-				s.preemptLeaseLocked(l, reason)
-			}
+			s.stopVictimsLocked(victims, reason)
 			deficit--
 		}
 		if deficit > 0 && queued > 0 {
@@ -425,12 +457,25 @@ func (s *Scheduler) preemptLocked(now time.Time) {
 				}
 				return false
 			})
-			for _, l := range victims {
-				s.preemptLeaseLocked(l, reason)
-			}
+			s.stopVictimsLocked(victims, reason)
 		}
 		s.ten.starving[k] = now
 	}
+}
+
+// moveHeldLocked takes back h, an action its worker cannot start, and
+// queues it again at the front, kept from that worker until it is leased
+// elsewhere (admits): it has not started, so nothing is lost.
+func (s *Scheduler) moveHeldLocked(h *lease) {
+	reason := fmt.Sprintf("taken back: worker %s cannot start it and nothing running there may be pre-empted; it runs on another worker", h.worker.info.ID)
+	s.emit(Event{Kind: EventRequeued, Task: h.task.ID, Worker: h.worker.info.ID, Reason: reason})
+	s.takeBackLocked(h, reason)
+	s.ten.avoid[h.task] = h.worker
+}
+
+// canRun reports whether w could run t at all (instance, queue, platform).
+func (w *worker) canRun(t *Task) bool {
+	return w.serves(t.Instance) && w.info.Platform.Serves(t.Queue) && len(w.info.Platform.Accepts(t.Req, nil)) == 0
 }
 
 // stuckLocked lists, per (instance, cohort), the leases whose action has
@@ -439,7 +484,7 @@ func (s *Scheduler) preemptLocked(now time.Time) {
 func (s *Scheduler) stuckLocked() map[quotaKey][]*lease {
 	busy := map[*worker]int{} // cores held by running actions
 	for _, l := range s.leases {
-		if !l.preempted && l.stage >= repb.ExecutionStage_EXECUTING {
+		if !l.preempted && l.stage >= repb.ExecutionStage_EXECUTING && !s.ten.isSuspended(l) {
 			busy[l.worker] += leaseCores(l)
 		}
 	}
@@ -495,7 +540,7 @@ func (s *Scheduler) chooseVictimsLocked(k quotaKey, n int, fits func(*lease) boo
 	usage := map[string]int{}
 	var cands, others []*lease
 	for _, l := range s.leases {
-		if l.cohort != k.cohort || l.task.Instance == k.instance || l.preempted {
+		if l.cohort != k.cohort || l.task.Instance == k.instance || l.preempted || s.ten.isSuspended(l) {
 			continue
 		}
 		if fits(l) {
@@ -566,13 +611,19 @@ func (s *Scheduler) chooseVictimsLocked(k quotaKey, n int, fits func(*lease) boo
 // preemptLeaseLocked takes a running action away from its worker and puts
 // it back at the front of its queue, without counting the try.
 func (s *Scheduler) preemptLeaseLocked(l *lease, reason string) {
+	s.preemptions++
+	s.emit(Event{Kind: EventPreempted, Task: l.task.ID, Worker: l.worker.info.ID, Reason: reason})
+	s.takeBackLocked(l, reason)
+}
+
+// takeBackLocked cancels l on its worker and queues its task again at the
+// front, without counting the try.
+func (s *Scheduler) takeBackLocked(l *lease, reason string) {
 	t := l.task
 	l.preempted = true
 	l.worker.commands = append(l.worker.commands, LeaseCommand{LeaseID: l.id, Kind: CommandCancel, Reason: reason})
 	s.dropLeaseLocked(l)
 	s.holdCancelledLocked(l)
 	t.attempts--
-	s.preemptions++
-	s.emit(Event{Kind: EventPreempted, Task: t.ID, Worker: l.worker.info.ID, Reason: reason})
 	s.requeueFrontLocked(t)
 }

@@ -275,10 +275,15 @@ func TestQuotaValidation(t *testing.T) {
 
 // heldSetup: flood runs on w (cores cores); then small (min 1) is
 // submitted and w's pipeline takes it ahead of its cores. It returns the
-// flood's lease and small's.
-func heldSetup(t *testing.T, cores int) (*Scheduler, *fakeClock, *Assignment, *Assignment, *[]Event) {
+// flood's lease and small's. mods change the configuration further.
+func heldSetup(t *testing.T, cores int, mods ...func(*Config)) (*Scheduler, *fakeClock, *Assignment, *Assignment, *[]Event) {
 	t.Helper()
-	s, clk := newQueueTest(t, tenancyConfig)
+	s, clk := newQueueTest(t, func(c *Config) {
+		tenancyConfig(c)
+		for _, m := range mods {
+			m(c)
+		}
+	})
 	var preempted []Event
 	s.OnEvent(func(e Event) {
 		if e.Kind == EventPreempted {
@@ -398,5 +403,60 @@ func TestFetchingActionCountsTowardMin(t *testing.T) {
 	}
 	if *n != 0 {
 		t.Fatalf("%d pre-emptions while small's action was being prepared on a free core", *n)
+	}
+}
+
+// TestHeldActionMovesWhenItsWorkerHasNoVictim: small's action waits on w1
+// behind an action of "mid", which is within its own min: nothing on w1
+// may be pre-empted. After the delay small's action is taken back from
+// w1, a flood action on w2 is pre-empted, and small's action runs on w2
+// (w1 does not take it again).
+func TestHeldActionMovesWhenItsWorkerHasNoVictim(t *testing.T) {
+	s, clk := newQueueTest(t, tenancyConfig)
+	var events []Event
+	s.OnEvent(func(e Event) {
+		if e.Kind == EventPreempted || e.Kind == EventRequeued {
+			events = append(events, e)
+		}
+	})
+	x86Worker(s, "w1")
+	x86Worker(s, "w2")
+	s.SetQuota(Quota{Instance: "small", Cohort: "x86", Min: 1, Max: -1})
+	s.SetQuota(Quota{Instance: "mid", Cohort: "x86", Min: 1, Max: -1})
+	submitIn(t, s, "mid", "m")
+	m := pollNow(t, s, "w1", 1)
+	submitIn(t, s, "flood", "f")
+	f := pollNow(t, s, "w2", 1)
+	submitIn(t, s, "small", "s")
+	h := pollNow(t, s, "w1", 1) // w1's pipeline fetches ahead
+	if m == nil || f == nil || h == nil || m.Task.Instance != "mid" || f.Task.Instance != "flood" || h.Task.Instance != "small" {
+		t.Fatalf("leases %+v %+v %+v", m, f, h)
+	}
+	run := func(a *Assignment) LeaseReport {
+		return LeaseReport{LeaseID: a.LeaseID, Stage: repb.ExecutionStage_EXECUTING}
+	}
+	var w1, w2 []LeaseCommand
+	for i := 0; i < 60 && len(events) == 0; i++ {
+		clk.Advance(250 * time.Millisecond)
+		w1 = append(w1, commandsFor(t, s, "w1", run(m), LeaseReport{LeaseID: h.LeaseID, Stage: repb.ExecutionStage_QUEUED})...)
+		w2 = append(w2, commandsFor(t, s, "w2", run(f))...)
+		s.Tick()
+	}
+	w1 = append(w1, commandsFor(t, s, "w1", run(m))...)
+	w2 = append(w2, commandsFor(t, s, "w2", run(f))...)
+	if len(w1) != 1 || w1[0].Kind != CommandCancel || w1[0].LeaseID != h.LeaseID {
+		t.Fatalf("w1 commands %+v, want CANCEL of small's held action", w1)
+	}
+	if len(w2) != 1 || w2[0].Kind != CommandCancel || w2[0].LeaseID != f.LeaseID {
+		t.Fatalf("w2 commands %+v, want CANCEL of the flood's action", w2)
+	}
+	if a := pollNow(t, s, "w1", 1); a == nil || a.Task == h.Task {
+		t.Fatalf("w1's pipeline took %+v, want the flood's action, not small's again", a)
+	}
+	if a := pollNow(t, s, "w2", 1); a == nil || a.Task != h.Task {
+		t.Fatalf("w2's freed core went to %+v, want small's action", a)
+	}
+	if st := s.Stats(); st.Preemptions != 1 {
+		t.Errorf("%d pre-emptions, want 1 (moving small's action is not one)", st.Preemptions)
 	}
 }

@@ -69,6 +69,11 @@ type Config struct {
 	// PreemptionDelay is how long an instance below its min quota waits
 	// for a slot to come free before running work is pre-empted for it.
 	PreemptionDelay time.Duration
+	// Preemption is how victims are stopped (suspend.go); "" means
+	// PreemptCancel. MaxSuspend bounds a suspension; 0 means
+	// DefaultMaxSuspend.
+	Preemption PreemptionMode
+	MaxSuspend time.Duration
 }
 
 // DefaultPreemptionDelay is the default Config.PreemptionDelay.
@@ -275,6 +280,12 @@ func New(cfg Config, clock Clock) *Scheduler {
 	}
 	if cfg.PreemptionDelay <= 0 {
 		cfg.PreemptionDelay = DefaultPreemptionDelay
+	}
+	if cfg.Preemption == "" {
+		cfg.Preemption = PreemptCancel
+	}
+	if cfg.MaxSuspend <= 0 {
+		cfg.MaxSuspend = DefaultMaxSuspend
 	}
 	if clock == nil {
 		clock = RealClock{}
@@ -728,13 +739,18 @@ func (s *Scheduler) completeTaskLocked(t *Task, resp *repb.ExecuteResponse) {
 type Stats struct {
 	Queued, Leased, Operations, Workers int
 	Preemptions                         int64
+	// Suspended counts leases stopped for pre-emption now (suspend mode);
+	// SuspendExpired those cancelled after scheduler.max_suspend.
+	Suspended      int
+	SuspendExpired int64
 }
 
 // Stats returns counts of the scheduler's state.
 func (s *Scheduler) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stats{Queued: s.queue.n, Leased: len(s.leases), Operations: len(s.ops), Workers: len(s.workers), Preemptions: s.preemptions}
+	return Stats{Queued: s.queue.n, Leased: len(s.leases), Operations: len(s.ops), Workers: len(s.workers), Preemptions: s.preemptions,
+		Suspended: len(s.ten.suspended), SuspendExpired: s.ten.expired}
 }
 
 func (s *Scheduler) String() string {

@@ -103,7 +103,7 @@ type waiter struct {
 func (w *waiter) accepts(b *bucket, t *Task) bool {
 	wk := w.worker
 	return !wk.hold && wk.matches(b) && wk.serves(b.instance) && wk.fits(t.Req, w.free.Cores) &&
-		(wk.cohort == "" || !wk.ten.maxReached(b.instance, wk.cohort))
+		(wk.cohort == "" || !wk.ten.maxReached(b.instance, wk.cohort) && wk.ten.admits(wk, b.instance, t))
 }
 
 // Assignment is a leased task handed to a worker.
@@ -516,6 +516,7 @@ func (s *Scheduler) Tick() {
 		}
 	}
 	s.failUnsatisfiableLocked(now)
+	s.resumeLocked(now)
 	s.preemptLocked(now)
 	s.ticketLocked() // start storing what the timers changed
 	// Only operations nobody watches can be abandoned: Tick looks at those,

@@ -251,11 +251,14 @@ func registerSchedulerMetrics(reg prometheus.Registerer, cfg config.Config, sche
 		{"gantry_scheduler_leased_actions", "Actions held by workers.", func(s scheduler.Stats) int { return s.Leased }},
 		{"gantry_scheduler_operations", "Operations known (running and recently finished).", func(s scheduler.Stats) int { return s.Operations }},
 		{"gantry_scheduler_workers", "Registered workers.", func(s scheduler.Stats) int { return s.Workers }},
+		{"gantry_scheduler_suspended_actions", "Actions stopped (SIGSTOP) for pre-emption now (scheduler.preemption: suspend).", func(s scheduler.Stats) int { return s.Suspended }},
 	} {
 		get := g.get
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help}, func() float64 { return float64(get(sched().Stats())) }))
 	}
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gantry_scheduler_preemptions_total",
 		Help: "Actions pre-empted for instances below their min quota."}, func() float64 { return float64(sched().Stats().Preemptions) }))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gantry_scheduler_suspend_expired_total",
+		Help: "Suspended actions cancelled and queued again after scheduler.max_suspend."}, func() float64 { return float64(sched().Stats().SuspendExpired) }))
 	metrics.NewScheduler(reg, func() scheduler.MetricsSnapshot { return sched().MetricsSnapshot() }, metrics.NewInstances(cfg.Metrics.MaxInstances))
 }

@@ -540,6 +540,8 @@ func TestPreemptionMetric(t *testing.T) {
 	}
 	checkMetrics(t, addr,
 		metricWant{"gantry_scheduler_preemptions_total", nil, 2},
+		metricWant{"gantry_scheduler_suspended_actions", nil, 0},
+		metricWant{"gantry_scheduler_suspend_expired_total", nil, 0},
 		metricWant{"gantry_scheduler_retries_total", nil, 0},
 		metricWant{"gantry_scheduler_lost_leases_total", nil, 0},
 		metricWant{"gantry_scheduler_gave_up_total", nil, 0},

@@ -36,12 +36,16 @@ func startFlood(ctx context.Context, execute func(context.Context, string, *repb
 
 // quotaFarm is a farm whose worker (two cores) is in cohort x86, with a
 // pre-emption delay of 1 s and min_quota 1 for instance "small", and a
-// function that runs a command on an instance.
-func quotaFarm(t *testing.T) (*farm, adminpb.AdminClient, func(context.Context, string, *repb.Command) (*repb.ExecuteResponse, error)) {
+// function that runs a command on an instance. mods change the
+// configuration further.
+func quotaFarm(t *testing.T, mods ...func(*config.Config)) (*farm, adminpb.AdminClient, func(context.Context, string, *repb.Command) (*repb.ExecuteResponse, error)) {
 	f := startFarm(t, func(c *config.Config) {
 		c.Scheduler.Labels = []config.LabelConfig{{Name: "linux", Properties: map[string]string{"OSFamily": "linux"}}}
 		c.Scheduler.Cohorts = []config.CohortConfig{{Name: "x86", Labels: []string{"linux"}}}
 		c.Scheduler.PreemptionDelay = config.Duration(time.Second)
+		for _, m := range mods {
+			m(c)
+		}
 	})
 	admin := adminpb.NewAdminClient(f.conn)
 	if _, err := admin.PutQuota(context.Background(), &adminpb.PutQuotaRequest{InstanceName: "small", Cohort: "x86", MinQuota: 1}); err != nil {

@@ -256,6 +256,8 @@ func schedulerConfig(cfg config.Config) scheduler.Config {
 		Labels:            labels(sc.Labels),
 		Cohorts:           cohorts(sc.Cohorts),
 		PreemptionDelay:   sc.PreemptionDelay.D(),
+		Preemption:        scheduler.PreemptionMode(sc.Preemption),
+		MaxSuspend:        sc.MaxSuspend.D(),
 	}
 }
 

@@ -12,7 +12,8 @@ func (w *Worker) control(pause, terminate bool) {
 		w.paused = pause
 		n := 0
 		for _, l := range w.leases {
-			if l.proc == nil || l.completing {
+			if l.proc == nil || l.completing || l.susp.stopped {
+				// Suspended for pre-emption: the scheduler resumes it.
 				continue
 			}
 			var err error

@@ -85,16 +85,15 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	if err := w.exec.Acquire(ctx, cores); err != nil {
 		return
 	}
-	w.addFree(-int(cores))
+	w.mu.Lock()
+	w.freeCPU -= int(cores)
+	l.susp.ctx, l.susp.cores, l.susp.held = ctx, cores, true
+	w.mu.Unlock()
 	releaseFetch()
-	execHeld := true
-	releaseExec := func() {
-		if execHeld {
-			w.exec.Release(cores)
-			w.addFree(int(cores))
-			execHeld = false
-		}
-	}
+	// A suspension may lend the cores and a resume take them back
+	// (suspend.go): the lease, not this function, knows whether it holds
+	// them.
+	releaseExec := func() { w.releaseExec(l) }
 	defer releaseExec()
 	w.setStage(l, workerpb.Stage_EXECUTING)
 
@@ -160,8 +159,9 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 		l.proc = sandboxedProc{proc, sbx}
 	}
 	l.disk.root, l.disk.kill = rootDir, proc.Cancel
-	if w.paused {
-		// The worker was paused while the action got ready.
+	if w.paused || l.susp.stopped {
+		// The worker was paused, or the action suspended for
+		// pre-emption, while it got ready.
 		l.proc.Suspend()
 	}
 	w.mu.Unlock()
@@ -238,12 +238,6 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 	}
 	req.UpdateActionCache = ar.ExitCode == 0 && a.Cacheable && !action.DoNotCache
 	w.complete(l, req)
-}
-
-func (w *Worker) addFree(n int) {
-	w.mu.Lock()
-	w.freeCPU += n
-	w.mu.Unlock()
 }
 
 // inputFailure maps an input materialization error to a result.

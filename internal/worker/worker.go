@@ -128,6 +128,8 @@ type activeLease struct {
 	completing bool
 	// disk is the disk guard's view of the running action (diskguard.go).
 	disk diskState
+	// susp is its part in pre-emption by suspension (suspend.go).
+	susp suspendState
 }
 
 // processControl is what the heartbeat loop may do to a running action.
@@ -373,11 +375,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 func (w *Worker) apply(c *workerpb.LeaseCommand) {
 	w.mu.Lock()
 	l, ok := w.leases[c.LeaseId]
-	var proc processControl
-	if ok {
-		proc = l.proc
-		ok = !l.completing
-	}
+	ok = ok && !l.completing
 	w.mu.Unlock()
 	if !ok {
 		return
@@ -387,13 +385,9 @@ func (w *Worker) apply(c *workerpb.LeaseCommand) {
 		w.log.Info("cancelling action", "lease", c.LeaseId, "reason", c.Reason)
 		l.cancel()
 	case workerpb.Command_SUSPEND:
-		if proc != nil {
-			proc.Suspend()
-		}
+		w.suspendLease(l, c.Reason)
 	case workerpb.Command_RESUME:
-		if proc != nil {
-			proc.Resume()
-		}
+		w.resumeLease(l)
 	}
 }
 
