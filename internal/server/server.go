@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -84,7 +83,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 		Logger:            log,
 	})
 	sc := cfg.Scheduler
-	sched := scheduler.New(schedulerConfig(cfg), scheduler.RealClock{})
+	sched := scheduler.New(schedulerConfig(cfg, log), scheduler.RealClock{})
 	sec, err := newSecurity(cfg)
 	if err != nil {
 		return nil, err
@@ -210,6 +209,7 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 			s.closeListeners()
 			return nil, fmt.Errorf("restoring the scheduler's state: %w", err)
 		}
+		logRestored(log, sched)
 	}
 	// Quotas are in the state store (an older quotas.json moves there).
 	if err := restoreQuotas(stateCtx, sched, state, filepath.Join(cfg.DataDir, "scheduler", "quotas.json"), log); err != nil {
@@ -224,8 +224,8 @@ func New(cfg config.Config, log *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
-// schedulerConfig is the scheduler's part of cfg.
-func schedulerConfig(cfg config.Config) scheduler.Config {
+// schedulerConfig is the scheduler's part of cfg; it logs to log.
+func schedulerConfig(cfg config.Config, log *slog.Logger) scheduler.Config {
 	sc := cfg.Scheduler
 	return scheduler.Config{
 		HeartbeatInterval: sc.HeartbeatInterval.D(),
@@ -241,6 +241,7 @@ func schedulerConfig(cfg config.Config) scheduler.Config {
 		Labels:            labels(sc.Labels),
 		Cohorts:           cohorts(sc.Cohorts),
 		PreemptionDelay:   sc.PreemptionDelay.D(),
+		Logger:            log,
 	}
 }
 
@@ -316,6 +317,11 @@ func (s *Server) Run(ctx context.Context) error {
 	var err error
 	select {
 	case <-ctx.Done():
+		embedded := ""
+		if s.cfg.Worker.Enabled {
+			embedded = embeddedWorkerID(s.cfg)
+		}
+		logStopping(s.log, s.Scheduler, embedded)
 	case err = <-errc:
 	case <-s.lost:
 		s.grpc.Stop() // no more answers from a deposed scheduler
@@ -363,10 +369,7 @@ func runWorker(ctx context.Context, dial func() (*grpc.ClientConn, error), cfg c
 	}
 	defer conn.Close()
 	wc := cfg.Worker
-	if wc.ID == "" {
-		host, _ := os.Hostname()
-		wc.ID = host + "-embedded"
-	}
+	wc.ID = embeddedWorkerID(cfg)
 	if wc.WorkDir == "" {
 		wc.WorkDir = filepath.Join(cfg.DataDir, "worker")
 	}
