@@ -339,10 +339,10 @@ func (a *Authorizer) workerCall(ctx context.Context, id *Identity, fullMethod st
 	if !ok {
 		return handler(ctx, req)
 	}
-	wid, who := r.GetWorkerId(), id.String()
-	if owner, ok := a.workers.Load(wid); ok && owner.(string) != who {
-		return nil, status.Errorf(codes.PermissionDenied, "worker id %q was registered by %s, not %s (%s); give every worker its own id (--id)", wid, owner, who, fullMethod)
+	if err := a.ownsWorker(id, fullMethod, req); err != nil {
+		return nil, err
 	}
+	wid, who := r.GetWorkerId(), id.String()
 	resp, err := handler(ctx, req)
 	if err == nil && fullMethod == workersSvc+"Register" {
 		if owner, loaded := a.workers.LoadOrStore(wid, who); loaded && owner.(string) != who {
@@ -395,6 +395,23 @@ func (s *authStream) RecvMsg(msg any) error {
 		if err := s.a.authorize(s.id, s.m, s.method, msg); err != nil {
 			return err
 		}
+	}
+	if s.m.need == PermWorker {
+		return s.a.ownsWorker(s.id, s.method, msg)
+	}
+	return nil
+}
+
+// ownsWorker refuses a worker-protocol message for a worker id that
+// another identity registered (as workerCall does for unary calls).
+func (a *Authorizer) ownsWorker(id *Identity, fullMethod string, msg any) error {
+	r, ok := msg.(interface{ GetWorkerId() string })
+	if !ok {
+		return nil
+	}
+	wid, who := r.GetWorkerId(), id.String()
+	if owner, ok := a.workers.Load(wid); ok && owner.(string) != who {
+		return status.Errorf(codes.PermissionDenied, "worker id %q was registered by %s, not %s (%s); give every worker its own id (--id)", wid, owner, who, fullMethod)
 	}
 	return nil
 }

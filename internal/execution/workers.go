@@ -49,7 +49,7 @@ func (s *WorkerService) Register(_ context.Context, req *workerpb.RegisterReques
 		props = append(props, platform.Property{Name: p.Name, Value: p.Value})
 	}
 	props.Sort()
-	s.sched.RegisterWorker(scheduler.WorkerInfo{
+	info := scheduler.WorkerInfo{
 		ID: req.WorkerId,
 		Platform: platform.Worker{
 			Properties: props, AllowUnmatched: req.AcceptUnknownProperties,
@@ -59,12 +59,41 @@ func (s *WorkerService) Register(_ context.Context, req *workerpb.RegisterReques
 		Slots:     int(req.Slots),
 		Version:   req.Version,
 		Instances: req.Instances,
-	})
+	}
+	if req.ReportsLeases {
+		s.sched.RegisterWorkerHolding(info, req.LeaseIds)
+	} else {
+		// An older worker: its leases stay until reported or timed out.
+		s.sched.RegisterWorker(info)
+	}
 	cfg := s.sched.Config()
 	return &workerpb.RegisterResponse{
 		HeartbeatIntervalMs: cfg.HeartbeatInterval.Milliseconds(),
 		HeartbeatTimeoutMs:  cfg.HeartbeatTimeout.Milliseconds(),
 	}, nil
+}
+
+// Session implements the worker protocol's Session: the stream stays open
+// until the worker goes away (its end tells the scheduler so at once) or
+// the scheduler stops.
+func (s *WorkerService) Session(req *workerpb.SessionRequest, stream grpc.ServerStreamingServer[workerpb.SessionMessage]) error {
+	sess, err := s.sched.OpenSession(req.WorkerId)
+	if err == scheduler.ErrUnknownWorker {
+		return stream.Send(&workerpb.SessionMessage{Reregister: true})
+	}
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	if err := stream.Send(&workerpb.SessionMessage{}); err != nil {
+		return err
+	}
+	select {
+	case <-stream.Context().Done():
+		return status.FromContextError(stream.Context().Err()).Err()
+	case <-sess.Done():
+		return scheduler.ErrHalted
+	}
 }
 
 // Poll implements the worker protocol.

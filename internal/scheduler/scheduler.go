@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
@@ -74,10 +75,20 @@ type Config struct {
 	// DefaultMaxSuspend.
 	Preemption PreemptionMode
 	MaxSuspend time.Duration
+	// SessionGrace is how long a worker whose session stream ended has to
+	// open a new one before its leases are requeued (recovery.go).
+	SessionGrace time.Duration
+	// Logger hears of leases lost with their workers; nil discards.
+	Logger *slog.Logger
 }
 
 // DefaultPreemptionDelay is the default Config.PreemptionDelay.
 const DefaultPreemptionDelay = 10 * time.Second
+
+// DefaultSessionGrace is the default Config.SessionGrace: long enough for
+// a worker whose connection broke to connect again, short enough that the
+// actions of a dead worker start again elsewhere within about a second.
+const DefaultSessionGrace = time.Second
 
 // DefaultConfig returns the defaults documented in docs/CONFIGURATION.md.
 func DefaultConfig() Config {
@@ -247,6 +258,9 @@ type Scheduler struct {
 	// traceParents are the trace contexts of unfinished tasks submitted
 	// with tracing on (metrics.go): kept aside so Task stays small.
 	traceParents map[*Task]string
+	// halted is closed when Run returns: open sessions end then, and no
+	// new ones open (recovery.go).
+	halted chan struct{}
 }
 
 type seenWorker struct {
@@ -287,6 +301,12 @@ func New(cfg Config, clock Clock) *Scheduler {
 	if cfg.MaxSuspend <= 0 {
 		cfg.MaxSuspend = DefaultMaxSuspend
 	}
+	if cfg.SessionGrace <= 0 {
+		cfg.SessionGrace = DefaultSessionGrace
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	if clock == nil {
 		clock = RealClock{}
 	}
@@ -296,7 +316,7 @@ func New(cfg Config, clock Clock) *Scheduler {
 		ops: map[string]*Operation{}, inflight: map[uint64]*Task{},
 		queue: newQueue(f), workers: map[string]*worker{}, leases: map[string]*lease{},
 		queues: cfg.Queues, seen: map[string]seenWorker{}, started: clock.Now(),
-		idPrefix: uuid.NewString()[:13] + "-", refused: refusals{},
+		idPrefix: uuid.NewString()[:13] + "-", refused: refusals{}, halted: make(chan struct{}),
 	}
 }
 

@@ -51,6 +51,11 @@ type worker struct {
 	// hold: an operator drained, paused or is terminating the worker; it
 	// gets no new work (control.go).
 	hold bool
+	// sessions counts the worker's open session streams; detachedAt is
+	// when the last one ended (zero while one is open, or none ever was).
+	// See recovery.go.
+	sessions   int
+	detachedAt time.Time
 }
 
 // serves reports whether the worker takes work of instance.
@@ -137,10 +142,16 @@ type LeaseCommand struct {
 var ErrUnknownWorker = status.Error(codes.FailedPrecondition, "worker is not registered with this scheduler; register again")
 
 // RegisterWorker adds or replaces a worker. Leases of a previous
-// incarnation with the same id stay until they time out or are reported.
+// incarnation with the same id stay until they time out or are reported
+// (RegisterWorkerHolding requeues them at once).
 func (s *Scheduler) RegisterWorker(info WorkerInfo) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.registerLocked(info)
+}
+
+// registerLocked adds or replaces a worker and returns it.
+func (s *Scheduler) registerLocked(info WorkerInfo) *worker {
 	now := s.clock.Now()
 	info.Platform.Name = info.ID
 	info.Platform.Properties.Sort()
@@ -153,11 +164,13 @@ func (s *Scheduler) RegisterWorker(info WorkerInfo) {
 		w.cohort = cohort
 		w.restored = false
 		w.hold = s.controls[info.ID].holds()
-		return
+		return w
 	}
-	s.workers[info.ID] = &worker{info: info, lastSeen: now, leases: map[string]*lease{}, held: map[string]int64{}, cancelled: map[string]map[string]int64{}, matchCache: map[string]bool{},
+	w := &worker{info: info, lastSeen: now, leases: map[string]*lease{}, held: map[string]int64{}, cancelled: map[string]map[string]int64{}, matchCache: map[string]bool{},
 		cohort: cohort, ten: s.ten, hold: s.controls[info.ID].holds()}
+	s.workers[info.ID] = w
 	s.emit(Event{Kind: EventWorkerAdded, Worker: info.ID})
+	return w
 }
 
 // Poll leases the best task the worker can take, waiting until ctx ends
@@ -479,24 +492,15 @@ func (s *Scheduler) Tick() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
+	s.loseDetachedLocked(now)
+	timedOut := map[*worker][]*lease{}
 	for _, l := range s.leases {
-		if now.Sub(l.lastSeen) <= s.cfg.HeartbeatTimeout {
-			continue
+		if now.Sub(l.lastSeen) > s.cfg.HeartbeatTimeout {
+			timedOut[l.worker] = append(timedOut[l.worker], l)
 		}
-		t := l.task
-		s.dropLeaseLocked(l)
-		s.emit(Event{Kind: EventWorkerLost, Task: t.ID, Worker: l.worker.info.ID})
-		s.counters.workersLost++
-		if t.attempts >= s.cfg.MaxAttempts {
-			msg := fmt.Sprintf("the action was started %d times and each time its worker stopped responding (last: %s); giving up. Check the workers' health, or retry the build", t.attempts, l.worker.info.ID)
-			s.completeTaskLocked(t, &repb.ExecuteResponse{Status: status.New(codes.Unavailable, msg).Proto()})
-			s.emit(Event{Kind: EventGaveUp, Task: t.ID})
-			s.counters.gaveUp++
-			continue
-		}
-		s.counters.retries++
-		s.requeueFrontLocked(t)
-		s.emit(Event{Kind: EventRequeued, Task: t.ID})
+	}
+	for w, ls := range timedOut {
+		s.loseLeasesLocked(w, ls, fmt.Sprintf("no heartbeat reported them for %s", s.cfg.HeartbeatTimeout))
 	}
 	for id, w := range s.workers {
 		if len(w.leases) == 0 && now.Sub(w.lastSeen) > s.cfg.HeartbeatTimeout && !s.isWaitingLocked(w) {
@@ -571,10 +575,12 @@ func (s *Scheduler) isWaitingLocked(w *worker) bool {
 	return false
 }
 
-// Run calls Tick every interval until ctx ends.
+// Run calls Tick every interval until ctx ends. Then it ends the workers'
+// sessions: without the timers their ends would go unheeded anyway.
 func (s *Scheduler) Run(ctx context.Context, interval time.Duration) {
 	tk := time.NewTicker(interval)
 	defer tk.Stop()
+	defer s.halt()
 	for {
 		select {
 		case <-ctx.Done():

@@ -226,7 +226,7 @@ func NewSchedulerNode(cfg config.Config, log *slog.Logger) (*SchedulerNode, erro
 	}
 	logQueues(log, Queues(cfg.Scheduler.Queues))
 	n := &SchedulerNode{cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(), sec: sec,
-		services: newTermServices(), idle: scheduler.New(schedulerConfig(cfg), scheduler.RealClock{})}
+		services: newTermServices(), idle: scheduler.New(schedulerConfig(cfg, log), scheduler.RealClock{})}
 	registerStateStoreMetrics(n.reg, cfg, store)
 	fail := func(err error) (*SchedulerNode, error) {
 		store.Close()
@@ -390,12 +390,13 @@ func (n *SchedulerNode) Run(ctx context.Context) error {
 func (n *SchedulerNode) lead(ctx context.Context, term int64, lost <-chan struct{}, serveErr <-chan error) error {
 	start := time.Now()
 	cfg := n.cfg
-	sched := scheduler.New(schedulerConfig(cfg), scheduler.RealClock{})
+	sched := scheduler.New(schedulerConfig(cfg, n.log), scheduler.RealClock{})
 	stateCtx, stopState := context.WithCancel(context.Background())
 	if err := sched.Attach(stateCtx, n.store); err != nil {
 		stopState()
 		return fmt.Errorf("restoring the scheduler's state from PostgreSQL: %w", err)
 	}
+	logRestored(n.log, sched)
 	stopJournal := func() { stopState(); <-sched.Stopped() }
 	if err := restoreQuotas(stateCtx, sched, n.store, "", n.log); err != nil {
 		stopJournal()

@@ -40,6 +40,12 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 
 func startFarm(t *testing.T, mod func(*config.Config)) *farm {
 	t.Helper()
+	return startFarmLogging(t, quietLogger(), mod)
+}
+
+// startFarmLogging is startFarm with the server logging to log.
+func startFarmLogging(t *testing.T, log *slog.Logger, mod func(*config.Config)) *farm {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.HTTPListen = ""
@@ -50,7 +56,7 @@ func startFarm(t *testing.T, mod func(*config.Config)) *farm {
 	if mod != nil {
 		mod(&cfg)
 	}
-	srv, err := New(cfg, quietLogger())
+	srv, err := New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -789,4 +789,19 @@ func TestWorkerIDBoundToIdentity(t *testing.T) {
 	if err := poll(other, "w2"); err != nil {
 		t.Fatalf("bob polling his own worker: %v", err)
 	}
+	// The Session stream too: ending another worker's session would lose
+	// its leases.
+	session := func(c workerpb.WorkersClient, id string) error {
+		st, err := c.Session(ctx, &workerpb.SessionRequest{WorkerId: id})
+		if err == nil {
+			_, err = st.Recv()
+		}
+		return err
+	}
+	if err := session(other, "w1"); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `worker id "w1" was registered by token:p-worker, not token:bob`) {
+		t.Fatalf("bob opening a session as w1: %v", err)
+	}
+	if err := session(other, "w2"); err != nil {
+		t.Fatalf("bob opening a session of his own worker: %v", err)
+	}
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -98,7 +97,7 @@ func New(cfg config.Config, log *slog.Logger) (s *Server, err error) {
 		Logger:            log,
 	})
 	sc := cfg.Scheduler
-	sched := scheduler.New(schedulerConfig(cfg), scheduler.RealClock{})
+	sched := scheduler.New(schedulerConfig(cfg, log), scheduler.RealClock{})
 	logQueues(log, Queues(sc.Queues))
 	sec, err := newSecurity(cfg)
 	if err != nil {
@@ -225,6 +224,7 @@ func New(cfg config.Config, log *slog.Logger) (s *Server, err error) {
 			s.closeListeners()
 			return nil, fmt.Errorf("restoring the scheduler's state: %w", err)
 		}
+		logRestored(log, sched)
 	}
 	// Quotas are in the state store (an older quotas.json moves there).
 	if err := restoreQuotas(stateCtx, sched, state, filepath.Join(cfg.DataDir, "scheduler", "quotas.json"), log); err != nil {
@@ -239,8 +239,8 @@ func New(cfg config.Config, log *slog.Logger) (s *Server, err error) {
 	return s, nil
 }
 
-// schedulerConfig is the scheduler's part of cfg.
-func schedulerConfig(cfg config.Config) scheduler.Config {
+// schedulerConfig is the scheduler's part of cfg; it logs to log.
+func schedulerConfig(cfg config.Config, log *slog.Logger) scheduler.Config {
 	sc := cfg.Scheduler
 	return scheduler.Config{
 		HeartbeatInterval: sc.HeartbeatInterval.D(),
@@ -258,6 +258,7 @@ func schedulerConfig(cfg config.Config) scheduler.Config {
 		PreemptionDelay:   sc.PreemptionDelay.D(),
 		Preemption:        scheduler.PreemptionMode(sc.Preemption),
 		MaxSuspend:        sc.MaxSuspend.D(),
+		Logger:            log,
 	}
 }
 
@@ -333,6 +334,11 @@ func (s *Server) Run(ctx context.Context) error {
 	var err error
 	select {
 	case <-ctx.Done():
+		embedded := ""
+		if s.cfg.Worker.Enabled {
+			embedded = embeddedWorkerID(s.cfg)
+		}
+		logStopping(s.log, s.Scheduler, embedded)
 	case err = <-errc:
 	case <-s.lost:
 		s.grpc.Stop() // no more answers from a deposed scheduler
@@ -380,10 +386,7 @@ func runWorker(ctx context.Context, dial func() (*grpc.ClientConn, error), cfg c
 	}
 	defer conn.Close()
 	wc := cfg.Worker
-	if wc.ID == "" {
-		host, _ := os.Hostname()
-		wc.ID = host + "-embedded"
-	}
+	wc.ID = embeddedWorkerID(cfg)
 	if wc.WorkDir == "" {
 		wc.WorkDir = filepath.Join(cfg.DataDir, "worker")
 	}

@@ -207,6 +207,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer hb.Done(); w.heartbeatLoop(hbCtx) }()
 	hb.Add(1)
 	go func() { defer hb.Done(); w.diskGuardLoop(hbCtx) }()
+	hb.Add(1)
+	go func() { defer hb.Done(); w.sessionLoop(hbCtx) }()
 	err := w.matchLoop(ctx, pollCtx, &leases)
 	leases.Wait()
 	stopHeartbeats()
@@ -240,6 +242,9 @@ func (w *Worker) registerLocked(ctx context.Context) error {
 			WorkerId: w.cfg.ID, Properties: w.cfg.Properties, AcceptUnknownProperties: w.cfg.AcceptUnknownProperties,
 			Cores: int32(w.cfg.Cores), MemoryBytes: w.cfg.MemoryBytes, Slots: int32(w.cfg.InputFetchSlots + w.cfg.Cores + w.cfg.ReportSlots),
 			Queues: w.cfg.Queues, ProcessWrappers: w.wrapperNames(), Resources: w.cfg.Resources, Instances: w.cfg.Instances,
+			// The scheduler requeues at once the leases of this id we
+			// do not list: those of an earlier process of this worker.
+			LeaseIds: w.leaseIDs(), ReportsLeases: true,
 		})
 		if err == nil {
 			every := time.Duration(resp.HeartbeatIntervalMs) * time.Millisecond
@@ -258,6 +263,21 @@ func (w *Worker) registerLocked(ctx context.Context) error {
 		}
 		sleep(ctx, min(time.Duration(attempt+1)*200*time.Millisecond, 5*time.Second))
 	}
+}
+
+// leaseIDs are the leases the worker holds now. A lease a Poll in flight
+// brings in just after is not among them: the scheduler then requeues
+// it, and the next heartbeat cancels it here (only after a scheduler
+// restart, and only a start is wasted).
+func (w *Worker) leaseIDs() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ids := make([]string, 0, len(w.leases))
+	for id := range w.leases {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
 }
 
 func sleep(ctx context.Context, d time.Duration) {

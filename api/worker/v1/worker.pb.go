@@ -272,7 +272,19 @@ type RegisterRequest struct {
 	// process-wrapper properties must all be among them.
 	ProcessWrappers []string `protobuf:"bytes,10,rep,name=process_wrappers,json=processWrappers,proto3" json:"process_wrappers,omitempty"`
 	// Instance names the worker serves; empty or "*" serves every instance.
-	Instances     []string `protobuf:"bytes,11,rep,name=instances,proto3" json:"instances,omitempty"`
+	Instances []string `protobuf:"bytes,11,rep,name=instances,proto3" json:"instances,omitempty"`
+	// The leases the worker holds as it registers (running, or reporting
+	// their results), when reports_leases is set; a worker process that
+	// just started holds none. The scheduler keeps these of the worker's
+	// leases and requeues its other leases at once (they died with an
+	// earlier process of the worker, e.g. the embedded worker of a server
+	// that was killed and restarted). Lease ids the scheduler does not know
+	// are ignored; the next Heartbeat cancels them.
+	LeaseIds []string `protobuf:"bytes,12,rep,name=lease_ids,json=leaseIds,proto3" json:"lease_ids,omitempty"`
+	// Set by workers that fill in lease_ids, even when they hold none.
+	// Older workers leave it unset: their leases then stay until they are
+	// reported by a Heartbeat or time out.
+	ReportsLeases bool `protobuf:"varint,13,opt,name=reports_leases,json=reportsLeases,proto3" json:"reports_leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -384,6 +396,110 @@ func (x *RegisterRequest) GetInstances() []string {
 	return nil
 }
 
+func (x *RegisterRequest) GetLeaseIds() []string {
+	if x != nil {
+		return x.LeaseIds
+	}
+	return nil
+}
+
+func (x *RegisterRequest) GetReportsLeases() bool {
+	if x != nil {
+		return x.ReportsLeases
+	}
+	return false
+}
+
+type SessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRequest) Reset() {
+	*x = SessionRequest{}
+	mi := &file_worker_v1_worker_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRequest) ProtoMessage() {}
+
+func (x *SessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_worker_v1_worker_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
+func (*SessionRequest) Descriptor() ([]byte, []int) {
+	return file_worker_v1_worker_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SessionRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+type SessionMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The scheduler does not know the worker (e.g. it restarted): register
+	// again, then open a new session. The stream ends after this message.
+	Reregister    bool `protobuf:"varint,1,opt,name=reregister,proto3" json:"reregister,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionMessage) Reset() {
+	*x = SessionMessage{}
+	mi := &file_worker_v1_worker_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionMessage) ProtoMessage() {}
+
+func (x *SessionMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_worker_v1_worker_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionMessage.ProtoReflect.Descriptor instead.
+func (*SessionMessage) Descriptor() ([]byte, []int) {
+	return file_worker_v1_worker_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SessionMessage) GetReregister() bool {
+	if x != nil {
+		return x.Reregister
+	}
+	return false
+}
+
 type RegisterResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Send a Heartbeat at least this often.
@@ -396,7 +512,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_worker_v1_worker_proto_msgTypes[3]
+	mi := &file_worker_v1_worker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -408,7 +524,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_v1_worker_proto_msgTypes[3]
+	mi := &file_worker_v1_worker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -421,7 +537,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_worker_v1_worker_proto_rawDescGZIP(), []int{3}
+	return file_worker_v1_worker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RegisterResponse) GetHeartbeatIntervalMs() int64 {
@@ -466,7 +582,7 @@ type PollRequest struct {
 
 func (x *PollRequest) Reset() {
 	*x = PollRequest{}
-	mi := &file_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_worker_v1_worker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +594,7 @@ func (x *PollRequest) String() string {
 func (*PollRequest) ProtoMessage() {}
 
 func (x *PollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_v1_worker_proto_msgTypes[4]
+	mi := &file_worker_v1_worker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +607,7 @@ func (x *PollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollRequest.ProtoReflect.Descriptor instead.
 func (*PollRequest) Descriptor() ([]byte, []int) {
-	return file_worker_v1_worker_proto_rawDescGZIP(), []int{4}
+	return file_worker_v1_worker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PollRequest) GetWorkerId() string {
@@ -562,7 +678,7 @@ type PollResponse struct {
 
 func (x *PollResponse) Reset() {
 	*x = PollResponse{}
-	mi := &file_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_worker_v1_worker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -574,7 +690,7 @@ func (x *PollResponse) String() string {
 func (*PollResponse) ProtoMessage() {}
 
 func (x *PollResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_v1_worker_proto_msgTypes[5]
+	mi := &file_worker_v1_worker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -587,7 +703,7 @@ func (x *PollResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollResponse.ProtoReflect.Descriptor instead.
 func (*PollResponse) Descriptor() ([]byte, []int) {
-	return file_worker_v1_worker_proto_rawDescGZIP(), []int{5}
+	return file_worker_v1_worker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PollResponse) GetAssignment() *Assignment {
@@ -645,7 +761,7 @@ type Assignment struct {
 
 func (x *Assignment) Reset() {
 	*x = Assignment{}
-	mi := &file_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_worker_v1_worker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -657,7 +773,7 @@ func (x *Assignment) String() string {
 func (*Assignment) ProtoMessage() {}
 
 func (x *Assignment) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_v1_worker_proto_msgTypes[6]
+	mi := &file_worker_v1_worker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -670,7 +786,7 @@ func (x *Assignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assignment.ProtoReflect.Descriptor instead.
 func (*Assignment) Descriptor() ([]byte, []int) {
-	return file_worker_v1_worker_proto_rawDescGZIP(), []int{6}
+	return file_worker_v1_worker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Assignment) GetLeaseId() string {
@@ -753,7 +869,7 @@ type LeaseState struct {
 
 func (x *LeaseState) Reset() {
 	*x = LeaseState{}
-	mi := &file_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_worker_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +881,7 @@ func (x *LeaseState) String() string {
 func (*LeaseState) ProtoMessage() {}
 
 func (x *LeaseState) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_v1_worker_proto_msgTypes[7]
+	mi := &file_worker_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +894,7 @@ func (x *LeaseState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseState.ProtoReflect.Descriptor instead.
 func (*LeaseState) Descriptor() ([]byte, []int) {
-	return file_worker_v1_worker_proto_rawDescGZIP(), []int{7}
+	return file_worker_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LeaseState) GetLeaseId() string {
@@ -805,7 +921,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_worker_v1_worker_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +933,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_v1_worker_proto_msgTypes[8]
+	mi := &file_worker_v1_worker_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +946,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_worker_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_worker_v1_worker_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HeartbeatRequest) GetWorkerId() string {
@@ -858,7 +974,7 @@ type LeaseCommand struct {
 
 func (x *LeaseCommand) Reset() {
 	*x = LeaseCommand{}
-	mi := &file_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_worker_v1_worker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +986,7 @@ func (x *LeaseCommand) String() string {
 func (*LeaseCommand) ProtoMessage() {}
 
 func (x *LeaseCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_v1_worker_proto_msgTypes[9]
+	mi := &file_worker_v1_worker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +999,7 @@ func (x *LeaseCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseCommand.ProtoReflect.Descriptor instead.
 func (*LeaseCommand) Descriptor() ([]byte, []int) {
-	return file_worker_v1_worker_proto_rawDescGZIP(), []int{9}
+	return file_worker_v1_worker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LeaseCommand) GetLeaseId() string {
@@ -926,7 +1042,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_worker_v1_worker_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1054,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_v1_worker_proto_msgTypes[10]
+	mi := &file_worker_v1_worker_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1067,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_worker_v1_worker_proto_rawDescGZIP(), []int{10}
+	return file_worker_v1_worker_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HeartbeatResponse) GetCommands() []*LeaseCommand {
@@ -1018,7 +1134,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_worker_v1_worker_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1146,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_v1_worker_proto_msgTypes[11]
+	mi := &file_worker_v1_worker_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1159,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_worker_v1_worker_proto_rawDescGZIP(), []int{11}
+	return file_worker_v1_worker_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CompleteRequest) GetWorkerId() string {
@@ -1112,7 +1228,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_worker_v1_worker_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1124,7 +1240,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_worker_v1_worker_proto_msgTypes[12]
+	mi := &file_worker_v1_worker_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +1253,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_worker_v1_worker_proto_rawDescGZIP(), []int{12}
+	return file_worker_v1_worker_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CompleteResponse) GetAccepted() bool {
@@ -1159,7 +1275,7 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"\x04hash\x18\x01 \x01(\tR\x04hash\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\x12'\n" +
-	"\x0fdigest_function\x18\x03 \x01(\x05R\x0edigestFunction\"\xfe\x03\n" +
+	"\x0fdigest_function\x18\x03 \x01(\x05R\x0edigestFunction\"\xc2\x04\n" +
 	"\x0fRegisterRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12:\n" +
 	"\n" +
@@ -1174,10 +1290,18 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"\aversion\x18\t \x01(\tR\aversion\x12)\n" +
 	"\x10process_wrappers\x18\n" +
 	" \x03(\tR\x0fprocessWrappers\x12\x1c\n" +
-	"\tinstances\x18\v \x03(\tR\tinstances\x1a<\n" +
+	"\tinstances\x18\v \x03(\tR\tinstances\x12\x1b\n" +
+	"\tlease_ids\x18\f \x03(\tR\bleaseIds\x12%\n" +
+	"\x0ereports_leases\x18\r \x01(\bR\rreportsLeases\x1a<\n" +
 	"\x0eResourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"x\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"-\n" +
+	"\x0eSessionRequest\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"0\n" +
+	"\x0eSessionMessage\x12\x1e\n" +
+	"\n" +
+	"reregister\x18\x01 \x01(\bR\n" +
+	"reregister\"x\n" +
 	"\x10RegisterResponse\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x01 \x01(\x03R\x13heartbeatIntervalMs\x120\n" +
 	"\x14heartbeat_timeout_ms\x18\x02 \x01(\x03R\x12heartbeatTimeoutMs\"\x97\x03\n" +
@@ -1257,9 +1381,10 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"\x06CANCEL\x10\x01\x12\v\n" +
 	"\aSUSPEND\x10\x02\x12\n" +
 	"\n" +
-	"\x06RESUME\x10\x032\xcc\x02\n" +
+	"\x06RESUME\x10\x032\x9d\x03\n" +
 	"\aWorkers\x12Q\n" +
-	"\bRegister\x12!.gantry.worker.v1.RegisterRequest\x1a\".gantry.worker.v1.RegisterResponse\x12E\n" +
+	"\bRegister\x12!.gantry.worker.v1.RegisterRequest\x1a\".gantry.worker.v1.RegisterResponse\x12O\n" +
+	"\aSession\x12 .gantry.worker.v1.SessionRequest\x1a .gantry.worker.v1.SessionMessage0\x01\x12E\n" +
 	"\x04Poll\x12\x1d.gantry.worker.v1.PollRequest\x1a\x1e.gantry.worker.v1.PollResponse\x12T\n" +
 	"\tHeartbeat\x12\".gantry.worker.v1.HeartbeatRequest\x1a#.gantry.worker.v1.HeartbeatResponse\x12Q\n" +
 	"\bComplete\x12!.gantry.worker.v1.CompleteRequest\x1a\".gantry.worker.v1.CompleteResponseB7Z5github.com/gantry-build/gantry/api/worker/v1;workerpbb\x06proto3"
@@ -1277,48 +1402,52 @@ func file_worker_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_worker_v1_worker_proto_goTypes = []any{
 	(Stage)(0),                // 0: gantry.worker.v1.Stage
 	(Command)(0),              // 1: gantry.worker.v1.Command
 	(*Property)(nil),          // 2: gantry.worker.v1.Property
 	(*Digest)(nil),            // 3: gantry.worker.v1.Digest
 	(*RegisterRequest)(nil),   // 4: gantry.worker.v1.RegisterRequest
-	(*RegisterResponse)(nil),  // 5: gantry.worker.v1.RegisterResponse
-	(*PollRequest)(nil),       // 6: gantry.worker.v1.PollRequest
-	(*PollResponse)(nil),      // 7: gantry.worker.v1.PollResponse
-	(*Assignment)(nil),        // 8: gantry.worker.v1.Assignment
-	(*LeaseState)(nil),        // 9: gantry.worker.v1.LeaseState
-	(*HeartbeatRequest)(nil),  // 10: gantry.worker.v1.HeartbeatRequest
-	(*LeaseCommand)(nil),      // 11: gantry.worker.v1.LeaseCommand
-	(*HeartbeatResponse)(nil), // 12: gantry.worker.v1.HeartbeatResponse
-	(*CompleteRequest)(nil),   // 13: gantry.worker.v1.CompleteRequest
-	(*CompleteResponse)(nil),  // 14: gantry.worker.v1.CompleteResponse
-	nil,                       // 15: gantry.worker.v1.RegisterRequest.ResourcesEntry
-	nil,                       // 16: gantry.worker.v1.PollRequest.FreeResourcesEntry
+	(*SessionRequest)(nil),    // 5: gantry.worker.v1.SessionRequest
+	(*SessionMessage)(nil),    // 6: gantry.worker.v1.SessionMessage
+	(*RegisterResponse)(nil),  // 7: gantry.worker.v1.RegisterResponse
+	(*PollRequest)(nil),       // 8: gantry.worker.v1.PollRequest
+	(*PollResponse)(nil),      // 9: gantry.worker.v1.PollResponse
+	(*Assignment)(nil),        // 10: gantry.worker.v1.Assignment
+	(*LeaseState)(nil),        // 11: gantry.worker.v1.LeaseState
+	(*HeartbeatRequest)(nil),  // 12: gantry.worker.v1.HeartbeatRequest
+	(*LeaseCommand)(nil),      // 13: gantry.worker.v1.LeaseCommand
+	(*HeartbeatResponse)(nil), // 14: gantry.worker.v1.HeartbeatResponse
+	(*CompleteRequest)(nil),   // 15: gantry.worker.v1.CompleteRequest
+	(*CompleteResponse)(nil),  // 16: gantry.worker.v1.CompleteResponse
+	nil,                       // 17: gantry.worker.v1.RegisterRequest.ResourcesEntry
+	nil,                       // 18: gantry.worker.v1.PollRequest.FreeResourcesEntry
 }
 var file_worker_v1_worker_proto_depIdxs = []int32{
 	2,  // 0: gantry.worker.v1.RegisterRequest.properties:type_name -> gantry.worker.v1.Property
-	15, // 1: gantry.worker.v1.RegisterRequest.resources:type_name -> gantry.worker.v1.RegisterRequest.ResourcesEntry
-	16, // 2: gantry.worker.v1.PollRequest.free_resources:type_name -> gantry.worker.v1.PollRequest.FreeResourcesEntry
-	13, // 3: gantry.worker.v1.PollRequest.completions:type_name -> gantry.worker.v1.CompleteRequest
-	8,  // 4: gantry.worker.v1.PollResponse.assignment:type_name -> gantry.worker.v1.Assignment
-	8,  // 5: gantry.worker.v1.PollResponse.more_assignments:type_name -> gantry.worker.v1.Assignment
+	17, // 1: gantry.worker.v1.RegisterRequest.resources:type_name -> gantry.worker.v1.RegisterRequest.ResourcesEntry
+	18, // 2: gantry.worker.v1.PollRequest.free_resources:type_name -> gantry.worker.v1.PollRequest.FreeResourcesEntry
+	15, // 3: gantry.worker.v1.PollRequest.completions:type_name -> gantry.worker.v1.CompleteRequest
+	10, // 4: gantry.worker.v1.PollResponse.assignment:type_name -> gantry.worker.v1.Assignment
+	10, // 5: gantry.worker.v1.PollResponse.more_assignments:type_name -> gantry.worker.v1.Assignment
 	3,  // 6: gantry.worker.v1.Assignment.action_digest:type_name -> gantry.worker.v1.Digest
 	0,  // 7: gantry.worker.v1.LeaseState.stage:type_name -> gantry.worker.v1.Stage
-	9,  // 8: gantry.worker.v1.HeartbeatRequest.leases:type_name -> gantry.worker.v1.LeaseState
+	11, // 8: gantry.worker.v1.HeartbeatRequest.leases:type_name -> gantry.worker.v1.LeaseState
 	1,  // 9: gantry.worker.v1.LeaseCommand.command:type_name -> gantry.worker.v1.Command
-	11, // 10: gantry.worker.v1.HeartbeatResponse.commands:type_name -> gantry.worker.v1.LeaseCommand
+	13, // 10: gantry.worker.v1.HeartbeatResponse.commands:type_name -> gantry.worker.v1.LeaseCommand
 	4,  // 11: gantry.worker.v1.Workers.Register:input_type -> gantry.worker.v1.RegisterRequest
-	6,  // 12: gantry.worker.v1.Workers.Poll:input_type -> gantry.worker.v1.PollRequest
-	10, // 13: gantry.worker.v1.Workers.Heartbeat:input_type -> gantry.worker.v1.HeartbeatRequest
-	13, // 14: gantry.worker.v1.Workers.Complete:input_type -> gantry.worker.v1.CompleteRequest
-	5,  // 15: gantry.worker.v1.Workers.Register:output_type -> gantry.worker.v1.RegisterResponse
-	7,  // 16: gantry.worker.v1.Workers.Poll:output_type -> gantry.worker.v1.PollResponse
-	12, // 17: gantry.worker.v1.Workers.Heartbeat:output_type -> gantry.worker.v1.HeartbeatResponse
-	14, // 18: gantry.worker.v1.Workers.Complete:output_type -> gantry.worker.v1.CompleteResponse
-	15, // [15:19] is the sub-list for method output_type
-	11, // [11:15] is the sub-list for method input_type
+	5,  // 12: gantry.worker.v1.Workers.Session:input_type -> gantry.worker.v1.SessionRequest
+	8,  // 13: gantry.worker.v1.Workers.Poll:input_type -> gantry.worker.v1.PollRequest
+	12, // 14: gantry.worker.v1.Workers.Heartbeat:input_type -> gantry.worker.v1.HeartbeatRequest
+	15, // 15: gantry.worker.v1.Workers.Complete:input_type -> gantry.worker.v1.CompleteRequest
+	7,  // 16: gantry.worker.v1.Workers.Register:output_type -> gantry.worker.v1.RegisterResponse
+	6,  // 17: gantry.worker.v1.Workers.Session:output_type -> gantry.worker.v1.SessionMessage
+	9,  // 18: gantry.worker.v1.Workers.Poll:output_type -> gantry.worker.v1.PollResponse
+	14, // 19: gantry.worker.v1.Workers.Heartbeat:output_type -> gantry.worker.v1.HeartbeatResponse
+	16, // 20: gantry.worker.v1.Workers.Complete:output_type -> gantry.worker.v1.CompleteResponse
+	16, // [16:21] is the sub-list for method output_type
+	11, // [11:16] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -1335,7 +1464,7 @@ func file_worker_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_worker_v1_worker_proto_rawDesc), len(file_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Workers_Register_FullMethodName  = "/gantry.worker.v1.Workers/Register"
+	Workers_Session_FullMethodName   = "/gantry.worker.v1.Workers/Session"
 	Workers_Poll_FullMethodName      = "/gantry.worker.v1.Workers/Poll"
 	Workers_Heartbeat_FullMethodName = "/gantry.worker.v1.Workers/Heartbeat"
 	Workers_Complete_FullMethodName  = "/gantry.worker.v1.Workers/Complete"
@@ -38,7 +39,21 @@ const (
 type WorkersClient interface {
 	// Register announces a worker (or re-announces it after a restart of
 	// either side). It returns the heartbeat interval the worker must keep.
+	// A worker that reports the leases it holds (reports_leases) has its
+	// other leases requeued at once.
 	Register(ctx context.Context, in *RegisterRequest, opts ...grpc.CallOption) (*RegisterResponse, error)
+	// Session is opened by the worker after Register and held open for the
+	// worker's whole life. The scheduler sends one SessionMessage to accept
+	// it and then nothing until the session ends. Its end (the worker's
+	// process died or its connection broke: the kernel closes the TCP
+	// connection of a killed process at once) tells the scheduler that the
+	// worker is gone: unless the worker opens a new session within a short
+	// grace (about a second), its leases are requeued as after a heartbeat
+	// timeout. Heartbeats still guard against silent network partitions.
+	// A worker that never opens a session (an older one) is judged by its
+	// heartbeats alone. The scheduler ends sessions itself when it stops;
+	// the worker then opens a new one (to the next scheduler).
+	Session(ctx context.Context, in *SessionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SessionMessage], error)
 	// Poll waits (up to wait_ms) for one action the worker can run with
 	// the capacity it says is free, and leases it to the worker. A worker
 	// that sets max_assignments above 1 may get several at once. Results of
@@ -70,6 +85,25 @@ func (c *workersClient) Register(ctx context.Context, in *RegisterRequest, opts 
 	}
 	return out, nil
 }
+
+func (c *workersClient) Session(ctx context.Context, in *SessionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SessionMessage], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Workers_ServiceDesc.Streams[0], Workers_Session_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SessionRequest, SessionMessage]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Workers_SessionClient = grpc.ServerStreamingClient[SessionMessage]
 
 func (c *workersClient) Poll(ctx context.Context, in *PollRequest, opts ...grpc.CallOption) (*PollResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -107,7 +141,21 @@ func (c *workersClient) Complete(ctx context.Context, in *CompleteRequest, opts 
 type WorkersServer interface {
 	// Register announces a worker (or re-announces it after a restart of
 	// either side). It returns the heartbeat interval the worker must keep.
+	// A worker that reports the leases it holds (reports_leases) has its
+	// other leases requeued at once.
 	Register(context.Context, *RegisterRequest) (*RegisterResponse, error)
+	// Session is opened by the worker after Register and held open for the
+	// worker's whole life. The scheduler sends one SessionMessage to accept
+	// it and then nothing until the session ends. Its end (the worker's
+	// process died or its connection broke: the kernel closes the TCP
+	// connection of a killed process at once) tells the scheduler that the
+	// worker is gone: unless the worker opens a new session within a short
+	// grace (about a second), its leases are requeued as after a heartbeat
+	// timeout. Heartbeats still guard against silent network partitions.
+	// A worker that never opens a session (an older one) is judged by its
+	// heartbeats alone. The scheduler ends sessions itself when it stops;
+	// the worker then opens a new one (to the next scheduler).
+	Session(*SessionRequest, grpc.ServerStreamingServer[SessionMessage]) error
 	// Poll waits (up to wait_ms) for one action the worker can run with
 	// the capacity it says is free, and leases it to the worker. A worker
 	// that sets max_assignments above 1 may get several at once. Results of
@@ -132,6 +180,9 @@ type UnimplementedWorkersServer struct{}
 
 func (UnimplementedWorkersServer) Register(context.Context, *RegisterRequest) (*RegisterResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Register not implemented")
+}
+func (UnimplementedWorkersServer) Session(*SessionRequest, grpc.ServerStreamingServer[SessionMessage]) error {
+	return status.Error(codes.Unimplemented, "method Session not implemented")
 }
 func (UnimplementedWorkersServer) Poll(context.Context, *PollRequest) (*PollResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Poll not implemented")
@@ -180,6 +231,17 @@ func _Workers_Register_Handler(srv interface{}, ctx context.Context, dec func(in
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Workers_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SessionRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(WorkersServer).Session(m, &grpc.GenericServerStream[SessionRequest, SessionMessage]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Workers_SessionServer = grpc.ServerStreamingServer[SessionMessage]
 
 func _Workers_Poll_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PollRequest)
@@ -259,6 +321,12 @@ var Workers_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Workers_Complete_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Session",
+			Handler:       _Workers_Session_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "worker/v1/worker.proto",
 }

@@ -1,0 +1,205 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc"
+
+	"github.com/gantry-build/gantry/internal/client"
+	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/worker"
+)
+
+// recoveryTimeout is far above what recovery takes (about a second) and
+// far below the heartbeat timeout of these tests: an action that
+// completes within it was not waiting for the heartbeat timeout.
+const (
+	recoveryTimeout  = 20 * time.Second
+	heartbeatTimeout = 60 * time.Second
+)
+
+// hangOnce is a command that hangs the first time it runs and finishes
+// the next time (marker tells them apart and shows the first has begun).
+func hangOnce(marker string) *repb.Command {
+	return shCmd("if [ -e "+marker+" ]; then echo finished > out; else echo started > "+marker+"; sleep 300; fi", "out")
+}
+
+// waitForFile polls until path exists.
+func waitForFile(t *testing.T, ctx context.Context, path string) {
+	t.Helper()
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s never appeared", path)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A standalone worker whose connection breaks mid-action (as when its
+// process is killed) has the action completed by another worker at once,
+// not after the heartbeat timeout.
+func TestKilledWorkersActionMovesAtOnce(t *testing.T) {
+	f := startFarm(t, func(c *config.Config) {
+		c.Worker.Enabled = false
+		c.Scheduler.HeartbeatTimeout = config.Duration(heartbeatTimeout)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	startWorker := func(id string, conn func() *grpc.ClientConn) {
+		wctx, stop := context.WithCancel(ctx)
+		wc := config.Default().Worker
+		wc.ID, wc.Cores, wc.WorkDir = id, 1, filepath.Join(f.dir, id)
+		w, err := worker.New(conn(), WorkerConfig(wc, quietLogger()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { w.Run(wctx); close(done) }()
+		t.Cleanup(func() { stop(); <-done })
+	}
+	// The doomed worker has a connection of its own, to break.
+	doomed, err := client.Dial(f.srv.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer doomed.Close()
+	startWorker("doomed", func() *grpc.ClientConn { return doomed })
+	marker := filepath.Join(f.dir, "started")
+	res := make(chan *repb.ExecuteResponse, 1)
+	go func() { res <- f.run(ctx, digest.Empty(digest.SHA256), hangOnce(marker)) }()
+	waitForFile(t, ctx, marker)
+	startWorker("survivor", func() *grpc.ClientConn { return f.conn })
+	// The doomed worker's process dies: its connection closes. (The
+	// worker object runs on with a closed connection, unable to report.)
+	doomed.Close()
+	select {
+	case r := <-res:
+		if err := client.CheckResponse(r); err != nil {
+			t.Fatal(err)
+		}
+		if got := r.Result.ExecutionMetadata.GetWorker(); got != "survivor" {
+			t.Errorf("ran on %q, want survivor", got)
+		}
+	case <-time.After(recoveryTimeout):
+		t.Fatalf("the action did not complete on another worker within %s of its worker's connection breaking (heartbeat timeout %s)", recoveryTimeout, heartbeatTimeout)
+	}
+}
+
+// lockedBuffer is a log sink tests read while the server writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// logLine returns the first line of logs with msg, or fails.
+func logLine(t *testing.T, logs, msg string) string {
+	t.Helper()
+	for _, line := range strings.Split(logs, "\n") {
+		if strings.Contains(line, "msg=\""+msg) {
+			return line
+		}
+	}
+	t.Fatalf("no log line %q in:\n%s", msg, logs)
+	return ""
+}
+
+func wantInLine(t *testing.T, line string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(line, w) {
+			t.Errorf("log line %q lacks %q", line, w)
+		}
+	}
+}
+
+// A server stopped while its embedded worker runs an action, and started
+// again on the same data directory, requeues the action as soon as the
+// new embedded worker registers (holding no leases), not after the
+// heartbeat timeout. Start and stop log what was running and what was
+// lost, with the operation's name.
+func TestRestartRequeuesEmbeddedWorkersLeaseAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	mod := func(c *config.Config) {
+		c.DataDir = dir
+		c.Scheduler.HeartbeatTimeout = config.Duration(heartbeatTimeout)
+	}
+	var logs1 lockedBuffer
+	f := startFarmLogging(t, slog.New(slog.NewTextHandler(&logs1, nil)), mod)
+	marker := filepath.Join(t.TempDir(), "started")
+	cmd := hangOnce(marker)
+	ad := f.put(&repb.Action{CommandDigest: f.put(cmd).Proto(), InputRootDigest: digest.Empty(digest.SHA256).Proto()})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	stream, err := repb.NewExecutionClient(f.conn).Execute(ctx, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := mustRecv(t, stream).Name
+	waitForFile(t, ctx, marker)
+	f.stop()
+	stopping := logs1.String()
+	wantInLine(t, logLine(t, stopping, "gantry stopping"), "running=1", "running_embedded=1")
+	wantInLine(t, logLine(t, stopping, "the embedded worker's actions stop now"), "leases=1", name)
+
+	var logs2 lockedBuffer
+	start := time.Now()
+	f2 := startFarmLogging(t, slog.New(slog.NewTextHandler(&logs2, nil)), mod)
+	wctx, wcancel := context.WithTimeout(ctx, recoveryTimeout)
+	defer wcancel()
+	wait, err := repb.NewExecutionClient(f2.conn).WaitExecution(wctx, &repb.WaitExecutionRequest{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *longrunningpb.Operation
+	for {
+		op, err := wait.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("WaitExecution(%s) after the restart, %s in: %v (the lease waited for the heartbeat timeout of %s?)", name, time.Since(start), err, heartbeatTimeout)
+		}
+		last = op
+	}
+	if last == nil || !last.Done {
+		t.Fatalf("operation %s not done after the restart: %v", name, last)
+	}
+	resp := responseOf(t, last)
+	if err := client.CheckResponse(resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Result.ExecutionMetadata.GetWorker() != embeddedWorkerID(f2.srv.cfg) {
+		t.Errorf("ran on %q", resp.Result.ExecutionMetadata.GetWorker())
+	}
+	started := logs2.String()
+	wantInLine(t, logLine(t, started, "scheduler state restored"), "operations=1", "queued=0", "running=1", "workers_to_return=1")
+	wantInLine(t, logLine(t, started, "restored leases wait for their worker"), "leases=1", name)
+	wantInLine(t, logLine(t, started, "leases lost with their worker"), "leases=1", "requeued=1", name, "registered again without them")
+}
