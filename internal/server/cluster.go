@@ -435,6 +435,8 @@ func (n *SchedulerNode) lead(ctx context.Context, term int64, lost <-chan struct
 	var err error
 	select {
 	case <-ctx.Done():
+		// Workers keep their actions and report them to the next leader.
+		logStopping(n.log, sched, "")
 		stopRun()
 	case <-lost:
 		// Deposed: no more answers from this process. Every call in

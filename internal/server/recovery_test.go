@@ -15,10 +15,13 @@ import (
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/statestore/pgtest"
 	"github.com/gantry-build/gantry/internal/worker"
 )
 
@@ -202,4 +205,45 @@ func TestRestartRequeuesEmbeddedWorkersLeaseAtOnce(t *testing.T) {
 	wantInLine(t, logLine(t, started, "scheduler state restored"), "operations=1", "queued=0", "running=1", "workers_to_return=1")
 	wantInLine(t, logLine(t, started, "restored leases wait for their worker"), "leases=1", name)
 	wantInLine(t, logLine(t, started, "leases lost with their worker"), "leases=1", "requeued=1", name, "registered again without them")
+}
+
+// A leading scheduler node that stops logs what was queued and running:
+// its workers keep their actions for the next leader.
+func TestSchedulerNodeLogsStop(t *testing.T) {
+	dsn := pgtest.Start(t)
+	fe, err := NewFrontendNode(clusterConfig(t, config.RoleFrontend, dsn), quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fe.leaders.wait = 300 * time.Millisecond
+	runNode(t, fe)
+	scfg := clusterConfig(t, config.RoleScheduler, dsn)
+	scfg.Cluster.CAS = fe.GRPCAddr()
+	var logs lockedBuffer
+	s, err := NewSchedulerNode(scfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr := runNode(t, s)
+	clusterWaitFor(t, "the scheduler to lead", s.Leading)
+	conn := mustDial(t, fe.GRPCAddr())
+	cas := client.NewCAS(conn, "", digest.SHA256, 0)
+	put := func(m proto.Message) digest.Digest {
+		b, _ := proto.Marshal(m)
+		d := digest.Compute(digest.SHA256, b)
+		if err := blobstore.Put(context.Background(), cas, d, b); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	ad := put(&repb.Action{CommandDigest: put(shCmd("true")).Proto(), InputRootDigest: digest.Empty(digest.SHA256).Proto()})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := repb.NewExecutionClient(conn).Execute(ctx, &repb.ExecuteRequest{ActionDigest: ad.Proto()}); err != nil {
+		t.Fatal(err)
+	}
+	clusterWaitFor(t, "the action in the leader's queue", func() bool { return s.Scheduler() != nil && s.Scheduler().Stats().Queued == 1 })
+	sr.stop()
+	<-sr.done
+	wantInLine(t, logLine(t, logs.String(), "gantry stopping"), "queued=1", "running=0")
 }
