@@ -70,9 +70,9 @@ var escapes = []struct{ name, script string }{
 	{"setsid cleared environment", `(env -i setsid ./M 600 &) ; wait_for_m`},
 }
 
-// prelude defines wait_for_m: it polls until ./M has run, or gives up
-// after the test's guard.
-const prelude = `wait_for_m() { i=0; while [ ! -e ready ]; do i=$((i+1)); [ $i -lt 6000 ] || { echo no M >&2; exit 99; }; sleep 0.01; done; }
+// prelude defines wait_for_m: it polls until the pid in "ready" runs
+// ./S 600, or gives up after the test's guard.
+const prelude = `wait_for_m() { i=0; while :; do p=$(cat ready 2>/dev/null); if [ -n "$p" ] && [ "$(tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null)" = "./S 600 " ]; then return 0; fi; i=$((i+1)); [ $i -lt 6000 ] || { echo no M >&2; exit 99; }; sleep 0.01; done; }
 `
 
 // anyProc reports whether one of pids still exists at all (a zombie
@@ -99,7 +99,7 @@ func execRoot(t *testing.T, dir string) {
 	if err := os.Symlink(sleep, filepath.Join(dir, "S")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "M"), []byte("#!/bin/sh\n: > ready\nexec ./S \"$@\"\n"), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "M"), []byte("#!/bin/sh\necho $$ > ready\nexec ./S \"$@\"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -188,12 +188,6 @@ func testEscape(t *testing.T, m mode, sandboxed bool, script, end string) {
 		eventually(t, "the escaped process to start", func() bool { return len(markedIn(root)) > 0 })
 		p.Cancel()
 	}
-	var seen []int
-	if !sandboxed {
-		// Outside a sandbox the escaped process is visible to the test
-		// before the end: remember it to check that it is reaped too.
-		eventually(t, "the escaped process to start", func() bool { seen = markedIn(root); return len(seen) > 0 || isDone(p) })
-	}
 	r := wait(t, p)
 	out, _ := os.ReadFile(spec.Stdout)
 	errOut, _ := os.ReadFile(spec.Stderr)
@@ -220,7 +214,16 @@ func testEscape(t *testing.T, m mode, sandboxed bool, script, end string) {
 	} else if left := markedIn(root); len(left) > 0 {
 		t.Fatalf("processes %v of the action outlive it", left)
 	}
-	eventually(t, "the escaped process to be reaped", func() bool { return !anyProc(seen) })
+	if !sandboxed {
+		// The escaped process wrote its pid (a host pid outside a
+		// sandbox): it must be reaped too, not left a zombie.
+		b, err := os.ReadFile(filepath.Join(root, "ready"))
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 {
+			t.Fatalf("no pid of the escaped process: %q, %v", b, err)
+		}
+		eventually(t, "the escaped process to be reaped", func() bool { return !anyProc([]int{pid}) })
+	}
 }
 
 func isDone(p *Process) bool {
