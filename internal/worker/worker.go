@@ -173,6 +173,12 @@ func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w.log.Info("actions' processes end with them", "by", w.sup.Describe())
+	started := false
+	defer func() {
+		if !started {
+			w.sup.Close()
+		}
+	}()
 	// Exec roots and logs of a previous run are garbage.
 	for _, d := range []string{w.roots, w.logs} {
 		if err := os.RemoveAll(d); err != nil {
@@ -194,6 +200,7 @@ func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w.cache = cache
+	started = true
 	return w, nil
 }
 

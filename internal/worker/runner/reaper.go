@@ -113,22 +113,25 @@ func reapOnce() {
 // reapableLocked says whether zombie child p belongs to an action, so
 // that no exec.Cmd will wait for it: it is not the main process of a
 // running action, and it was killed by the runner as an action member, or
-// it left the worker's session (the worker starts nothing in a session of
-// its own: only an action's setsid does that), or it is in the process
-// group of a running action, or in the cgroup of one.
+// it is in the process group of a running action or in the cgroup of one,
+// or it left the worker's session after a running action started (the
+// worker starts nothing that calls setsid itself: an action's setsid
+// does that; an orphan that outlives its action was killed as a member).
 func reapableLocked(p procInfo) bool {
+	running := make([]*Process, 0, len(host.running))
 	for q := range host.running {
 		if q.pid == p.pid {
 			return false
 		}
+		running = append(running, q)
 	}
 	if start, ok := host.killed[p.pid]; ok && start == p.start {
 		return true
 	}
-	if p.sid != host.sid {
+	if p.sid != host.sid && startedBefore(running, p.start) {
 		return true
 	}
-	for q := range host.running {
+	for _, q := range running {
 		if q.pid == p.pgid {
 			return true
 		}
