@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -226,15 +227,6 @@ func testEscape(t *testing.T, m mode, sandboxed bool, script, end string) {
 	}
 }
 
-func isDone(p *Process) bool {
-	select {
-	case <-p.Done():
-		return true
-	default:
-		return false
-	}
-}
-
 // Suspend reaches processes outside the action's process group too.
 func TestSuspendStopsEscapedProcesses(t *testing.T) {
 	for _, m := range modes {
@@ -407,5 +399,93 @@ func TestLeftoversOfAKilledWorkerAreKilledAtStart(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// The reaper reaps orphans while actions and other children of the
+// worker start and end around it, and never takes the exit status of a
+// process an exec.Cmd waits for.
+func TestReaperLeavesExitStatusesAlone(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			s := newSup(t, m, t.TempDir(), quietLog())
+			const n = 12
+			var wg sync.WaitGroup
+			errs := make(chan string, 2*n)
+			for i := 0; i < n; i++ {
+				wg.Add(2)
+				go func() {
+					defer wg.Done()
+					// Orphans that die at once, in and out of the session.
+					p, err := s.Start(Spec{Args: []string{"sh", "-c", fmt.Sprintf("(setsid true &); (true &); exit %d", i)}, Env: []string{testPath}, Dir: t.TempDir()})
+					if err != nil {
+						errs <- err.Error()
+						return
+					}
+					if r := p.Wait(); r.Err != nil || r.ExitCode != i {
+						errs <- fmt.Sprintf("action %d: %+v", i, r)
+					}
+				}()
+				go func() {
+					defer wg.Done()
+					// A child the worker starts by other means (in its own
+					// process group, as pgtest does), left a zombie while the
+					// reaper passes.
+					cmd := exec.Command("sh", "-c", fmt.Sprintf("exit %d", i+1))
+					cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+					if err := cmd.Start(); err != nil {
+						errs <- err.Error()
+						return
+					}
+					eventually(t, "the child to exit", func() bool { st, _, ok := procState(cmd.Process.Pid); return st == 'Z' || !ok })
+					reapOnce()
+					err := cmd.Wait()
+					if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != i+1 {
+						errs <- fmt.Sprintf("exec.Command %d: %v", i+1, err)
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for e := range errs {
+				t.Error(e)
+			}
+		})
+	}
+}
+
+// Tracking never kills a process another running action may own: an
+// orphan that left the session while an earlier action ran is killed
+// when that one ends too.
+func TestTrackingDefersAmbiguousOrphans(t *testing.T) {
+	base := t.TempDir()
+	s := newSup(t, mode{"tracking", false}, filepath.Join(base, "work"), quietLog())
+	earlier := startWith(t, s, Spec{Args: []string{"sleep", "600"}, Env: []string{testPath}})
+	root := filepath.Join(base, "root")
+	execRoot(t, root)
+	// The orphan is never the child of a process the tracker could see
+	// for long: the subshell exits at once.
+	r := wait(t, startWith(t, s, Spec{Args: []string{"sh", "-c", prelude + "(setsid ./M 600 &) ; wait_for_m"}, Env: []string{testPath}, Dir: root}))
+	if r.ExitCode != 0 {
+		t.Fatalf("result %+v", r)
+	}
+	if left := markedIn(root); len(left) != 1 {
+		t.Fatalf("processes %v: want the orphan to live while the earlier action, which might own it, runs", left)
+	}
+	earlier.Cancel()
+	wait(t, earlier)
+	if left := markedIn(root); len(left) > 0 {
+		t.Fatalf("processes %v outlive every action that might own them", left)
+	}
+}
+
+func TestParseStat(t *testing.T) {
+	line := []byte("4242 (a (weird) name) S 1 4200 4100 0 -1 4194560 99 0 0 0 1 2 0 0 20 0 1 0 123456 1000 100 18446744073709551615")
+	p, ok := parseStat(4242, line)
+	if !ok || p.ppid != 1 || p.pgid != 4200 || p.sid != 4100 || p.state != 'S' || p.start != 123456 {
+		t.Errorf("parseStat = %+v, %v", p, ok)
+	}
+	if _, ok := parseStat(1, []byte("1 (x) S 0")); ok {
+		t.Error("a short line parsed")
 	}
 }
