@@ -377,7 +377,11 @@ func TestLeftoversOfAKilledWorkerAreKilledAtStart(t *testing.T) {
 				helper.Process.Kill()
 				helper.Wait()
 				killed = true
-				if !sandboxed {
+				if sandboxed {
+					// bwrap dies with the worker (--die-with-parent) and
+					// its PID namespace with it.
+					eventually(t, "the sandbox's processes to die with the worker", func() bool { return len(markedIn(root)) == 0 })
+				} else {
 					// The premise: without a sandbox they outlive the worker.
 					if left := markedIn(root); len(left) != 5 {
 						t.Fatalf("after the worker's death %v run, want all 5 of %v", left, procs)

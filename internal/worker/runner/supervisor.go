@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -97,22 +98,39 @@ func (s *Supervisor) setupCgroup(workDir string) error {
 	if err := os.Mkdir(cgDir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	// Prove that an action cgroup can be made and opened.
-	probe := filepath.Join(cgDir, fmt.Sprintf("probe-%d", os.Getpid()))
-	if err := os.Mkdir(probe, 0o755); err != nil {
-		return err
-	}
-	c, err := openCgroup(probe)
-	if err == nil {
-		syscall.Close(c.fd)
-	}
-	os.Remove(probe)
-	if err != nil {
+	if err := probeCgroup(cgDir); err != nil {
 		return err
 	}
 	s.cgDir, s.cgPath = cgDir, strings.TrimSuffix(path, "/")+"/"+name
 	if path == "/" {
 		s.cgPath = "/" + name
+	}
+	return nil
+}
+
+// probeCgroup proves that an action cgroup can be made under dir and a
+// process started in it (CLONE_INTO_CGROUP needs clone3, Linux 5.7).
+func probeCgroup(dir string) error {
+	probe := filepath.Join(dir, fmt.Sprintf("probe-%d", os.Getpid()))
+	if err := os.Mkdir(probe, 0o755); err != nil {
+		return err
+	}
+	defer os.Remove(probe)
+	c, err := openCgroup(probe)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(c.fd)
+	for _, t := range []string{"/bin/true", "/usr/bin/true"} {
+		if _, err := os.Stat(t); err != nil {
+			continue
+		}
+		cmd := exec.Command(t)
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: c.fd}
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("starting a process in cgroup %s: %w", probe, err)
+		}
+		break
 	}
 	return nil
 }
