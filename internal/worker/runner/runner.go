@@ -63,7 +63,8 @@ type Spec struct {
 	// keeps ownership and closes them after Start.
 	StdoutFile, StderrFile *os.File
 	// Timeout bounds the execution time, excluding time suspended; 0
-	// means no limit. On expiry the process group is killed (SIGKILL).
+	// means no limit. On expiry every process of the action is killed
+	// (SIGKILL).
 	Timeout time.Duration
 	// Wrapper is prepended to the command line, e.g. a sandbox that runs
 	// its arguments. Wrapper[0] is looked up in the worker's PATH (it is
@@ -334,7 +335,7 @@ func (p *Process) Wait() Result {
 	return p.result
 }
 
-// Cancel kills the process group with SIGKILL; Wait then reports
+// Cancel kills every process of the action with SIGKILL; Wait then reports
 // Cancelled (unless the process had already ended or timed out). It works
 // on a suspended process too.
 func (p *Process) Cancel() {
@@ -348,8 +349,8 @@ func (p *Process) Cancel() {
 	p.signalLocked(syscall.SIGKILL)
 }
 
-// Suspend stops the process group with SIGSTOP and pauses the timeout. It
-// is a no-op if the process is already suspended or has ended.
+// Suspend stops every process of the action with SIGSTOP and pauses the
+// timeout. It is a no-op if the process is already suspended or has ended.
 func (p *Process) Suspend() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -369,7 +370,7 @@ func (p *Process) Suspend() error {
 	return nil
 }
 
-// Resume continues a suspended process group with SIGCONT and restarts
+// Resume continues a suspended action's processes with SIGCONT and restarts
 // the timeout with the time that was left. It is a no-op if the process is
 // not suspended.
 func (p *Process) Resume() error {
@@ -406,7 +407,7 @@ func (p *Process) stopTimerLocked() {
 	p.timerGen++ // a callback already running must not act
 }
 
-// expire kills the process group when the current timer fires.
+// expire kills the action when the current timer fires.
 func (p *Process) expire(gen int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
