@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,7 +130,7 @@ type Process struct {
 
 	// Containment (supervisor.go): the action's cgroup, or the pid file
 	// and known members of tracking mode.
-	log        *slog.Logger
+	sup        *Supervisor
 	cg         cgroup
 	hasCg      bool
 	cgDir      string // a cgroup the runner made (removed at the end)
@@ -203,7 +202,7 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 		Stderr:      stderr,
 		SysProcAttr: attr,
 	}
-	p := &Process{cmd: cmd, done: make(chan struct{}), timeout: spec.Timeout, log: s.log}
+	p := &Process{cmd: cmd, done: make(chan struct{}), timeout: spec.Timeout, sup: s}
 	if err := s.prepare(p, spec, attr); err != nil {
 		return nil, err
 	}
@@ -452,8 +451,8 @@ func (p *Process) killAllLocked() {
 	} else {
 		err = p.trackKillAllLocked()
 	}
-	if err != nil && p.log != nil {
-		p.log.Warn("an action's processes outlive it", "pid", p.pid, "err", err)
+	if err != nil {
+		p.sup.log.Warn("an action's processes outlive it", "pid", p.pid, "err", err)
 	}
 }
 

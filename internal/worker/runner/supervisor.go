@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -45,6 +46,12 @@ type Supervisor struct {
 	cgPath   string // the same as /proc/PID/cgroup names it
 	seq      atomic.Int64
 	closed   atomic.Bool
+
+	// mu guards active, the actions in cgroups of cgDir: cgDir exists only
+	// while there are some, so a worker that is never closed leaves no
+	// directory behind once idle.
+	mu     sync.Mutex
+	active int
 }
 
 // NewSupervisor prepares to run actions for the worker whose work
@@ -76,6 +83,9 @@ func newSupervisor(workDir string, log *slog.Logger, tryCgroup bool) (*Superviso
 		}
 	}
 	s.killLeftovers()
+	if s.cgDir != "" {
+		os.Remove(s.cgDir) // made again by the first action
+	}
 	if s.cgPath != "" {
 		host.mu.Lock()
 		host.cgroups[s.cgPath]++
@@ -235,15 +245,23 @@ func (s *Supervisor) prepare(p *Process, spec Spec, attr *syscall.SysProcAttr) e
 	case spec.UseCgroupFD:
 		p.cg, p.hasCg = cgroup{fd: spec.CgroupFD}, true
 	case s.cgDir != "":
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err := os.Mkdir(s.cgDir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("runner: creating the worker's cgroup: %w", err)
+		}
 		dir := filepath.Join(s.cgDir, fmt.Sprintf("action-%d-%d", os.Getpid(), n))
 		if err := os.Mkdir(dir, 0o755); err != nil {
+			s.removeIdleLocked()
 			return fmt.Errorf("runner: creating the action's cgroup: %w", err)
 		}
 		c, err := openCgroup(dir)
 		if err != nil {
 			os.Remove(dir)
+			s.removeIdleLocked()
 			return fmt.Errorf("runner: opening the action's cgroup: %w", err)
 		}
+		s.active++
 		p.cg, p.hasCg, p.cgDir = c, true, dir
 		attr.UseCgroupFD, attr.CgroupFD = true, c.fd
 	default:
@@ -253,13 +271,24 @@ func (s *Supervisor) prepare(p *Process, spec Spec, attr *syscall.SysProcAttr) e
 	return nil
 }
 
+// removeIdleLocked removes the worker's cgroup when no action uses it.
+func (s *Supervisor) removeIdleLocked() {
+	if s.active == 0 {
+		os.Remove(s.cgDir) // fails, harmlessly, while a leftover remains
+	}
+}
+
 // release removes what prepare made, once the action has ended.
 func (p *Process) release() {
 	if p.cgDir != "" {
 		syscall.Close(p.cg.fd)
-		if err := removeCgroupDir(p.cgDir); err != nil && p.log != nil {
-			p.log.Warn("removing an action's cgroup", "cgroup", p.cgDir, "err", err)
+		if err := removeCgroupDir(p.cgDir); err != nil {
+			p.sup.log.Warn("removing an action's cgroup", "cgroup", p.cgDir, "err", err)
 		}
+		p.sup.mu.Lock()
+		p.sup.active--
+		p.sup.removeIdleLocked()
+		p.sup.mu.Unlock()
 	}
 	if p.pidFile != "" {
 		os.Remove(p.pidFile)
