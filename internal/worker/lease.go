@@ -144,7 +144,7 @@ func (w *Worker) runLease(ctx context.Context, l *activeLease, a *workerpb.Assig
 		spec.Timeout = action.Timeout.AsDuration()
 	}
 	md.ExecutionStartTimestamp = timestamppb.Now()
-	proc, err := runner.Start(spec)
+	proc, err := w.sup.Start(spec)
 	stdoutW.Close() // the process holds its own copies
 	stderrW.Close()
 	if err != nil {

@@ -31,6 +31,7 @@ import (
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/worker/execroot"
 	"github.com/gantry-build/gantry/internal/worker/filecache"
+	"github.com/gantry-build/gantry/internal/worker/runner"
 	"github.com/gantry-build/gantry/internal/worker/sandbox"
 )
 
@@ -85,6 +86,8 @@ type Worker struct {
 	exec   *semaphore.Weighted
 	report *semaphore.Weighted
 	sb     *sandbox.Sandbox
+	// sup starts actions and ends every process they start.
+	sup *runner.Supervisor
 
 	// heartbeatEvery is the interval the scheduler asked for at the last
 	// registration (a time.Duration). Both the Match stage and the
@@ -165,6 +168,19 @@ func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
 		kick:   make(chan struct{}, 1), leases: map[string]*activeLease{}, running: map[string]chan struct{}{},
 		freeCPU: cfg.Cores,
 	}
+	var err error
+	// Kill what a previous worker process on this work dir left running
+	// (it may have been killed with SIGKILL) before anything else.
+	if w.sup, err = runner.NewSupervisor(cfg.WorkDir, w.log); err != nil {
+		return nil, err
+	}
+	w.log.Info("actions' processes end with them", "by", w.sup.Describe())
+	started := false
+	defer func() {
+		if !started {
+			w.sup.Close()
+		}
+	}()
 	// Exec roots and logs of a previous run are garbage.
 	for _, d := range []string{w.roots, w.logs} {
 		if err := os.RemoveAll(d); err != nil {
@@ -186,6 +202,7 @@ func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w.cache = cache
+	started = true
 	return w, nil
 }
 
@@ -213,6 +230,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	leases.Wait()
 	stopHeartbeats()
 	hb.Wait()
+	if err := w.sup.Close(); err != nil {
+		w.log.Warn("cleaning up", "err", err)
+	}
 	if ctx.Err() == nil {
 		w.log.Info("worker terminated by the scheduler after draining; exiting")
 	}

@@ -2,13 +2,14 @@
 // process group, with exactly the environment the action specifies, its
 // output streamed to files, and a timeout.
 //
-// Every signal the runner sends (cancel, timeout, suspend, resume) goes to
-// the whole process group, so background processes the command starts are
-// stopped or killed with it. When the command's main process exits, any
-// processes it left running in its group are killed too. Processes that
-// leave the group (setsid, setpgid, or a wrapper that makes new namespaces
-// without killing its children) escape this; use a sandboxing Wrapper that
-// kills its descendants if that matters.
+// Every process the command starts ends with it: every signal the runner
+// sends (cancel, timeout, suspend, resume) goes to the whole process group
+// and to every other process of the action, and when the command's main
+// process exits, whatever it left running is killed, also processes that
+// left the group (setsid, setpgid, double fork, nohup). The Supervisor
+// finds them through a cgroup per action or, where none can be made, by
+// tracking them in /proc, with the worker as their subreaper
+// (supervisor.go).
 //
 // Timeouts measure execution only: time spent suspended (between Suspend
 // and Resume) does not count, so a scheduler that pauses an action to free
@@ -61,7 +62,8 @@ type Spec struct {
 	// keeps ownership and closes them after Start.
 	StdoutFile, StderrFile *os.File
 	// Timeout bounds the execution time, excluding time suspended; 0
-	// means no limit. On expiry the process group is killed (SIGKILL).
+	// means no limit. On expiry every process of the action is killed
+	// (SIGKILL).
 	Timeout time.Duration
 	// Wrapper is prepended to the command line, e.g. a sandbox that runs
 	// its arguments. Wrapper[0] is looked up in the worker's PATH (it is
@@ -70,7 +72,9 @@ type Spec struct {
 	Wrapper []string
 	// CgroupFD, when UseCgroupFD is set, is an open cgroup v2 directory
 	// the process starts in (CLONE_INTO_CGROUP), so that everything it
-	// forks is limited and can be killed with the cgroup.
+	// forks is limited and can be killed with the cgroup. The runner then
+	// uses that cgroup to find the action's processes; it must stay open
+	// until the process has ended.
 	UseCgroupFD bool
 	CgroupFD    int
 }
@@ -123,10 +127,23 @@ type Process struct {
 	timerGen      int
 	start         time.Time
 	result        Result
+
+	// Containment (supervisor.go): the action's cgroup, or the pid file
+	// and known members of tracking mode.
+	sup        *Supervisor
+	cg         cgroup
+	hasCg      bool
+	cgDir      string // a cgroup the runner made (removed at the end)
+	pidFile    string
+	known      map[int]uint64 // tracking: members seen, pid -> start time
+	startTicks uint64         // the main process's start time
 }
 
 // Start starts the command described by spec.
-func Start(spec Spec) (*Process, error) {
+func (s *Supervisor) Start(spec Spec) (*Process, error) {
+	if s.closed.Load() {
+		return nil, errors.New("runner: the supervisor is closed")
+	}
 	if len(spec.Args) == 0 || spec.Args[0] == "" {
 		return nil, errors.New("runner: the command has no arguments; Command.arguments must name a program")
 	}
@@ -175,6 +192,7 @@ func Start(spec Spec) (*Process, error) {
 		stderr = spec.StderrFile
 	}
 
+	attr := &syscall.SysProcAttr{Setpgid: true, UseCgroupFD: spec.UseCgroupFD, CgroupFD: spec.CgroupFD}
 	cmd := &exec.Cmd{
 		Path:        path,
 		Args:        argv,
@@ -182,17 +200,34 @@ func Start(spec Spec) (*Process, error) {
 		Dir:         dir,
 		Stdout:      stdout,
 		Stderr:      stderr,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, UseCgroupFD: spec.UseCgroupFD, CgroupFD: spec.CgroupFD},
+		SysProcAttr: attr,
 	}
-	p := &Process{cmd: cmd, done: make(chan struct{}), timeout: spec.Timeout}
+	p := &Process{cmd: cmd, done: make(chan struct{}), timeout: spec.Timeout, sup: s}
+	if err := s.prepare(p, spec, attr); err != nil {
+		return nil, err
+	}
 	// Hold the lock across Start so the timer cannot fire before pid is set.
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// Register the main process before the reaper can see it exit: it
+	// must be left to cmd.Wait.
+	host.mu.Lock()
 	if err := cmd.Start(); err != nil {
+		host.mu.Unlock()
+		p.release()
 		return nil, fmt.Errorf("runner: starting %s: %w", path, err)
 	}
 	p.pid = cmd.Process.Pid
+	// Other actions' tracking reads startTicks under host.mu.
+	if info, ok := readProc(p.pid); ok {
+		p.startTicks = info.start
+	}
+	host.running[p] = true
+	host.mu.Unlock()
 	p.start = time.Now()
+	if p.pidFile != "" {
+		p.writePidFileLocked()
+	}
 	if spec.Timeout > 0 {
 		p.armLocked(spec.Timeout)
 	}
@@ -299,7 +334,7 @@ func (p *Process) Wait() Result {
 	return p.result
 }
 
-// Cancel kills the process group with SIGKILL; Wait then reports
+// Cancel kills every process of the action with SIGKILL; Wait then reports
 // Cancelled (unless the process had already ended or timed out). It works
 // on a suspended process too.
 func (p *Process) Cancel() {
@@ -313,8 +348,8 @@ func (p *Process) Cancel() {
 	p.signalLocked(syscall.SIGKILL)
 }
 
-// Suspend stops the process group with SIGSTOP and pauses the timeout. It
-// is a no-op if the process is already suspended or has ended.
+// Suspend stops every process of the action with SIGSTOP and pauses the
+// timeout. It is a no-op if the process is already suspended or has ended.
 func (p *Process) Suspend() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -334,7 +369,7 @@ func (p *Process) Suspend() error {
 	return nil
 }
 
-// Resume continues a suspended process group with SIGCONT and restarts
+// Resume continues a suspended action's processes with SIGCONT and restarts
 // the timeout with the time that was left. It is a no-op if the process is
 // not suspended.
 func (p *Process) Resume() error {
@@ -371,7 +406,7 @@ func (p *Process) stopTimerLocked() {
 	p.timerGen++ // a callback already running must not act
 }
 
-// expire kills the process group when the current timer fires.
+// expire kills the action when the current timer fires.
 func (p *Process) expire(gen int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -383,8 +418,10 @@ func (p *Process) expire(gen int) {
 	p.signalLocked(syscall.SIGKILL)
 }
 
-// signalLocked sends sig to the process group. The leader is not reaped
-// while exited is false, so the group id cannot have been reused.
+// signalLocked sends sig to the process group and to every other process
+// of the action (its cgroup, or the members tracking finds). The leader is
+// not reaped while exited is false, so the group id cannot have been
+// reused.
 func (p *Process) signalLocked(sig syscall.Signal) error {
 	if p.exited {
 		return nil
@@ -392,7 +429,31 @@ func (p *Process) signalLocked(sig syscall.Signal) error {
 	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("runner: sending %v to process group %d: %w", sig, p.pid, err)
 	}
+	switch {
+	case p.hasCg && sig == syscall.SIGKILL:
+		if p.cg.writeFile("cgroup.kill", "1") != nil {
+			p.cg.signal(sig)
+		}
+	case p.hasCg:
+		p.cg.signal(sig)
+	default:
+		p.trackSignalLocked(sig)
+	}
 	return nil
+}
+
+// killAllLocked kills every process of the action that is left once the
+// main process has exited (it is a zombie: its group id stays reserved).
+func (p *Process) killAllLocked() {
+	var err error
+	if p.hasCg {
+		err = p.cg.killAll()
+	} else {
+		err = p.trackKillAllLocked()
+	}
+	if err != nil {
+		p.sup.log.Warn("an action's processes outlive it", "pid", p.pid, "err", err)
+	}
 }
 
 // wait waits for the leader to exit without reaping it, kills what is left
@@ -402,7 +463,7 @@ func (p *Process) wait() {
 
 	p.mu.Lock()
 	// Kill stragglers while the zombie leader still pins the group id.
-	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
+	p.killAllLocked()
 	p.exited = true
 	p.stopTimerLocked()
 	if p.suspended {
@@ -413,6 +474,11 @@ func (p *Process) wait() {
 
 	err := p.cmd.Wait()
 	end := time.Now()
+	host.mu.Lock()
+	delete(host.running, p)
+	host.mu.Unlock()
+	p.release()
+	kickReaper()
 
 	p.mu.Lock()
 	defer p.mu.Unlock()

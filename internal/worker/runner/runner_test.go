@@ -20,12 +20,39 @@ const testPath = "PATH=/usr/bin:/bin"
 // assertion.
 const guard = 60 * time.Second
 
+// sup is the supervisor of the tests that do not choose one (TestMain).
+var sup *Supervisor
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		os.Exit(workerHelper())
+	}
+	dir, err := os.MkdirTemp("", "runner-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if sup, err = NewSupervisor(dir, quietLog()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	sup.Close()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 func start(t *testing.T, spec Spec) *Process {
+	t.Helper()
+	return startWith(t, sup, spec)
+}
+
+func startWith(t *testing.T, s *Supervisor, spec Spec) *Process {
 	t.Helper()
 	if spec.Dir == "" {
 		spec.Dir = t.TempDir()
 	}
-	p, err := Start(spec)
+	p, err := s.Start(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +221,7 @@ func TestProgramResolution(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "out")
-			p, err := Start(Spec{Args: tt.args, Env: tt.env, Dir: dir, Stdout: out})
+			p, err := sup.Start(Spec{Args: tt.args, Env: tt.env, Dir: dir, Stdout: out})
 			if tt.wantErr != "" {
 				if err == nil {
 					p.Wait()
@@ -235,7 +262,7 @@ func TestStartErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := Start(tt.spec)
+			p, err := sup.Start(tt.spec)
 			if err == nil {
 				p.Wait()
 				t.Fatal("Start succeeded")

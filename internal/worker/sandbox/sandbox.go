@@ -199,7 +199,7 @@ func (s *Sandbox) checkReachable(dir string) error {
 		return nil
 	}
 	for d := filepath.Dir(s.cfg.WorkDir); ; d = filepath.Dir(d) {
-		if d == "/tmp" || strings.HasPrefix(d, "/tmp/") || slices.Contains(s.hide, d) || under(d, s.hide) {
+		if inPrivateTmp(d) || slices.Contains(s.hide, d) || under(d, s.hide) {
 			break // covered by a tmpfs in the sandbox: bwrap creates it traversable
 		}
 		info, err := os.Stat(d)
@@ -215,6 +215,11 @@ func (s *Sandbox) checkReachable(dir string) error {
 	}
 	return nil
 }
+
+// inPrivateTmp reports whether d is /tmp or inside it: the sandbox mounts a
+// private tmpfs there, in which bwrap creates the exec root's ancestors
+// traversable whatever their modes outside.
+func inPrivateTmp(d string) bool { return d == "/tmp" || strings.HasPrefix(d, "/tmp/") }
 
 // Action is the sandbox of one action run.
 type Action struct {

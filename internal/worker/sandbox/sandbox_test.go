@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -192,20 +193,54 @@ func TestNewRejectsUntraversableWorkDir(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("only a root worker drops to another uid")
 	}
-	// A work dir outside /tmp (the sandbox's /tmp is private, so paths
-	// under it are always recreated traversable).
-	base, err := os.MkdirTemp(".", "untraversable-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(base)
+	base := untraversableBase(t)
 	os.Chmod(base, 0o700)
 	wd := filepath.Join(base, "work")
 	os.MkdirAll(wd, 0o755)
-	_, err = New(Config{WorkDir: wd, UID: 65534, GID: 65534})
+	_, err := New(Config{WorkDir: wd, UID: 65534, GID: 65534})
 	if err == nil || !strings.Contains(err.Error(), "cannot be traversed") {
 		t.Errorf("err = %v, want one about traversal", err)
 	}
+}
+
+// untraversableBase makes a new directory outside /tmp for a work dir
+// whose ancestors the action user cannot traverse: the sandbox's /tmp is
+// private, so paths under it are always recreated traversable and the
+// premise would not hold there (a checkout under the temp directory). It
+// tries the package directory, then /var/tmp and the home and cache
+// directories, and skips the test, saying why, when none will do.
+func untraversableBase(t *testing.T) string {
+	t.Helper()
+	var tried []string
+	cands := []string{".", "/var/tmp"}
+	if h, err := os.UserHomeDir(); err == nil {
+		cands = append(cands, h)
+	}
+	if c, err := os.UserCacheDir(); err == nil {
+		cands = append(cands, c)
+	}
+	for _, c := range cands {
+		abs, err := filepath.Abs(c)
+		if err != nil {
+			continue
+		}
+		if real, err := filepath.EvalSymlinks(abs); err == nil {
+			abs = real
+		}
+		if inPrivateTmp(abs) {
+			tried = append(tried, abs+" (under /tmp)")
+			continue
+		}
+		base, err := os.MkdirTemp(abs, "untraversable-")
+		if err != nil {
+			tried = append(tried, fmt.Sprintf("%s (%v)", abs, err))
+			continue
+		}
+		t.Cleanup(func() { os.RemoveAll(base) })
+		return base
+	}
+	t.Skipf("no writable directory outside /tmp to build an untraversable work dir in; tried %s", strings.Join(tried, ", "))
+	return ""
 }
 
 func FuzzParsePolicy(f *testing.F) {
