@@ -29,6 +29,7 @@ import (
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/dirlock"
 	"github.com/gantry-build/gantry/internal/worker/execroot"
 	"github.com/gantry-build/gantry/internal/worker/filecache"
 	"github.com/gantry-build/gantry/internal/worker/runner"
@@ -88,6 +89,9 @@ type Worker struct {
 	sb     *sandbox.Sandbox
 	// sup starts actions and ends every process they start.
 	sup *runner.Supervisor
+	// workDir keeps other worker processes out of cfg.WorkDir: a second
+	// one would kill this one's actions as leftovers and clear its roots.
+	workDir *dirlock.Lock
 
 	// heartbeatEvery is the interval the scheduler asked for at the last
 	// registration (a time.Duration). Both the Match stage and the
@@ -169,18 +173,22 @@ func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
 		freeCPU: cfg.Cores,
 	}
 	var err error
+	// First of all: the work dir must be this process's alone.
+	if w.workDir, err = dirlock.Acquire(cfg.WorkDir, "gantry worker "+cfg.ID); err != nil {
+		return nil, fmt.Errorf("worker work dir: %w", err)
+	}
+	started := false
+	defer func() {
+		if !started {
+			w.close()
+		}
+	}()
 	// Kill what a previous worker process on this work dir left running
 	// (it may have been killed with SIGKILL) before anything else.
 	if w.sup, err = runner.NewSupervisor(cfg.WorkDir, w.log); err != nil {
 		return nil, err
 	}
 	w.log.Info("actions' processes end with them", "by", w.sup.Describe())
-	started := false
-	defer func() {
-		if !started {
-			w.sup.Close()
-		}
-	}()
 	// Exec roots and logs of a previous run are garbage.
 	for _, d := range []string{w.roots, w.logs} {
 		if err := os.RemoveAll(d); err != nil {
@@ -208,6 +216,7 @@ func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
 
 // Run works until ctx ends. Running actions are cancelled on the way out.
 func (w *Worker) Run(ctx context.Context) error {
+	defer w.close()
 	if err := w.register(ctx); err != nil {
 		return err
 	}
@@ -230,13 +239,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	leases.Wait()
 	stopHeartbeats()
 	hb.Wait()
-	if err := w.sup.Close(); err != nil {
-		w.log.Warn("cleaning up", "err", err)
-	}
 	if ctx.Err() == nil {
 		w.log.Info("worker terminated by the scheduler after draining; exiting")
 	}
 	return err
+}
+
+// close ends the supervisor and gives the work dir up (at the end of
+// Run, or when New fails).
+func (w *Worker) close() {
+	if w.sup != nil {
+		if err := w.sup.Close(); err != nil {
+			w.log.Warn("cleaning up", "err", err)
+		}
+	}
+	w.workDir.Release()
 }
 
 // reregister registers again unless another loop already did so after

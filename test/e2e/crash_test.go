@@ -105,7 +105,9 @@ var crashScenarios = []crashScenario{
 //     written. PPID is the server process whose embedded worker started it.
 //  2. Once crashKillAfter actions have completed and at least one more has started,
 //     the test kills the server's process group with SIGKILL (the actions run in
-//     their own process groups, so, as after a real `kill -9`, they run on orphaned).
+//     their own process groups, so, as after a real `kill -9`, they run on orphaned
+//     until the next server's embedded worker, on the same work dir, kills them at
+//     its start).
 //  3. retries: `gantry serve` starts again at once with the same --listen,
 //     --http-listen, --data-dir and configuration, while Bazel (--remote_retries=10)
 //     is still retrying; the first build rides through the restart or gives up.
@@ -276,8 +278,9 @@ func runCrashScenario(t *testing.T, w *bazelWorkspace, sc crashScenario) {
 	}
 	checkCrashOutputs(t, w, want)
 
-	// The orphaned actions of the killed server (half a second each) have long
-	// written their "done" lines by now.
+	// The orphaned actions of the killed server (half a second each) have
+	// written their "done" lines by now, or were killed as leftovers when the
+	// next server's worker started: either way the log no longer changes.
 	final := readCrashLog(t, logPath)
 	e := crashExecutions{
 		final: final, completed: completed, want: want,
