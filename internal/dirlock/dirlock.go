@@ -51,7 +51,7 @@ func (o Owner) String() string {
 
 // ErrLocked is wrapped by Acquire's error when another process holds the
 // directory.
-var ErrLocked = errors.New("directory in use by another process")
+var ErrLocked = errors.New("directory in use")
 
 // Lock is a held directory lock.
 type Lock struct {
@@ -77,12 +77,12 @@ func Acquire(dir, role string) (*Lock, error) {
 		if !errors.Is(err, errWouldBlock) {
 			return nil, fmt.Errorf("locking %s: %w", path, err)
 		}
-		other := "another process (it wrote no details)"
+		other := "it wrote no details"
 		if o, ok := readOwner(path); ok {
-			other = "another process: " + o.String()
+			other = o.String()
 		}
-		return nil, fmt.Errorf("%w: %s is used by %s; stop that process first, or give this one a directory of its own: %w",
-			ErrLocked, dir, other, err)
+		return nil, fmt.Errorf("%w: %s is held by another process (%s); stop that process first, or give this one a directory of its own",
+			ErrLocked, dir, other)
 	}
 	host, _ := os.Hostname()
 	o := Owner{PID: os.Getpid(), Role: role, Host: host, Started: time.Now(), Command: strings.Join(os.Args, " ")}

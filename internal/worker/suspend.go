@@ -3,13 +3,13 @@ package worker
 import "context"
 
 // Pre-emption by suspension (the scheduler's scheduler.preemption:
-// suspend). SUSPEND stops a running action's process group (SIGSTOP; its
+// suspend). SUSPEND stops every process of a running action (SIGSTOP; its
 // timeout stops too, see runner.Process.Suspend) and lends its execute
 // cores to the work it was pre-empted for: they go back to the Execute
 // stage, so an action this worker holds behind it can start. The action
 // keeps its exec root, its output so far and its memory. RESUME takes the
 // cores back (waiting for them if another action holds them), then
-// continues the process group (SIGCONT). The worker keeps reporting the
+// continues its processes (SIGCONT). The worker keeps reporting the
 // lease in its heartbeats meanwhile, so it does not time out.
 
 // suspendState is a lease's part in that, guarded by Worker.mu.
@@ -118,7 +118,7 @@ func (w *Worker) toContinueLocked(l *activeLease) processControl {
 	return l.proc
 }
 
-// continueProc sends SIGCONT to a suspended action's process group.
+// continueProc sends SIGCONT to a suspended action's processes.
 func (w *Worker) continueProc(l *activeLease, proc processControl) {
 	if proc == nil {
 		return
