@@ -292,8 +292,11 @@ func TestSandboxEscapesFail(t *testing.T) {
 		}
 		noLeftovers(t)
 		// A real fork bomb until the timeout: the action is killed with
-		// everything it forked, and the worker keeps working.
-		bomb := shCmd("b() { b | b & }; b; sleep 60")
+		// everything it forked, and the worker keeps working. The action's
+		// own shell execs its sleep rather than forking it: a fork there
+		// races the bomb for the last pid, and losing it ends the action
+		// early with a shell error instead of running into the timeout.
+		bomb := shCmd("b() { b | b & }; b; exec sleep 60")
 		resp := f.run(ctx, empty, bomb, withPlatform("pids-limit", "64"), withTimeout(2*time.Second))
 		if codes.Code(resp.Status.GetCode()) != codes.DeadlineExceeded {
 			t.Errorf("fork bomb: status %v, want DEADLINE_EXCEEDED", resp.Status)
