@@ -45,19 +45,28 @@ type Settings struct {
 
 // Authorizer authenticates callers and checks their permissions.
 type Authorizer struct {
-	s atomic.Pointer[Settings]
-	// OperationInstance returns the instance an operation belongs to;
-	// ok is false for an unknown operation.
-	OperationInstance func(name string) (instance string, ok bool)
+	s   atomic.Pointer[Settings]
+	ops Operations
 	// workers binds worker ids to the identity that registered them
 	// (worker id -> Identity.String()), so that one worker cannot poll,
 	// heartbeat or complete as another.
 	workers sync.Map
 }
 
-// New returns an Authorizer with settings s.
-func New(s Settings) *Authorizer {
-	a := &Authorizer{}
+// Operations tells which instance an operation belongs to, to authorize
+// the calls that name an operation (WaitExecution, the Operations
+// service, KillOperation).
+type Operations interface {
+	// OperationInstance returns the instance of the operation name; ok
+	// is false for an unknown operation.
+	OperationInstance(name string) (instance string, ok bool)
+}
+
+// New returns an Authorizer with settings s; ops finds the instance of
+// an operation (nil in a process that runs no scheduler: every operation
+// is unknown there).
+func New(s Settings, ops Operations) *Authorizer {
+	a := &Authorizer{ops: ops}
 	a.Update(s)
 	return a
 }
@@ -262,8 +271,8 @@ func (a *Authorizer) authorize(id *Identity, m method, fullMethod string, req an
 			name = r.GetName()
 		}
 		inst, ok := "", false
-		if a.OperationInstance != nil {
-			inst, ok = a.OperationInstance(name)
+		if a.ops != nil {
+			inst, ok = a.ops.OperationInstance(name)
 		}
 		if !ok {
 			// Unknown operation: the service answers NOT_FOUND, to

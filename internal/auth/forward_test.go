@@ -29,7 +29,7 @@ func TestForwardedCaller(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := New(Settings{Tokens: tk, Policy: p, Frontends: fe})
+	a := New(Settings{Tokens: tk, Policy: p, Frontends: fe}, nil)
 	info := &grpc.UnaryServerInfo{FullMethod: "/build.bazel.remote.execution.v2.ActionCache/GetActionResult"}
 	execInfo := &grpc.UnaryServerInfo{FullMethod: "/build.bazel.remote.execution.v2.Execution/Execute"}
 	var seen *Identity
@@ -78,7 +78,7 @@ func TestForwardedCaller(t *testing.T) {
 		}
 	}
 	// Without trusted frontends the header means nothing.
-	plain := New(Settings{Tokens: tk, Policy: p})
+	plain := New(Settings{Tokens: tk, Policy: p}, nil)
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", aliceTok, ForwardedCallerHeader, EncodeForwarded(Internal)))
 	if _, err := plain.UnaryInterceptor(ctx, &repb.GetActionResultRequest{InstanceName: "team-a/x"}, execInfo, h); err != nil || seen.String() != "token:alice" {
 		t.Errorf("header without trusted frontends: %v %v, want alice herself", err, seen)

@@ -149,7 +149,7 @@ func BenchmarkUnaryInterceptor(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	a := New(Settings{Tokens: tk, Policy: p})
+	a := New(Settings{Tokens: tk, Policy: p}, nil)
 	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer alice-token-0123456789"))
 	req := &repb.GetActionResultRequest{InstanceName: "team-a/main"}
 	info := &grpc.UnaryServerInfo{FullMethod: "/build.bazel.remote.execution.v2.ActionCache/GetActionResult"}

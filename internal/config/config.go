@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gantry-build/gantry/internal/invocation"
+	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
 // Config is the whole configuration. docs/CONFIGURATION.md documents every key.
@@ -242,24 +243,7 @@ func Default() Config {
 			InlineLimit:       1 << 20,
 			CompletenessCheck: true,
 		},
-		Scheduler: SchedulerConfig{
-			HeartbeatInterval: Duration(2 * time.Second),
-			HeartbeatTimeout:  Duration(20 * time.Second),
-			MaxAttempts:       3,
-			CallerGrace:       Duration(time.Minute),
-			Retention:         Duration(10 * time.Minute),
-			UnsatisfiableWait: Duration(10 * time.Minute),
-			StartupGrace:      Duration(time.Minute),
-			PreemptionDelay:   Duration(10 * time.Second),
-			Preemption:        "cancel",
-			MaxSuspend:        Duration(10 * time.Minute),
-			Store:             StoreConfig{Backend: "embedded"},
-			Fairness: FairnessConfig{
-				Keys:            append([]string(nil), invocation.Default...),
-				PriorityHalving: 10,
-				UserHeader:      invocation.DefaultUserHeader,
-			},
-		},
+		Scheduler: defaultScheduler(),
 		Worker: WorkerConfig{
 			Enabled:                 true,
 			AcceptUnknownProperties: true,
@@ -271,6 +255,30 @@ func Default() Config {
 		Auth:    AuthConfig{JWT: JWTConfig{SubjectClaim: "sub", RequireExpiry: true}, CertificateNames: []string{"cn"}},
 		Role:    RoleAll,
 		Cluster: defaultCluster(),
+	}
+}
+
+// defaultScheduler is the scheduler section's defaults, which are the
+// scheduler's own (scheduler.DefaultConfig).
+func defaultScheduler() SchedulerConfig {
+	d := scheduler.DefaultConfig()
+	return SchedulerConfig{
+		HeartbeatInterval: Duration(d.HeartbeatInterval),
+		HeartbeatTimeout:  Duration(d.HeartbeatTimeout),
+		MaxAttempts:       d.MaxAttempts,
+		CallerGrace:       Duration(d.CallerGrace),
+		Retention:         Duration(d.Retention),
+		UnsatisfiableWait: Duration(d.UnsatisfiableWait),
+		StartupGrace:      Duration(d.StartupGrace),
+		PreemptionDelay:   Duration(d.PreemptionDelay),
+		Preemption:        string(d.Preemption),
+		MaxSuspend:        Duration(d.MaxSuspend),
+		Store:             StoreConfig{Backend: "embedded"},
+		Fairness: FairnessConfig{
+			Keys:            append([]string(nil), invocation.Default...),
+			PriorityHalving: d.PriorityHalving,
+			UserHeader:      invocation.DefaultUserHeader,
+		},
 	}
 }
 

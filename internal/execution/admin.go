@@ -16,33 +16,54 @@ import (
 type AdminService struct {
 	adminpb.UnimplementedAdminServer
 	sched *scheduler.Scheduler
-	// KeyNames returns the configured invocation key extractors, to name
-	// the levels of ListInvocations.
-	KeyNames func() []string
-	// SaveQuotas stores the full set of quotas durably; a change is
-	// applied only after it succeeds. Nil keeps quotas in memory.
-	SaveQuotas func([]scheduler.Quota) error
-	// SaveWorkerControls stores the operators' worker controls durably
-	// (drain, pause); nil keeps them in memory.
-	SaveWorkerControls func(map[string]scheduler.WorkerControl) error
-	// Reload re-reads and applies the configuration; nil refuses.
-	Reload func() error
-	// Logger logs every quota change and control.
-	Logger *slog.Logger
+	keys  func() []string
+	store AdminStore
+	// reload re-reads and applies the configuration; nil refuses.
+	reload func() error
+	logger *slog.Logger
 	quotas quotaAdmin
 	// controlMu orders worker control changes with their storing.
 	controlMu sync.Mutex
 }
 
-func (s *AdminService) log() *slog.Logger {
-	if s.Logger == nil {
-		return slog.Default()
-	}
-	return s.Logger
+// AdminStore keeps what operators change through the admin service, so
+// that it outlives the process. A change is applied only after its Save
+// succeeds.
+type AdminStore interface {
+	// SaveQuotas stores the full set of quotas.
+	SaveQuotas([]scheduler.Quota) error
+	// SaveWorkerControls stores the worker controls (drain, pause) by
+	// worker id.
+	SaveWorkerControls(map[string]scheduler.WorkerControl) error
 }
 
-// NewAdminService returns the admin service.
-func NewAdminService(sched *scheduler.Scheduler) *AdminService { return &AdminService{sched: sched} }
+// InMemory is an AdminStore that stores nothing: quotas and worker
+// controls last as long as the process.
+type InMemory struct{}
+
+// SaveQuotas implements AdminStore.
+func (InMemory) SaveQuotas([]scheduler.Quota) error { return nil }
+
+// SaveWorkerControls implements AdminStore.
+func (InMemory) SaveWorkerControls(map[string]scheduler.WorkerControl) error { return nil }
+
+func (s *AdminService) log() *slog.Logger { return s.logger }
+
+// NewAdminService returns the admin service of sched. keys returns the
+// configured invocation key extractors (Service.KeyNames), to name the
+// levels of ListInvocations; store keeps quotas and worker controls;
+// reload re-reads and applies the configuration file (nil: the process
+// has none, and ReloadConfig refuses); log logs every quota change and
+// control (nil: slog.Default()).
+func NewAdminService(sched *scheduler.Scheduler, keys func() []string, store AdminStore, reload func() error, log *slog.Logger) *AdminService {
+	if log == nil {
+		log = slog.Default()
+	}
+	if keys == nil {
+		keys = func() []string { return nil }
+	}
+	return &AdminService{sched: sched, keys: keys, store: store, reload: reload, logger: log}
+}
 
 // Attach adds the service to a gRPC server.
 func (s *AdminService) Attach(g grpc.ServiceRegistrar) { adminpb.RegisterAdminServer(g, s) }
@@ -82,9 +103,7 @@ func reasonStrings(rs []platform.Reason) []string {
 // ListInvocations implements adminpb.AdminServer.
 func (s *AdminService) ListInvocations(_ context.Context, req *adminpb.ListInvocationsRequest) (*adminpb.ListInvocationsResponse, error) {
 	resp := &adminpb.ListInvocationsResponse{}
-	if s.KeyNames != nil {
-		resp.Keys = s.KeyNames()
-	}
+	resp.Keys = s.keys()
 	for _, st := range s.sched.Invocations() {
 		if req.MaxDepth > 0 && len(st.Path) > int(req.MaxDepth) {
 			continue

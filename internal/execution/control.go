@@ -138,12 +138,10 @@ func (s *AdminService) control(ctx context.Context, what string, req *adminpb.Wo
 	if err != nil {
 		return fail(status.Error(codes.Internal, err.Error()))
 	}
-	if s.SaveWorkerControls != nil {
-		if err := s.SaveWorkerControls(s.sched.WorkerControls()); err != nil {
-			// Undo: a control that is not stored would be lost at a restart.
-			s.sched.ControlWorker(req.WorkerId, func(x *scheduler.WorkerControl) { *x = before })
-			return fail(status.Errorf(codes.Unavailable, "storing the worker controls failed, nothing changed: %v; check the data directory and retry", err))
-		}
+	if err := s.store.SaveWorkerControls(s.sched.WorkerControls()); err != nil {
+		// Undo: a control that is not stored would be lost at a restart.
+		s.sched.ControlWorker(req.WorkerId, func(x *scheduler.WorkerControl) { *x = before })
+		return fail(status.Errorf(codes.Unavailable, "storing the worker controls failed, nothing changed: %v; check the data directory and retry", err))
 	}
 	s.log().Info("admin control", "control", what, "worker", req.WorkerId, "by", actor(ctx), "reason", req.Reason,
 		"drain", c.Drain, "pause", c.Pause, "terminate", c.Terminate)
@@ -213,12 +211,12 @@ func (s *AdminService) KillOperation(ctx context.Context, req *adminpb.KillOpera
 
 // ReloadConfig implements adminpb.AdminServer.
 func (s *AdminService) ReloadConfig(ctx context.Context, _ *adminpb.ReloadConfigRequest) (*adminpb.ReloadConfigResponse, error) {
-	if s.Reload == nil {
+	if s.reload == nil {
 		err := status.Error(codes.FailedPrecondition, "this server cannot reload its configuration (it was started without --config); restart it with --config FILE")
 		refused(s.log(), ctx, "reload", err)
 		return nil, err
 	}
-	if err := s.Reload(); err != nil {
+	if err := s.reload(); err != nil {
 		err = status.Errorf(codes.FailedPrecondition, "reloading the configuration failed, the old one stays in effect: %v", err)
 		refused(s.log(), ctx, "reload", err)
 		return nil, err

@@ -43,8 +43,9 @@ func TestControlsAreLogged(t *testing.T) {
 	sched := scheduler.New(scheduler.Config{}, nil)
 	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w1", Platform: platform.Worker{Cores: 1}})
 	var out testutil.SyncBuffer
-	s := NewAdminService(sched)
-	s.Logger = slog.New(slog.NewJSONHandler(&out, nil))
+	log := slog.New(slog.NewJSONHandler(&out, nil))
+	store := &failingStore{}
+	s := NewAdminService(sched, nil, store, nil, log)
 	ctx := WithActor(context.Background(), "tester")
 	wreq := func(id string) *adminpb.WorkerControlRequest {
 		return &adminpb.WorkerControlRequest{WorkerId: id, Reason: "why " + id}
@@ -62,8 +63,8 @@ func TestControlsAreLogged(t *testing.T) {
 		{"no worker", func() error { _, err := s.TerminateWorker(ctx, wreq("")); return err },
 			map[string]any{"msg": "admin control refused", "control": "terminate", "worker": "", "by": "tester", "err": "worker_id is empty"}},
 		{"store fails", func() error {
-			s.SaveWorkerControls = func(map[string]scheduler.WorkerControl) error { return failSave }
-			defer func() { s.SaveWorkerControls = nil }()
+			store.err = failSave
+			defer func() { store.err = nil }()
 			_, err := s.UndrainWorker(ctx, wreq("w1"))
 			return err
 		}, map[string]any{"msg": "admin control refused", "control": "undrain", "worker": "w1", "by": "tester", "err": "disk full"}},
@@ -74,12 +75,12 @@ func TestControlsAreLogged(t *testing.T) {
 		{"no config", func() error { _, err := s.ReloadConfig(ctx, &adminpb.ReloadConfigRequest{}); return err },
 			map[string]any{"msg": "admin control refused", "control": "reload", "by": "tester", "err": "started without --config"}},
 		{"bad config", func() error {
-			s.Reload = func() error { return errors.New("line 3: bad yaml") }
+			s := NewAdminService(sched, nil, store, func() error { return errors.New("line 3: bad yaml") }, log)
 			_, err := s.ReloadConfig(ctx, &adminpb.ReloadConfigRequest{})
 			return err
 		}, map[string]any{"msg": "admin control refused", "control": "reload", "by": "tester", "err": "line 3: bad yaml"}},
 		{"reload", func() error {
-			s.Reload = func() error { return nil }
+			s := NewAdminService(sched, nil, store, func() error { return nil }, log)
 			_, err := s.ReloadConfig(ctx, &adminpb.ReloadConfigRequest{})
 			return err
 		}, map[string]any{"msg": "admin control", "control": "reload", "by": "tester"}},
@@ -110,7 +111,7 @@ func TestControlsAreLogged(t *testing.T) {
 
 	// Controls refused by authorization never reach the service: the
 	// interceptor logs them, and nothing else.
-	icpt := LogRefusedControls(s.Logger)
+	icpt := LogRefusedControls(log)
 	denied := func(context.Context, any) (any, error) {
 		return nil, status.Error(codes.PermissionDenied, "token:eve lacks permission admin")
 	}
@@ -137,3 +138,10 @@ func TestControlsAreLogged(t *testing.T) {
 		}
 	}
 }
+
+// failingStore is an AdminStore that fails with err when it is set.
+type failingStore struct{ err error }
+
+func (f *failingStore) SaveQuotas([]scheduler.Quota) error { return f.err }
+
+func (f *failingStore) SaveWorkerControls(map[string]scheduler.WorkerControl) error { return f.err }

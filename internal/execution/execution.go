@@ -40,16 +40,17 @@ type Service struct {
 	lookup ResultLookup
 	log    *slog.Logger
 	keys   invocationKeys
-	// Observer hears about finished operations (observe.go).
-	Observer Observer
+	obs    Observer
 }
 
-// New returns the service.
-func New(sched *scheduler.Scheduler, cas blobstore.Store, lookup ResultLookup, log *slog.Logger) *Service {
+// New returns the service of sched. It reads actions from cas, looks
+// results up with lookup, tells obs about finished operations and cache
+// lookups (observe.go), and logs to log (nil: slog.Default()).
+func New(sched *scheduler.Scheduler, cas blobstore.Store, lookup ResultLookup, obs Observer, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{sched: sched, cas: cas, lookup: lookup, log: log}
+	return &Service{sched: sched, cas: cas, lookup: lookup, obs: obs, log: log}
 }
 
 // Register adds Execution and Operations to a gRPC server.
@@ -114,9 +115,7 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	if !req.SkipCacheLookup {
 		ar, err := s.lookup(ctx, req.InstanceName, ad)
 		if err == nil {
-			if s.Observer.CacheLookup != nil {
-				s.Observer.CacheLookup(true)
-			}
+			s.obs.CacheLookup(true)
 			st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
 			st.Response = &repb.ExecuteResponse{Result: ar, CachedResult: true, Status: status.New(codes.OK, "").Proto()}
 			if err := stream.Send(operation(name, st, ad.Function)); err != nil {
@@ -133,9 +132,7 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 		if status.Code(err) != codes.NotFound {
 			return err
 		}
-		if s.Observer.CacheLookup != nil {
-			s.Observer.CacheLookup(false)
-		}
+		s.obs.CacheLookup(false)
 	}
 	sub, err := s.prepare(ctx, req, ad)
 	if err != nil {

@@ -28,9 +28,9 @@ func keysEnv(t *testing.T, keys []string) *env {
 	ac := actioncache.NewMemory(0)
 	fe := frontend.New(cas, ac, frontend.Options{ExecEnabled: true})
 	sched := scheduler.New(scheduler.Config{}, nil)
-	g := grpc.NewServer()
+	g := grpc.NewServer(frontend.ServerCodec())
 	fe.Register(g)
-	svc := New(sched, cas, fe.LookupActionResult, nil)
+	svc := New(sched, cas, fe.LookupActionResult, Unobserved{}, nil)
 	if keys != nil {
 		ex, err := invocation.ParseAll(keys)
 		if err != nil {

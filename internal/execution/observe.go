@@ -29,24 +29,34 @@ type Finished struct {
 	Response *repb.ExecuteResponse
 }
 
-// Observer is told what the Execution and worker services do. Every
-// field may be nil.
-type Observer struct {
+// Observer is told what the Execution and worker services do (the
+// metrics of a process).
+type Observer interface {
 	// Finished is called once per Execute or WaitExecution call that sees
 	// its operation finish (cache hits included).
-	Finished func(Finished)
+	Finished(Finished)
 	// CacheLookup is called for Execute's own action cache lookups.
-	CacheLookup func(hit bool)
+	CacheLookup(hit bool)
 	// WorkerCompleted is called for every result a worker delivers for a
 	// lease it still held.
-	WorkerCompleted func(workerID string, resp *repb.ExecuteResponse)
+	WorkerCompleted(workerID string, resp *repb.ExecuteResponse)
 }
+
+// Unobserved is an Observer that ignores everything.
+type Unobserved struct{}
+
+// Finished implements Observer.
+func (Unobserved) Finished(Finished) {}
+
+// CacheLookup implements Observer.
+func (Unobserved) CacheLookup(bool) {}
+
+// WorkerCompleted implements Observer.
+func (Unobserved) WorkerCompleted(string, *repb.ExecuteResponse) {}
 
 // finished logs the operation's completion line and tells the observer.
 func (s *Service) finished(f Finished) {
-	if s.Observer.Finished != nil {
-		s.Observer.Finished(f)
-	}
+	s.obs.Finished(f)
 	if s.log.Enabled(context.Background(), slog.LevelInfo) {
 		s.log.LogAttrs(context.Background(), slog.LevelInfo, "operation finished", s.finishedAttrs(f)...)
 	}

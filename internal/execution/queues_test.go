@@ -37,14 +37,13 @@ func newQueueEnv(t *testing.T, queues []platform.Queue) *queueEnv {
 	ac := actioncache.NewMemory(0)
 	fe := frontend.New(cas, ac, frontend.Options{CompletenessCheck: true, ExecEnabled: true})
 	sched := scheduler.New(scheduler.Config{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 2 * time.Second, Queues: queues}, nil)
-	g := grpc.NewServer()
+	g := grpc.NewServer(frontend.ServerCodec())
 	fe.Register(g)
-	New(sched, cas, fe.LookupActionResult, nil).Register(g)
-	ws := NewWorkerService(sched)
+	New(sched, cas, fe.LookupActionResult, Unobserved{}, nil).Register(g)
+	ws := NewWorkerService(sched, fe.StoreActionResult, Unobserved{})
 	ws.MaxPollWait = 2 * time.Second
-	ws.UpdateActionCache = fe.StoreActionResult
 	ws.Attach(g)
-	NewAdminService(sched).Attach(g)
+	NewAdminService(sched, nil, InMemory{}, nil, nil).Attach(g)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -106,10 +106,7 @@ func (s *AdminService) ListQuotas(context.Context, *adminpb.ListQuotasRequest) (
 }
 
 func (s *AdminService) persist(qs []scheduler.Quota) error {
-	if s.SaveQuotas == nil {
-		return nil
-	}
-	if err := s.SaveQuotas(qs); err != nil {
+	if err := s.store.SaveQuotas(qs); err != nil {
 		return status.Errorf(codes.Unavailable, "storing the quota failed, nothing changed: %v", err)
 	}
 	return nil

@@ -23,17 +23,20 @@ import (
 type WorkerService struct {
 	workerpb.UnimplementedWorkersServer
 	sched *scheduler.Scheduler
-	// UpdateActionCache writes results workers ask to cache; nil refuses.
-	UpdateActionCache func(ctx context.Context, instance string, action digest.Digest, ar *repb.ActionResult) error
+	store ResultStore
+	obs   Observer
 	// MaxPollWait bounds how long a Poll is held.
 	MaxPollWait time.Duration
-	// Observer.WorkerCompleted hears about accepted results.
-	Observer Observer
 }
 
-// NewWorkerService returns the worker protocol service.
-func NewWorkerService(sched *scheduler.Scheduler) *WorkerService {
-	return &WorkerService{sched: sched, MaxPollWait: 30 * time.Second}
+// ResultStore writes a result to the action cache.
+type ResultStore func(ctx context.Context, instance string, action digest.Digest, ar *repb.ActionResult) error
+
+// NewWorkerService returns the worker protocol service of sched: store
+// writes the results workers ask to cache, obs hears about every result
+// accepted.
+func NewWorkerService(sched *scheduler.Scheduler, store ResultStore, obs Observer) *WorkerService {
+	return &WorkerService{sched: sched, store: store, obs: obs, MaxPollWait: 30 * time.Second}
 }
 
 // Attach adds the service to a gRPC server.
@@ -281,8 +284,8 @@ func (s *WorkerService) cacheResult(ctx context.Context, workerID string, req *w
 		if !ok {
 			return false
 		}
-		if t.Cacheable && s.UpdateActionCache != nil {
-			if err := s.UpdateActionCache(ctx, t.Instance, t.ActionDigest, resp.Result); err != nil {
+		if t.Cacheable {
+			if err := s.store(ctx, t.Instance, t.ActionDigest, resp.Result); err != nil {
 				// The result still reaches the callers; only caching failed.
 				resp.Message = strings.TrimSpace(resp.Message + " (the result could not be cached: " + status.Convert(err).Message() + ")")
 			}
@@ -293,7 +296,5 @@ func (s *WorkerService) cacheResult(ctx context.Context, workerID string, req *w
 
 // observeCompleted tells the observer (metrics) of an accepted result.
 func (s *WorkerService) observeCompleted(workerID string, resp *repb.ExecuteResponse) {
-	if s.Observer.WorkerCompleted != nil {
-		s.Observer.WorkerCompleted(workerID, resp)
-	}
+	s.obs.WorkerCompleted(workerID, resp)
 }

@@ -9,6 +9,7 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -42,19 +43,21 @@ import (
 // goes to proto.Unmarshal, so the result, and the error for malformed
 // input, is exactly proto's. FuzzDecoders checks that.
 //
-// Only messages that a server receives or sends take a shortcut, so the
-// clients in this process (the benchmarks' stand-in for Bazel, the worker)
-// encode and decode as plain gRPC does.
+// It is a server's codec only (ServerCodec): the clients in this process
+// (the benchmarks' stand-in for Bazel, the worker) encode and decode as
+// plain gRPC does.
 type codec struct{ std encoding.CodecV2 }
 
 // readResponseData is the field number of ReadResponse.data.
 const readResponseData = 10
 
-func init() {
-	// Registering under "proto" makes it the codec of every gRPC server
-	// and client in the process; it is transparent to all of them.
-	encoding.RegisterCodecV2(codec{std: encoding.GetCodecV2("proto")})
-}
+// Codec is the codec of every gRPC server that serves the storage
+// services (Register): the handlers send messages only it can encode. It
+// is transparent to every other message and service.
+func Codec() encoding.CodecV2 { return codec{std: encoding.GetCodecV2("proto")} }
+
+// ServerCodec is the server option that installs Codec.
+func ServerCodec() grpc.ServerOption { return grpc.ForceServerCodecV2(Codec()) }
 
 func (codec) Name() string { return "proto" }
 

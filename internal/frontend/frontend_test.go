@@ -46,6 +46,7 @@ func serverOptions() []grpc.ServerOption {
 		grpc.WriteBufferSize(256 << 10),
 		grpc.SharedWriteBuffer(true),
 		experimental.BufferPool(BufferPool()),
+		ServerCodec(),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(gm.Unary),
 		grpc.ChainStreamInterceptor(gm.Stream),

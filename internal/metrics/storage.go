@@ -19,12 +19,7 @@ type Storage struct {
 	// byteStream etc. are the resolved children.
 	bsIn, bsOut, batchIn, batchOut prometheus.Counter
 	ops                            *Outcomes
-	// FromScheduler, when set, tells the calls of a scheduler node (role
-	// scheduler, reading actions from and writing results to this
-	// frontend) from those of clients and workers: their blob bytes are
-	// not counted, and their GetActionResult lookups are Execute's own
-	// (source execute).
-	FromScheduler func(ctx context.Context) bool
+	schedulerCall                  func(ctx context.Context) bool
 }
 
 // Full method names the storage interceptors look at.
@@ -37,8 +32,12 @@ const (
 )
 
 // NewStorage registers the storage traffic metrics with reg; ops counts
-// GetActionResult lookups.
-func NewStorage(reg prometheus.Registerer, ops *Outcomes) *Storage {
+// GetActionResult lookups. fromScheduler tells the calls of a scheduler
+// node (role scheduler, reading actions from and writing results to this
+// frontend) from those of clients and workers: their blob bytes are not
+// counted, and their GetActionResult lookups are Execute's own (source
+// execute). It is nil where no scheduler node calls (role all).
+func NewStorage(reg prometheus.Registerer, ops *Outcomes, fromScheduler func(ctx context.Context) bool) *Storage {
 	m := &Storage{
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gantry_cas_received_bytes_total",
@@ -48,7 +47,7 @@ func NewStorage(reg prometheus.Registerer, ops *Outcomes) *Storage {
 			Name: "gantry_cas_sent_bytes_total",
 			Help: "Blob bytes sent from the CAS (downloads, as sent), by API (bytestream, batch).",
 		}, []string{"api"}),
-		ops: ops,
+		ops: ops, schedulerCall: fromScheduler,
 	}
 	m.bsIn, m.batchIn = m.received.WithLabelValues("bytestream"), m.received.WithLabelValues("batch")
 	m.bsOut, m.batchOut = m.sent.WithLabelValues("bytestream"), m.sent.WithLabelValues("batch")
@@ -121,7 +120,7 @@ func (m *Storage) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerI
 }
 
 func (m *Storage) fromScheduler(ctx context.Context) bool {
-	return m.FromScheduler != nil && m.FromScheduler(ctx)
+	return m.schedulerCall != nil && m.schedulerCall(ctx)
 }
 
 // countingStream counts the data of ByteStream messages.

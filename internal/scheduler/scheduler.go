@@ -90,7 +90,9 @@ const DefaultPreemptionDelay = 10 * time.Second
 // actions of a dead worker start again elsewhere within about a second.
 const DefaultSessionGrace = time.Second
 
-// DefaultConfig returns the defaults documented in docs/CONFIGURATION.md.
+// DefaultConfig returns the defaults documented in docs/CONFIGURATION.md:
+// the one place they are set (config.Default takes its scheduler section
+// from here, and New fills in every zero field from here).
 func DefaultConfig() Config {
 	return Config{
 		HeartbeatInterval: 2 * time.Second,
@@ -100,6 +102,11 @@ func DefaultConfig() Config {
 		Retention:         10 * time.Minute,
 		UnsatisfiableWait: 10 * time.Minute,
 		StartupGrace:      time.Minute,
+		PriorityHalving:   DefaultPriorityHalving,
+		PreemptionDelay:   DefaultPreemptionDelay,
+		Preemption:        PreemptCancel,
+		MaxSuspend:        DefaultMaxSuspend,
+		SessionGrace:      DefaultSessionGrace,
 	}
 }
 
@@ -268,41 +275,32 @@ type seenWorker struct {
 	at       time.Time
 }
 
+// setDefault sets *v to def when it is zero or negative.
+func setDefault[T time.Duration | int | float64](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
 // New returns a scheduler.
 func New(cfg Config, clock Clock) *Scheduler {
 	def := DefaultConfig()
-	if cfg.HeartbeatInterval <= 0 {
-		cfg.HeartbeatInterval = def.HeartbeatInterval
+	setDefault(&cfg.HeartbeatInterval, def.HeartbeatInterval)
+	setDefault(&cfg.HeartbeatTimeout, def.HeartbeatTimeout)
+	setDefault(&cfg.MaxAttempts, def.MaxAttempts)
+	setDefault(&cfg.CallerGrace, def.CallerGrace)
+	setDefault(&cfg.Retention, def.Retention)
+	setDefault(&cfg.UnsatisfiableWait, def.UnsatisfiableWait)
+	setDefault(&cfg.PriorityHalving, def.PriorityHalving)
+	setDefault(&cfg.PreemptionDelay, def.PreemptionDelay)
+	setDefault(&cfg.MaxSuspend, def.MaxSuspend)
+	setDefault(&cfg.SessionGrace, def.SessionGrace)
+	if cfg.Preemption == "" {
+		cfg.Preemption = def.Preemption
 	}
-	if cfg.HeartbeatTimeout <= 0 {
-		cfg.HeartbeatTimeout = def.HeartbeatTimeout
-	}
-	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = def.MaxAttempts
-	}
-	if cfg.CallerGrace <= 0 {
-		cfg.CallerGrace = def.CallerGrace
-	}
-	if cfg.Retention <= 0 {
-		cfg.Retention = def.Retention
-	}
-	if cfg.UnsatisfiableWait <= 0 {
-		cfg.UnsatisfiableWait = def.UnsatisfiableWait
-	}
+	// 0 is a valid StartupGrace (no delay); only a negative one is not.
 	if cfg.StartupGrace < 0 {
 		cfg.StartupGrace = 0
-	}
-	if cfg.PreemptionDelay <= 0 {
-		cfg.PreemptionDelay = DefaultPreemptionDelay
-	}
-	if cfg.Preemption == "" {
-		cfg.Preemption = PreemptCancel
-	}
-	if cfg.MaxSuspend <= 0 {
-		cfg.MaxSuspend = DefaultMaxSuspend
-	}
-	if cfg.SessionGrace <= 0 {
-		cfg.SessionGrace = DefaultSessionGrace
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -64,12 +64,3 @@ func (f controlsFile) save(cs map[string]scheduler.WorkerControl) error {
 	}
 	return nil
 }
-
-// SetConfigFile names the config file the admin ReloadConfig control (and
-// the status page's reload button) re-reads; without it they refuse.
-func (s *Server) SetConfigFile(path string) {
-	if path == "" {
-		return
-	}
-	s.admin.Reload = reloadFrom(path, s.Reload)
-}

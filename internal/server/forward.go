@@ -31,11 +31,12 @@ import (
 // rawFrame is one undecoded gRPC message.
 type rawFrame struct{ b []byte }
 
-// rawCodec passes rawFrames through and hands everything else to the
-// standard codec, so the frontend's own services decode as before.
+// rawCodec passes rawFrames through and hands everything else to std:
+// the frontend's codec on a server (so its own services decode as
+// before), the standard one on the connection to the leader.
 type rawCodec struct{ std encoding.CodecV2 }
 
-func newRawCodec() rawCodec { return rawCodec{std: encoding.GetCodecV2("proto")} }
+func newRawCodec(std encoding.CodecV2) rawCodec { return rawCodec{std: std} }
 
 func (rawCodec) Name() string { return "proto" }
 
@@ -65,11 +66,10 @@ type leaderConns struct {
 	sec client.Security
 	// wait bounds how long a call waits for a reachable leader.
 	wait time.Duration
-	// finished, when set, hears the response of every forwarded Execute
-	// or WaitExecution call whose caller saw its operation finish.
+	// finished hears the response of every forwarded Execute or
+	// WaitExecution call whose caller saw its operation finish.
 	finished func(*repb.ExecuteResponse)
-	// onChange, when set, hears whether a leader is published, after
-	// every change.
+	// onChange hears whether a leader is published, after every change.
 	onChange func(published bool)
 
 	mu      sync.Mutex
@@ -84,8 +84,12 @@ type leaderConns struct {
 	unusableAddress string
 }
 
-func newLeaderConns(store *statestore.Postgres, interval time.Duration, maxMsg int, sec client.Security, log *slog.Logger) *leaderConns {
-	return &leaderConns{store: store, interval: interval, log: log, maxMsg: maxMsg, sec: sec, wait: forwardWait, changed: make(chan struct{})}
+// newLeaderConns follows the leader store publishes every interval,
+// connecting with sec; finished and onChange are told what the fields of
+// the same names say.
+func newLeaderConns(store *statestore.Postgres, interval time.Duration, maxMsg int, sec client.Security, log *slog.Logger, finished func(*repb.ExecuteResponse), onChange func(published bool)) *leaderConns {
+	return &leaderConns{store: store, interval: interval, log: log, maxMsg: maxMsg, sec: sec, wait: forwardWait, changed: make(chan struct{}),
+		finished: finished, onChange: onChange}
 }
 
 // run re-reads the leader every interval until ctx ends.
@@ -126,7 +130,7 @@ func (lc *leaderConns) refresh(ctx context.Context) {
 	var conn *grpc.ClientConn
 	if li.Address != "" {
 		conn, err = client.DialSecure(li.Address, lc.sec,
-			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(newRawCodec()), grpc.MaxCallRecvMsgSize(lc.maxMsg), grpc.MaxCallSendMsgSize(lc.maxMsg)))
+			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(newRawCodec(encoding.GetCodecV2("proto"))), grpc.MaxCallRecvMsgSize(lc.maxMsg), grpc.MaxCallSendMsgSize(lc.maxMsg)))
 		if err != nil {
 			if lc.unusable == nil || lc.unusableTerm != li.Term || lc.unusableAddress != li.Address {
 				lc.log.Error("frontend: cannot connect to the published scheduler leader; check cluster.client", "address", li.Address, "term", li.Term, "err", err)
@@ -143,9 +147,7 @@ func (lc *leaderConns) refresh(ctx context.Context) {
 	lc.term, lc.address, lc.conn = li.Term, li.Address, conn
 	close(lc.changed)
 	lc.changed = make(chan struct{})
-	if lc.onChange != nil {
-		lc.onChange(conn != nil)
-	}
+	lc.onChange(conn != nil)
 }
 
 func (lc *leaderConns) current() (*grpc.ClientConn, int64, <-chan struct{}) {
@@ -223,7 +225,7 @@ func (lc *leaderConns) handler(_ any, ss grpc.ServerStream) error {
 	}
 	ss.SetTrailer(cs.Trailer())
 	if errors.Is(err, io.EOF) {
-		if last != nil && lc.finished != nil && (method == methodExecute || method == methodWaitExecution) {
+		if last != nil && (method == methodExecute || method == methodWaitExecution) {
 			if resp, ok := finishedOperation(last.b); ok {
 				lc.finished(resp)
 			}

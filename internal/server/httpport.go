@@ -21,7 +21,7 @@ type HTTPPortSecurity struct {
 // NewHTTPPortSecurity reads the certificate, tokens, keys and policy the
 // configuration names.
 func NewHTTPPortSecurity(cfg config.Config) (*HTTPPortSecurity, error) {
-	sec, err := newSecurity(cfg)
+	sec, err := newSecurity(cfg, nil)
 	if err != nil {
 		return nil, err
 	}

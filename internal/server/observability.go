@@ -45,21 +45,20 @@ type observability struct {
 	stopTracing func(context.Context) error
 }
 
-// newObservability registers the metrics of the parts this process runs
-// and starts the trace exporter when tracing is configured. sched
-// returns the scheduler whose state is exported (nil: no scheduler runs
-// here); cas is the CAS held here (nil: none).
-func newObservability(cfg config.Config, reg prometheus.Registerer, sched func() *scheduler.Scheduler, cas blobstore.Store) (*observability, error) {
+// newObservability registers the metrics of what this process does and
+// starts the trace exporter when tracing is configured. With storage, it
+// counts the storage traffic and operation outcomes; schedulerCall tells
+// the calls of a scheduler node apart (nil: none call here). With
+// runsScheduler, it times the actions a scheduler here runs.
+func newObservability(cfg config.Config, reg prometheus.Registerer, storage bool, schedulerCall func(context.Context) bool, runsScheduler bool) (*observability, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	o := &observability{reg: reg, grpc: metrics.NewGRPC(reg), health: health.NewServer()}
-	if cas != nil {
+	if storage {
 		o.outcomes = metrics.NewOutcomes(reg)
-		o.storage = metrics.NewStorage(reg, o.outcomes)
-		registerCASMetrics(reg, cfg, cas)
+		o.storage = metrics.NewStorage(reg, o.outcomes, schedulerCall)
 	}
-	if sched != nil {
+	if runsScheduler {
 		o.timings = metrics.NewTimings(reg)
-		registerSchedulerMetrics(reg, cfg, sched)
 	}
 	stop, err := startTracing(cfg)
 	if err != nil {
@@ -128,32 +127,41 @@ func (r reflectedServices) GetServiceInfo() map[string]grpc.ServiceInfo {
 	return m
 }
 
-// observe connects the execution services to the metrics this process
-// exports.
-func (o *observability) observe(exec *execution.Service, ws *execution.WorkerService) {
-	exec.Observer.Finished = func(f execution.Finished) {
-		if o.outcomes != nil {
-			o.outcomes.OperationDone(f.Response)
-		}
-		if o.timings != nil {
-			o.timings.Queued(f.Response, f.Accepted)
-		}
-	}
+// The observability of a process is the execution services' Observer:
+// operations finished, cache lookups and workers' results feed the
+// metrics this process exports.
+var _ execution.Observer = (*observability)(nil)
+
+// Finished implements execution.Observer.
+func (o *observability) Finished(f execution.Finished) {
 	if o.outcomes != nil {
-		exec.Observer.CacheLookup = func(hit bool) { o.outcomes.CacheLookup("execute", hit) }
+		o.outcomes.OperationDone(f.Response)
 	}
 	if o.timings != nil {
-		ws.Observer.WorkerCompleted = func(_ string, resp *repb.ExecuteResponse) {
-			o.timings.WorkerCompleted(resp.GetResult().GetExecutionMetadata())
-		}
+		o.timings.Queued(f.Response, f.Accepted)
 	}
 }
 
-// attach registers the health and reflection services and connects the
-// execution services to the metrics (the all-in-one server).
-func (o *observability) attach(g *grpc.Server, exec *execution.Service, ws *execution.WorkerService) {
-	o.register(g)
-	o.observe(exec, ws)
+// CacheLookup implements execution.Observer.
+func (o *observability) CacheLookup(hit bool) {
+	if o.outcomes != nil {
+		o.outcomes.CacheLookup("execute", hit)
+	}
+}
+
+// WorkerCompleted implements execution.Observer.
+func (o *observability) WorkerCompleted(_ string, resp *repb.ExecuteResponse) {
+	if o.timings != nil {
+		o.timings.WorkerCompleted(resp.GetResult().GetExecutionMetadata())
+	}
+}
+
+// operationDone counts an operation a frontend node saw finish for a
+// caller (a forwarded Execute or WaitExecution).
+func (o *observability) operationDone(resp *repb.ExecuteResponse) {
+	if o.outcomes != nil {
+		o.outcomes.OperationDone(resp)
+	}
 }
 
 // markServices reports every service registered on g as SERVING.

@@ -29,10 +29,15 @@ type security struct {
 	authz    *auth.Authorizer
 	internal *auth.InternalListener // the embedded worker's connection; nil when neither is on
 	httpAuth bool
+	// trustsFrontends: this is a scheduler node, which frontends forward
+	// calls to.
+	trustsFrontends bool
 }
 
-func newSecurity(cfg config.Config) (*security, error) {
-	s := &security{}
+// newSecurity builds the tls and auth sections of cfg; ops finds the
+// instance of an operation for the authorizer.
+func newSecurity(cfg config.Config, ops auth.Operations) (*security, error) {
+	s := &security{trustsFrontends: cfg.Role == config.RoleScheduler}
 	if cfg.TLS.Enabled() {
 		t, err := auth.NewServerTLS(cfg.TLS.CertFile, cfg.TLS.KeyFile, cfg.TLS.ClientCAFile, cfg.TLS.Mode())
 		if err != nil {
@@ -45,7 +50,7 @@ func newSecurity(cfg config.Config) (*security, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.authz = auth.New(st)
+		s.authz = auth.New(st, ops)
 		s.httpAuth = cfg.Auth.HTTPRequireToken
 	}
 	// The embedded worker's connection (roles all and frontend; a
@@ -134,66 +139,48 @@ func (s *security) creds() credentials.TransportCredentials {
 	return auth.ServerCredentials(tc)
 }
 
-// unary and stream are the authorization interceptors; none when auth
-// is off, so that calls pay nothing.
+// unary and stream are the authentication and authorization
+// interceptors of every role. With auth off there are none, so that calls
+// pay nothing, except on a scheduler node: there they refuse calls that
+// carry a forwarded caller, which only a frontend with auth on sends (such
+// a frontend relies on the scheduler to authorize its callers). With auth
+// on, the calls of the services served here (local) are authorized here;
+// the calls a frontend node forwards to the leading scheduler are
+// authenticated here and authorized there, for the caller the forwarding
+// handler names (auth.ForwardedCallerHeader).
 func (s *security) unary() []grpc.UnaryServerInterceptor {
-	if s.authz == nil {
-		return nil
+	switch {
+	case s.authz != nil:
+		return []grpc.UnaryServerInterceptor{s.authz.UnaryInterceptor}
+	case s.trustsFrontends:
+		return []grpc.UnaryServerInterceptor{func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := refuseForwarded(ctx); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}}
 	}
-	return []grpc.UnaryServerInterceptor{s.authz.UnaryInterceptor}
+	return nil
 }
 
-func (s *security) stream() []grpc.StreamServerInterceptor {
-	if s.authz == nil {
-		return nil
+func (s *security) stream(local func(fullMethod string) bool) []grpc.StreamServerInterceptor {
+	switch {
+	case s.authz != nil:
+		return []grpc.StreamServerInterceptor{func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if local(info.FullMethod) {
+				return s.authz.StreamInterceptor(srv, ss, info, h)
+			}
+			return s.authz.AuthenticateStream(srv, ss, info, h)
+		}}
+	case s.trustsFrontends:
+		return []grpc.StreamServerInterceptor{func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := refuseForwarded(ss.Context()); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}}
 	}
-	return []grpc.StreamServerInterceptor{s.authz.StreamInterceptor}
-}
-
-// frontendStream are a frontend node's stream interceptors: the calls
-// of its own services (local) are authorized as on role all; the calls
-// it forwards to the leading scheduler are authenticated here and
-// authorized there, with the caller's identity the forwarding handler
-// sends along (auth.ForwardedCallerHeader).
-func (s *security) frontendStream(local func(fullMethod string) bool) []grpc.StreamServerInterceptor {
-	if s.authz == nil {
-		return nil
-	}
-	return []grpc.StreamServerInterceptor{func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		if local(info.FullMethod) {
-			return s.authz.StreamInterceptor(srv, ss, info, h)
-		}
-		return s.authz.AuthenticateStream(srv, ss, info, h)
-	}}
-}
-
-// schedulerUnary and schedulerStream are a scheduler node's
-// interceptors: authorization (of the callers frontends forward) with
-// auth on; with auth off, a refusal of calls that carry a forwarded
-// caller, which only a frontend with auth on sends: such a frontend
-// relies on the scheduler to authorize its callers.
-func (s *security) schedulerUnary() []grpc.UnaryServerInterceptor {
-	if s.authz != nil {
-		return s.unary()
-	}
-	return []grpc.UnaryServerInterceptor{func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if err := refuseForwarded(ctx); err != nil {
-			return nil, err
-		}
-		return h(ctx, req)
-	}}
-}
-
-func (s *security) schedulerStream() []grpc.StreamServerInterceptor {
-	if s.authz != nil {
-		return s.stream()
-	}
-	return []grpc.StreamServerInterceptor{func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		if err := refuseForwarded(ss.Context()); err != nil {
-			return err
-		}
-		return h(srv, ss)
-	}}
+	return nil
 }
 
 func refuseForwarded(ctx context.Context) error {

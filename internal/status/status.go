@@ -47,13 +47,6 @@ type Options struct {
 	// Refresh is the meta refresh interval of the list pages; 0 is off.
 	Refresh time.Duration
 	Logger  *slog.Logger
-	// Policy, when set, authorizes the controls and downloads of the
-	// caller the request's context names (auth.FromContext): a control
-	// needs the admin permission (on the operation's instance for a
-	// kill, on every instance for the others), a download cas.read on
-	// the instance it is read under. Nil allows everything (the HTTP
-	// port without auth.http_require_token knows no caller).
-	Policy func() *auth.Policy
 }
 
 // Handler serves the status pages.
@@ -62,20 +55,28 @@ type Handler struct {
 	admin *execution.AdminService
 	cas   blobstore.Store
 	keys  func() []string
-	opts  Options
-	token string
-	mux   *http.ServeMux
+	// policy is the policy in force, or nil.
+	policy func() *auth.Policy
+	opts   Options
+	token  string
+	mux    *http.ServeMux
 }
 
 // New returns the status pages of a server. keys names the invocation
-// key levels.
-func New(sched *scheduler.Scheduler, admin *execution.AdminService, cas blobstore.Store, keys func() []string, opts Options) *Handler {
+// key levels. policy returns the policy in force, which authorizes the
+// controls and downloads of the caller the request's context names
+// (auth.FromContext): a control needs the admin permission (on the
+// operation's instance for a kill, on every instance for the others), a
+// download cas.read on the instance it is read under. A nil policy
+// allows everything: the HTTP port without auth.http_require_token
+// knows no caller.
+func New(sched *scheduler.Scheduler, admin *execution.AdminService, cas blobstore.Store, keys func() []string, policy func() *auth.Policy, opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	b := make([]byte, 16)
 	rand.Read(b)
-	h := &Handler{sched: sched, admin: admin, cas: cas, keys: keys, opts: opts, token: hex.EncodeToString(b), mux: http.NewServeMux()}
+	h := &Handler{sched: sched, admin: admin, cas: cas, keys: keys, policy: policy, opts: opts, token: hex.EncodeToString(b), mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /status", h.overview)
 	h.mux.HandleFunc("GET /status/{$}", h.overview)
 	h.mux.HandleFunc("GET /status/invocations", h.invocations)
@@ -202,10 +203,10 @@ func (d *denial) Error() string { return d.msg }
 // authorize checks that the caller of r holds need in sc, and says what
 // is missing as the gRPC PERMISSION_DENIED does.
 func (h *Handler) authorize(r *http.Request, need auth.Perm, sc scope) error {
-	if h.opts.Policy == nil {
+	if h.policy == nil {
 		return nil
 	}
-	p, id := h.opts.Policy(), auth.FromContext(r.Context())
+	p, id := h.policy(), auth.FromContext(r.Context())
 	if p != nil && id != nil {
 		switch {
 		case sc.global && p.Allowed(id, need, "", true),

@@ -20,7 +20,8 @@ import (
 
 func newHandler(t testing.TB) (*Handler, *scheduler.Scheduler) {
 	sched := scheduler.New(scheduler.Config{}, nil)
-	h := New(sched, execution.NewAdminService(sched), blobstore.NewMemory(1<<20), func() []string { return []string{"user", "build"} }, Options{})
+	keys := func() []string { return []string{"user", "build"} }
+	h := New(sched, execution.NewAdminService(sched, keys, execution.InMemory{}, nil, nil), blobstore.NewMemory(1<<20), keys, nil, Options{})
 	return h, sched
 }
 

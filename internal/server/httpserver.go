@@ -1,0 +1,37 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// newHTTPServer builds the HTTP port of every role: /metrics (reg),
+// /healthz (ok, then what health says, if anything), /debug/pprof/, and
+// the status pages when pages is not nil (roles that run a scheduler),
+// with TLS (on the listener, httpListener) and auth.http_require_token
+// applied.
+func newHTTPServer(reg *prometheus.Registry, health func() string, pages func() *statusPages, sec *security, log *slog.Logger) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		if st := health(); st != "" {
+			fmt.Fprintln(w, "ok", st)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	handlePprof(mux)
+	if pages != nil {
+		handleStatus(mux, pages)
+	}
+	// The HTTP server's own errors (TLS handshakes, bad requests) go to
+	// the structured log, not the standard logger.
+	return &http.Server{Handler: sec.httpHandler(mux), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn)}
+}

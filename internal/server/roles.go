@@ -1,0 +1,47 @@
+package server
+
+import "github.com/gantry-build/gantry/internal/config"
+
+// buildParts builds the parts the role of b.cfg runs, in the order they
+// start:
+//
+//   - all: the stores, the scheduler, the embedded worker;
+//   - frontend: the stores, the forwarder to the leading scheduler, the
+//     embedded worker;
+//   - scheduler: the leader (standing by until it leads).
+//
+// configFile is what the admin ReloadConfig control re-reads ("": it
+// refuses).
+func (s *Server) buildParts(b *builder, configFile string) ([]part, error) {
+	var reload func() error
+	if configFile != "" {
+		reload = reloadFrom(configFile, s.Reload)
+	}
+	addr := s.GRPCAddr()
+	if b.cfg.Role == config.RoleScheduler {
+		l, err := newLeader(b, addr, s.config, reload)
+		if err != nil {
+			return nil, err
+		}
+		return []part{l}, nil
+	}
+	storage, err := newLocalStorage(b.cfg, b.reg, b.log)
+	if err != nil {
+		return nil, err
+	}
+	s.Frontend = storage.fe
+	var second part
+	if b.cfg.Role == config.RoleFrontend {
+		second, err = newForwarder(b)
+	} else {
+		second, err = newLocalScheduler(b, storage, addr, reload)
+	}
+	if err != nil {
+		return nil, err
+	}
+	parts := []part{storage, second}
+	if runsEmbeddedWorker(b.cfg) {
+		parts = append(parts, newEmbeddedWorker(b, addr))
+	}
+	return parts, nil
+}

@@ -1,0 +1,132 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/gantry-build/gantry/internal/auth"
+	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/execution"
+	"github.com/gantry-build/gantry/internal/invocation"
+	"github.com/gantry-build/gantry/internal/scheduler"
+	"github.com/gantry-build/gantry/internal/status"
+)
+
+// A term is a scheduler running in this process with the services that
+// serve it: for the life of the process on role all, while it leads on a
+// scheduler node.
+type term struct {
+	sched *scheduler.Scheduler
+	exec  *execution.Service
+	ws    *execution.WorkerService
+	admin *execution.AdminService
+	pages *statusPages
+	// number is the leadership term (0 on role all).
+	number int64
+}
+
+// termDeps are what a term's services use besides the scheduler: the
+// CAS and action cache (local or another node's), where quotas and
+// worker controls are kept, the configuration reload, the metrics and
+// the status pages' policy.
+type termDeps struct {
+	cas     blobstore.Store
+	lookup  execution.ResultLookup
+	results execution.ResultStore
+	admin   execution.AdminStore
+	// reload re-reads the config file; nil without one.
+	reload func() error
+	obs    execution.Observer
+	policy func() *auth.Policy
+}
+
+// newTerm builds the services of sched: Execution and Operations, the
+// worker protocol, Admin, and the status pages.
+func newTerm(cfg config.Config, log *slog.Logger, sched *scheduler.Scheduler, number int64, d termDeps) (*term, error) {
+	keys, err := invocation.ParseAll(cfg.Scheduler.Fairness.Keys)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler.fairness.keys: %w", err)
+	}
+	exec := execution.New(sched, d.cas, d.lookup, d.obs, log)
+	exec.SetInvocationKeys(keys, cfg.Scheduler.Fairness.UserHeader)
+	ws := execution.NewWorkerService(sched, d.results, d.obs)
+	admin := execution.NewAdminService(sched, exec.KeyNames, d.admin, d.reload, log)
+	pages := &statusPages{sched: sched, keys: exec.KeyNames,
+		page: status.New(sched, admin, d.cas, exec.KeyNames, d.policy, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log})}
+	return &term{sched: sched, exec: exec, ws: ws, admin: admin, pages: pages, number: number}, nil
+}
+
+// newScheduler is the scheduler of cfg, logging to log.
+func newScheduler(cfg config.Config, log *slog.Logger) *scheduler.Scheduler {
+	return scheduler.New(schedulerConfig(cfg, log), scheduler.RealClock{})
+}
+
+// apply applies what a reloaded configuration may change while the
+// scheduler runs: the provision queues and the fairness keys. Queued work
+// stays where it is.
+func (t *term) apply(cfg config.Config, log *slog.Logger) error {
+	keys, err := invocation.ParseAll(cfg.Scheduler.Fairness.Keys)
+	if err != nil {
+		return fmt.Errorf("scheduler.fairness.keys: %w", err)
+	}
+	t.sched.SetQueues(Queues(cfg.Scheduler.Queues))
+	logQueues(log, Queues(cfg.Scheduler.Queues))
+	t.exec.SetInvocationKeys(keys, cfg.Scheduler.Fairness.UserHeader)
+	return nil
+}
+
+// terms holds the term running in this process now, if any: what the
+// metrics, the status pages, the authorizer and a reload look at.
+type terms struct {
+	current atomic.Pointer[term]
+	// idle is an empty scheduler, what the metrics read while no term
+	// runs (a standby).
+	idle *scheduler.Scheduler
+}
+
+func newTerms(cfg config.Config, log *slog.Logger) *terms {
+	return &terms{idle: newScheduler(cfg, log)}
+}
+
+// set makes t the current term (nil: none).
+func (ts *terms) set(t *term) { ts.current.Store(t) }
+
+// get is the current term, or nil.
+func (ts *terms) get() *term { return ts.current.Load() }
+
+// scheduler is the current term's scheduler, or nil.
+func (ts *terms) scheduler() *scheduler.Scheduler {
+	if t := ts.get(); t != nil {
+		return t.sched
+	}
+	return nil
+}
+
+// forMetrics is the scheduler whose state the metrics export: the
+// current term's, or an empty one.
+func (ts *terms) forMetrics() *scheduler.Scheduler {
+	if s := ts.scheduler(); s != nil {
+		return s
+	}
+	return ts.idle
+}
+
+// pages are the current term's status pages, or nil.
+func (ts *terms) pages() *statusPages {
+	if t := ts.get(); t != nil {
+		return t.pages
+	}
+	return nil
+}
+
+// OperationInstance implements auth.Operations.
+func (ts *terms) OperationInstance(name string) (string, bool) {
+	s := ts.scheduler()
+	if s == nil {
+		return "", false
+	}
+	st, _, err := s.Watch(name)
+	return st.Instance, err == nil
+}
