@@ -14,7 +14,7 @@ import (
 func TestWorkersOperationAndReloadCLI(t *testing.T) {
 	srv := startServer(t, nil)
 	addr := srv.GRPCAddr()
-	srv.Scheduler.RegisterWorker(scheduler.WorkerInfo{ID: "w1", Platform: platform.Worker{Cores: 2, AllowUnmatched: true}, Slots: 6})
+	srv.Scheduler().RegisterWorker(scheduler.WorkerInfo{ID: "w1", Platform: platform.Worker{Cores: 2, AllowUnmatched: true}, Slots: 6})
 
 	out, err := run(t, "workers", "list", "--server", addr)
 	if err != nil || !regexpMatch(`(?m)^w1\s+active\s+2\s+6\s+-\s`, out) {
@@ -27,7 +27,7 @@ func TestWorkersOperationAndReloadCLI(t *testing.T) {
 		if err != nil || strings.TrimSpace(out) != "w1: "+step.state {
 			t.Fatalf("workers %s: %v %q, want state %s", step.cmd, err, out, step.state)
 		}
-		if got := srv.Scheduler.WorkerControlOf("w1"); (step.state == "active") != (got == scheduler.WorkerControl{}) {
+		if got := srv.Scheduler().WorkerControlOf("w1"); (step.state == "active") != (got == scheduler.WorkerControl{}) {
 			t.Fatalf("after %s the scheduler has %+v", step.cmd, got)
 		}
 	}
@@ -36,15 +36,15 @@ func TestWorkersOperationAndReloadCLI(t *testing.T) {
 	}
 
 	// Kill a queued operation: it completes CANCELLED with the reason.
-	srv.Scheduler.ControlWorker("w1", func(c *scheduler.WorkerControl) { c.Drain = true })
-	name, err := srv.Scheduler.Submit(scheduler.SubmitRequest{ActionDigest: digest.Compute(digest.SHA256, []byte("a"))})
+	srv.Scheduler().ControlWorker("w1", func(c *scheduler.WorkerControl) { c.Drain = true })
+	name, err := srv.Scheduler().Submit(scheduler.SubmitRequest{ActionDigest: digest.Compute(digest.SHA256, []byte("a"))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out, err := run(t, "operation", "kill", "--server", addr, "--reason", "runaway", name); err != nil || !strings.Contains(out, name+" killed") {
 		t.Fatalf("kill: %v %q", err, out)
 	}
-	st, _, err := srv.Scheduler.Watch(name)
+	st, _, err := srv.Scheduler().Watch(name)
 	if err != nil || !st.Done || codes.Code(st.Response.Status.GetCode()) != codes.Canceled || !strings.Contains(st.Response.Status.GetMessage(), "runaway") {
 		t.Fatalf("killed operation: %+v %v", st, err)
 	}
@@ -53,7 +53,7 @@ func TestWorkersOperationAndReloadCLI(t *testing.T) {
 	}
 	// A plain kill let the action be submitted again; --refuse stops that.
 	resubmit := func() error {
-		_, err := srv.Scheduler.Submit(scheduler.SubmitRequest{ActionDigest: digest.Compute(digest.SHA256, []byte("a"))})
+		_, err := srv.Scheduler().Submit(scheduler.SubmitRequest{ActionDigest: digest.Compute(digest.SHA256, []byte("a"))})
 		return err
 	}
 	if err := resubmit(); err != nil {

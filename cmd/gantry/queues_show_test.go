@@ -24,7 +24,7 @@ func TestQueuesShowAndStatusPage(t *testing.T) {
 	submit := func(n int, path ...string) {
 		for i := 0; i < n; i++ {
 			d := digest.Compute(digest.SHA256, []byte(fmt.Sprint(path, i)))
-			if _, err := srv.Scheduler.Submit(scheduler.SubmitRequest{ActionDigest: d, Invocation: path,
+			if _, err := srv.Scheduler().Submit(scheduler.SubmitRequest{ActionDigest: d, Invocation: path,
 				Platform: platform.Properties{{Name: "OSFamily", Value: "linux"}}}); err != nil {
 				t.Fatal(err)
 			}
@@ -34,10 +34,10 @@ func TestQueuesShowAndStatusPage(t *testing.T) {
 	submit(2, "alice", "build-2")
 	submit(4, "bob", "")
 	// One worker takes one of the actions.
-	srv.Scheduler.RegisterWorker(scheduler.WorkerInfo{ID: "w1", Platform: platform.Worker{Cores: 1, AllowUnmatched: true}})
+	srv.Scheduler().RegisterWorker(scheduler.WorkerInfo{ID: "w1", Platform: platform.Worker{Cores: 1, AllowUnmatched: true}})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	a, err := srv.Scheduler.Poll(ctx, "w1", scheduler.Capacity{Cores: 1})
+	a, err := srv.Scheduler().Poll(ctx, "w1", scheduler.Capacity{Cores: 1})
 	if err != nil || a == nil {
 		t.Fatalf("poll: %v %v", a, err)
 	}

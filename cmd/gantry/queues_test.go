@@ -136,9 +136,9 @@ func TestQueuesExplainAgainstServer(t *testing.T) {
 		}
 	}
 
-	srv.Scheduler.RegisterWorker(scheduler.WorkerInfo{ID: "gpu-1", Platform: platform.Worker{
+	srv.Scheduler().RegisterWorker(scheduler.WorkerInfo{ID: "gpu-1", Platform: platform.Worker{
 		Cores: 4, AllowUnmatched: true, Queues: []string{"gpu"}, Properties: platform.Properties{{Name: "gpu", Value: "1"}}}})
-	srv.Scheduler.RegisterWorker(scheduler.WorkerInfo{ID: "cpu-1", Platform: platform.Worker{
+	srv.Scheduler().RegisterWorker(scheduler.WorkerInfo{ID: "cpu-1", Platform: platform.Worker{
 		Cores: 4, Queues: []string{"cpu"}, Properties: platform.Properties{{Name: "OSFamily", Value: "linux"}}}})
 	out, err = explain("gpu=1")
 	if err != nil {

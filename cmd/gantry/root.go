@@ -71,17 +71,18 @@ Flags given on the command line override the config file.`,
 			}
 			log := newLogger(cfg.Log)
 			gctune.Floor(gctune.DefaultHeadroom)
-			node, err := server.NewNode(cfg, log)
+			var opts []server.Option
+			if configPath != "" {
+				// The admin ReloadConfig control (and the status page's
+				// button) re-reads the same file as SIGHUP.
+				opts = append(opts, server.WithConfigFile(configPath))
+			}
+			node, err := server.New(cfg, log, opts...)
 			if err != nil {
 				return err
 			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			// The admin ReloadConfig control (and the status page's
-			// button) re-reads the same file as SIGHUP.
-			if n, ok := node.(interface{ SetConfigFile(string) }); ok {
-				n.SetConfigFile(configPath)
-			}
 			go reloadOnHangup(ctx, configPath, node, log)
 			return node.Run(ctx)
 		},
@@ -108,7 +109,7 @@ func newLogger(c config.LogConfig) *slog.Logger {
 // reloadOnHangup re-reads the config file on SIGHUP and applies what can
 // change while running (role all: the provision queues and fairness
 // keys; every role: the TLS files, tokens, keys and policy).
-func reloadOnHangup(ctx context.Context, configPath string, srv server.Node, log *slog.Logger) {
+func reloadOnHangup(ctx context.Context, configPath string, srv *server.Server, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

@@ -135,7 +135,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	if strings.TrimSpace(state) != "draining" || !strings.Contains(flash, "w1: drain done") {
 		t.Errorf("after the drain button: state %q, message %q", state, flash)
 	}
-	if !s.srv.Scheduler.WorkerControlOf("w1").Drain {
+	if !s.srv.Scheduler().WorkerControlOf("w1").Drain {
 		t.Error("the drain button did not drain the worker")
 	}
 	shot("status-drained.png")

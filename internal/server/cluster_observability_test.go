@@ -98,7 +98,7 @@ var schedulerServices = []string{"build.bazel.remote.execution.v2.Execution", "g
 func TestClusterHealthAndReflection(t *testing.T) {
 	dsn := pgtest.Start(t)
 	log := quietLogger()
-	fe, err := NewFrontendNode(clusterConfig(t, config.RoleFrontend, dsn), log)
+	fe, err := newFrontendNode(clusterConfig(t, config.RoleFrontend, dsn), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,10 +117,10 @@ func TestClusterHealthAndReflection(t *testing.T) {
 		}
 	}
 
-	newScheduler := func() (*SchedulerNode, *runningNode) {
+	newScheduler := func() (*Server, *runningNode) {
 		cfg := clusterConfig(t, config.RoleScheduler, dsn)
 		cfg.Cluster.CAS = fe.GRPCAddr()
-		n, err := NewSchedulerNode(cfg, log)
+		n, err := newSchedulerNode(cfg, log)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,27 +184,24 @@ func TestClusterHealthAndReflection(t *testing.T) {
 }
 
 // httpCluster starts a frontend node with an HTTP port on the PostgreSQL
-// at dsn; newScheduler starts a scheduler node with one too, after
-// prepare (if not nil) has set it up.
-func httpCluster(t *testing.T, dsn string) (*FrontendNode, func(prepare func(*SchedulerNode)) (*SchedulerNode, *runningNode)) {
+// at dsn; newScheduler starts a scheduler node with one too, built with
+// opts.
+func httpCluster(t *testing.T, dsn string) (*Server, func(opts ...Option) (*Server, *runningNode)) {
 	log := quietLogger()
 	fcfg := clusterConfig(t, config.RoleFrontend, dsn)
 	fcfg.HTTPListen = "127.0.0.1:0"
-	fe, err := NewFrontendNode(fcfg, log)
+	fe, err := newFrontendNode(fcfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runNode(t, fe)
-	return fe, func(prepare func(*SchedulerNode)) (*SchedulerNode, *runningNode) {
+	return fe, func(opts ...Option) (*Server, *runningNode) {
 		cfg := clusterConfig(t, config.RoleScheduler, dsn)
 		cfg.HTTPListen = "127.0.0.1:0"
 		cfg.Cluster.CAS = fe.GRPCAddr()
-		n, err := NewSchedulerNode(cfg, log)
+		n, err := newSchedulerNode(cfg, log, opts...)
 		if err != nil {
 			t.Fatal(err)
-		}
-		if prepare != nil {
-			prepare(n)
 		}
 		return n, runNode(t, n)
 	}
@@ -220,9 +217,9 @@ func TestClusterMetrics(t *testing.T) {
 	dsn := pgtest.Start(t)
 	log := quietLogger()
 	fe, newScheduler := httpCluster(t, dsn)
-	leader, _ := newScheduler(nil)
+	leader, _ := newScheduler()
 	clusterWaitFor(t, "the scheduler to lead", leader.Leading)
-	standby, _ := newScheduler(nil)
+	standby, _ := newScheduler()
 	feHTTP, scHTTP := fe.HTTPAddr(), leader.HTTPAddr()
 
 	conn := mustDial(t, fe.GRPCAddr())
@@ -405,7 +402,7 @@ func TestClusterTracing(t *testing.T) {
 
 	dsn := pgtest.Start(t)
 	log := quietLogger()
-	fe, err := NewFrontendNode(clusterConfig(t, config.RoleFrontend, dsn), log)
+	fe, err := newFrontendNode(clusterConfig(t, config.RoleFrontend, dsn), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +410,7 @@ func TestClusterTracing(t *testing.T) {
 	scfg := clusterConfig(t, config.RoleScheduler, dsn)
 	scfg.Cluster.CAS = fe.GRPCAddr()
 	scfg.Tracing = config.TracingConfig{OTLPEndpoint: lis.Addr().String(), Insecure: true, ServiceName: "gantry-scheduler"}
-	s, err := NewSchedulerNode(scfg, log)
+	s, err := newSchedulerNode(scfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,7 +470,7 @@ func TestClusterStatusPages(t *testing.T) {
 	if err := os.WriteFile(configFile, []byte("no_such_key: 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	withConfigFile := func(n *SchedulerNode) { n.SetConfigFile(configFile) }
+	withConfigFile := WithConfigFile(configFile)
 	leader, runLeader := newScheduler(withConfigFile)
 	clusterWaitFor(t, "the scheduler to lead", leader.Leading)
 	standby, _ := newScheduler(withConfigFile)

@@ -40,8 +40,8 @@ import (
 // frontend's CAS and action cache).
 type secureCluster struct {
 	*secureFarm
-	fe    *FrontendNode
-	sched *SchedulerNode
+	fe    *Server
+	sched *Server
 	// the scheduler's configuration (the frontend's is cfg)
 	scfg config.Config
 	// node certificates
@@ -72,7 +72,7 @@ func startSecureCluster(t *testing.T, feMod func(*config.Config)) *secureCluster
 	if feMod != nil {
 		feMod(&fcfg)
 	}
-	fe, err := NewFrontendNode(fcfg, quietLogger())
+	fe, err := newFrontendNode(fcfg, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func startSecureCluster(t *testing.T, feMod func(*config.Config)) *secureCluster
 	scfg.TLS.ClientAuth = "require" // only nodes connect here
 	scfg.Cluster.CAS = fe.GRPCAddr()
 	scfg.Cluster.FrontendIdentities = []string{"cert:frontend-1"}
-	s, err := NewSchedulerNode(scfg, quietLogger())
+	s, err := newSchedulerNode(scfg, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,11 +366,11 @@ func TestClusterAuthMismatch(t *testing.T) {
 	fcfg.TLS.CertFile, fcfg.TLS.KeyFile = feCert, feKey
 	fcfg.Auth = base.Auth
 	fcfg.Cluster.Client = config.ClientConfig{TLSCAFile: f.ca.CertFile, TLSCertFile: feCert, TLSKeyFile: feKey}
-	fe, err := NewFrontendNode(fcfg, quietLogger())
+	fe, err := newFrontendNode(fcfg, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	fe.leaders.wait = 300 * time.Millisecond
+	fe.forwarder().leaders.wait = 300 * time.Millisecond
 	runNode(t, fe)
 	f.target = fe.GRPCAddr()
 	// A scheduler with TLS (it must accept the frontend's connection) but
@@ -380,7 +380,7 @@ func TestClusterAuthMismatch(t *testing.T) {
 	scfg.TLS = config.TLSConfig{CertFile: scCert, KeyFile: scKey}
 	scfg.Cluster.CAS = fe.GRPCAddr()
 	scfg.Cluster.Client = config.ClientConfig{TLSCAFile: f.ca.CertFile, TLSCertFile: scCert, TLSKeyFile: scKey}
-	s, err := NewSchedulerNode(scfg, quietLogger())
+	s, err := newSchedulerNode(scfg, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +405,7 @@ func TestClusterAuthMismatch(t *testing.T) {
 	scfg.TLS.CertFile, scfg.TLS.KeyFile = scCert, scKey
 	scfg.Cluster.FrontendIdentities = []string{"cert:some-other-frontend"}
 	scfg.Auth.CertificateNames = []string{"email"} // the frontend's certificate has none
-	s, err = NewSchedulerNode(scfg, quietLogger())
+	s, err = newSchedulerNode(scfg, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,9 +443,9 @@ func TestClusterClientFilesChecked(t *testing.T) {
 			cfg.Cluster.Client = c.client
 			var err error
 			if role == config.RoleFrontend {
-				_, err = NewFrontendNode(cfg, quietLogger())
+				_, err = newFrontendNode(cfg, quietLogger())
 			} else {
-				_, err = NewSchedulerNode(cfg, quietLogger())
+				_, err = newSchedulerNode(cfg, quietLogger())
 			}
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("%s with cluster.client %+v: %v, want an error containing %q", role, c.client, err, c.want)
@@ -465,16 +465,16 @@ func TestFrontendCannotDialLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	fcfg.Cluster.Client.TokenFile = tok
-	fe, err := NewFrontendNode(fcfg, quietLogger())
+	fe, err := newFrontendNode(fcfg, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	fe.leaders.wait = 300 * time.Millisecond
+	fe.forwarder().leaders.wait = 300 * time.Millisecond
 	runNode(t, fe)
 	scfg := clusterConfig(t, config.RoleScheduler, dsn)
 	scfg.Cluster.CAS = fe.GRPCAddr()
 	scfg.Cluster.Advertise = "192.0.2.1:8980" // TEST-NET-1: never dialled
-	s, err := NewSchedulerNode(scfg, quietLogger())
+	s, err := newSchedulerNode(scfg, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ type runningNode struct {
 	stop context.CancelFunc
 }
 
-func runNode(t *testing.T, n Node) *runningNode {
+func runNode(t *testing.T, n *Server) *runningNode {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &runningNode{done: make(chan struct{}), stop: cancel}
 	go func() { r.err = n.Run(ctx); close(r.done) }()
@@ -86,15 +86,15 @@ func TestClusterFailover(t *testing.T) {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 
-	fe, err := NewFrontendNode(clusterConfig(t, config.RoleFrontend, dsn), log)
+	fe, err := newFrontendNode(clusterConfig(t, config.RoleFrontend, dsn), log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runNode(t, fe)
-	newScheduler := func() *SchedulerNode {
+	newScheduler := func() *Server {
 		cfg := clusterConfig(t, config.RoleScheduler, dsn)
 		cfg.Cluster.CAS = fe.GRPCAddr()
-		n, err := NewSchedulerNode(cfg, log)
+		n, err := newSchedulerNode(cfg, log)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,11 +231,11 @@ func TestClusterFailover(t *testing.T) {
 func TestFrontendForwarding(t *testing.T) {
 	dsn := pgtest.Start(t)
 	log := quietLogger()
-	fe, err := NewFrontendNode(clusterConfig(t, config.RoleFrontend, dsn), log)
+	fe, err := newFrontendNode(clusterConfig(t, config.RoleFrontend, dsn), log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fe.leaders.wait = 300 * time.Millisecond
+	fe.forwarder().leaders.wait = 300 * time.Millisecond
 	runNode(t, fe)
 	conn := mustDial(t, fe.GRPCAddr())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -267,7 +267,7 @@ func TestFrontendForwarding(t *testing.T) {
 	scfg := clusterConfig(t, config.RoleScheduler, dsn)
 	scfg.Cluster.CAS = fe.GRPCAddr()
 	scfg.Scheduler.Fairness.Keys = []string{"user"}
-	s, err := NewSchedulerNode(scfg, log)
+	s, err := newSchedulerNode(scfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,14 +347,14 @@ func TestFrontendKeepsServingWithoutItsTerminatedWorker(t *testing.T) {
 	fcfg.Worker.Enabled = true
 	fcfg.Worker.ID = "fe-emb"
 	fcfg.Worker.Cores = 1
-	fe, err := NewFrontendNode(fcfg, log)
+	fe, err := newFrontendNode(fcfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fe.leaders.wait = 300 * time.Millisecond
+	fe.forwarder().leaders.wait = 300 * time.Millisecond
 	feRun := runNode(t, fe)
 	scfg.Cluster.CAS = fe.GRPCAddr()
-	s, err := NewSchedulerNode(scfg, log)
+	s, err := newSchedulerNode(scfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,7 @@ func TestDrainFinishesRunningWorkAndTakesNoMore(t *testing.T) {
 	admin := adminpb.NewAdminClient(f.conn)
 	var mu sync.Mutex
 	var leased []string
-	f.srv.Scheduler.OnEvent(func(e scheduler.Event) {
+	f.srv.Scheduler().OnEvent(func(e scheduler.Event) {
 		if e.Kind == scheduler.EventLeased {
 			mu.Lock()
 			leased = append(leased, e.Task)
@@ -137,7 +137,7 @@ func TestDrainFinishesRunningWorkAndTakesNoMore(t *testing.T) {
 	}
 	// The idle worker polls, and the poll waits: it is offered nothing.
 	waitFor(ctx, t, "the drained worker to poll while idle", func() bool {
-		for _, w := range f.srv.Scheduler.Workers() {
+		for _, w := range f.srv.Scheduler().Workers() {
 			if w.Info.ID == "w1" {
 				return w.Polling && len(w.Leases) == 0
 			}
@@ -147,7 +147,7 @@ func TestDrainFinishesRunningWorkAndTakesNoMore(t *testing.T) {
 	if st := workerState(t, ctx, admin, "w1"); st.State != "drained" {
 		t.Errorf("idle drained worker state %q, want drained", st.State)
 	}
-	if info, err := f.srv.Scheduler.Operation(b.name); err != nil || info.Stage != repb.ExecutionStage_QUEUED || info.Attempts != 0 {
+	if info, err := f.srv.Scheduler().Operation(b.name); err != nil || info.Stage != repb.ExecutionStage_QUEUED || info.Attempts != 0 {
 		t.Fatalf("new work on a drained worker: %+v %v", info, err)
 	}
 	// Undrain: the queued action runs.
@@ -329,11 +329,10 @@ func TestKillOperationThatSticks(t *testing.T) {
 }
 
 func TestReloadConfigAppliesQueues(t *testing.T) {
-	f := startFarm(t, func(c *config.Config) { c.Worker.Enabled = false })
+	path := filepath.Join(t.TempDir(), "gantry.yaml")
+	f := startFarmWith(t, quietLogger(), func(c *config.Config) { c.Worker.Enabled = false }, WithConfigFile(path))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	path := filepath.Join(f.dir, "gantry.yaml")
-	f.srv.SetConfigFile(path)
 	admin := adminpb.NewAdminClient(f.conn)
 	os.WriteFile(path, []byte("scheduler:\n  queues: [{name: big, properties: {pool: [big]}}, {name: rest, allow_unmatched: true}]\n"), 0o644)
 	if _, err := admin.ReloadConfig(ctx, &adminpb.ReloadConfigRequest{}); err != nil {

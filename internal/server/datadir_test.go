@@ -147,7 +147,7 @@ func assertIntrudersRefused(t *testing.T, dir string) {
 		fcfg.Storage.ActionCache.Backend = c.cas
 		// Refused before it dials: the database need not exist.
 		fcfg.Scheduler.Store = config.StoreConfig{Backend: "postgres", DSN: "postgres://gantry@127.0.0.1:1/none"}
-		_, err = NewFrontendNode(fcfg, quietLogger())
+		_, err = newFrontendNode(fcfg, quietLogger())
 		checkRefused(t, "role frontend cas="+c.cas, err)
 	}
 	after := dirListing(t, dir)
@@ -198,7 +198,7 @@ func TestSecondServeOnDataDirIsRefused(t *testing.T) {
 	t.Run("holder role frontend", func(t *testing.T) {
 		dsn := pgtest.Start(t)
 		fcfg := clusterConfig(t, config.RoleFrontend, dsn)
-		fe, err := NewFrontendNode(fcfg, quietLogger())
+		fe, err := newFrontendNode(fcfg, quietLogger())
 		if err != nil {
 			t.Fatal(err)
 		}

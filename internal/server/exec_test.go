@@ -46,6 +46,12 @@ func startFarm(t *testing.T, mod func(*config.Config)) *farm {
 // startFarmLogging is startFarm with the server logging to log.
 func startFarmLogging(t *testing.T, log *slog.Logger, mod func(*config.Config)) *farm {
 	t.Helper()
+	return startFarmWith(t, log, mod)
+}
+
+// startFarmWith is startFarmLogging with the server built with opts.
+func startFarmWith(t *testing.T, log *slog.Logger, mod func(*config.Config), opts ...Option) *farm {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.HTTPListen = ""
@@ -56,7 +62,7 @@ func startFarmLogging(t *testing.T, log *slog.Logger, mod func(*config.Config)) 
 	if mod != nil {
 		mod(&cfg)
 	}
-	srv, err := New(cfg, log)
+	srv, err := New(cfg, log, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +346,7 @@ func TestCancelOperationKillsProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := waitForPID(ctx, t, pidFile)
-	if err := f.srv.Scheduler.Cancel(first.Name); err != nil {
+	if err := f.srv.Scheduler().Cancel(first.Name); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(ctx, t, pid)

@@ -79,6 +79,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (_ *Server, err er
 		if _, err := invocation.ParseAll(cfg.Scheduler.Fairness.Keys); err != nil {
 			return nil, fmt.Errorf("scheduler.fairness.keys: %w", err)
 		}
+		logQueues(log, Queues(cfg.Scheduler.Queues))
 	}
 	var o options
 	for _, opt := range opts {

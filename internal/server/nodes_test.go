@@ -17,3 +17,13 @@ func newFrontendNode(cfg config.Config, log *slog.Logger, opts ...Option) (*Serv
 	cfg.Role = config.RoleFrontend
 	return New(cfg, log, opts...)
 }
+
+// forwarder is the forwarding part of a frontend node.
+func (s *Server) forwarder() *forwarder {
+	for _, p := range s.parts {
+		if f, ok := p.(*forwarder); ok {
+			return f
+		}
+	}
+	panic("not a frontend node")
+}

@@ -107,34 +107,15 @@ func obsWaitFor(t *testing.T, what string, cond func() bool) {
 	t.Fatalf("timed out waiting for %s", what)
 }
 
-func observedFarm(t *testing.T, log *slog.Logger, mod func(*config.Config)) *farm {
+func observedFarm(t *testing.T, log *slog.Logger, mod func(*config.Config), opts ...Option) *farm {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.HTTPListen = "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
-	cfg.Worker.Cores = 2
-	cfg.Worker.AcceptUnknownProperties = false
-	cfg.Scheduler.HeartbeatInterval = config.Duration(100 * time.Millisecond)
-	cfg.Scheduler.HeartbeatTimeout = config.Duration(time.Second)
-	if mod != nil {
-		mod(&cfg)
-	}
-	srv, err := New(cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Run(ctx); close(done) }()
-	conn, err := client.Dial(srv.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	stop := func() { once.Do(func() { conn.Close(); cancel(); <-done }) }
-	t.Cleanup(stop)
-	return &farm{t: t, srv: srv, conn: conn, cas: client.NewCAS(conn, "", digest.SHA256, 0), dir: cfg.DataDir, stop: stop}
+	return startFarmWith(t, log, func(c *config.Config) {
+		c.HTTPListen = "127.0.0.1:0"
+		c.Worker.AcceptUnknownProperties = false
+		if mod != nil {
+			mod(c)
+		}
+	}, opts...)
 }
 
 func emptyRoot(f *farm) digest.Digest { return f.put(&repb.Directory{}) }
@@ -460,7 +441,7 @@ func TestHealthAndReflection(t *testing.T) {
 func TestMemoryBackendKeepsNoJournal(t *testing.T) {
 	f := observedFarm(t, quietLogger(), func(c *config.Config) { c.Scheduler.Store.Backend = "memory" })
 	select {
-	case <-f.srv.Scheduler.Stopped():
+	case <-f.srv.Scheduler().Stopped():
 	default:
 		t.Fatal("the scheduler runs a journal with the memory backend")
 	}

@@ -80,7 +80,7 @@ func TestMinQuotaPreemptsFlood(t *testing.T) {
 			break
 		}
 		if time.Since(deadline) > 0 {
-			t.Fatalf("the flood never filled the cohort: %+v; workers: %+v", st, f.srv.Scheduler.Cohorts())
+			t.Fatalf("the flood never filled the cohort: %+v; workers: %+v", st, f.srv.Scheduler().Cohorts())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -99,7 +99,7 @@ func TestMinQuotaPreemptsFlood(t *testing.T) {
 	}
 	// One running flood action and the ones waiting behind it in the
 	// worker's pipeline were taken back.
-	if n := f.srv.Scheduler.Stats().Preemptions; n < 1 || n > 3 {
+	if n := f.srv.Scheduler().Stats().Preemptions; n < 1 || n > 3 {
 		t.Errorf("%d pre-emptions, want 1 to 3", n)
 	}
 	// The pre-empted flood actions are back (not failed): all 4 are held
@@ -115,7 +115,7 @@ func TestMinQuotaPreemptsFlood(t *testing.T) {
 		}
 	}
 	if st.Usage+st.Queued != 4 {
-		t.Errorf("flood after the pre-emption: %d held, %d queued; want all 4 back (%s)", st.Usage, st.Queued, f.srv.Scheduler)
+		t.Errorf("flood after the pre-emption: %d held, %d queued; want all 4 back (%s)", st.Usage, st.Queued, f.srv.Scheduler())
 	}
 }
 
@@ -159,11 +159,11 @@ func TestMinQuotaPreemptsForActionHeldByTheWorker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Usage == 1 && f.srv.Scheduler.Stats().Preemptions == 0 {
+		if st.Usage == 1 && f.srv.Scheduler().Stats().Preemptions == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the worker never took the small action ahead of its cores: %+v (%d pre-emptions)", st, f.srv.Scheduler.Stats().Preemptions)
+			t.Fatalf("the worker never took the small action ahead of its cores: %+v (%d pre-emptions)", st, f.srv.Scheduler().Stats().Preemptions)
 		}
 	}
 	if err := <-smallDone; err != nil {
@@ -174,7 +174,7 @@ func TestMinQuotaPreemptsForActionHeldByTheWorker(t *testing.T) {
 	if took > floodTime/4 {
 		t.Errorf("small action took %s; held by the worker behind the flood, it should get a core by pre-emption within the delay", took)
 	}
-	if n := f.srv.Scheduler.Stats().Preemptions; n != 1 {
+	if n := f.srv.Scheduler().Stats().Preemptions; n != 1 {
 		t.Errorf("%d pre-emptions, want 1 (one flood action)", n)
 	}
 }

@@ -211,16 +211,16 @@ func TestRestartRequeuesEmbeddedWorkersLeaseAtOnce(t *testing.T) {
 // its workers keep their actions for the next leader.
 func TestSchedulerNodeLogsStop(t *testing.T) {
 	dsn := pgtest.Start(t)
-	fe, err := NewFrontendNode(clusterConfig(t, config.RoleFrontend, dsn), quietLogger())
+	fe, err := newFrontendNode(clusterConfig(t, config.RoleFrontend, dsn), quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
-	fe.leaders.wait = 300 * time.Millisecond
+	fe.forwarder().leaders.wait = 300 * time.Millisecond
 	runNode(t, fe)
 	scfg := clusterConfig(t, config.RoleScheduler, dsn)
 	scfg.Cluster.CAS = fe.GRPCAddr()
 	var logs lockedBuffer
-	s, err := NewSchedulerNode(scfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	s, err := newSchedulerNode(scfg, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

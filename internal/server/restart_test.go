@@ -56,7 +56,7 @@ func testSurvivesRestart(t *testing.T, store config.StoreConfig) {
 		dir = t.TempDir() // another machine: only PostgreSQL is shared
 	}
 	f2 := startFarm(t, func(c *config.Config) { c.DataDir = dir; c.Scheduler.Store = store })
-	if st := f2.srv.Scheduler.Stats(); st.Operations != 1 {
+	if st := f2.srv.Scheduler().Stats(); st.Operations != 1 {
 		t.Fatalf("restored %+v, want the one operation", st)
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)

@@ -48,15 +48,16 @@ func startScenario(t *testing.T, ctx context.Context) *scenario {
 	return startScenarioLog(t, ctx, quietLogger())
 }
 
-// startScenarioLog is startScenario with the server logging to log.
-func startScenarioLog(t *testing.T, ctx context.Context, log *slog.Logger) *scenario {
+// startScenarioLog is startScenario with the server logging to log,
+// built with opts.
+func startScenarioLog(t *testing.T, ctx context.Context, log *slog.Logger, opts ...Option) *scenario {
 	t.Helper()
 	f := observedFarm(t, log, func(c *config.Config) {
 		c.Worker.ID = "w1"
 		c.Worker.Cores = 1
 		c.Worker.AcceptUnknownProperties = false
 		c.Status.Refresh = 0
-	})
+	}, opts...)
 	s := &scenario{farm: f, base: "http://" + f.srv.HTTPAddr()}
 	fail := f.start(withInvocation(ctx, "build-7", "test"), shCmd("echo oops-out; echo oops-err >&2; exit 3"))
 	if r := fail.wait(ctx, t); r.Result.GetExitCode() != 3 {
@@ -66,7 +67,7 @@ func startScenarioLog(t *testing.T, ctx context.Context, log *slog.Logger) *scen
 	run := f.start(withInvocation(ctx, "build-9", "compile"), gated(f.dir, "run"))
 	waitForPID(ctx, t, filepath.Join(f.dir, "run.pid"))
 	waitFor(ctx, t, "the action to be executing", func() bool {
-		info, err := f.srv.Scheduler.Operation(run.name)
+		info, err := f.srv.Scheduler().Operation(run.name)
 		return err == nil && info.Stage == repb.ExecutionStage_EXECUTING
 	})
 	s.running = run.name
@@ -74,7 +75,7 @@ func startScenarioLog(t *testing.T, ctx context.Context, log *slog.Logger) *scen
 	// The name comes with the first update (CACHE_CHECK), before the
 	// action is queued.
 	waitFor(ctx, t, "the third action to be queued", func() bool {
-		info, err := f.srv.Scheduler.Operation(s.queued)
+		info, err := f.srv.Scheduler().Operation(s.queued)
 		return err == nil && info.Stage == repb.ExecutionStage_QUEUED
 	})
 	return s
@@ -193,13 +194,13 @@ func TestStatusPages(t *testing.T) {
 	if c := post(url.Values{"worker": {"w1"}, "action": {"drain"}, "csrf": {m[1]}}, "http://evil.example"); c != 403 {
 		t.Errorf("cross-origin POST: %d", c)
 	}
-	if s.srv.Scheduler.WorkerControlOf("w1").Drain {
+	if s.srv.Scheduler().WorkerControlOf("w1").Drain {
 		t.Fatal("a refused POST drained the worker")
 	}
 	if c := post(url.Values{"worker": {"w1"}, "action": {"drain"}, "csrf": {m[1]}}, s.base); c != http.StatusSeeOther {
 		t.Fatalf("POST with the token: %d", c)
 	}
-	if !s.srv.Scheduler.WorkerControlOf("w1").Drain {
+	if !s.srv.Scheduler().WorkerControlOf("w1").Drain {
 		t.Fatal("the drain button did not drain")
 	}
 	_, body = s.get(t, "/status")
@@ -215,7 +216,7 @@ func TestStatusPages(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	contains(t, "overview after kill", string(b), s.queued+" killed")
-	if info, err := s.srv.Scheduler.Operation(s.queued); err != nil || !info.Done || info.Response.Status.GetCode() != int32(codes.Canceled) {
+	if info, err := s.srv.Scheduler().Operation(s.queued); err != nil || !info.Done || info.Response.Status.GetCode() != int32(codes.Canceled) {
 		t.Errorf("killed operation: %+v %v", info, err)
 	}
 	s.finish(t, ctx)
@@ -346,7 +347,7 @@ func queueOn(ctx context.Context, t *testing.T, srv *Server, conn *grpc.ClientCo
 		}
 	}()
 	waitFor(ctx, t, "operation "+name+" to be queued", func() bool {
-		info, err := srv.Scheduler.Operation(name)
+		info, err := srv.Scheduler().Operation(name)
 		return err == nil && info.Stage == repb.ExecutionStage_QUEUED
 	})
 	return name
@@ -443,11 +444,11 @@ func TestStatusControlsNeedAdmin(t *testing.T) {
 			t.Errorf("%s POST %s %v: %d, want 403 saying %q:\n%s", d.who, d.path, d.form, code, d.want, body)
 		}
 	}
-	if c := f.srv.Scheduler.WorkerControlOf("w1"); c != (scheduler.WorkerControl{}) {
+	if c := f.srv.Scheduler().WorkerControlOf("w1"); c != (scheduler.WorkerControl{}) {
 		t.Errorf("refused controls changed the worker: %+v", c)
 	}
 	for _, name := range []string{qa, qb} {
-		if info, err := f.srv.Scheduler.Operation(name); err != nil || info.Done {
+		if info, err := f.srv.Scheduler().Operation(name); err != nil || info.Done {
 			t.Errorf("a refused kill finished %s: %+v %v", name, info, err)
 		}
 	}
@@ -513,11 +514,11 @@ func TestStatusControlsNeedAdmin(t *testing.T) {
 			t.Errorf("%s POST %s %v: %d to %q, want 303 with %q:\n%s", a.who, a.path, a.form, code, loc, a.flash, body)
 		}
 	}
-	if !f.srv.Scheduler.WorkerControlOf("w1").Drain {
+	if !f.srv.Scheduler().WorkerControlOf("w1").Drain {
 		t.Error("op's drain did not drain the worker")
 	}
 	for _, name := range []string{qa, qb} {
-		if info, err := f.srv.Scheduler.Operation(name); err != nil || !info.Done || info.Response.Status.GetCode() != int32(codes.Canceled) {
+		if info, err := f.srv.Scheduler().Operation(name); err != nil || !info.Done || info.Response.Status.GetCode() != int32(codes.Canceled) {
 			t.Errorf("killed operation %s: %+v %v", name, info, err)
 		}
 	}
@@ -682,12 +683,14 @@ func TestStatusButtons(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var out testutil.SyncBuffer
-	s := startScenarioLog(t, ctx, slog.New(slog.NewJSONHandler(&out, nil)))
+	// The file the reload button re-reads (written below).
+	cfgFile := filepath.Join(t.TempDir(), "gantry.yaml")
+	s := startScenarioLog(t, ctx, slog.New(slog.NewJSONHandler(&out, nil)), WithConfigFile(cfgFile))
 	defer s.finish(t, ctx)
 	pid := waitForPID(ctx, t, filepath.Join(s.dir, "run.pid"))
 	procState := func() string { _, st := cpuTicks(t, pid); return st }
 	_, page := s.get(t, "/status")
-	ctl := func() scheduler.WorkerControl { return s.srv.Scheduler.WorkerControlOf("w1") }
+	ctl := func() scheduler.WorkerControl { return s.srv.Scheduler().WorkerControlOf("w1") }
 	state := func(page string) string {
 		m := regexp.MustCompile(`(?s)<tr data-worker="w1">.*?<td class="st-([a-z]+)">`).FindStringSubmatch(page)
 		if m == nil {
@@ -730,16 +733,14 @@ func TestStatusButtons(t *testing.T) {
 	if f := flash(page); f != killed+" killed" {
 		t.Fatalf("after Kill: flash %q", f)
 	}
-	if info, err := s.srv.Scheduler.Operation(killed); err != nil || !info.Done || info.Response.Status.GetCode() != int32(codes.Canceled) {
+	if info, err := s.srv.Scheduler().Operation(killed); err != nil || !info.Done || info.Response.Status.GetCode() != int32(codes.Canceled) {
 		t.Fatalf("killed operation: %+v %v", info, err)
 	}
 
 	// Reload: the fairness keys of the file are in force.
-	cfgFile := filepath.Join(s.dir, "gantry.yaml")
 	if err := os.WriteFile(cfgFile, []byte("scheduler:\n  fairness:\n    keys: [tool_invocation_id]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s.srv.SetConfigFile(cfgFile)
 	if _, inv := s.get(t, "/status/invocations", "Accept", "text/html"); strings.Contains(inv, "Levels: tool_invocation_id.") {
 		t.Fatal("the fairness keys are already the file's")
 	}
@@ -865,7 +866,7 @@ func TestStatusPagesWorkWithoutJavaScript(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 200 || flash(string(b)) != "w1: drain done" || !s.srv.Scheduler.WorkerControlOf("w1").Drain {
+		if resp.StatusCode != 200 || flash(string(b)) != "w1: drain done" || !s.srv.Scheduler().WorkerControlOf("w1").Drain {
 			t.Fatalf("posting the Drain form: %d, flash %q", resp.StatusCode, flash(string(b)))
 		}
 		return
@@ -907,7 +908,7 @@ func TestStatusRefresh(t *testing.T) {
 			queue := func(script string) string {
 				name := f.start(ctx, shCmd(script)).name
 				waitFor(ctx, t, "the action to be queued", func() bool {
-					info, err := f.srv.Scheduler.Operation(name)
+					info, err := f.srv.Scheduler().Operation(name)
 					return err == nil && info.Stage == repb.ExecutionStage_QUEUED
 				})
 				return name

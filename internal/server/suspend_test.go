@@ -115,7 +115,7 @@ func TestSuspendPreemptionEndToEnd(t *testing.T) {
 	if st := procState(pid); st != 'T' {
 		t.Fatalf("the flood action's process is in state %q while the small one runs, want T (stopped)", st)
 	}
-	if st := f.srv.Scheduler.Stats(); st.Suspended != 1 || st.Preemptions != 1 {
+	if st := f.srv.Scheduler().Stats(); st.Suspended != 1 || st.Preemptions != 1 {
 		t.Errorf("scheduler stats %+v, want 1 suspended action, 1 pre-emption", st)
 	}
 	// It stays stopped for longer than the heartbeat timeout (1 s) —
@@ -149,11 +149,11 @@ func TestSuspendPreemptionEndToEnd(t *testing.T) {
 	if got := f.read(r.resp.Result.OutputFiles[0].Digest); got != "before\nafter\n" {
 		t.Errorf("flood output %q, want what it wrote before and after its suspension", got)
 	}
-	st := f.srv.Scheduler.Stats()
+	st := f.srv.Scheduler().Stats()
 	if st.Suspended != 0 || st.SuspendExpired != 0 || st.Preemptions != 1 {
 		t.Errorf("scheduler stats at the end %+v", st)
 	}
-	if m := f.srv.Scheduler.MetricsSnapshot(); m.WorkersLost != 0 || m.Retries != 0 {
+	if m := f.srv.Scheduler().MetricsSnapshot(); m.WorkersLost != 0 || m.Retries != 0 {
 		t.Errorf("%d leases lost, %d retries: a suspended action's lease must not time out", m.WorkersLost, m.Retries)
 	}
 	// It ran once: the same process, suspended and continued.
@@ -173,7 +173,7 @@ func TestSuspendPreemptionForQueuedWork(t *testing.T) {
 	})
 	var mu sync.Mutex
 	suspended, resumed := 0, 0
-	f.srv.Scheduler.OnEvent(func(e scheduler.Event) {
+	f.srv.Scheduler().OnEvent(func(e scheduler.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
@@ -200,7 +200,7 @@ func TestSuspendPreemptionForQueuedWork(t *testing.T) {
 	// The suspended flood action resumes: it is running again, not
 	// cancelled, and all four are held or queued.
 	pollUntil(t, 30*time.Second, "the suspended flood action to resume", func() bool {
-		st := f.srv.Scheduler.Stats()
+		st := f.srv.Scheduler().Stats()
 		q, err := admin.GetQuota(ctx, &adminpb.GetQuotaRequest{InstanceName: "flood", Cohort: "x86"})
 		return st.Suspended == 0 && err == nil && q.Usage+q.Queued == 4
 	})
@@ -209,7 +209,7 @@ func TestSuspendPreemptionForQueuedWork(t *testing.T) {
 		t.Errorf("%d suspended, %d resumed; want 1 and 1", suspended, resumed)
 	}
 	mu.Unlock()
-	if st := f.srv.Scheduler.Stats(); st.Preemptions < 1 || st.Preemptions > 3 || st.SuspendExpired != 0 {
+	if st := f.srv.Scheduler().Stats(); st.Preemptions < 1 || st.Preemptions > 3 || st.SuspendExpired != 0 {
 		t.Errorf("stats %+v, want 1 to 3 pre-emptions (one suspended, the waiting ones taken back), none expired", st)
 	}
 }
