@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -464,7 +465,8 @@ func httpGet(t *testing.T, url string) (int, string) {
 // their HTTP ports, as role all does; a standby says where to look
 // instead, and serves them once it leads.
 func TestClusterStatusPages(t *testing.T) {
-	fe, newScheduler := httpCluster(t, pgtest.Start(t))
+	dsn := pgtest.Start(t)
+	fe, newScheduler := httpCluster(t, dsn)
 	// The file the leader's ReloadConfig re-reads: not a valid config.
 	configFile := filepath.Join(t.TempDir(), "gantry.yaml")
 	if err := os.WriteFile(configFile, []byte("no_such_key: 1\n"), 0o644); err != nil {
@@ -530,6 +532,38 @@ func TestClusterStatusPages(t *testing.T) {
 	if code, _ := httpGet(t, "http://"+fe.HTTPAddr()+"/status"); code != http.StatusNotFound {
 		t.Errorf("a frontend's /status = %d, want 404 (the status pages are the leader's)", code)
 	}
+	// A valid file: the leader applies its provision queues at once, and
+	// a standby that re-read it (SIGHUP) has them when it takes over.
+	valid := fmt.Sprintf("scheduler:\n  store: {backend: postgres, dsn: %q}\n  queues: [{name: big, properties: {pool: [big]}}, {name: rest, allow_unmatched: true}]\ncluster:\n  cas: %q\n", dsn, fe.GRPCAddr())
+	if err := os.WriteFile(configFile, []byte(valid), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	admin := adminpb.NewAdminClient(conn)
+	if _, err := admin.ReloadConfig(ctx, &adminpb.ReloadConfigRequest{}); err != nil {
+		t.Fatalf("ReloadConfig of a valid file on the leader: %v", err)
+	}
+	chosen := func() string {
+		ex, err := admin.ExplainPlatform(ctx, &adminpb.ExplainPlatformRequest{Properties: []*adminpb.Property{{Name: "pool", Value: "big"}}})
+		if err != nil {
+			return err.Error()
+		}
+		for _, q := range ex.Queues {
+			if q.Chosen {
+				return q.Queue
+			}
+		}
+		return "none"
+	}
+	if q := chosen(); q != "big" {
+		t.Errorf("after the leader's reload, pool=big goes to queue %q, want big", q)
+	}
+	reloaded, err := config.Load(configFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.Reload(reloaded); err != nil {
+		t.Fatalf("SIGHUP on the standby: %v", err)
+	}
 
 	// The standby takes over: its pages show the restored queue, and the
 	// old leader's are gone with its process.
@@ -537,4 +571,7 @@ func TestClusterStatusPages(t *testing.T) {
 	<-runLeader.done
 	clusterWaitFor(t, "the standby to lead", standby.Leading)
 	obsWaitFor(t, "the action on the new leader's invocations page", func() bool { return queued(standby.HTTPAddr()) == 1 })
+	if q := chosen(); q != "big" {
+		t.Errorf("on the new leader (reloaded while standing by), pool=big goes to queue %q, want big", q)
+	}
 }
