@@ -3,12 +3,10 @@ package server
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/gantry-build/gantry/internal/statestore"
 )
 
 // forwarder is the part of a frontend node (role frontend) that forwards
@@ -23,16 +21,10 @@ type forwarder struct {
 // newForwarder opens the database where schedulers publish their leader.
 func newForwarder(b *builder) (*forwarder, error) {
 	cfg := b.cfg
-	if err := checkClusterClient(cfg); err != nil {
+	store, err := b.openClusterStore("the PostgreSQL database where schedulers publish their leader")
+	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	store, err := statestore.OpenPostgres(ctx, cfg.Scheduler.Store.DSN)
-	if err != nil {
-		return nil, fmt.Errorf("opening the PostgreSQL database where schedulers publish their leader (scheduler.store): %w", err)
-	}
-	b.closers.push(func() { store.Close() })
 	f := &forwarder{descs: schedulerServiceDescs()}
 	obs := b.obs
 	f.leaders = newLeaderConns(store, cfg.Cluster.TakeoverInterval.D(), cfg.GRPCMaxMessageSize(), clusterSecurity(cfg), b.log,

@@ -49,16 +49,10 @@ type leader struct {
 // returns the configuration in force.
 func newLeader(b *builder, grpcAddr string, latest func() config.Config, reload func() error) (*leader, error) {
 	cfg := b.cfg
-	if err := checkClusterClient(cfg); err != nil {
+	store, err := b.openClusterStore("the scheduler's state store")
+	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	store, err := statestore.OpenPostgres(ctx, cfg.Scheduler.Store.DSN)
-	if err != nil {
-		return nil, fmt.Errorf("opening the scheduler's state store (scheduler.store): %w", err)
-	}
-	b.closers.push(func() { store.Close() })
 	registerStateStoreMetrics(b.reg, cfg, store)
 	l := &leader{b: b, store: store, services: newTermServices(), latest: latest, reload: reload, obs: b.obs}
 	b.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gantry_scheduler_leader", Help: "1 while this scheduler process leads, 0 while it stands by."},

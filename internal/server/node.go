@@ -23,6 +23,7 @@ import (
 	"github.com/gantry-build/gantry/internal/frontend"
 	"github.com/gantry-build/gantry/internal/invocation"
 	"github.com/gantry-build/gantry/internal/scheduler"
+	"github.com/gantry-build/gantry/internal/statestore"
 )
 
 // Server is a Gantry process of the role its configuration names
@@ -58,6 +59,23 @@ type builder struct {
 	obs     *observability
 	terms   *terms
 	closers *closers
+}
+
+// openClusterStore checks cluster.client (how this node reaches the
+// others) and opens the PostgreSQL database of scheduler.store, which is
+// what (named for errors) to this node.
+func (b *builder) openClusterStore(what string) (*statestore.Postgres, error) {
+	if err := checkClusterClient(b.cfg); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store, err := statestore.OpenPostgres(ctx, b.cfg.Scheduler.Store.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s (scheduler.store): %w", what, err)
+	}
+	b.closers.push(func() { store.Close() })
+	return store, nil
 }
 
 // Option adjusts how New builds a process.
