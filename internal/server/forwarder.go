@@ -6,7 +6,6 @@ import (
 
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
 )
 
 // forwarder is the part of a frontend node (role frontend) that forwards
