@@ -72,7 +72,7 @@ func writeBlob(b *testing.B, s *Disk, d digest.Digest, data []byte, chunk int) {
 // for all of them. Without gRPC: what the store itself costs, hashing
 // included. On a virtual machine that hands free memory back to its host
 // the filling store pays for page cache on memory the machine has not
-// used for a while (docs/PERFORMANCE.md).
+// used for a while (docs/PERFORMANCE-HISTORY.md, "session 15").
 func BenchmarkDiskWriteBig(b *testing.B) {
 	const size = 256 << 20
 	data := blob("big", size)

@@ -89,8 +89,8 @@ func stamp(data []byte, i int) {
 // memory the machine has not touched for a while. The latter costs far
 // more on a virtual machine that hands free memory back to its host (the
 // test machines do: virtio-balloon free page reporting), and would
-// measure the host rather than Gantry; docs/PERFORMANCE.md has figures
-// for both.
+// measure the host rather than Gantry; docs/PERFORMANCE-HISTORY.md
+// ("session 15") has figures for both.
 func BenchmarkByteStreamWrite256MiB(b *testing.B) {
 	for _, chunk := range []int{16 << 10, 1 << 20} {
 		b.Run(fmt.Sprintf("chunk=%dKiB", chunk>>10), func(b *testing.B) {

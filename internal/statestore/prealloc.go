@@ -13,7 +13,7 @@ import (
 // of time (not fallocate: its unwritten extents would need a journal
 // commit when first written), and commits overwrite those zeros and call
 // fdatasync, which then has only the record's pages to write. Measured on
-// this project's 2-core VM (docs/PERFORMANCE.md): about half the commit
+// this project's 2-core VM (docs/PERFORMANCE-HISTORY.md, "Set 5"): about half the commit
 // latency and 40% less kernel CPU per commit.
 //
 // Replay stops at the zeros (a record's length is never 0). An extension
