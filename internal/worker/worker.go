@@ -4,7 +4,9 @@
 // cache), Execute (holds as many cores as the action asks for) and Report
 // (uploads outputs, writes the ActionCache, completes the lease). Each
 // stage claims its successor before it lets go of its own slot, so work
-// never piles up between stages.
+// never piles up between stages. lease.go drives a lease through the
+// stages (fetch.go, execute.go, report.go) to the one completion path
+// (complete.go).
 package worker
 
 import (
