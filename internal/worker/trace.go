@@ -24,16 +24,14 @@ func (w *Worker) traceLease(a *workerpb.Assignment, md *repb.ExecutedActionMetad
 	if a.Traceparent == "" || !tracing.Enabled() {
 		return
 	}
-	{
-		ctx := tracing.WithTraceParent(context.Background(), a.Traceparent)
-		ctx, span := tracing.Tracer().Start(ctx, "worker.Action", trace.WithTimestamp(ts(md.WorkerStartTimestamp)),
-			trace.WithAttributes(attribute.String("gantry.worker", w.cfg.ID), attribute.String("gantry.lease", a.LeaseId),
-				attribute.String("gantry.instance", a.InstanceName)))
-		tracing.Stage(ctx, "worker.InputFetch", ts(md.InputFetchStartTimestamp), ts(md.InputFetchCompletedTimestamp))
-		tracing.Stage(ctx, "worker.Execute", ts(md.ExecutionStartTimestamp), ts(md.ExecutionCompletedTimestamp))
-		tracing.Stage(ctx, "worker.OutputUpload", ts(md.OutputUploadStartTimestamp), ts(md.OutputUploadCompletedTimestamp))
-		span.End()
-	}
+	ctx := tracing.WithTraceParent(context.Background(), a.Traceparent)
+	ctx, span := tracing.Tracer().Start(ctx, "worker.Action", trace.WithTimestamp(ts(md.WorkerStartTimestamp)),
+		trace.WithAttributes(attribute.String("gantry.worker", w.cfg.ID), attribute.String("gantry.lease", a.LeaseId),
+			attribute.String("gantry.instance", a.InstanceName)))
+	tracing.Stage(ctx, "worker.InputFetch", ts(md.InputFetchStartTimestamp), ts(md.InputFetchCompletedTimestamp))
+	tracing.Stage(ctx, "worker.Execute", ts(md.ExecutionStartTimestamp), ts(md.ExecutionCompletedTimestamp))
+	tracing.Stage(ctx, "worker.OutputUpload", ts(md.OutputUploadStartTimestamp), ts(md.OutputUploadCompletedTimestamp))
+	span.End()
 }
 
 func ts(t *timestamppb.Timestamp) time.Time {
