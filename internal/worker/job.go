@@ -3,7 +3,6 @@ package worker
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc/codes"
@@ -18,6 +17,7 @@ import (
 // the CAS of its instance, the ExecutedActionMetadata the driver stamps
 // (lease.go), and what the stages took for it (slots, the exec root, the
 // sandbox, the output captures), which the completion path lets go of.
+// Only the lease's goroutine uses it.
 type job struct {
 	lease  *activeLease
 	a      *workerpb.Assignment
@@ -26,25 +26,19 @@ type job struct {
 	cmd    *repb.Command
 	cas    blobstore.Store
 	md     *repb.ExecutedActionMetadata
-
-	mu    sync.Mutex
-	holds []func()
+	holds  []func()
 }
 
 // hold records release as something the job took, to be let go of when
 // it leaves the worker (in reverse order of taking).
 func (j *job) hold(release func()) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
 	j.holds = append(j.holds, release)
 }
 
 // releaseAll lets go of everything the job holds, last taken first.
 func (j *job) releaseAll() {
-	j.mu.Lock()
 	holds := j.holds
 	j.holds = nil
-	j.mu.Unlock()
 	for i := len(holds) - 1; i >= 0; i-- {
 		holds[i]()
 	}
