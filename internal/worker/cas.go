@@ -29,6 +29,11 @@ type casKey struct {
 
 type instanceKey struct{}
 
+// casSource gives the CAS of an instance, for one digest function.
+type casSource interface {
+	For(instance string, fn digest.Function) blobstore.Store
+}
+
 var _ blobstore.Store = (*instanceCAS)(nil)
 
 func newInstanceCAS(conn *grpc.ClientConn) *instanceCAS {
@@ -41,7 +46,11 @@ func withInstance(ctx context.Context, instance string) context.Context {
 }
 
 // For returns the CAS client of one instance and digest function.
-func (c *instanceCAS) For(instance string, fn digest.Function) *client.CAS {
+func (c *instanceCAS) For(instance string, fn digest.Function) blobstore.Store {
+	return c.client(instance, fn)
+}
+
+func (c *instanceCAS) client(instance string, fn digest.Function) *client.CAS {
 	k := casKey{instance, fn}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -55,7 +64,7 @@ func (c *instanceCAS) For(instance string, fn digest.Function) *client.CAS {
 
 func (c *instanceCAS) pick(ctx context.Context, fn digest.Function) *client.CAS {
 	inst, _ := ctx.Value(instanceKey{}).(string)
-	return c.For(inst, fn)
+	return c.client(inst, fn)
 }
 
 // FindMissing implements blobstore.Store.

@@ -12,15 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/types/known/timestamppb"
-
-	"github.com/gantry-build/gantry/internal/blobstore"
-	"github.com/gantry-build/gantry/internal/digest"
-	"github.com/gantry-build/gantry/internal/worker/execroot"
-	"github.com/gantry-build/gantry/internal/worker/runner"
 )
 
 // Disk limits for actions.
@@ -87,15 +79,6 @@ func (w *Worker) setupDiskLimits() error {
 		w.log.Info("actions are limited to files of worker.max_file_size", "max_file_size", formatBytes(w.cfg.MaxFileSize))
 	}
 	return nil
-}
-
-// fileSizeWrapper puts prlimit --fsize in front of an action's wrappers
-// (so that it also covers the sandbox), when max_file_size is set.
-func (w *Worker) fileSizeWrapper(wrapper []string) []string {
-	if w.prlimit == "" {
-		return wrapper
-	}
-	return append([]string{w.prlimit, "--fsize=" + strconv.FormatInt(w.cfg.MaxFileSize, 10), "--"}, wrapper...)
 }
 
 // diskGuardLoop watches the free disk space until ctx ends.
@@ -167,42 +150,6 @@ func (w *Worker) checkDisk() error {
 		"lease", victim.id, "free", formatBytes(free), "min_free_disk", formatBytes(w.cfg.MinFreeDisk), "written", formatBytes(most))
 	kill()
 	return nil
-}
-
-// completeDiskKill reports an action the disk guard killed: its exec root
-// is emptied first so the space is back before the worker takes more work.
-func (w *Worker) completeDiskKill(ctx context.Context, l *activeLease, ad digest.Digest, root *execroot.Root, st diskState, res runner.Result, md *repb.ExecutedActionMetadata, cas blobstore.Store, stdout, stderr *capture) {
-	if err := root.Recycle(); err != nil {
-		w.log.Warn("emptying the exec root of an action killed for disk space failed", "dir", root.Dir, "err", err)
-	}
-	msg := fmt.Sprintf("action %s was killed: the worker's disk fell below worker.min_free_disk (%s free, reserve %s); the action had written %s into its exec root and output. Make the action write less, or run it on a worker with more free disk",
-		ad, formatBytes(st.free), formatBytes(w.cfg.MinFreeDisk), formatBytes(st.written))
-	stderr.note("gantry: " + msg)
-	// Output that spilled to disk may be what filled it: it is dropped
-	// rather than copied into the CAS.
-	ar := &repb.ActionResult{ExitCode: int32(res.ExitCode)}
-	var err error
-	for _, s := range []struct {
-		c    *capture
-		dst  **repb.Digest
-		name string
-	}{{stdout, &ar.StdoutDigest, "stdout"}, {stderr, &ar.StderrDigest, "stderr"}} {
-		if s.c.spilled() {
-			s.c.discard()
-			msg += fmt.Sprintf("; its %s (over %s) was dropped", s.name, formatBytes(memoryLogLimit))
-			continue
-		}
-		if *s.dst, err = s.c.upload(ctx, cas, ad.Function); err != nil {
-			break
-		}
-	}
-	req := failure(codes.ResourceExhausted, "%s", msg)
-	if err == nil {
-		md.WorkerCompletedTimestamp = timestamppb.Now()
-		ar.ExecutionMetadata = md
-		req.ActionResult = marshalResult(ar)
-	}
-	w.complete(l, req)
 }
 
 // freeBytes is the space available to unprivileged users on the file

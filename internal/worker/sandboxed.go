@@ -3,9 +3,6 @@ package worker
 import (
 	"fmt"
 	"os"
-	"os/exec"
-
-	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 
 	"github.com/gantry-build/gantry/internal/worker/runner"
 	"github.com/gantry-build/gantry/internal/worker/sandbox"
@@ -38,32 +35,6 @@ func (w *Worker) setupSandbox() error {
 	}
 	w.log.Info("sandbox active for "+scope, "sandbox", sb.Describe())
 	return nil
-}
-
-// sandboxPolicy reads the action's sandbox properties.
-func (w *Worker) sandboxPolicy(action *repb.Action, cmd *repb.Command) (sandbox.Policy, error) {
-	p := action.Platform
-	if p == nil || len(p.Properties) == 0 {
-		p = cmd.Platform
-	}
-	props := make([]sandbox.Property, 0, len(p.GetProperties()))
-	for _, pp := range p.GetProperties() {
-		props = append(props, sandbox.Property{Name: pp.Name, Value: pp.Value})
-	}
-	return sandbox.ParsePolicy(props, w.cfg.Sandbox.Limits)
-}
-
-// resolveWrappers makes a wrapper's program an absolute path: inside the
-// sandbox it would be looked up in the action's PATH, not the worker's.
-func resolveWrappers(argv []string) ([]string, error) {
-	if len(argv) == 0 {
-		return argv, nil
-	}
-	p, err := exec.LookPath(argv[0])
-	if err != nil {
-		return nil, fmt.Errorf("wrapper %q: %w; fix the worker's wrapper configuration", argv[0], err)
-	}
-	return append([]string{p}, argv[1:]...), nil
 }
 
 // note appends a line to a finished capture (e.g. the sandbox's

@@ -40,7 +40,7 @@ func (w *Worker) releaseExec(l *activeLease) {
 }
 
 // suspendLease stops l's action and lends its cores. An action not yet
-// started is stopped as soon as it starts (runLease).
+// started is stopped as soon as it starts (Worker.started).
 func (w *Worker) suspendLease(l *activeLease, reason string) {
 	w.mu.Lock()
 	if l.susp.stopped || l.susp.done {

@@ -43,7 +43,7 @@ func (p *fakeProc) isStopped() bool {
 }
 
 // runningLease is a worker with one core and a lease whose action runs
-// on it, as runLease leaves them once the process started.
+// on it, as the Execute stage leaves them once the process started.
 func runningLease(t *testing.T) (*Worker, *activeLease, *fakeProc, context.CancelFunc) {
 	w := &Worker{exec: semaphore.NewWeighted(1), log: slog.New(slog.NewTextHandler(io.Discard, nil)), leases: map[string]*activeLease{}, freeCPU: 1}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -143,7 +143,7 @@ func TestCancelWhileWaitingToResume(t *testing.T) {
 		defer w.mu.Unlock()
 		return !l.susp.resuming
 	})
-	w.releaseExec(l) // runLease ends
+	w.releaseExec(l) // the lease ends
 	w.exec.Release(1)
 	if !w.exec.TryAcquire(1) || w.freeCPU != 1 {
 		t.Fatalf("the worker's core leaked: free %d", w.freeCPU)

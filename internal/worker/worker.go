@@ -4,7 +4,9 @@
 // cache), Execute (holds as many cores as the action asks for) and Report
 // (uploads outputs, writes the ActionCache, completes the lease). Each
 // stage claims its successor before it lets go of its own slot, so work
-// never piles up between stages.
+// never piles up between stages. lease.go drives a lease through the
+// stages (fetch.go, execute.go, report.go) to the one completion path
+// (complete.go).
 package worker
 
 import (
@@ -15,22 +17,16 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/proto"
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
-	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/dirlock"
-	"github.com/gantry-build/gantry/internal/worker/execroot"
 	"github.com/gantry-build/gantry/internal/worker/filecache"
 	"github.com/gantry-build/gantry/internal/worker/runner"
 	"github.com/gantry-build/gantry/internal/worker/sandbox"
@@ -79,9 +75,9 @@ type Worker struct {
 	conn   *grpc.ClientConn
 	sched  workerpb.WorkersClient
 	cache  *filecache.Cache
-	cas    *instanceCAS
+	cas    casSource
 	log    *slog.Logger
-	roots  string
+	roots  *rootPool
 	logs   string
 	fetch  *semaphore.Weighted
 	exec   *semaphore.Weighted
@@ -102,18 +98,19 @@ type Worker struct {
 	regMu  sync.Mutex
 	regGen atomic.Uint64
 	kick   chan struct{} // asks the heartbeat loop to report now
+	// The stages a lease goes through (lease.go).
+	inputs    *inputFetcher
+	executor  *executor
+	reporter  *reporter
+	completer *completer
 	// stages are the stage histograms, when the worker keeps its own
 	// (RegisterMetrics); nil otherwise.
 	stages [4]prometheus.Observer
 
-	mu sync.Mutex
-	// emptyRoots are exec root directories left empty by earlier actions,
-	// reused so that an action does not pay for creating one.
-	emptyRoots []string
-	nextRoot   int
-	leases     map[string]*activeLease
-	running    map[string]chan struct{} // task id -> closed when it leaves
-	freeCPU    int
+	mu      sync.Mutex
+	leases  map[string]*activeLease
+	running map[string]chan struct{} // task id -> closed when it leaves
+	freeCPU int
 	// paused: the scheduler asked to suspend every running action
 	// (control.go); stopPolling ends the Match stage once it asked to
 	// terminate.
@@ -166,7 +163,7 @@ func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
 	w := &Worker{
 		cfg: cfg, conn: conn, log: cfg.Logger.With("worker", cfg.ID),
 		sched: workerpb.NewWorkersClient(conn),
-		roots: filepath.Join(cfg.WorkDir, "roots"), logs: filepath.Join(cfg.WorkDir, "logs"),
+		logs:  filepath.Join(cfg.WorkDir, "logs"),
 		fetch: semaphore.NewWeighted(int64(cfg.InputFetchSlots)), exec: semaphore.NewWeighted(int64(cfg.Cores)),
 		report: semaphore.NewWeighted(int64(cfg.ReportSlots)),
 		kick:   make(chan struct{}, 1), leases: map[string]*activeLease{}, running: map[string]chan struct{}{},
@@ -190,7 +187,8 @@ func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
 	}
 	w.log.Info("actions' processes end with them", "by", w.sup.Describe())
 	// Exec roots and logs of a previous run are garbage.
-	for _, d := range []string{w.roots, w.logs} {
+	w.roots = newRootPool(filepath.Join(cfg.WorkDir, "roots"), w.log)
+	for _, d := range []string{w.roots.dir, w.logs} {
 		if err := os.RemoveAll(d); err != nil {
 			return nil, fmt.Errorf("clearing %s: %w", d, err)
 		}
@@ -204,12 +202,15 @@ func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
 	if err := w.setupDiskLimits(); err != nil {
 		return nil, err
 	}
-	w.cas = newInstanceCAS(conn)
-	cache, err := filecache.New(filepath.Join(cfg.WorkDir, "cache"), cfg.CacheMaxBytes, w.cas)
-	if err != nil {
+	cas := newInstanceCAS(conn)
+	w.cas = cas
+	if w.cache, err = filecache.New(filepath.Join(cfg.WorkDir, "cache"), cfg.CacheMaxBytes, cas); err != nil {
 		return nil, err
 	}
-	w.cache = cache
+	w.inputs = newInputFetcher(w.cache, w.roots)
+	w.executor = newExecutor(w.sup, w.sb, newWrapping(cfg, w.sb != nil, w.prlimit), w.logs, w)
+	w.reporter = newReporter(cfg.MinFreeDisk, w.log)
+	w.completer = newCompleter(w.sched, cfg.ID, w, w.log)
 	started = true
 	return w, nil
 }
@@ -365,7 +366,7 @@ func (w *Worker) matchLoop(ctx, pollCtx context.Context, wg *sync.WaitGroup) err
 		go func() {
 			defer wg.Done()
 			defer cancel()
-			w.runLease(lctx, l, a)
+			w.runStages(lctx, l, a)
 		}()
 	}
 	return nil
@@ -474,49 +475,6 @@ func (w *Worker) exclusive(ctx context.Context, taskID string) (release func(), 
 	}
 }
 
-func (w *Worker) endLease(l *activeLease) {
-	w.mu.Lock()
-	delete(w.leases, l.id)
-	w.mu.Unlock()
-}
-
-// complete reports a lease's outcome to the scheduler.
-func (w *Worker) complete(l *activeLease, req *workerpb.CompleteRequest) {
-	req.WorkerId, req.LeaseId = w.cfg.ID, l.id
-	w.mu.Lock()
-	l.completing = true
-	w.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for attempt := 0; attempt < 5; attempt++ {
-		resp, err := w.sched.Complete(ctx, req)
-		if err == nil {
-			if !resp.Accepted {
-				w.log.Info("scheduler ignored the result of a lease it no longer holds", "lease", l.id)
-			}
-			return
-		}
-		w.log.Warn("reporting a result failed; retrying", "lease", l.id, "err", err)
-		sleep(ctx, time.Duration(attempt+1)*200*time.Millisecond)
-	}
-}
-
-func failure(code codes.Code, format string, args ...any) *workerpb.CompleteRequest {
-	return &workerpb.CompleteRequest{StatusCode: int32(code), StatusMessage: fmt.Sprintf(format, args...)}
-}
-
-func marshalResult(ar *repb.ActionResult) []byte {
-	b, _ := proto.Marshal(ar)
-	return b
-}
-
-func actionDigest(a *workerpb.Assignment) (digest.Digest, error) {
-	if a.ActionDigest == nil {
-		return digest.Digest{}, errors.New("assignment has no action digest")
-	}
-	return digest.Parse(digest.Function(a.ActionDigest.DigestFunction), a.ActionDigest.Hash, a.ActionDigest.SizeBytes)
-}
-
 func (w *Worker) wrapperNames() []string {
 	names := make([]string, 0, len(w.cfg.ProcessWrappers))
 	for n := range w.cfg.ProcessWrappers {
@@ -527,30 +485,4 @@ func (w *Worker) wrapperNames() []string {
 	}
 	sort.Strings(names)
 	return names
-}
-
-// takeRoot returns an empty exec root directory path (not yet created
-// when new).
-func (w *Worker) takeRoot() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if n := len(w.emptyRoots); n > 0 {
-		dir := w.emptyRoots[n-1]
-		w.emptyRoots = w.emptyRoots[:n-1]
-		return dir
-	}
-	w.nextRoot++
-	return filepath.Join(w.roots, strconv.Itoa(w.nextRoot))
-}
-
-// giveRoot empties an exec root for reuse, or removes it if that fails.
-func (w *Worker) giveRoot(root *execroot.Root) {
-	if err := root.Recycle(); err != nil {
-		w.log.Warn("exec root not reusable", "dir", root.Dir, "err", err)
-		os.RemoveAll(root.Dir)
-		return
-	}
-	w.mu.Lock()
-	w.emptyRoots = append(w.emptyRoots, root.Dir)
-	w.mu.Unlock()
 }

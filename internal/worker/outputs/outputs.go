@@ -138,25 +138,55 @@ func Collect(ctx context.Context, cas blobstore.Store, fn digest.Function, execR
 		blobs:    make(map[digest.Digest]source),
 	}
 
-	type declared struct {
-		path string
-		want wantKind
+	// Pass 1: find each output and walk output directories.
+	found, err := c.findAll(base, declared(cmd))
+	if err != nil {
+		return nil, err
 	}
-	var outs []declared
+	// Pass 2: hash files; pass 3: encode directories.
+	if err := c.hashFiles(ctx); err != nil {
+		return nil, err
+	}
+	res, err := c.result(found)
+	if err != nil {
+		return nil, err
+	}
+	// Pass 4: upload what the CAS lacks.
+	if err := c.upload(ctx); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// declaredOutput is an output path the Command declares and the kind it
+// declares there.
+type declaredOutput struct {
+	path string
+	want wantKind
+}
+
+// declared lists cmd's outputs: output_paths (REAPI 2.1) or else
+// output_files and output_directories.
+func declared(cmd *repb.Command) []declaredOutput {
+	var outs []declaredOutput
 	if len(cmd.OutputPaths) > 0 {
 		for _, p := range cmd.OutputPaths {
-			outs = append(outs, declared{p, wantAny})
+			outs = append(outs, declaredOutput{p, wantAny})
 		}
-	} else {
-		for _, p := range cmd.OutputFiles {
-			outs = append(outs, declared{p, wantFile})
-		}
-		for _, p := range cmd.OutputDirectories {
-			outs = append(outs, declared{p, wantDir})
-		}
+		return outs
 	}
+	for _, p := range cmd.OutputFiles {
+		outs = append(outs, declaredOutput{p, wantFile})
+	}
+	for _, p := range cmd.OutputDirectories {
+		outs = append(outs, declaredOutput{p, wantDir})
+	}
+	return outs
+}
 
-	// Pass 1: find each output and walk output directories.
+// findAll finds the declared outputs under base (the working directory);
+// those that do not exist are left out.
+func (c *collector) findAll(base string, outs []declaredOutput) ([]*output, error) {
 	var found []*output
 	for _, o := range outs {
 		if err := checkPath("output path", o.path, o.want != wantFile); err != nil {
@@ -174,11 +204,11 @@ func Collect(ctx context.Context, cas blobstore.Store, fn digest.Function, execR
 			found = append(found, out)
 		}
 	}
+	return found, nil
+}
 
-	// Pass 2: hash files; pass 3: encode directories.
-	if err := c.hashFiles(ctx); err != nil {
-		return nil, err
-	}
+// result describes the found outputs in an ActionResult.
+func (c *collector) result(found []*output) (*repb.ActionResult, error) {
 	res := &repb.ActionResult{}
 	for _, out := range found {
 		switch {
@@ -203,11 +233,6 @@ func Collect(ctx context.Context, cas blobstore.Store, fn digest.Function, execR
 				res.OutputDirectorySymlinks = append(res.OutputDirectorySymlinks, sl)
 			}
 		}
-	}
-
-	// Pass 4: upload what the CAS lacks.
-	if err := c.upload(ctx); err != nil {
-		return nil, err
 	}
 	return res, nil
 }

@@ -150,31 +150,9 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 	if spec.Timeout < 0 {
 		return nil, fmt.Errorf("runner: negative timeout %v", spec.Timeout)
 	}
-	// An absolute Dir is used as given: cleaning it would change what a
-	// ".." after a symlink means.
-	dir := spec.Dir
-	if !filepath.IsAbs(dir) {
-		var err error
-		if dir, err = filepath.Abs(dir); err != nil {
-			return nil, fmt.Errorf("runner: resolving working directory %q: %w", spec.Dir, err)
-		}
-	}
-	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
-		return nil, fmt.Errorf("runner: working directory %s is not a directory (%v)", dir, err)
-	}
-	env := append([]string{}, spec.Env...) // non-nil: exec.Cmd would inherit on nil
-	prog, err := resolveProgram(spec.Args[0], dir, env)
+	dir, path, argv, env, err := resolveCommand(spec)
 	if err != nil {
 		return nil, err
-	}
-	path, argv := prog, append([]string{spec.Args[0]}, spec.Args[1:]...)
-	if len(spec.Wrapper) > 0 {
-		w, err := exec.LookPath(spec.Wrapper[0])
-		if err != nil {
-			return nil, fmt.Errorf("runner: wrapper %q: %w; fix the worker's wrapper configuration", spec.Wrapper[0], err)
-		}
-		path = w
-		argv = append(append(append([]string{}, spec.Wrapper...), prog), spec.Args[1:]...)
 	}
 
 	stdout, stderr, err := openOutputs(spec.Stdout, spec.Stderr)
@@ -233,6 +211,39 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 	}
 	go p.wait()
 	return p, nil
+}
+
+// resolveCommand finds what Start runs for spec: it returns the working
+// directory (absolute), the program (the wrapper's, when there is one),
+// its argv, and the environment.
+func resolveCommand(spec Spec) (string, string, []string, []string, error) {
+	// An absolute Dir is used as given: cleaning it would change what a
+	// ".." after a symlink means.
+	dir := spec.Dir
+	if !filepath.IsAbs(dir) {
+		var err error
+		if dir, err = filepath.Abs(dir); err != nil {
+			return "", "", nil, nil, fmt.Errorf("runner: resolving working directory %q: %w", spec.Dir, err)
+		}
+	}
+	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
+		return "", "", nil, nil, fmt.Errorf("runner: working directory %s is not a directory (%v)", dir, err)
+	}
+	env := append([]string{}, spec.Env...) // non-nil: exec.Cmd would inherit on nil
+	prog, err := resolveProgram(spec.Args[0], dir, env)
+	if err != nil {
+		return "", "", nil, nil, err
+	}
+	path, argv := prog, append([]string{spec.Args[0]}, spec.Args[1:]...)
+	if len(spec.Wrapper) > 0 {
+		w, err := exec.LookPath(spec.Wrapper[0])
+		if err != nil {
+			return "", "", nil, nil, fmt.Errorf("runner: wrapper %q: %w; fix the worker's wrapper configuration", spec.Wrapper[0], err)
+		}
+		path = w
+		argv = append(append(append([]string{}, spec.Wrapper...), prog), spec.Args[1:]...)
+	}
+	return dir, path, argv, env, nil
 }
 
 // openOutputs creates the stdout and stderr files; "" means /dev/null and
