@@ -47,7 +47,7 @@ func (t Tail) Whole(zerosAllowed bool) bool {
 // only headers are checked, for logs whose records are verified when they
 // are read), or that fn rejects with ErrDamaged. An error from fn other
 // than ErrDamaged ends the replay with that error; an error reading r ends
-// it too. Replay never panics, whatever r holds, and never allocates more
+// it too; the Tail's End is then the offset of the record it stopped at. Replay never panics, whatever r holds, and never allocates more
 // than the file's size for one record.
 func Replay(r io.ReaderAt, size int64, format Format, verify bool, fn func(off int64, rec []byte) error) (Tail, error) {
 	br := bufio.NewReaderSize(io.NewSectionReader(r, 0, size), replayBuffer)
@@ -57,6 +57,7 @@ func Replay(r io.ReaderAt, size int64, format Format, verify bool, fn func(off i
 	for off < size {
 		hdr, err := br.Peek(int(min(int64(format.MaxHeader()), size-off)))
 		if err != nil {
+			t.End = off
 			return t, fmt.Errorf("reading %d bytes at offset %d: %w", len(hdr), off, err)
 		}
 		var ok bool
@@ -73,6 +74,7 @@ func Replay(r io.ReaderAt, size int64, format Format, verify bool, fn func(off i
 		}
 		rec, consumed, err := nextRecord(br, n)
 		if err != nil {
+			t.End = off
 			return t, fmt.Errorf("reading the record at offset %d: %w", off, err)
 		}
 		if verify && !format.Verify(rec) {
@@ -84,10 +86,12 @@ func Replay(r io.ReaderAt, size int64, format Format, verify bool, fn func(off i
 				t.Reason = err.Error()
 				break
 			}
+			t.End = off
 			return t, err
 		}
 		if !consumed {
 			if _, err := br.Discard(int(n)); err != nil {
+				t.End = off
 				return t, fmt.Errorf("reading the record at offset %d: %w", off, err)
 			}
 		}
