@@ -21,8 +21,9 @@ import (
 
 // Embedded is the Store of a single `gantry serve`: a directory holding an
 // append-only log of CRC-checked records (internal/recordlog, framed as
-// record.go says) and, from time to time, a snapshot of every live record. All records live in memory as well; Load
-// serves from there and the files are only read at open.
+// record.go says) and, from time to time, a snapshot of every live
+// record. All records live in memory as well; Load serves from there and
+// the files are only read at open.
 //
 // Files in the directory:
 //
