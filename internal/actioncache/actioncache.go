@@ -3,7 +3,6 @@
 package actioncache
 
 import (
-	"bufio"
 	"container/list"
 	"context"
 	"crypto/sha256"
@@ -22,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/recordlog"
 )
 
 // ErrNotFound is returned when there is no entry for a key.
@@ -112,9 +112,11 @@ func (m *Memory) Put(_ context.Context, instance string, d digest.Digest, ar *re
 	return nil
 }
 
-// Disk is a Store kept in one append-only log file. Every Put appends a
-// record (one write, no file created); an in-memory index maps keys to
-// records and orders them least recently used first. When the live
+// Disk is a Store kept in one append-only log file (internal/recordlog).
+// Every Put appends a record (one write, no file created, no fsync: a
+// cache survives a crash of the process, and a power loss costs at most
+// recent results, which builds recompute); an in-memory index maps keys
+// to records and orders them least recently used first. When the live
 // entries exceed the bound, the least recently used are dropped from the
 // index, and when dead records make up more than half of a large log, the
 // log is rewritten with only the live ones. At start the index is rebuilt
@@ -125,8 +127,7 @@ type Disk struct {
 	maxBytes int64
 
 	mu    sync.Mutex
-	f     *os.File
-	size  int64 // bytes in the log
+	log   *recordlog.Log
 	live  int64 // bytes of the records the index points at
 	index map[[32]byte]*list.Element
 	lru   *list.List // of *diskEntry, most recently used at the front
@@ -147,11 +148,34 @@ var _ Store = (*Disk)(nil)
 const (
 	recordMagic  = 0x31434147 // "GAC1"
 	recordHeader = 16 + 32
+	// maxData bounds a record's data: a longer one is damage.
+	maxData = 64 << 20
 	// compactMin is the log size below which dead records are tolerated.
 	compactMin = 16 << 20
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// logFormat frames the log's records for internal/recordlog.
+type logFormat struct{}
+
+func (logFormat) MaxHeader() int { return recordHeader }
+
+func (logFormat) Frame(hdr []byte) (int64, bool) {
+	if len(hdr) < recordHeader || binary.LittleEndian.Uint32(hdr[0:]) != recordMagic {
+		return 0, false
+	}
+	n := int64(binary.LittleEndian.Uint32(hdr[4:]))
+	return recordHeader + n, n <= maxData
+}
+
+func (logFormat) Verify(rec []byte) bool {
+	return crc32.Checksum(rec[16:], castagnoli) == binary.LittleEndian.Uint32(rec[8:])
+}
+
+// logOptions: the log is replayed with every checksum checked and never
+// flushed (see Disk).
+var logOptions = recordlog.Options{Format: logFormat{}, Verify: true, Sync: recordlog.NoSync}
 
 // NewDisk opens (creating if needed) a Disk store in dir, bounded to
 // maxBytes of live entries (0: unbounded).
@@ -161,53 +185,22 @@ func NewDisk(dir string, maxBytes int64) (*Disk, error) {
 	}
 	s := &Disk{path: filepath.Join(dir, "actioncache.log"), maxBytes: maxBytes}
 	os.Remove(s.path + ".tmp") // an interrupted compaction
-	if err := s.open(); err != nil {
+	s.index = map[[32]byte]*list.Element{}
+	s.lru = list.New()
+	log, err := recordlog.Open(s.path, logOptions, func(off int64, rec []byte) error {
+		s.indexLocked([32]byte(rec[16:recordHeader]), off, int64(len(rec)))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("opening the action cache log: %w", err)
+	}
+	s.log = log
+	s.evictLocked()
+	if err := s.maybeCompactLocked(); err != nil {
+		log.Close()
 		return nil, err
 	}
 	return s, nil
-}
-
-// open reads the log and rebuilds the index.
-func (s *Disk) open() error {
-	f, err := os.OpenFile(s.path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return fmt.Errorf("opening the action cache log: %w", err)
-	}
-	s.f = f
-	s.index = map[[32]byte]*list.Element{}
-	s.lru = list.New()
-	s.size, s.live = 0, 0
-	r := bufio.NewReaderSize(io.NewSectionReader(f, 0, 1<<62), 1<<20)
-	var hdr [recordHeader]byte
-	for {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			break // end of log, or a torn header
-		}
-		n := int64(binary.LittleEndian.Uint32(hdr[4:]))
-		if binary.LittleEndian.Uint32(hdr[0:]) != recordMagic || n > 64<<20 {
-			break
-		}
-		data := make([]byte, n)
-		if _, err := io.ReadFull(r, data); err != nil {
-			break
-		}
-		crc := crc32.Update(crc32.Checksum(hdr[16:], castagnoli), castagnoli, data)
-		if crc != binary.LittleEndian.Uint32(hdr[8:]) {
-			break
-		}
-		var k [32]byte
-		copy(k[:], hdr[16:])
-		s.indexLocked(k, s.size, recordHeader+n)
-		s.size += recordHeader + n
-	}
-	if info, err := f.Stat(); err == nil && info.Size() > s.size {
-		// Cut off what could not be read: the tail of an interrupted write.
-		if err := f.Truncate(s.size); err != nil {
-			return fmt.Errorf("repairing the action cache log: %w", err)
-		}
-	}
-	s.evictLocked()
-	return s.maybeCompactLocked()
 }
 
 // indexLocked points key at a record, replacing any older one.
@@ -250,10 +243,10 @@ func (s *Disk) Get(_ context.Context, instance string, d digest.Digest) (*repb.A
 	}
 	s.lru.MoveToFront(e)
 	ent := *e.Value.(*diskEntry)
-	f := s.f
+	log := s.log
 	s.mu.Unlock()
 	rec := make([]byte, ent.n)
-	_, err := f.ReadAt(rec, ent.off)
+	_, err := log.ReadAt(rec, ent.off)
 	ar := &repb.ActionResult{}
 	if err == nil && validRecord(rec, k) && proto.Unmarshal(rec[recordHeader:], ar) == nil {
 		return ar, nil
@@ -261,7 +254,7 @@ func (s *Disk) Get(_ context.Context, instance string, d digest.Digest) (*repb.A
 	// The record moved (a compaction raced this read) or is damaged: a
 	// miss either way; drop a damaged entry so it is not read again.
 	s.mu.Lock()
-	if cur, ok := s.index[k]; ok && *cur.Value.(*diskEntry) == ent && s.f == f {
+	if cur, ok := s.index[k]; ok && *cur.Value.(*diskEntry) == ent && s.log == log {
 		s.lru.Remove(cur)
 		delete(s.index, k)
 		s.live -= ent.n
@@ -295,27 +288,25 @@ func (s *Disk) Put(_ context.Context, instance string, d digest.Digest, ar *repb
 	if err != nil {
 		return err
 	}
-	if len(data) > 64<<20 {
+	if len(data) > maxData {
 		return fmt.Errorf("action result of %d bytes is too large to cache", len(data))
 	}
 	k := rawKey(instance, d)
 	rec := makeRecord(k, data)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := s.f.WriteAt(rec, s.size); err != nil {
-		// Leave no partial record behind a later one.
-		s.f.Truncate(s.size)
+	off, err := s.log.Append(rec)
+	if err != nil {
 		return fmt.Errorf("writing the action cache log: %w", err)
 	}
-	s.indexLocked(k, s.size, int64(len(rec)))
-	s.size += int64(len(rec))
+	s.indexLocked(k, off, int64(len(rec)))
 	s.evictLocked()
 	return s.maybeCompactLocked()
 }
 
 // maybeCompactLocked rewrites the log when dead records dominate it.
 func (s *Disk) maybeCompactLocked() error {
-	if s.size < compactMin || s.size < 2*s.live {
+	if size := s.log.Size(); size < compactMin || size < 2*s.live {
 		return nil
 	}
 	return s.compactLocked()
@@ -324,43 +315,35 @@ func (s *Disk) maybeCompactLocked() error {
 // compactLocked writes the live records, least recently used first, to a
 // new log and switches to it.
 func (s *Disk) compactLocked() error {
-	tmp, err := os.Create(s.path + ".tmp")
-	if err != nil {
-		return fmt.Errorf("compacting the action cache: %w", err)
-	}
-	w := bufio.NewWriterSize(tmp, 1<<20)
-	var off int64
 	type moved struct {
 		e   *diskEntry
 		off int64
 	}
 	var order []moved
-	for el := s.lru.Back(); el != nil; el = el.Prev() {
-		e := el.Value.(*diskEntry)
-		rec := make([]byte, e.n)
-		if _, err := s.f.ReadAt(rec, e.off); err != nil || !validRecord(rec, e.key) {
-			continue // damaged: dropped below
+	log, err := recordlog.Rewrite(s.path, logOptions, func(w io.Writer) error {
+		var off int64
+		for el := s.lru.Back(); el != nil; el = el.Prev() {
+			e := el.Value.(*diskEntry)
+			rec := make([]byte, e.n)
+			if _, err := s.log.ReadAt(rec, e.off); err != nil || !validRecord(rec, e.key) {
+				continue // damaged: dropped below
+			}
+			if _, err := w.Write(rec); err != nil {
+				return err
+			}
+			order = append(order, moved{e, off})
+			off += e.n
 		}
-		if _, err := w.Write(rec); err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-			return fmt.Errorf("compacting the action cache: %w", err)
-		}
-		order = append(order, moved{e, off})
-		off += e.n
-	}
-	if err := w.Flush(); err == nil {
-		err = os.Rename(tmp.Name(), s.path)
-	} else {
-		tmp.Close()
-		os.Remove(tmp.Name())
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("compacting the action cache: %w", err)
 	}
-	s.f.Close()
-	s.f = tmp
+	s.log.Close()
+	s.log = log
 	s.index = make(map[[32]byte]*list.Element, len(order))
 	s.lru = list.New()
-	s.size, s.live = off, 0
+	s.live = 0
 	for _, m := range order {
 		s.indexLocked(m.e.key, m.off, m.e.n)
 	}
@@ -379,12 +362,12 @@ func (s *Disk) Compact() error {
 func (s *Disk) Stats() (entries int, live, logBytes int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.index), s.live, s.size
+	return len(s.index), s.live, s.log.Size()
 }
 
 // Close closes the log.
 func (s *Disk) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.f.Close()
+	return s.log.Close()
 }

@@ -244,9 +244,14 @@ func TestDiskCorruptEntry(t *testing.T) {
 	// Flip a byte inside the second record's data.
 	e := s.index[rawKey("", action(1))].Value.(*diskEntry)
 	b := make([]byte, 1)
-	s.f.ReadAt(b, e.off+recordHeader+2)
+	f, err := os.OpenFile(s.path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ReadAt(b, e.off+recordHeader+2)
 	b[0] ^= 0xff
-	s.f.WriteAt(b, e.off+recordHeader+2)
+	f.WriteAt(b, e.off+recordHeader+2)
+	f.Close()
 	if _, err := s.Get(ctx, "", action(1)); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Get of a corrupt entry: %v, want ErrNotFound", err)
 	}

@@ -157,7 +157,7 @@ func (s *Disk) appendBatch(ds []digest.Digest, data [][]byte, errs []error, idx 
 	}
 	g, base, err := s.appendRecords(buf)
 	if err == nil && s.fsync {
-		err = g.syncTo(base + size)
+		err = g.log.Sync(base + size)
 	}
 	if err != nil {
 		if g != nil {

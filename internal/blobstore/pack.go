@@ -21,8 +21,9 @@ package blobstore
 //	16+n    4     CRC-32C of bytes 0..16+n (the header)
 //	20+n    size  data
 //
-// and is written with one positioned write(2). The index says where each
-// blob is: its own file, or (segment, record offset).
+// and is written with one positioned write(2). A segment is a
+// recordlog.Log (internal/recordlog) framed by packFormat. The index says
+// where each blob is: its own file, or (segment, record offset).
 //
 // At start the index is rebuilt by scanning the records of every segment:
 // headers are checked (magic, header CRC, digest function, hash length)
@@ -45,7 +46,6 @@ package blobstore
 // reads the old, intact file and returns the data.
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -57,11 +57,11 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/recordlog"
 )
 
 const (
@@ -85,48 +85,33 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // segment is one pack file.
 type segment struct {
-	id   uint64
-	path string
-	f    *os.File
-	// size is the offset of the next append (under Disk.pmu).
-	size int64
+	id  uint64
+	log *recordlog.Log
 	// entries are the index entries that were placed in this segment
 	// (under Disk.mu); those that moved or left the index are skipped.
 	entries []*entry
 	// dead is set under Disk.mu when the segment leaves the store.
 	dead bool
 	refs atomic.Int32
-	// written is size, readable without Disk.pmu.
-	written atomic.Int64
-	// syncMu serialises fsyncs; synced is how much of the file the last
-	// one covered.
-	syncMu sync.Mutex
-	synced int64
-}
-
-// syncTo flushes the segment to stable storage up to at least end.
-// Concurrent callers share fsyncs: each flushes everything written so
-// far, so those waiting behind it usually find their records covered.
-func (g *segment) syncTo(end int64) error {
-	g.syncMu.Lock()
-	defer g.syncMu.Unlock()
-	if g.synced >= end {
-		return nil
-	}
-	target := g.written.Load()
-	if err := g.f.Sync(); err != nil {
-		return fmt.Errorf("flushing segment %s: %w", g.path, err)
-	}
-	g.synced = target
-	return nil
 }
 
 // unref drops a reference; the last one closes and unlinks the file.
 func (g *segment) unref() {
 	if g.refs.Add(-1) == 0 {
-		g.f.Close()
-		os.Remove(g.path)
+		g.log.Close()
+		os.Remove(g.log.Path())
 	}
+}
+
+// segmentOptions are the recordlog options of the store's segments.
+// Record data CRCs are checked at start only in the newest segment (see
+// above): checkData.
+func (s *Disk) segmentOptions(checkData bool) recordlog.Options {
+	opts := recordlog.Options{Format: packFormat{}, Verify: checkData, Sync: recordlog.NoSync}
+	if s.fsync {
+		opts.Sync = recordlog.SyncFile
+	}
+	return opts
 }
 
 func segmentName(id uint64) string { return fmt.Sprintf("%016x%s", id, segSuffix) }
@@ -155,28 +140,59 @@ func encodeHeader(hdr []byte, d digest.Digest, size, dataCRC uint32) {
 	binary.LittleEndian.PutUint32(hdr[recFixedHdr+hl:], crc32.Checksum(hdr[:recFixedHdr+hl], castagnoli))
 }
 
-// parseHeader decodes and checks a record header at the start of b. It
-// returns the digest and data CRC, and the header length, or ok false if
+// frameHeader checks a record header at the start of b, without decoding
+// the digest: it returns the header length and blob size, or ok false if
 // b does not start with a well-formed header (or is too short for one).
-func parseHeader(b []byte) (d digest.Digest, crc uint32, hdrLen int, ok bool) {
+func frameHeader(b []byte) (hdrLen int, size int64, ok bool) {
 	if len(b) < recFixedHdr || string(b[:4]) != recMagic || b[6] != 0 || b[7] != 0 {
-		return d, 0, 0, false
+		return 0, 0, false
 	}
 	fn := digest.Function(b[4])
 	hl := int(b[5])
 	if !digest.IsSupported(fn) || digest.HexLen(fn) != 2*hl || len(b) < recFixedHdr+hl+4 {
-		return d, 0, 0, false
+		return 0, 0, false
 	}
 	hdrLen = recFixedHdr + hl + 4
 	if binary.LittleEndian.Uint32(b[hdrLen-4:]) != crc32.Checksum(b[:hdrLen-4], castagnoli) {
+		return 0, 0, false
+	}
+	size = int64(binary.LittleEndian.Uint32(b[8:]))
+	if size == 0 || size > smallBlob {
+		return 0, 0, false
+	}
+	return hdrLen, size, true
+}
+
+// parseHeader decodes and checks a record header at the start of b. It
+// returns the digest and data CRC, and the header length, or ok false if
+// b does not start with a well-formed header (or is too short for one).
+func parseHeader(b []byte) (d digest.Digest, crc uint32, hdrLen int, ok bool) {
+	hdrLen, size, ok := frameHeader(b)
+	if !ok {
 		return d, 0, 0, false
 	}
-	size := int64(binary.LittleEndian.Uint32(b[8:]))
-	d, err := digest.Parse(fn, hex.EncodeToString(b[recFixedHdr:recFixedHdr+hl]), size)
-	if err != nil || size == 0 || size > smallBlob {
+	hl := hdrLen - recFixedHdr - 4
+	d, err := digest.Parse(digest.Function(b[4]), hex.EncodeToString(b[recFixedHdr:recFixedHdr+hl]), size)
+	if err != nil {
 		return d, 0, 0, false
 	}
 	return d, binary.LittleEndian.Uint32(b[12:]), hdrLen, true
+}
+
+// packFormat frames segment records for internal/recordlog.
+type packFormat struct{}
+
+func (packFormat) MaxHeader() int { return recFixedHdr + maxHashBytes + 4 }
+
+func (packFormat) Frame(hdr []byte) (int64, bool) {
+	hdrLen, size, ok := frameHeader(hdr)
+	return int64(hdrLen) + size, ok
+}
+
+// Verify checks the data CRC; Frame checked the header's.
+func (packFormat) Verify(rec []byte) bool {
+	hdrLen := recFixedHdr + int(rec[5]) + 4
+	return crc32.Checksum(rec[hdrLen:], castagnoli) == binary.LittleEndian.Uint32(rec[12:])
 }
 
 // checkRecord reports whether rec is an intact record of d.
@@ -218,14 +234,13 @@ func (s *Disk) loadPacks() ([]*segment, []packedRecord, error) {
 	var segs []*segment
 	var recs []packedRecord
 	for i, id := range ids {
-		g := &segment{id: id, path: filepath.Join(s.packDir, segmentName(id))}
-		found, err := s.scanSegment(g, i == len(ids)-1)
+		g, found, err := s.scanSegment(id, i == len(ids)-1)
 		if err != nil {
 			return nil, nil, err
 		}
 		if len(found) == 0 {
-			g.f.Close()
-			os.Remove(g.path)
+			g.log.Close()
+			os.Remove(g.log.Path())
 			continue
 		}
 		g.refs.Store(1)
@@ -238,70 +253,28 @@ func (s *Disk) loadPacks() ([]*segment, []packedRecord, error) {
 	return segs, recs, nil
 }
 
-// scanSegment opens g and lists its records, truncating the file at the
-// first record that is torn or damaged. checkData also checks the data
-// CRCs (the newest segment, which a crash can have cut short).
-func (s *Disk) scanSegment(g *segment, checkData bool) ([]packedRecord, error) {
-	f, err := os.OpenFile(g.path, os.O_RDWR, 0)
-	if err != nil {
-		return nil, fmt.Errorf("opening segment: %w", err)
-	}
-	g.f = f
-	info, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("opening segment: %w", err)
-	}
-	fileSize := info.Size()
-	// Read through a large buffer: records are small, so skipping data by
-	// reading it costs less than a seek and a read per record.
-	br := bufio.NewReaderSize(io.NewSectionReader(f, 0, fileSize), 1<<20)
+// scanSegment opens segment id and lists its records, truncating the file
+// at the first record that is torn or damaged. checkData also checks the
+// data CRCs (the newest segment, which a crash can have cut short).
+func (s *Disk) scanSegment(id uint64, checkData bool) (*segment, []packedRecord, error) {
+	g := &segment{id: id}
 	var recs []packedRecord
-	var off int64
-	for off < fileSize {
-		hdr, _ := br.Peek(recFixedHdr + maxHashBytes + 4)
-		d, crc, hdrLen, ok := parseHeader(hdr)
-		if !ok || off+int64(hdrLen)+d.Size > fileSize {
-			break
-		}
-		br.Discard(hdrLen)
-		if checkData {
-			c := uint32(0)
-			for left := int(d.Size); left > 0; {
-				chunk, _ := br.Peek(min(left, br.Size()))
-				if len(chunk) == 0 {
-					break
-				}
-				c = crc32.Update(c, castagnoli, chunk)
-				br.Discard(len(chunk))
-				left -= len(chunk)
-			}
-			if c != crc {
-				break
-			}
-		} else if _, err := br.Discard(int(d.Size)); err != nil {
-			break
-		}
+	log, err := recordlog.Open(filepath.Join(s.packDir, segmentName(id)), s.segmentOptions(checkData), func(off int64, rec []byte) error {
+		d, _, _, _ := parseHeader(rec) // framed, so well-formed
 		recs = append(recs, packedRecord{d, g, off})
-		off += int64(hdrLen) + d.Size
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening segment: %w", err)
 	}
-	if off < fileSize {
-		// A torn or damaged record: nothing after it can be trusted.
-		if err := f.Truncate(off); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("truncating damaged segment %s: %w", g.path, err)
-		}
-	}
-	g.size = off
-	g.written.Store(off)
-	g.synced = off
-	return recs, nil
+	g.log = log
+	return g, recs, nil
 }
 
 // segmentMTime is the modification time of a segment, used to place its
 // blobs in the LRU order rebuilt at start.
 func segmentMTime(g *segment) time.Time {
-	if info, err := g.f.Stat(); err == nil {
+	if info, err := g.log.Stat(); err == nil {
 		return info.ModTime()
 	}
 	return time.Time{}
@@ -311,18 +284,12 @@ func segmentMTime(g *segment) time.Time {
 // be held.
 func (s *Disk) rotateLocked() error {
 	id := s.nextSeg
-	path := filepath.Join(s.packDir, segmentName(id))
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	log, err := recordlog.Create(filepath.Join(s.packDir, segmentName(id)), s.segmentOptions(false))
 	if err != nil {
 		return fmt.Errorf("creating segment: %w", err)
 	}
-	if err := s.syncDir(path); err != nil {
-		f.Close()
-		os.Remove(path)
-		return fmt.Errorf("creating segment: %w", err)
-	}
 	s.nextSeg++
-	g := &segment{id: id, path: path, f: f}
+	g := &segment{id: id, log: log}
 	g.refs.Store(1)
 	s.cur = g
 	s.segs = append(s.segs, g)
@@ -336,21 +303,16 @@ func (s *Disk) rotateLocked() error {
 func (s *Disk) appendRecords(recs []byte) (*segment, int64, error) {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
-	if s.cur == nil || (s.cur.size > 0 && s.cur.size+int64(len(recs)) > s.segSize) {
+	if s.cur == nil || (s.cur.log.Size() > 0 && s.cur.log.Size()+int64(len(recs)) > s.segSize) {
 		if err := s.rotateLocked(); err != nil {
 			return nil, 0, err
 		}
 	}
 	g := s.cur
-	off := g.size
-	if _, err := g.f.WriteAt(recs, off); err != nil {
-		// Cut off whatever part of the write landed, so that the next
-		// record follows the last good one.
-		g.f.Truncate(off)
-		return nil, 0, fmt.Errorf("appending to segment %s: %w", g.path, err)
+	off, err := g.log.Append(recs)
+	if err != nil {
+		return nil, 0, fmt.Errorf("appending to a segment: %w", err)
 	}
-	g.size += int64(len(recs))
-	g.written.Store(g.size)
 	g.refs.Add(1)
 	return g, off, nil
 }
@@ -368,7 +330,7 @@ func (s *Disk) writePacked(d digest.Digest, rec []byte) error {
 	for attempt := 0; attempt < 10; attempt++ {
 		g, off, err := s.appendRecords(rec)
 		if err == nil && s.fsync {
-			err = g.syncTo(off + int64(len(rec)))
+			err = g.log.Sync(off + int64(len(rec)))
 		}
 		if err != nil {
 			if g != nil {
@@ -407,7 +369,7 @@ func (s *Disk) releasePacked(d digest.Digest, g *segment, off int64) bool {
 func (s *Disk) readPacked(e *entry, g *segment, off int64, offset int64) (io.ReadCloser, error) {
 	d := e.d
 	rec := make([]byte, recordLen(d))
-	_, err := g.f.ReadAt(rec, off)
+	_, err := g.log.ReadAt(rec, off)
 	g.unref()
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("reading blob %s: %w", d, err)
@@ -516,8 +478,8 @@ func (s *Disk) evictSegmentLocked(tail *entry, ev *evictions) {
 	// rather than a record at a time.
 	var whole []byte
 	if len(candidates) > 256 {
-		whole = make([]byte, old.written.Load())
-		if n, err := old.f.ReadAt(whole, 0); err != nil {
+		whole = make([]byte, old.log.Size())
+		if n, err := old.log.ReadAt(whole, 0); err != nil {
 			whole = whole[:n]
 		}
 	}
@@ -529,7 +491,7 @@ func (s *Disk) evictSegmentLocked(tail *entry, ev *evictions) {
 			buf = append(buf, whole[e.off:e.off+rl]...)
 		} else {
 			buf = append(buf, make([]byte, rl)...)
-			if _, err := old.f.ReadAt(buf[n:], e.off); err != nil {
+			if _, err := old.log.ReadAt(buf[n:], e.off); err != nil {
 				buf = buf[:n]
 			}
 		}
@@ -546,7 +508,7 @@ func (s *Disk) evictSegmentLocked(tail *entry, ev *evictions) {
 	}
 	g, off, err := s.appendRecords(buf)
 	if err == nil && s.fsync {
-		err = g.syncTo(off + int64(len(buf)))
+		err = g.log.Sync(off + int64(len(buf)))
 	}
 	if err != nil {
 		for _, e := range keep {

@@ -167,12 +167,11 @@ func FuzzScanSegment(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer os.Remove(path)
-		g := &segment{id: 1, path: path}
-		got, err := (&Disk{}).scanSegment(g, checkData)
+		g, got, err := (&Disk{packDir: dir}).scanSegment(1, checkData)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer g.f.Close()
+		defer g.log.Close()
 		if len(got) < intact {
 			t.Fatalf("scan kept %d records; the first %d are intact", len(got), intact)
 		}
@@ -205,8 +204,8 @@ func FuzzScanSegment(f *testing.F) {
 				t.Fatalf("record %d (%v at %d) fails its data CRC but was listed with checkData", i, r.d, r.off)
 			}
 		}
-		if int64(len(onDisk)) != end || g.size != end || g.written.Load() != end {
-			t.Fatalf("file %d bytes, size %d, written %d; want all %d (the end of the last record)", len(onDisk), g.size, g.written.Load(), end)
+		if int64(len(onDisk)) != end || g.log.Size() != end {
+			t.Fatalf("file %d bytes, log size %d; want both %d (the end of the last record)", len(onDisk), g.log.Size(), end)
 		}
 	})
 }

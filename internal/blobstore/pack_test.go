@@ -31,11 +31,11 @@ func (s *Disk) heldOnDisk(d digest.Digest) bool {
 	g.refs.Add(1)
 	s.mu.Unlock()
 	defer g.unref()
-	if _, err := os.Stat(g.path); err != nil {
+	if _, err := os.Stat(g.log.Path()); err != nil {
 		return false
 	}
 	rec := make([]byte, recordLen(d))
-	_, err := g.f.ReadAt(rec, off)
+	_, err := g.log.ReadAt(rec, off)
 	return err == nil && checkRecord(rec, d)
 }
 
@@ -103,12 +103,12 @@ func TestPackPutGet(t *testing.T) {
 	}
 	// A duplicate write is a no-op: the segment does not grow.
 	s.pmu.Lock()
-	before := s.cur.size
+	before := s.cur.log.Size()
 	s.pmu.Unlock()
 	mustPut(t, s, blob("another", 100), digest.SHA256)
 	mustPut(t, s, blob(fmt.Sprint("mixed", 100), 100), digest.SHA256)
 	s.pmu.Lock()
-	after := s.cur.size
+	after := s.cur.log.Size()
 	s.pmu.Unlock()
 	if want := before + recordLen(digest.Compute(digest.SHA256, blob("another", 100))); after != want {
 		t.Errorf("segment grew from %d to %d bytes, want %d (one new blob, one duplicate)", before, after, want)
@@ -176,7 +176,7 @@ func TestPackTornTail(t *testing.T) {
 		ds = append(ds, mustPut(t, s, blob(fmt.Sprint("torn", i), 1000), digest.SHA256))
 	}
 	seg, off2 := s.location(t, ds[2])
-	path := seg.path
+	path := seg.log.Path()
 
 	// Garbage after the last record (a crash during an append of
 	// something that never finished): cut off, the blobs stay.
@@ -217,9 +217,9 @@ func TestPackTornTail(t *testing.T) {
 	// A segment whose first header is damaged is left empty and removed.
 	_, off0 := s3.location(t, ds[0])
 	seg0, _ := s3.location(t, ds[0])
-	flipByte(t, seg0.path, off0+1)
+	flipByte(t, seg0.log.Path(), off0+1)
 	s4 := openDiskOpts(t, dir, DiskOptions{})
-	if _, err := os.Stat(seg0.path); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(seg0.log.Path()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("segment with a damaged first header still exists: %v", err)
 	}
 	if n, _ := s4.Stats(); n != 1 {
@@ -259,7 +259,7 @@ func TestPackCorruptRecord(t *testing.T) {
 	if seg == s.cur {
 		t.Fatal("the victim should be in a sealed segment")
 	}
-	flipByte(t, seg.path, off+recordHeaderLen(victim)+500)
+	flipByte(t, seg.log.Path(), off+recordHeaderLen(victim)+500)
 	if _, err := s.Open(ctx, victim, 0); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Open of a damaged record = %v, want ErrNotFound", err)
 	}
@@ -289,12 +289,12 @@ func TestPackCorruptRecord(t *testing.T) {
 	last := ds[7]
 	seg, off = s2.location(t, digest.Compute(digest.SHA256, blob("corrupt1", 1000)))
 	_ = last
-	flipByte(t, seg.path, off+recordHeaderLen(victim)+10)
+	flipByte(t, seg.log.Path(), off+recordHeaderLen(victim)+10)
 	s3 := openDiskOpts(t, dir, opts)
 	if _, err := s3.Open(ctx, victim, 0); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Open of a blob damaged in the newest segment, after reopen = %v, want ErrNotFound", err)
 	}
-	if info, _ := os.Stat(seg.path); info != nil && info.Size() > off {
+	if info, _ := os.Stat(seg.log.Path()); info != nil && info.Size() > off {
 		t.Errorf("newest segment is %d bytes, want truncated at %d", info.Size(), off)
 	}
 }
@@ -334,7 +334,7 @@ func TestPackSegmentEviction(t *testing.T) {
 			t.Errorf("blob %d still in the evicted segment", i)
 		}
 	}
-	if _, err := os.Stat(first.path); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(first.log.Path()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("evicted segment file still exists: %v", err)
 	}
 	if n, b := s.Stats(); n != 155 || b != 155_000 {
@@ -392,7 +392,7 @@ func TestPackReadDuringEviction(t *testing.T) {
 	if !g.dead {
 		t.Fatal("segment not evicted")
 	}
-	if _, err := os.Stat(g.path); err != nil {
+	if _, err := os.Stat(g.log.Path()); err != nil {
 		t.Errorf("segment file removed while a reader holds it: %v", err)
 	}
 	r, err := s.readPacked(e, g, off, 0)
@@ -403,7 +403,7 @@ func TestPackReadDuringEviction(t *testing.T) {
 	if n, _ := r.Read(got); n != len(data) || !bytes.Equal(got, data) {
 		t.Errorf("read from an evicted segment: %d bytes", n)
 	}
-	if _, err := os.Stat(g.path); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(g.log.Path()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("segment file kept after its last reference: %v", err)
 	}
 }
@@ -488,7 +488,7 @@ func TestPackConcurrentEviction(t *testing.T) {
 			s.pmu.Lock()
 			live := map[string]bool{}
 			for _, g := range s.segs {
-				live[filepath.Base(g.path)] = true
+				live[filepath.Base(g.log.Path())] = true
 			}
 			s.pmu.Unlock()
 			for _, name := range segmentFiles(t, s) {
@@ -528,7 +528,7 @@ func TestPackEvictionCopiesMany(t *testing.T) {
 	for i := 0; i < perSeg-5; i += 37 {
 		mustGet(t, s, ds[i], blob(fmt.Sprint("many", i), 100))
 	}
-	if _, err := os.Stat(first.path); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(first.log.Path()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("evicted segment still on disk: %v", err)
 	}
 }

@@ -15,12 +15,15 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/recordlog"
 )
 
 // Embedded is the Store of a single `gantry serve`: a directory holding an
-// append-only log of CRC-checked records and, from time to time, a
-// snapshot of every live record. All records live in memory as well; Load
-// serves from there and the files are only read at open.
+// append-only log of CRC-checked records (internal/recordlog, framed as
+// record.go says) and, from time to time, a snapshot of every live
+// record. All records live in memory as well; Load serves from there and
+// the files are only read at open.
 //
 // Files in the directory:
 //
@@ -49,13 +52,11 @@ type Embedded struct {
 	live   int64 // encoded bytes of the live records, roughly
 
 	// Owned by the committer goroutine after open.
-	log     *os.File
-	logGen  uint64
-	logSize int64     // bytes of intact records in log
-	pre     *prealloc // the zeros after them
-	seq     uint64    // of the next record
-	broken  error
-	buf     []byte
+	log    *recordlog.Log // the newest, preallocated
+	logGen uint64
+	seq    uint64 // of the next record
+	broken error
+	buf    []byte
 
 	compacting  sync.WaitGroup
 	compactBusy atomic.Bool
@@ -63,7 +64,7 @@ type Embedded struct {
 
 	commits     atomic.Uint64
 	compactions atomic.Uint64
-	logBytes    atomic.Int64 // logSize, for Stats
+	logBytes    atomic.Int64 // log.Size(), for Stats
 }
 
 // EmbeddedOptions tunes an Embedded store; the zero value is the default.
@@ -115,8 +116,8 @@ func OpenEmbeddedWith(dir string, opts EmbeddedOptions) (*Embedded, error) {
 			return nil, fmt.Errorf("statestore: creating the state directory: %w", err)
 		}
 		// Make the new directory's own entry durable too.
-		if err := syncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
-			return nil, err
+		if err := recordlog.SyncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
+			return nil, fmt.Errorf("statestore: %w", err)
 		}
 	}
 	lock, err := lockDir(filepath.Join(dir, "LOCK"))
@@ -173,34 +174,95 @@ func (s *Embedded) open() error {
 		gens = append(gens, gen)
 	}
 	sort.Slice(gens, func(i, j int) bool { return gens[i] < gens[j] })
-	for i, gen := range gens {
-		last := i == len(gens)-1
-		size, err := s.replayLog(filepath.Join(s.dir, logName(gen)), last)
-		if err != nil {
-			return err
-		}
-		s.logGen, s.logSize = gen, size
-	}
-	if len(gens) == 0 {
-		s.logGen, s.logSize = max(snapGen, 1), 0
-	}
-	f, err := os.OpenFile(filepath.Join(s.dir, logName(s.logGen)), os.O_WRONLY|os.O_CREATE, 0o644)
-	if err != nil {
-		return fmt.Errorf("opening the state log: %w", err)
-	}
-	s.log = f
-	if len(gens) == 0 {
-		if err := syncDir(s.dir); err != nil {
+	for _, gen := range gens[:max(len(gens)-1, 0)] {
+		if err := s.replayOlderLog(filepath.Join(s.dir, logName(gen))); err != nil {
 			return err
 		}
 	}
-	fi, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("opening the state log: %w", err)
+	s.logGen = max(snapGen, 1)
+	if len(gens) > 0 {
+		s.logGen = gens[len(gens)-1]
 	}
-	s.pre = newPrealloc(f, max(fi.Size(), s.logSize))
-	s.logBytes.Store(s.logSize)
-	s.pre.maybeExtend(s.logSize)
+	// The newest log, created if there is none: a torn tail (a crash
+	// mid-write) is cut off so that appends follow the last intact record.
+	log, err := recordlog.Open(filepath.Join(s.dir, logName(s.logGen)), s.logOptions(), s.replayRecord)
+	if err != nil {
+		return fmt.Errorf("statestore: opening the state log: %w", err)
+	}
+	s.log = log
+	s.logBytes.Store(log.Size())
+	return nil
+}
+
+// logOptions are the recordlog options of the state logs: every record
+// checked at replay, each commit made durable with fdatasync into zeros
+// written ahead, and damage followed by intact records refused.
+func (s *Embedded) logOptions() recordlog.Options {
+	return recordlog.Options{Format: logFormat{}, Verify: true, Sync: recordlog.SyncData, Preallocate: true, Damaged: s.refuseMiddleDamage}
+}
+
+// replayRecord applies the log record at off, which must be next in
+// sequence.
+func (s *Embedded) replayRecord(off int64, rec []byte) error {
+	seq, muts, _, err := decodeRecord(rec)
+	if err != nil {
+		return fmt.Errorf("%w: %v", recordlog.ErrDamaged, err)
+	}
+	if seq != s.seq {
+		// An intact record out of sequence is not a torn write.
+		return &seqError{off: off, got: seq, want: s.seq}
+	}
+	s.applyLocked(muts, true)
+	s.seq++
+	return nil
+}
+
+// seqError is an intact log record out of sequence.
+type seqError struct {
+	off       int64
+	got, want uint64
+}
+
+func (e *seqError) Error() string {
+	return fmt.Sprintf("state log damaged at offset %d (record has sequence number %d, expected %d) and intact records follow: this is disk corruption, not an interrupted write; refusing to start without them: restore the state directory from a backup or move it away", e.off, e.got, e.want)
+}
+
+// refuseMiddleDamage refuses to cut off a damaged record in the newest log
+// when the record after it is intact and next in sequence: a torn write
+// leaves nothing intact after itself.
+func (s *Embedded) refuseMiddleDamage(path string, t recordlog.Tail) error {
+	if t.Next == nil {
+		return nil
+	}
+	if seq, _, _, err := decodeRecord(t.Next); err != nil || seq != s.seq+1 {
+		return nil
+	}
+	return damagedLog(path, t)
+}
+
+func damagedLog(path string, t recordlog.Tail) error {
+	return fmt.Errorf("state log %s is damaged at offset %d (%s) and intact records follow: this is disk corruption, not an interrupted write; refusing to start without them: restore the state directory from a backup or move it away", path, t.End, t.Reason)
+}
+
+// replayOlderLog applies the records of a log that a newer one follows:
+// any damage in it is in the middle of the state.
+func (s *Embedded) replayOlderLog(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("statestore: reading the state log: %w", err)
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("statestore: reading the state log: %w", err)
+	}
+	t, err := recordlog.Replay(f, info.Size(), logFormat{}, true, s.replayRecord)
+	if err != nil {
+		return fmt.Errorf("statestore: reading the state log %s: %w", path, err)
+	}
+	if !t.Whole(true) {
+		return damagedLog(path, t)
+	}
 	return nil
 }
 
@@ -241,79 +303,6 @@ func (s *Embedded) readSnapshot() (gen, nextSeq uint64, err error) {
 		}
 		s.applyLocked(muts, true)
 	}
-}
-
-// replayLog applies the records of one log and returns its intact length.
-// In the newest log a torn tail is cut off.
-func (s *Embedded) replayLog(path string, last bool) (int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, fmt.Errorf("reading the state log: %w", err)
-	}
-	off, seq, tailErr := replay(b, s.seq, func(muts []Mutation) { s.applyLocked(muts, true) })
-	s.seq = seq
-	if tailErr == nil {
-		return int64(off), nil
-	}
-	if tailErr.middle || !last {
-		return 0, fmt.Errorf("state log %s is damaged at offset %d (%v) and intact records follow: this is disk corruption, not an interrupted write; refusing to start without them: restore the state directory from a backup or move it away", path, off, tailErr.err)
-	}
-	// A crash mid-write: cut the torn record off so appends follow the
-	// last intact one.
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return 0, fmt.Errorf("repairing the state log: %w", err)
-	}
-	defer f.Close()
-	if err := f.Truncate(int64(off)); err != nil {
-		return 0, fmt.Errorf("repairing the state log: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		return 0, fmt.Errorf("repairing the state log: %w", err)
-	}
-	return int64(off), nil
-}
-
-type replayError struct {
-	err    error
-	middle bool // intact records follow the damage
-}
-
-// replay decodes the records of a log, calling apply for each, and returns
-// the offset after the last intact record and the next sequence number.
-// A non-nil replayError describes what stopped it before the end of b.
-func replay(b []byte, seq uint64, apply func([]Mutation)) (int, uint64, *replayError) {
-	off := 0
-	for off < len(b) {
-		rseq, muts, n, err := decodeRecord(b[off:])
-		if err == nil && rseq != seq {
-			err = fmt.Errorf("record has sequence number %d, expected %d", rseq, seq)
-			// An intact record out of sequence is not a torn write.
-			return off, seq, &replayError{err: err, middle: true}
-		}
-		if err != nil && allZero(b[off:]) {
-			// The log's preallocated zeros (prealloc.go): its end.
-			return off, seq, nil
-		}
-		if err != nil {
-			re := &replayError{err: err}
-			// Damage is in the middle when the record's stated length
-			// fits and the record after it is intact and next in order:
-			// a torn write leaves nothing intact after itself.
-			if len(b)-off >= recordHeader {
-				l := int(binary.LittleEndian.Uint32(b[off:]))
-				if l <= maxRecord && off+recordHeader+l < len(b) {
-					nseq, _, _, nerr := decodeRecord(b[off+recordHeader+l:])
-					re.middle = nerr == nil && nseq == seq+1
-				}
-			}
-			return off, seq, re
-		}
-		apply(muts)
-		seq++
-		off += n
-	}
-	return off, seq, nil
 }
 
 // applyLocked applies mutations to memory; the caller holds dataMu (or is
@@ -381,31 +370,20 @@ func (s *Embedded) commit(reqs []*request) error {
 		}
 	}
 	s.buf = appendRecord(s.buf[:0], s.seq, muts)
-	end := s.logSize + int64(len(s.buf))
-	inZeros := s.pre.room(end)
-	if _, err := s.log.WriteAt(s.buf, s.logSize); err != nil {
-		// Leave no partial record for a later one to follow (nor the
-		// zeros after it: they are written again when needed).
-		s.pre.wait()
-		if terr := s.log.Truncate(s.logSize); terr != nil {
-			s.broken = fmt.Errorf("statestore: the state log could not be repaired after a failed write (%v): restart to recover", terr)
+	off, err := s.log.Append(s.buf)
+	if err != nil {
+		if errors.Is(err, recordlog.ErrNotRepaired) {
+			s.broken = fmt.Errorf("statestore: the state log could not be repaired after a failed write (%v): restart to recover", err)
 		}
-		s.pre = newPrealloc(s.log, s.logSize)
 		return fmt.Errorf("statestore: writing the state log: %w", err)
 	}
-	// Into the zeros only the data must reach the disk; an append also
-	// changes the size, which fdatasync writes too.
-	if err := datasync(s.log); err != nil {
+	end := off + int64(len(s.buf))
+	if err := s.log.Sync(end); err != nil {
 		// After a failed fsync the kernel's copy of the file cannot be
 		// trusted: refuse further commits; a restart replays what is there.
 		s.broken = fmt.Errorf("statestore: syncing the state log failed (%v): restart to recover", err)
 		return s.broken
 	}
-	s.logSize = end
-	if !inZeros {
-		s.pre.grew(end)
-	}
-	s.pre.maybeExtend(end)
 	s.logBytes.Store(end)
 	if cap(s.buf) > 4<<20 {
 		s.buf = nil // do not keep a large group's buffer
@@ -424,7 +402,8 @@ func (s *Embedded) maybeCompact() {
 	s.dataMu.RLock()
 	live := s.live
 	s.dataMu.RUnlock()
-	if s.logSize < s.opts.CompactMinBytes || s.logSize < s.opts.CompactRatio*live || s.compactBusy.Load() {
+	size := s.log.Size()
+	if size < s.opts.CompactMinBytes || size < s.opts.CompactRatio*live || s.compactBusy.Load() {
 		return
 	}
 	if err := s.startCompaction(); err != nil {
@@ -434,20 +413,12 @@ func (s *Embedded) maybeCompact() {
 
 func (s *Embedded) startCompaction() error {
 	gen := s.logGen + 1
-	f, err := os.OpenFile(filepath.Join(s.dir, logName(gen)), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	log, err := recordlog.Create(filepath.Join(s.dir, logName(gen)), s.logOptions())
 	if err != nil {
 		return fmt.Errorf("statestore: starting a new log: %w", err)
 	}
-	if err := syncDir(s.dir); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return err
-	}
-	s.pre.wait()
 	s.log.Close()
-	s.log, s.logGen, s.logSize = f, gen, 0
-	s.pre = newPrealloc(f, 0)
-	s.pre.maybeExtend(0)
+	s.log, s.logGen = log, gen
 	s.logBytes.Store(0)
 	// A copy of the maps; values are never modified in place, so they
 	// can be shared with the snapshot writer.
@@ -483,86 +454,57 @@ func (s *Embedded) startCompaction() error {
 }
 
 // writeSnapshot writes data as the snapshot preceding log gen, whose
-// first record has sequence number seq.
+// first record has sequence number seq, replacing the old one whole.
 func writeSnapshot(dir string, gen, seq uint64, data map[string]map[string][]byte) error {
-	tmp := filepath.Join(dir, "snapshot.tmp")
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("statestore: writing a snapshot: %w", err)
-	}
-	fail := func(err error) error {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("statestore: writing a snapshot: %w", err)
-	}
-	buf := make([]byte, 0, 2*snapshotChunk)
-	buf = append(buf, snapshotMagic...)
-	buf = binary.LittleEndian.AppendUint64(buf, gen)
-	buf = binary.LittleEndian.AppendUint64(buf, seq)
-	buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
-	kinds := make([]string, 0, len(data))
-	for kind := range data {
-		kinds = append(kinds, kind)
-	}
-	sort.Strings(kinds)
-	var chunk []Mutation
-	size := 0
-	flush := func() error {
-		if len(chunk) > 0 {
-			buf = appendRecord(buf, 0, chunk)
-			chunk, size = chunk[:0], 0
+	snap, err := recordlog.Rewrite(filepath.Join(dir, "snapshot"), recordlog.Options{Sync: recordlog.SyncFile}, func(w io.Writer) error {
+		buf := make([]byte, 0, 2*snapshotChunk)
+		buf = append(buf, snapshotMagic...)
+		buf = binary.LittleEndian.AppendUint64(buf, gen)
+		buf = binary.LittleEndian.AppendUint64(buf, seq)
+		buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
+		kinds := make([]string, 0, len(data))
+		for kind := range data {
+			kinds = append(kinds, kind)
 		}
-		if len(buf) >= snapshotChunk {
-			if _, err := f.Write(buf); err != nil {
-				return err
+		sort.Strings(kinds)
+		var chunk []Mutation
+		size := 0
+		flush := func() error {
+			if len(chunk) > 0 {
+				buf = appendRecord(buf, 0, chunk)
+				chunk, size = chunk[:0], 0
 			}
-			buf = buf[:0]
+			if len(buf) >= snapshotChunk {
+				if _, err := w.Write(buf); err != nil {
+					return err
+				}
+				buf = buf[:0]
+			}
+			return nil
 		}
-		return nil
-	}
-	for _, kind := range kinds {
-		for k, v := range data[kind] {
-			m := Mutation{Kind: kind, Key: k, Value: v}
-			chunk = append(chunk, m)
-			size += mutationSize(m)
-			if size >= snapshotChunk {
-				if err := flush(); err != nil {
-					return fail(err)
+		for _, kind := range kinds {
+			for k, v := range data[kind] {
+				m := Mutation{Kind: kind, Key: k, Value: v}
+				chunk = append(chunk, m)
+				size += mutationSize(m)
+				if size >= snapshotChunk {
+					if err := flush(); err != nil {
+						return err
+					}
 				}
 			}
 		}
-	}
-	if err := flush(); err != nil {
-		return fail(err)
-	}
-	buf = appendRecord(buf, ^uint64(0), nil)
-	if _, err := f.Write(buf); err != nil {
-		return fail(err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("statestore: writing a snapshot: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "snapshot")); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("statestore: writing a snapshot: %w", err)
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+		if err := flush(); err != nil {
+			return err
+		}
+		buf = appendRecord(buf, ^uint64(0), nil)
+		_, err := w.Write(buf)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("statestore: syncing the state directory: %w", err)
+		return fmt.Errorf("statestore: writing a snapshot: %w", err)
 	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("statestore: syncing the state directory: %w", err)
-	}
-	return nil
+	return snap.Close()
 }
 
 // Load implements Store, from memory.
@@ -633,7 +575,6 @@ func (s *Embedded) Close() error {
 		return nil
 	}
 	s.compacting.Wait()
-	s.pre.wait()
 	err := s.log.Close()
 	s.lock.Close()
 	return err

@@ -3,8 +3,11 @@ package statestore
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"testing"
+
+	"github.com/gantry-build/gantry/internal/recordlog"
 )
 
 // frame wraps payload in a record header with its length and checksum.
@@ -51,10 +54,27 @@ func FuzzDecodeRecord(f *testing.F) {
 			}
 		}
 		// Replay stops at the first bad record, wherever it is, or at
-		// the preallocated zeros that end a log.
-		off, _, rerr := replay(b, 1, func([]Mutation) {})
-		if off > len(b) || (rerr == nil && off != len(b) && !allZero(b[off:])) {
-			t.Fatalf("replay stopped at %d of %d bytes (%v)", off, len(b), rerr)
+		// the preallocated zeros that end a log, having applied only
+		// records that decode and are in sequence.
+		s := &Embedded{data: map[string]map[string][]byte{}, seq: 1}
+		tail, err := recordlog.Replay(bytes.NewReader(b), int64(len(b)), logFormat{}, true, s.replayRecord)
+		var seqErr *seqError
+		if err != nil && !errors.As(err, &seqErr) {
+			t.Fatalf("replay: %v", err)
+		}
+		if tail.End > int64(len(b)) || (err == nil && !tail.Whole(true) && tail.Reason == "") {
+			t.Fatalf("replay stopped at %d of %d bytes without a reason (%+v)", tail.End, len(b), tail)
+		}
+		var off int64
+		for seq := uint64(1); seq < s.seq; seq++ {
+			rseq, _, n, derr := decodeRecord(b[off:])
+			if derr != nil || rseq != seq {
+				t.Fatalf("replay applied record %d, which does not decode at offset %d: %v", seq, off, derr)
+			}
+			off += int64(n)
+		}
+		if off != tail.End {
+			t.Fatalf("replay applied records up to %d, ended at %d", off, tail.End)
 		}
 	})
 }

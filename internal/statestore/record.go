@@ -165,3 +165,24 @@ func decodeRecord(b []byte) (seq uint64, muts []Mutation, n int, err error) {
 	}
 	return seq, muts, n, nil
 }
+
+// logFormat frames the records of the state logs for internal/recordlog.
+// Frame accepts any length up to maxRecord (Verify rejects the
+// implausible short ones), so that the record after a damaged one can be
+// found: damage followed by intact records is refused, not cut off.
+type logFormat struct{}
+
+func (logFormat) MaxHeader() int { return recordHeader }
+
+func (logFormat) Frame(hdr []byte) (int64, bool) {
+	if len(hdr) < recordHeader {
+		return 0, false
+	}
+	length := binary.LittleEndian.Uint32(hdr)
+	return recordHeader + int64(length), length <= maxRecord
+}
+
+func (logFormat) Verify(rec []byte) bool {
+	return binary.LittleEndian.Uint32(rec) >= 9 &&
+		crc32.Update(crc32.Checksum(rec[0:4], castagnoli), castagnoli, rec[recordHeader:]) == binary.LittleEndian.Uint32(rec[4:])
+}

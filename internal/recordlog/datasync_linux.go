@@ -1,6 +1,6 @@
 //go:build linux
 
-package statestore
+package recordlog
 
 import (
 	"os"

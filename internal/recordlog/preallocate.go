@@ -1,11 +1,12 @@
-package statestore
+package recordlog
 
 import (
 	"os"
 	"sync"
 )
 
-// Preallocation. A commit that appends to the log changes the file's size,
+// Preallocation (Options.Preallocate). A commit that appends to a log
+// changes the file's size,
 // so its fsync must also commit the file system's journal, which on ext4
 // (data=ordered) first writes out other files' dirty data: the CAS's new
 // blobs, other programs' writes. The log is therefore kept a few MiB
@@ -13,10 +14,12 @@ import (
 // of time (not fallocate: its unwritten extents would need a journal
 // commit when first written), and commits overwrite those zeros and call
 // fdatasync, which then has only the record's pages to write. Measured on
-// this project's 2-core VM (docs/PERFORMANCE-HISTORY.md, "Set 5"): about half the commit
-// latency and 40% less kernel CPU per commit.
+// this project's 2-core VM (docs/PERFORMANCE-HISTORY.md, "Set 5", for the
+// state store's log): about half the commit latency and 40% less kernel
+// CPU per commit.
 //
-// Replay stops at the zeros (a record's length is never 0). An extension
+// Replay stops at the zeros (a Format must never frame zeros as a record)
+// and Open keeps them. An extension
 // writes zeros from at least preallocSlack past the last record, and no
 // record is written into the range being zeroed, so the two writers never
 // overlap; a fresh log's first records are appended (correct, only
@@ -53,8 +56,8 @@ func newPrealloc(f *os.File, size int64) *prealloc { return &prealloc{f: f, size
 
 // room waits until bytes [0, end) can be written without changing the
 // file's size: true when they can, false when the caller must append
-// (the zeros end before end and no extension is running). It runs on the
-// committer goroutine.
+// (the zeros end before end and no extension is running). It runs under
+// the log's append lock.
 func (p *prealloc) room(end int64) bool {
 	for {
 		p.mu.Lock()
@@ -101,6 +104,15 @@ func (p *prealloc) maybeExtend(written int64) {
 	}()
 }
 
+// reset forgets the zeros after a write that failed: the file was cut
+// back to size, and the zeros are written again when needed.
+func (p *prealloc) reset(size int64) {
+	p.wait()
+	p.mu.Lock()
+	p.size = size
+	p.mu.Unlock()
+}
+
 // wait waits for a running extension (before the file is closed).
 func (p *prealloc) wait() {
 	p.mu.Lock()
@@ -120,20 +132,4 @@ func writeZeros(f *os.File, off, n int64) error {
 		off, n = off+c, n-c
 	}
 	return nil
-}
-
-// allZero reports whether b holds only zero bytes.
-func allZero(b []byte) bool {
-	for len(b) >= 8 {
-		if b[0]|b[1]|b[2]|b[3]|b[4]|b[5]|b[6]|b[7] != 0 {
-			return false
-		}
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }
