@@ -38,7 +38,9 @@ for r in $(seq "$rounds"); do
   [ $((r % 2)) = 1 ] || order="new old"
   for b in $order; do
     (cd "$REPO/internal/frontend" && "$work/$b.test" -test.run '^$' -test.bench "$bench" -test.benchtime=3x) |
-      awk -v r="$r" -v b="$b" '/^Benchmark/ {cpu=""; for (i=1;i<=NF;i++) if ($(i+1)=="cpu-ms/op") cpu=$i; for (i=1;i<=NF;i++) if ($(i+1)=="MB/s") mb=$i; print r, b, $1, mb, cpu}' >>"$out"
+      awk -v r="$r" -v b="$b" '/^Benchmark/ {cpu=""; mb=""; ns=""; for (i=1;i<=NF;i++) { if ($(i+1)=="cpu-ms/op") cpu=$i; if ($(i+1)=="MB/s") mb=$i; if ($(i+1)=="ns/op") ns=$i }
+        # benchmarks without MB/s are compared in operations per second
+        if (mb == "") mb = "ops:" 1e9 / ns; print r, b, $1, mb, cpu}' >>"$out"
   done
   echo "round $r of $rounds done ($(uptime | sed 's/.*load/load/'))" >&2
 done
@@ -47,8 +49,11 @@ python3 - "$out" <<'PY'
 import collections, statistics as st, sys
 rows = [l.split() for l in open(sys.argv[1])]
 d = collections.defaultdict(lambda: collections.defaultdict(dict))  # bin -> bench -> round -> (mb, cpu)
+unit = {}
 for r in rows:
-    rnd, b, name, mb = r[0], r[1], r[2], float(r[3])
+    rnd, b, name = r[0], r[1], r[2]
+    unit[name] = "ops/s" if r[3].startswith("ops:") else "MB/s"
+    mb = float(r[3].removeprefix("ops:"))
     cpu = float(r[4]) if len(r) > 4 else None
     d[b][name][rnd] = (mb, cpu)
 sha = {b: next((v for k, v in d[b].items() if k.startswith("BenchmarkSHA256")), {}) for b in d}
@@ -60,9 +65,9 @@ for n in names:
         if not v:
             continue
         mbs = [x[0] for x in v.values()]
-        line = f"  {b}: {st.median(mbs):7.0f} MB/s [{min(mbs):.0f}-{max(mbs):.0f}]"
+        line = f"  {b}: {st.median(mbs):7.0f} {unit[n]} [{min(mbs):.0f}-{max(mbs):.0f}]"
         pct = [v[k][0] / sha[b][k][0] for k in v if k in sha[b]]
-        if pct and not n.startswith("BenchmarkSHA256"):
+        if pct and unit[n] == "MB/s" and not n.startswith("BenchmarkSHA256"):
             line += f"  {100*st.median(pct):.0f}% of SHA-256 [{100*min(pct):.0f}-{100*max(pct):.0f}%]"
         cpus = [x[1] for x in v.values() if x[1] is not None]
         if cpus:
