@@ -440,7 +440,7 @@ func sendDone(stream repb.Execution_ExecuteServer, name string, res *repb.Action
 func serve(t *testing.T, execEnabled bool, register func(*grpc.Server, blobstore.Store)) string {
 	t.Helper()
 	mem := blobstore.NewMemory(0)
-	g := grpc.NewServer()
+	g := grpc.NewServer(frontend.ServerCodec())
 	frontend.New(mem, actioncache.NewMemory(0), frontend.Options{ExecEnabled: execEnabled}).Register(g)
 	if register != nil {
 		register(g, mem)

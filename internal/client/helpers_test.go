@@ -56,6 +56,9 @@ func startServer(t *testing.T, register func(*grpc.Server)) (*grpc.ClientConn, *
 	t.Helper()
 	c := &calls{}
 	g := grpc.NewServer(
+		// The storage services need their codec; it is transparent to
+		// the fakes.
+		frontend.ServerCodec(),
 		grpc.MaxRecvMsgSize(64<<20),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			c.add(info.FullMethod)

@@ -72,7 +72,9 @@ func New(cas blobstore.Store, ac actioncache.Store, opts Options) *Server {
 	return &Server{cas: cas, ac: ac, opts: opts, log: opts.Logger, uploads: map[string]*upload{}}
 }
 
-// Register adds the services to a gRPC server.
+// Register adds the services to a gRPC server, which must have been
+// built with ServerCodec: ByteStream Write and Read exchange messages
+// only that codec encodes and decodes.
 func (s *Server) Register(g *grpc.Server) {
 	repb.RegisterCapabilitiesServer(g, s)
 	repb.RegisterContentAddressableStorageServer(g, s)
