@@ -37,10 +37,8 @@ type leader struct {
 	advertise string
 	services  *termServices
 	// latest is the configuration a term starts with: the last reloaded.
-	latest func() config.Config
-	reload func() error
-	// health reports the term's services SERVING while it leads.
-	obs     *observability
+	latest  func() config.Config
+	reload  func() error
 	leading atomic.Bool
 }
 
@@ -54,7 +52,7 @@ func newLeader(b *builder, grpcAddr string, latest func() config.Config, reload 
 		return nil, err
 	}
 	registerStateStoreMetrics(b.reg, cfg, store)
-	l := &leader{b: b, store: store, services: newTermServices(), latest: latest, reload: reload, obs: b.obs}
+	l := &leader{b: b, store: store, services: newTermServices(), latest: latest, reload: reload}
 	b.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "gantry_scheduler_leader", Help: "1 while this scheduler process leads, 0 while it stands by."},
 		func() float64 {
 			if l.leading.Load() {
@@ -140,7 +138,7 @@ func (l *leader) lead(ctx context.Context, number int64, lost <-chan struct{}) e
 		// Worker controls last as long as the term: workers register
 		// again with the next leader.
 		admin:  pgAdminStore{quotas: quotaState{store: l.store}},
-		reload: l.reload, obs: l.obs, policy: l.b.sec.statusPolicy(),
+		reload: l.reload, obs: l.b.obs, policy: l.b.sec.statusPolicy(),
 	})
 	if err != nil {
 		return err
@@ -150,7 +148,7 @@ func (l *leader) lead(ctx context.Context, number int64, lost <-chan struct{}) e
 	l.b.terms.set(t)
 	l.leading.Store(true)
 	l.services.set(impls.impls)
-	l.obs.setServing(healthpb.HealthCheckResponse_SERVING, serviceNames(impls.descs)...)
+	l.b.obs.setServing(healthpb.HealthCheckResponse_SERVING, serviceNames(impls.descs)...)
 	st := sched.Stats()
 	log.Info("gantry scheduler leading", "term", number, "advertise", l.advertise, "restored_operations", st.Operations, "queued", st.Queued, "leased", st.Leased, "took", time.Since(start))
 	runCtx, stopRun := context.WithCancel(ctx)

@@ -346,7 +346,8 @@ func (s *Server) Reload(cfg config.Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if _, err := invocation.ParseAll(cfg.Scheduler.Fairness.Keys); err != nil {
+	keys, err := invocation.ParseAll(cfg.Scheduler.Fairness.Keys)
+	if err != nil {
 		return fmt.Errorf("scheduler.fairness.keys: %w", err)
 	}
 	if err := s.sec.reload(cfg, s.log); err != nil {
@@ -354,9 +355,7 @@ func (s *Server) Reload(cfg config.Config) error {
 	}
 	s.latest.Store(&cfg)
 	if t := s.terms.get(); t != nil {
-		if err := t.apply(cfg, s.log); err != nil {
-			return err
-		}
+		t.apply(cfg, keys, s.log)
 		s.log.Info("configuration reloaded", "queues", len(cfg.Scheduler.Queues), "fairness_keys", cfg.Scheduler.Fairness.Keys)
 	}
 	return nil

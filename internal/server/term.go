@@ -64,17 +64,13 @@ func newScheduler(cfg config.Config, log *slog.Logger) *scheduler.Scheduler {
 }
 
 // apply applies what a reloaded configuration may change while the
-// scheduler runs: the provision queues and the fairness keys. Queued work
-// stays where it is.
-func (t *term) apply(cfg config.Config, log *slog.Logger) error {
-	keys, err := invocation.ParseAll(cfg.Scheduler.Fairness.Keys)
-	if err != nil {
-		return fmt.Errorf("scheduler.fairness.keys: %w", err)
-	}
-	t.sched.SetQueues(Queues(cfg.Scheduler.Queues))
-	logQueues(log, Queues(cfg.Scheduler.Queues))
+// scheduler runs: the provision queues and the fairness keys (cfg's,
+// parsed). Queued work stays where it is.
+func (t *term) apply(cfg config.Config, keys []invocation.Extractor, log *slog.Logger) {
+	queues := Queues(cfg.Scheduler.Queues)
+	t.sched.SetQueues(queues)
+	logQueues(log, queues)
 	t.exec.SetInvocationKeys(keys, cfg.Scheduler.Fairness.UserHeader)
-	return nil
 }
 
 // terms holds the term running in this process now, if any: what the
