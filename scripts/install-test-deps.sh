@@ -2,7 +2,9 @@
 # Installs the tools Gantry's real-client end-to-end tests need:
 #   - Bazel 4.2.3 (Debian's bazel-bootstrap, /usr/bin/bazel)
 #   - Bazel 2.1.0 (npm package @bazel/bazel-linux_x64@2.1.0 under $REPO/.tools/npm)
-#   - protobuf-compiler, bubblewrap, postgresql (server binaries), chromium (headless)
+#   - protobuf-compiler, bubblewrap, postgresql (server binaries), chromium (headless),
+#     haproxy (the load balancer of the multi-node test)
+#   - MinIO server (built with `go install` into $REPO/.tools/bin, about 5 minutes)
 #
 # Idempotent and non-interactive: it installs only what is missing, so a second run
 # returns in well under a second. Runs as root (as CI does), or through sudo when not
@@ -48,6 +50,11 @@ if ! command -v chromium >/dev/null 2>&1; then
   missing+=(chromium)
 fi
 
+# haproxy: the load balancer in front of the frontends of the multi-node test.
+if ! [ -x /usr/sbin/haproxy ]; then
+  missing+=(haproxy)
+fi
+
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   "${SUDO[@]}" apt-get update -q
@@ -72,6 +79,30 @@ else
   log "Bazel 2.1.0 present"
 fi
 
+# --- MinIO server ----------------------------------------------------------------
+# The S3 backend's tests run a real MinIO (internal/testutil/miniotest looks on PATH,
+# then here, then in $(go env GOPATH)/bin). Pinned: the newest version the Go module
+# proxy serves; it builds in about 5 minutes on two cores.
+MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
+MINIO="$REPO/.tools/bin/minio"
+if ! [ -x "$MINIO" ]; then
+  if ! command -v go >/dev/null 2>&1; then
+    log "go missing: cannot build MinIO; install Go first"
+    exit 1
+  fi
+  mkdir -p "$REPO/.tools/bin"
+  GOPATH_BIN="$(go env GOPATH | cut -d: -f1)/bin/minio"
+  if [ -x "$GOPATH_BIN" ] && go version -m "$GOPATH_BIN" 2>/dev/null | grep -q "mod[[:space:]]*github.com/minio/minio[[:space:]]*$MINIO_VERSION"; then
+    log "copying MinIO $MINIO_VERSION from $GOPATH_BIN into $REPO/.tools/bin"
+    cp "$GOPATH_BIN" "$MINIO.tmp" && mv "$MINIO.tmp" "$MINIO"
+  else
+    log "building MinIO $MINIO_VERSION into $REPO/.tools/bin (about 5 minutes)"
+    GOBIN="$REPO/.tools/bin" go install "github.com/minio/minio@$MINIO_VERSION" </dev/null
+  fi
+else
+  log "MinIO present"
+fi
+
 # --- .gitignore ------------------------------------------------------------------
 GI="$REPO/.gitignore"
 touch "$GI"
@@ -79,4 +110,4 @@ for line in '.tools/' 'gantry-data/' 'bazel-*'; do
   grep -qxF -- "$line" "$GI" || echo "$line" >>"$GI"
 done
 
-log "done: bazel4=/usr/bin/bazel bazel2=$BAZEL2"
+log "done: bazel4=/usr/bin/bazel bazel2=$BAZEL2 minio=$MINIO haproxy=/usr/sbin/haproxy"
