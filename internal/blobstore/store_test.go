@@ -53,6 +53,19 @@ func backends() []backend {
 			}
 			return s
 		}},
+		// The cache tier over a remote: maxBytes bounds the remote, and
+		// the cache gets the same bound of its own, so that the tests of
+		// Stats (which reports the cache) and of eviction hold.
+		{"tiered-disk", func(t *testing.T, maxBytes int64) Store {
+			cache, err := NewDisk(t.TempDir(), DiskOptions{MaxBytes: maxBytes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return NewTiered(NewMemory(maxBytes), cache, NoTierObserver{})
+		}},
+		{"tiered-memory", func(t *testing.T, maxBytes int64) Store {
+			return NewTiered(NewMemory(maxBytes), NewMemory(maxBytes), NoTierObserver{})
+		}},
 	}
 }
 
