@@ -439,3 +439,132 @@ func TestTieredStatsAreTheCache(t *testing.T) {
 		t.Errorf("Stats = %d, %d; want the cache's 1, 300", n, b)
 	}
 }
+
+// BenchmarkTieredRead reads a 64 MiB blob in 1 MiB reads from the disk
+// store directly, through the cache tier when the disk cache holds it
+// (hit: what the tier adds to a disk read), and through the tier when it
+// does not (miss: read from a memory remote while filling the disk cache).
+func BenchmarkTieredRead(b *testing.B) {
+	const size = 64 << 20
+	data := blob("bench read", size)
+	d := digest.Compute(digest.SHA256, data)
+	ctx := context.Background()
+	buf := make([]byte, 1<<20)
+	read := func(b *testing.B, s Store) {
+		r, err := s.Open(ctx, d, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		for {
+			k, err := r.Read(buf)
+			n += k
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		r.Close()
+		if n != size {
+			b.Fatalf("read %d bytes", n)
+		}
+	}
+	newDisk := func(b *testing.B) *Disk {
+		s, err := NewDisk(b.TempDir(), DiskOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	b.Run("disk", func(b *testing.B) {
+		s := newDisk(b)
+		if err := Put(ctx, s, d, data); err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(size)
+		for i := 0; i < b.N; i++ {
+			read(b, s)
+		}
+	})
+	b.Run("tier-hit", func(b *testing.B) {
+		s := NewTiered(NewMemory(0), newDisk(b), NoTierObserver{})
+		if err := Put(ctx, s, d, data); err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(size)
+		for i := 0; i < b.N; i++ {
+			read(b, s)
+		}
+	})
+	b.Run("tier-miss-fill", func(b *testing.B) {
+		remote := NewMemory(0)
+		if err := Put(ctx, remote, d, data); err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(size)
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			s := NewTiered(remote, newDisk(b), NoTierObserver{})
+			b.StartTimer()
+			read(b, s)
+		}
+	})
+}
+
+// BenchmarkTieredWrite streams a new 64 MiB blob (1 MiB writes) into the
+// disk store directly and through the cache tier over a memory remote,
+// which, like an object store's writer, hashes what it receives: the
+// tier's cost is the remote's writer on top of the disk cache's.
+func BenchmarkTieredWrite(b *testing.B) {
+	const size = 64 << 20
+	data := blob("bench write", size)
+	ctx := context.Background()
+	write := func(b *testing.B, s Store, i int) {
+		b.StopTimer()
+		copy(data, fmt.Sprint(i, "/", b.N))
+		d := digest.Compute(digest.SHA256, data)
+		b.StartTimer()
+		w, err := s.Create(ctx, d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for off := 0; off < size; off += 1 << 20 {
+			if _, err := w.Write(data[off : off+1<<20]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := w.Commit(); err != nil {
+			b.Fatal(err)
+		}
+		w.Close()
+	}
+	b.Run("memory", func(b *testing.B) {
+		s := NewMemory(512 << 20)
+		b.SetBytes(size)
+		for i := 0; i < b.N; i++ {
+			write(b, s, i)
+		}
+	})
+	for _, tier := range []bool{false, true} {
+		name := "disk"
+		if tier {
+			name = "tier"
+		}
+		b.Run(name, func(b *testing.B) {
+			disk, err := NewDisk(b.TempDir(), DiskOptions{MaxBytes: 512 << 20})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var s Store = disk
+			if tier {
+				s = NewTiered(NewMemory(512<<20), disk, NoTierObserver{})
+			}
+			b.SetBytes(size)
+			for i := 0; i < b.N; i++ {
+				write(b, s, i)
+			}
+		})
+	}
+}
