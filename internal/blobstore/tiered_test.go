@@ -590,3 +590,53 @@ func (w *sinkWriter) Write(p []byte) (int, error) {
 func (w *sinkWriter) Written() int64 { return w.v.n }
 func (w *sinkWriter) Commit() error  { return w.v.check() }
 func (w *sinkWriter) Close() error   { return nil }
+
+// batchCounter is a remote with a batch path that counts its batches and
+// refuses the blobs listed in refuse.
+type batchCounter struct {
+	Store
+	batches atomic.Int64
+	refuse  map[digest.Digest]bool
+}
+
+func (s *batchCounter) PutBatch(ctx context.Context, ds []digest.Digest, data [][]byte, errs []error) {
+	s.batches.Add(1)
+	for i, d := range ds {
+		if s.refuse[d] {
+			errs[i] = errors.New("bucket refused the blob")
+			continue
+		}
+		errs[i] = Put(ctx, s.Store, d, data[i])
+	}
+}
+
+// TestTieredPutBatch checks that a batch upload uses the remote's batch
+// path, and that only the blobs the remote stored reach the cache.
+func TestTieredPutBatch(t *testing.T) {
+	ctx := context.Background()
+	var ds []digest.Digest
+	var data [][]byte
+	for i := range 10 {
+		data = append(data, blob(fmt.Sprint("batch", i), 100+i))
+		ds = append(ds, digest.Compute(digest.SHA256, data[i]))
+	}
+	refused := ds[3]
+	remote := &batchCounter{Store: NewMemory(0), refuse: map[digest.Digest]bool{refused: true}}
+	cache := newDiskCache(t)
+	s := NewTiered(remote, cache, NoTierObserver{})
+	errs := PutBatch(ctx, s, ds, data)
+	if remote.batches.Load() != 1 {
+		t.Errorf("the remote's PutBatch ran %d times, want once", remote.batches.Load())
+	}
+	for i, d := range ds {
+		if i == 3 {
+			if errs[i] == nil || has(t, cache, d) {
+				t.Errorf("refused blob: error %v, in the cache: %v; want the remote's error and not cached", errs[i], has(t, cache, d))
+			}
+			continue
+		}
+		if errs[i] != nil || !has(t, cache, d) || !has(t, remote, d) {
+			t.Errorf("blob %d: %v; cached %v, in the remote %v", i, errs[i], has(t, cache, d), has(t, remote, d))
+		}
+	}
+}
