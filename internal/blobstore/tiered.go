@@ -64,8 +64,11 @@ var (
 )
 
 // NewTiered returns a store that caches remote's blobs in cache, telling
-// obs what the cache does (NoTierObserver{} for nothing).
+// obs what the cache does (NoTierObserver{} or nil for nothing).
 func NewTiered(remote, cache Store, obs TierObserver) *Tiered {
+	if obs == nil {
+		obs = NoTierObserver{}
+	}
 	return &Tiered{remote: remote, cache: cache, obs: obs}
 }
 
