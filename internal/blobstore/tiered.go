@@ -60,11 +60,15 @@ type Tiered struct {
 var (
 	_ Store       = (*Tiered)(nil)
 	_ RangeOpener = (*Tiered)(nil)
+	_ BatchPutter = (*Tiered)(nil)
 )
 
 // NewTiered returns a store that caches remote's blobs in cache, telling
-// obs what the cache does (NoTierObserver{} for nothing).
+// obs what the cache does (NoTierObserver{} or nil for nothing).
 func NewTiered(remote, cache Store, obs TierObserver) *Tiered {
+	if obs == nil {
+		obs = NoTierObserver{}
+	}
 	return &Tiered{remote: remote, cache: cache, obs: obs}
 }
 
@@ -273,6 +277,27 @@ func (w *tieredWriter) Close() error {
 		w.dropCache()
 	}
 	return w.remote.Close()
+}
+
+// PutBatch implements BatchPutter: the batch goes to the remote, through
+// its own batch path if it has one (an object store's parallel uploads),
+// and then the blobs the remote stored go to the cache in a batch of their
+// own (the disk store packs them in few writes).
+func (t *Tiered) PutBatch(ctx context.Context, ds []digest.Digest, data [][]byte, errs []error) {
+	copy(errs, PutBatch(ctx, t.remote, ds, data))
+	var cds []digest.Digest
+	var cdata [][]byte
+	for i, d := range ds {
+		if errs[i] == nil && !d.IsEmpty() {
+			cds = append(cds, d)
+			cdata = append(cdata, data[i])
+		}
+	}
+	for _, err := range PutBatch(ctx, t.cache, cds, cdata) {
+		if err != nil {
+			t.obs.CacheError("commit", err)
+		}
+	}
 }
 
 // Stats reports the number of blobs and bytes held in the cache (zero if

@@ -439,3 +439,204 @@ func TestTieredStatsAreTheCache(t *testing.T) {
 		t.Errorf("Stats = %d, %d; want the cache's 1, 300", n, b)
 	}
 }
+
+// BenchmarkTieredRead reads a 64 MiB blob in 1 MiB reads from the disk
+// store directly, through the cache tier when the disk cache holds it
+// (hit: what the tier adds to a disk read), and through the tier when it
+// does not (miss: read from a memory remote while filling the disk cache).
+func BenchmarkTieredRead(b *testing.B) {
+	const size = 64 << 20
+	data := blob("bench read", size)
+	d := digest.Compute(digest.SHA256, data)
+	ctx := context.Background()
+	buf := make([]byte, 1<<20)
+	read := func(b *testing.B, s Store) {
+		r, err := s.Open(ctx, d, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n := 0
+		for {
+			k, err := r.Read(buf)
+			n += k
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		r.Close()
+		if n != size {
+			b.Fatalf("read %d bytes", n)
+		}
+	}
+	newDisk := func(b *testing.B) *Disk {
+		s, err := NewDisk(b.TempDir(), DiskOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	b.Run("disk", func(b *testing.B) {
+		s := newDisk(b)
+		if err := Put(ctx, s, d, data); err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(size)
+		for i := 0; i < b.N; i++ {
+			read(b, s)
+		}
+	})
+	b.Run("tier-hit", func(b *testing.B) {
+		s := NewTiered(NewMemory(0), newDisk(b), NoTierObserver{})
+		if err := Put(ctx, s, d, data); err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(size)
+		for i := 0; i < b.N; i++ {
+			read(b, s)
+		}
+	})
+	b.Run("tier-miss-fill", func(b *testing.B) {
+		remote := NewMemory(0)
+		if err := Put(ctx, remote, d, data); err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(size)
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			s := NewTiered(remote, newDisk(b), NoTierObserver{})
+			b.StartTimer()
+			read(b, s)
+		}
+	})
+}
+
+// BenchmarkTieredWrite streams a new 64 MiB blob (1 MiB writes) into the
+// disk store directly, into a remote that only hashes what it receives
+// (the CPU an object store's writer costs its caller, the network aside),
+// and through the cache tier over that remote with a disk cache: the
+// tier's cost should be near the slower of the two, not their sum.
+func BenchmarkTieredWrite(b *testing.B) {
+	const size = 64 << 20
+	data := blob("bench write", size)
+	ctx := context.Background()
+	newDisk := func(b *testing.B) Store {
+		s, err := NewDisk(b.TempDir(), DiskOptions{MaxBytes: 512 << 20})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	for _, c := range []struct {
+		name  string
+		store func(b *testing.B) Store
+	}{
+		{"disk", newDisk},
+		{"remote", func(*testing.B) Store { return hashSink{} }},
+		{"tier", func(b *testing.B) Store { return NewTiered(hashSink{}, newDisk(b), NoTierObserver{}) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := c.store(b)
+			b.SetBytes(size)
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				copy(data, fmt.Sprint(i, "/", b.N))
+				d := digest.Compute(digest.SHA256, data)
+				b.StartTimer()
+				w, err := s.Create(ctx, d)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for off := 0; off < size; off += 1 << 20 {
+					if _, err := w.Write(data[off : off+1<<20]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := w.Commit(); err != nil {
+					b.Fatal(err)
+				}
+				w.Close()
+			}
+		})
+	}
+}
+
+// hashSink is a remote for benchmarks that verifies what is written and
+// keeps nothing.
+type hashSink struct{}
+
+func (hashSink) FindMissing(_ context.Context, ds []digest.Digest) ([]digest.Digest, error) {
+	return ds, nil
+}
+
+func (hashSink) Open(context.Context, digest.Digest, int64) (io.ReadCloser, error) {
+	return nil, ErrNotFound
+}
+
+func (hashSink) Create(_ context.Context, d digest.Digest) (Writer, error) {
+	return &sinkWriter{v: newVerifier(d)}, nil
+}
+
+type sinkWriter struct{ v verifier }
+
+func (w *sinkWriter) Write(p []byte) (int, error) {
+	if err := w.v.write(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+func (w *sinkWriter) Written() int64 { return w.v.n }
+func (w *sinkWriter) Commit() error  { return w.v.check() }
+func (w *sinkWriter) Close() error   { return nil }
+
+// batchCounter is a remote with a batch path that counts its batches and
+// refuses the blobs listed in refuse.
+type batchCounter struct {
+	Store
+	batches atomic.Int64
+	refuse  map[digest.Digest]bool
+}
+
+func (s *batchCounter) PutBatch(ctx context.Context, ds []digest.Digest, data [][]byte, errs []error) {
+	s.batches.Add(1)
+	for i, d := range ds {
+		if s.refuse[d] {
+			errs[i] = errors.New("bucket refused the blob")
+			continue
+		}
+		errs[i] = Put(ctx, s.Store, d, data[i])
+	}
+}
+
+// TestTieredPutBatch checks that a batch upload uses the remote's batch
+// path, and that only the blobs the remote stored reach the cache.
+func TestTieredPutBatch(t *testing.T) {
+	ctx := context.Background()
+	var ds []digest.Digest
+	var data [][]byte
+	for i := range 10 {
+		data = append(data, blob(fmt.Sprint("batch", i), 100+i))
+		ds = append(ds, digest.Compute(digest.SHA256, data[i]))
+	}
+	refused := ds[3]
+	remote := &batchCounter{Store: NewMemory(0), refuse: map[digest.Digest]bool{refused: true}}
+	cache := newDiskCache(t)
+	s := NewTiered(remote, cache, NoTierObserver{})
+	errs := PutBatch(ctx, s, ds, data)
+	if remote.batches.Load() != 1 {
+		t.Errorf("the remote's PutBatch ran %d times, want once", remote.batches.Load())
+	}
+	for i, d := range ds {
+		if i == 3 {
+			if errs[i] == nil || has(t, cache, d) {
+				t.Errorf("refused blob: error %v, in the cache: %v; want the remote's error and not cached", errs[i], has(t, cache, d))
+			}
+			continue
+		}
+		if errs[i] != nil || !has(t, cache, d) || !has(t, remote, d) {
+			t.Errorf("blob %d: %v; cached %v, in the remote %v", i, errs[i], has(t, cache, d), has(t, remote, d))
+		}
+	}
+}
