@@ -33,9 +33,9 @@ type Store interface {
 	Put(ctx context.Context, instance string, action digest.Digest, ar *repb.ActionResult) error
 }
 
-// key derives a fixed-length name from the instance and action digest, so
+// Key derives a fixed-length name from the instance and action digest, so
 // that instances never see each other's entries.
-func key(instance string, d digest.Digest) string {
+func Key(instance string, d digest.Digest) string {
 	h := sha256.New()
 	h.Write([]byte(instance))
 	h.Write([]byte{0})
@@ -69,7 +69,7 @@ func NewMemory(maxEntries int) *Memory {
 
 // Get implements Store.
 func (m *Memory) Get(_ context.Context, instance string, d digest.Digest) (*repb.ActionResult, error) {
-	k := key(instance, d)
+	k := Key(instance, d)
 	m.mu.Lock()
 	var data []byte
 	e, ok := m.index[k]
@@ -95,7 +95,7 @@ func (m *Memory) Put(_ context.Context, instance string, d digest.Digest, ar *re
 	if err != nil {
 		return err
 	}
-	k := key(instance, d)
+	k := Key(instance, d)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e, ok := m.index[k]; ok {
@@ -228,7 +228,7 @@ func (s *Disk) evictLocked() {
 
 func rawKey(instance string, d digest.Digest) [32]byte {
 	var k [32]byte
-	hex.Decode(k[:], []byte(key(instance, d)))
+	hex.Decode(k[:], []byte(Key(instance, d)))
 	return k
 }
 

@@ -154,3 +154,40 @@ func negativeOffset(d digest.Digest, offset int64) error {
 
 // emptyReader serves the empty blob.
 func emptyReader() io.ReadCloser { return io.NopCloser(bytes.NewReader(nil)) }
+
+// UnavailableError reports that a store's backend (an object store, say)
+// could not serve a request. Nothing was changed; the same request may
+// succeed once the backend is reachable again.
+type UnavailableError struct {
+	// Backend names what failed, with its address.
+	Backend string
+	// Op is what was asked of it.
+	Op string
+	// Err is the backend's own error.
+	Err error
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("%s: %s failed: %v; check that it is reachable, then retry", e.Backend, e.Op, e.Err)
+}
+
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Verifier hashes and counts a blob's bytes as they pass, for stores
+// kept outside this package: the bytes are written to Verifier and to
+// the store side by side, and Check tells whether they are the blob.
+type Verifier struct{ v verifier }
+
+// NewVerifier starts verifying blob d.
+func NewVerifier(d digest.Digest) *Verifier { return &Verifier{v: newVerifier(d)} }
+
+// Write adds p. It fails with a *MismatchError once more bytes arrive
+// than d's size, and keeps failing.
+func (v *Verifier) Write(p []byte) error { return v.v.write(p) }
+
+// Written is the number of bytes accepted so far.
+func (v *Verifier) Written() int64 { return v.v.n }
+
+// Check returns nil if the bytes written are blob d, else a
+// *MismatchError.
+func (v *Verifier) Check() error { return v.v.check() }

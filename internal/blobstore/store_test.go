@@ -21,6 +21,11 @@ type backend struct {
 	open func(t *testing.T, maxBytes int64) Store
 }
 
+// extraBackends are stores of other packages, added by their external
+// tests (see AddConformanceBackend). They ignore maxBytes (an object
+// store's expiry is the bucket's own) and skip only the eviction tests.
+var extraBackends []backend
+
 func backends() []backend {
 	return []backend{
 		{"memory", func(t *testing.T, maxBytes int64) Store { return NewMemory(maxBytes) }},
@@ -53,11 +58,32 @@ func backends() []backend {
 			}
 			return s
 		}},
+		// The cache tier over a remote: maxBytes bounds the remote, and
+		// the cache gets the same bound of its own, so that the tests of
+		// Stats (which reports the cache) and of eviction hold.
+		{"tiered-disk", func(t *testing.T, maxBytes int64) Store {
+			cache, err := NewDisk(t.TempDir(), DiskOptions{MaxBytes: maxBytes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return NewTiered(NewMemory(maxBytes), cache, NoTierObserver{})
+		}},
+		{"tiered-memory", func(t *testing.T, maxBytes int64) Store {
+			return NewTiered(NewMemory(maxBytes), NewMemory(maxBytes), NoTierObserver{})
+		}},
 	}
 }
 
 // forEachBackend runs f as a subtest against every Store implementation.
 func forEachBackend(t *testing.T, f func(t *testing.T, open func(t *testing.T, maxBytes int64) Store)) {
+	for _, b := range append(backends(), extraBackends...) {
+		t.Run(b.name, func(t *testing.T) { f(t, b.open) })
+	}
+}
+
+// forEachBoundedBackend runs f against every Store that evicts beyond a
+// size bound.
+func forEachBoundedBackend(t *testing.T, f func(t *testing.T, open func(t *testing.T, maxBytes int64) Store)) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) { f(t, b.open) })
 	}
@@ -447,7 +473,7 @@ func TestStoreConcurrentDistinctBlobs(t *testing.T) {
 }
 
 func TestStoreLRUEviction(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, open func(*testing.T, int64) Store) {
+	forEachBoundedBackend(t, func(t *testing.T, open func(*testing.T, int64) Store) {
 		ctx := context.Background()
 		const size = 1000
 		// Room for three blobs, not four.
@@ -492,7 +518,7 @@ func TestStoreLRUEviction(t *testing.T) {
 // TestStoreReaderSurvivesEviction checks that an open reader keeps reading
 // a blob that eviction removes meanwhile.
 func TestStoreReaderSurvivesEviction(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, open func(*testing.T, int64) Store) {
+	forEachBoundedBackend(t, func(t *testing.T, open func(*testing.T, int64) Store) {
 		ctx := context.Background()
 		s := open(t, 1500)
 		data := blob("reader", 1000)
@@ -518,7 +544,7 @@ func TestStoreReaderSurvivesEviction(t *testing.T) {
 // Readers must always see whole, correct blobs, and the accounting must
 // match what is on disk.
 func TestStoreChurn(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, open func(*testing.T, int64) Store) {
+	forEachBoundedBackend(t, func(t *testing.T, open func(*testing.T, int64) Store) {
 		ctx := context.Background()
 		const size, bound = 20 << 10, 50 << 10
 		s := open(t, bound)

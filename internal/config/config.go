@@ -184,11 +184,13 @@ type Storage struct {
 	// CompletenessCheck makes GetActionResult serve only results whose
 	// output blobs are all in the CAS.
 	CompletenessCheck bool `yaml:"completeness_check"`
+	// S3 is the bucket of the s3 backends (see s3.go).
+	S3 S3Config `yaml:"s3"`
 }
 
 // CASConfig configures the content-addressable store.
 type CASConfig struct {
-	// Backend is "disk" or "memory".
+	// Backend is "disk", "memory" or "s3".
 	Backend string `yaml:"backend"`
 	// MaxSize bounds the stored bytes; least recently used blobs are evicted.
 	MaxSize ByteSize `yaml:"max_size"`
@@ -202,11 +204,20 @@ type CASConfig struct {
 	// DirectIOThreshold: blobs of at least this size are written with
 	// O_DIRECT, bypassing the page cache; 0 turns it off.
 	DirectIOThreshold ByteSize `yaml:"direct_io_threshold"`
+	// Cache is the local disk tier in front of the s3 backend.
+	Cache CASCacheConfig `yaml:"cache"`
+}
+
+// CASCacheConfig configures the disk tier every frontend keeps in front
+// of the bucket (backend s3 only).
+type CASCacheConfig struct {
+	// MaxSize bounds the tier's bytes; 0 turns the tier off.
+	MaxSize ByteSize `yaml:"max_size"`
 }
 
 // ACConfig configures the action cache.
 type ACConfig struct {
-	// Backend is "disk" or "memory".
+	// Backend is "disk", "memory" or "s3".
 	Backend string `yaml:"backend"`
 	// MaxSize bounds the stored bytes (disk) or, divided by 1 KiB, the
 	// number of entries (memory).
@@ -236,12 +247,13 @@ func Default() Config {
 		DataDir:    "./gantry-data",
 		Status:     StatusConfig{Refresh: Duration(10 * time.Second)},
 		Storage: Storage{
-			CAS:               CASConfig{Backend: "disk", MaxSize: 10 << 30},
+			CAS:               CASConfig{Backend: "disk", MaxSize: 10 << 30, Cache: CASCacheConfig{MaxSize: 10 << 30}},
 			ActionCache:       ACConfig{Backend: "disk", MaxSize: 1 << 30},
 			MaxBatchSize:      4 << 20,
 			ReadChunkSize:     1 << 20,
 			InlineLimit:       1 << 20,
 			CompletenessCheck: true,
+			S3:                defaultS3(),
 		},
 		Scheduler: defaultScheduler(),
 		Worker: WorkerConfig{
@@ -405,9 +417,12 @@ func (c *Config) Validate() error {
 		bad("data_dir", "must be a directory path")
 	}
 	for path, b := range map[string]string{"storage.cas.backend": c.Storage.CAS.Backend, "storage.action_cache.backend": c.Storage.ActionCache.Backend} {
-		if b != "disk" && b != "memory" {
-			bad(path, "%q is not a backend; use disk or memory", b)
+		if b != "disk" && b != "memory" && b != "s3" {
+			bad(path, "%q is not a backend; use disk, memory or s3", b)
 		}
+	}
+	if c.Storage.UsesS3() {
+		validateS3(c.Storage.S3, bad)
 	}
 	if c.Storage.CAS.PackThreshold > 1<<20 {
 		bad("storage.cas.pack_threshold", "at most 1MiB; larger blobs are better off in their own files")

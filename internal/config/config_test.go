@@ -39,7 +39,7 @@ func TestParseErrorsNameTheKeyPath(t *testing.T) {
 		name, yaml, want string
 	}{
 		{"unknown top key", "lissen: x\n", "lissen (line 1): unknown key"},
-		{"unknown nested key", "storage:\n  cas:\n    max_sise: 1GiB\n", "storage.cas.max_sise (line 3): unknown key; known keys here are: backend, direct_io_threshold, fsync, max_size"},
+		{"unknown nested key", "storage:\n  cas:\n    max_sise: 1GiB\n", "storage.cas.max_sise (line 3): unknown key; known keys here are: backend, cache, direct_io_threshold, fsync, max_size"},
 		{"bad size", "storage:\n  cas:\n    max_size: lots\n", "storage.cas.max_size (line 3)"},
 		{"bad bool", "storage:\n  completeness_check: maybe\n", "storage.completeness_check (line 2)"},
 		{"bad backend", "storage:\n  cas:\n    backend: tape\n", `storage.cas.backend: "tape" is not a backend`},

@@ -46,7 +46,7 @@ func (s *Server) LookupActionResult(ctx context.Context, instance string, ad dig
 		return nil, status.Errorf(codes.NotFound, "no cached result for action %s", ad)
 	}
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "reading the action cache: %v", err)
+		return nil, storeError(err, "reading the action cache")
 	}
 	if s.opts.CompletenessCheck {
 		missing, err := s.missingOutputs(ctx, ad.Function, ar)
@@ -169,7 +169,7 @@ func (s *Server) UpdateActionResult(ctx context.Context, req *repb.UpdateActionR
 		return nil, err
 	}
 	if err := s.ac.Put(ctx, req.InstanceName, ad, ar); err != nil {
-		return nil, status.Errorf(codes.Internal, "writing the action cache: %v", err)
+		return nil, storeError(err, "writing the action cache")
 	}
 	return ar, nil
 }
@@ -230,7 +230,7 @@ func (s *Server) StoreActionResult(ctx context.Context, instance string, ad dige
 		return err
 	}
 	if err := s.ac.Put(ctx, instance, ad, ar); err != nil {
-		return status.Errorf(codes.Internal, "writing the action cache: %v", err)
+		return storeError(err, "writing the action cache")
 	}
 	return nil
 }

@@ -35,7 +35,7 @@ func (s *Server) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) 
 	if res.Compressor != repb.Compressor_IDENTITY && req.ReadLimit != 0 {
 		return invalid("read_limit must be 0 when reading compressed-blobs (the limit would cut a compressed stream)")
 	}
-	r, err := s.cas.Open(ctx, d, req.ReadOffset)
+	r, err := blobstore.OpenRange(ctx, s.cas, d, req.ReadOffset, req.ReadLimit)
 	if err != nil {
 		return storeError(err, "blob "+d.String())
 	}

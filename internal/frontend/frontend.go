@@ -93,7 +93,10 @@ func storeError(err error, what string) error {
 	}
 	var de *digest.Error
 	var me *blobstore.MismatchError
+	var ue *blobstore.UnavailableError
 	switch {
+	case errors.As(err, &ue):
+		return status.Errorf(codes.Unavailable, "%s: %v", what, ue)
 	case errors.As(err, &de):
 		return status.Error(codes.InvalidArgument, de.Msg)
 	case errors.As(err, &me):

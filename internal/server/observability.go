@@ -220,7 +220,8 @@ func registerStateStoreMetrics(reg prometheus.Registerer, cfg config.Config, sto
 	}
 }
 
-func registerCASMetrics(reg prometheus.Registerer, cfg config.Config, cas blobstore.Store) {
+// For a CAS in a bucket, cas is the disk tier and limit its size.
+func registerCASMetrics(reg prometheus.Registerer, cas blobstore.Store, limit config.ByteSize) {
 	if st, ok := cas.(statser); ok {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gantry_cas_blobs", Help: "Blobs held in the CAS.",
@@ -243,8 +244,8 @@ func registerCASMetrics(reg prometheus.Registerer, cfg config.Config, cas blobst
 		}, func() float64 { _, n := sp.Spares(); return float64(n) }))
 	}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "gantry_cas_max_bytes", Help: "The CAS size limit (storage.cas.max_size).",
-	}, func() float64 { return float64(cfg.Storage.CAS.MaxSize) }))
+		Name: "gantry_cas_max_bytes", Help: "The CAS size limit (storage.cas.max_size; with the s3 backend, the disk tier's storage.cas.cache.max_size).",
+	}, func() float64 { return float64(limit) }))
 }
 
 // registerSchedulerMetrics exports the state of the scheduler sched

@@ -25,7 +25,7 @@ func (s *Server) buildParts(b *builder, configFile string) ([]part, error) {
 		}
 		return []part{l}, nil
 	}
-	storage, err := newLocalStorage(b.cfg, b.reg, b.log)
+	storage, err := newLocalStorage(b)
 	if err != nil {
 		return nil, err
 	}
