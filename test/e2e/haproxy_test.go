@@ -1,10 +1,10 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/csv"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -214,21 +214,62 @@ func (s haproxyServer) String() string {
 	return fmt.Sprintf("%s, %d open, %d in all", s.Status, s.Current, s.Total)
 }
 
-// stats returns the backends' state by name (fe1, fe2, ...) from the stats socket.
-func (h *haproxyProc) stats() (map[string]haproxyServer, error) {
+// command sends one command to HAProxy's stats socket and returns the answer.
+func (h *haproxyProc) command(cmd string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", h.socket)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := conn.Write([]byte("show stat\n")); err != nil {
+	if _, err := conn.Write([]byte(cmd + "\n")); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(conn)
+	if err != nil {
+		return "", fmt.Errorf("haproxy's answer to %q: %w", cmd, err)
+	}
+	return string(b), nil
+}
+
+// sessions returns the backend (fe1, fe2, ...) of each connection HAProxy relays
+// now, by the client's source port.
+func (h *haproxyProc) sessions() (map[int]string, error) {
+	out, err := h.command("show sess")
+	if err != nil {
 		return nil, err
 	}
-	r := csv.NewReader(bufio.NewReader(conn))
+	bySrc := map[int]string{}
+	for _, line := range strings.Split(out, "\n") {
+		var src, srv string
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "src="); ok {
+				src = v
+			} else if v, ok := strings.CutPrefix(f, "srv="); ok {
+				srv = v
+			}
+		}
+		_, port, err := net.SplitHostPort(src)
+		if err != nil || !strings.HasPrefix(srv, "fe") {
+			continue
+		}
+		if p, err := strconv.Atoi(port); err == nil {
+			bySrc[p] = srv
+		}
+	}
+	return bySrc, nil
+}
+
+// stats returns the backends' state by name (fe1, fe2, ...) from the stats socket.
+func (h *haproxyProc) stats() (map[string]haproxyServer, error) {
+	text, err := h.command("show stat")
+	if err != nil {
+		return nil, err
+	}
+	r := csv.NewReader(strings.NewReader(text))
 	r.FieldsPerRecord = -1
 	rows, err := r.ReadAll()
 	if err != nil {

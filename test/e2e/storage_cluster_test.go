@@ -6,8 +6,10 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,8 +56,9 @@ const (
 //  2. `bazel test //...` of testdata/bazel/workspace with remote execution: every
 //     process runs remotely, the tests pass, the outputs are right.
 //  3. A build of testdata/bazel/crash (see TestFailover): once crashKillAfter
-//     actions have completed and one more has started, the frontend with the most
-//     connections open through HAProxy and the leading scheduler get SIGKILL. The
+//     actions have completed and one more has started, the frontend that HAProxy
+//     relays (most of) Bazel's connections to (found from /proc and HAProxy's
+//     sessions) and the leading scheduler get SIGKILL. The
 //     standby takes over; the same build must complete with every output right;
 //     an action that had completed before the kills ran exactly once, and one that
 //     had not started ran exactly once.
@@ -161,6 +164,8 @@ func TestStorageCluster(t *testing.T) {
 	buildStart := time.Now()
 	var atKill crashLog
 	var completed map[string]bool
+	var viaFrontend map[string]int
+	var connErr error
 	deadline := time.Now().Add(crashKillPointTimeout)
 	for {
 		select {
@@ -172,21 +177,25 @@ func TestStorageCluster(t *testing.T) {
 		atKill = readCrashLog(t, logPath)
 		completed = presentOutputs(w, want)
 		if len(completed) >= crashKillAfter && len(atKill.inFlight(completed)) > 0 {
-			break
+			viaFrontend, connErr = bazelConnections(w, lb)
+			if len(viaFrontend) > 0 {
+				break
+			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %v, %d actions completed (%d started), want %d completed and one more started before the kill",
-				crashKillPointTimeout, len(completed), len(atKill.Starts), crashKillAfter)
+			t.Fatalf("after %v, %d actions completed (%d started), want %d completed and one more started before the kill, "+
+				"with Bazel connected through HAProxy (its connections: %v, %v)",
+				crashKillPointTimeout, len(completed), len(atKill.Starts), crashKillAfter, viaFrontend, connErr)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// The frontend carrying more connections (Bazel's among them, most likely) dies.
+	// The frontend carrying (most of) Bazel's connections dies.
 	stats, err := lb.stats()
 	if err != nil {
 		t.Fatalf("haproxy stats: %v", err)
 	}
 	victim := 0
-	if stats["fe2"].Current > stats["fe1"].Current {
+	if viaFrontend["fe2"] > viaFrontend["fe1"] {
 		victim = 1
 	}
 	survivor := 1 - victim
@@ -194,9 +203,9 @@ func TestStorageCluster(t *testing.T) {
 	leader.kill9(t)
 	killedAt := time.Now()
 	inFlight := atKill.inFlight(completed)
-	t.Logf("SIGKILL to frontend %d (HAProxy: fe1 %v; fe2 %v) and to the leading scheduler %v into the build: "+
-		"%d of %d actions completed, %d started without a result at Bazel %v",
-		victim+1, stats["fe1"], stats["fe2"], killedAt.Sub(buildStart).Round(time.Millisecond),
+	t.Logf("SIGKILL to frontend %d (HAProxy: fe1 %v; fe2 %v; Bazel's connections by frontend %v) and to the leading "+
+		"scheduler %v into the build: %d of %d actions completed, %d started without a result at Bazel %v",
+		victim+1, stats["fe1"], stats["fe2"], viaFrontend, killedAt.Sub(buildStart).Round(time.Millisecond),
 		len(completed), len(want), len(inFlight), inFlight)
 
 	waitLeading(t, standby, failoverTakeoverTimeout)
@@ -281,6 +290,35 @@ func clusterStorageConfig(endpoint, bucket string) string {
     region: us-east-1
     path_style: true
 `, endpoint, bucket)
+}
+
+// bazelConnections returns how many of the connections of w's Bazel server HAProxy
+// relays to each frontend (fe1, fe2), matched by their source ports.
+func bazelConnections(w *bazelWorkspace, lb *haproxyProc) (map[string]int, error) {
+	pid, err := bazelServerPID(w)
+	if err != nil {
+		return nil, err
+	}
+	_, port, err := net.SplitHostPort(lb.Addr)
+	if err != nil {
+		return nil, err
+	}
+	lbPort, _ := strconv.Atoi(port)
+	ports, err := localPortsTo(pid, lbPort)
+	if err != nil {
+		return nil, err
+	}
+	sessions, err := lb.sessions()
+	if err != nil {
+		return nil, err
+	}
+	by := map[string]int{}
+	for _, p := range ports {
+		if srv, ok := sessions[p]; ok {
+			by[srv]++
+		}
+	}
+	return by, nil
 }
 
 // bazel4 returns the Bazel 4.2.3 client.
