@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/minio/minio-go/v7"
+
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/digest"
@@ -64,9 +66,9 @@ const (
 //     had not started ran exactly once.
 //  4. The killed frontend starts again (same ports, same data dir, whose disk tier
 //     the kill may have left half written); blobs go across both ways again.
-//  5. `bazel clean` and the same build three times: through HAProxy, straight at
-//     frontend 1 and straight at frontend 2. Each time every action is a remote
-//     cache hit and none runs.
+//  5. `bazel clean` and the same build three times: through HAProxy with remote
+//     execution, then with frontend 1 and with frontend 2 as the only remote cache
+//     (no executor). Each time every action is a remote cache hit and none runs.
 func TestStorageCluster(t *testing.T) {
 	c := bazel4(t)
 	requireBazel(t, c)
@@ -249,15 +251,30 @@ func TestStorageCluster(t *testing.T) {
 	checkBlobsAcross(t, fes[victim].GRPCAddr, fes[survivor].GRPCAddr)
 	checkBlobsAcross(t, fes[survivor].GRPCAddr, fes[victim].GRPCAddr)
 
-	// 5. Everything from the action cache, through either frontend.
+	// 5. Everything from the action cache, through either frontend. Straight at one
+	// frontend Bazel uses it as a cache only (no executor, which would ask the
+	// scheduler, whose lookups may reach the other frontend through HAProxy): its
+	// own ActionCache and CAS must answer everything.
 	before := len(final.Lines)
-	for _, via := range []struct{ name, addr string }{
-		{"HAProxy", lb.Addr},
-		{"frontend 1", fes[0].GRPCAddr},
-		{"frontend 2", fes[1].GRPCAddr},
+	cacheOnly := func(addr string) []string {
+		return []string{
+			"//...",
+			"--remote_cache=grpc://" + addr,
+			"--noremote_upload_local_results",
+			"--remote_timeout=" + itoa(bazelRemoteTimeoutSecs),
+			"--action_env=GANTRY_CRASH_LOG=" + logPath,
+		}
+	}
+	for _, via := range []struct {
+		name string
+		args []string
+	}{
+		{"HAProxy (remote execution)", args(lb.Addr)},
+		{"frontend 1 (remote cache only)", cacheOnly(fes[0].GRPCAddr)},
+		{"frontend 2 (remote cache only)", cacheOnly(fes[1].GRPCAddr)},
 	} {
 		w.mustRun("clean")
-		res := w.runWithTimeout(crashBuildTimeout, "build", args(via.addr)...)
+		res := w.runWithTimeout(crashBuildTimeout, "build", via.args...)
 		what := "build through " + via.name + " after bazel clean"
 		if res.ExitCode != 0 {
 			t.Errorf("%s: exit code %d%s, want 0; output:\n%s", what, res.ExitCode, exitCodeHint(res.ExitCode), res.Output)
@@ -270,7 +287,37 @@ func TestStorageCluster(t *testing.T) {
 			before = len(after.Lines)
 		}
 	}
+	checkBucketLayout(t, s3, bucket, len(want))
 	t.Logf("storage cluster test took %v", time.Since(started).Round(time.Millisecond))
+}
+
+// checkBucketLayout checks that the bucket holds the farm's objects under the
+// configured prefix only: blobs under e2e/cas/ and at least minResults action
+// results under e2e/ac/.
+func checkBucketLayout(t *testing.T, s3 *miniotest.Server, bucket string, minResults int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	counts := map[string]int{}
+	for obj := range s3.Client().ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true}) {
+		if obj.Err != nil {
+			t.Fatalf("listing bucket %s: %v", bucket, obj.Err)
+		}
+		switch {
+		case strings.HasPrefix(obj.Key, "e2e/cas/"):
+			counts["e2e/cas/"]++
+		case strings.HasPrefix(obj.Key, "e2e/ac/"):
+			counts["e2e/ac/"]++
+		default:
+			counts["other"]++
+			t.Errorf("object %q in the bucket: outside storage.s3.prefix's e2e/cas/ and e2e/ac/", obj.Key)
+		}
+	}
+	if counts["e2e/cas/"] == 0 || counts["e2e/ac/"] < minResults {
+		t.Errorf("bucket %s holds %v objects, want blobs under e2e/cas/ and at least %d action results under e2e/ac/",
+			bucket, counts, minResults)
+	}
+	t.Logf("bucket %s: %v objects", bucket, counts)
 }
 
 // clusterStorageConfig is the frontends' storage section: CAS and ActionCache in the
