@@ -39,7 +39,7 @@ func (c *CAS) FindMissing(ctx context.Context, ds []digest.Digest) ([]digest.Dig
 		names[i] = c.name(d)
 	}
 	present := make([]bool, len(ds))
-	c.b.exist.lookup(names, time.Now().Add(-c.b.cfg.RefreshAfter), present)
+	c.b.exist.lookup(names, c.b.freshSince(), present)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(c.b.cfg.HeadConcurrency)
 	for i, d := range ds {
