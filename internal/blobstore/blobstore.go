@@ -188,6 +188,14 @@ func (v *Verifier) Write(p []byte) error { return v.v.write(p) }
 // Written is the number of bytes accepted so far.
 func (v *Verifier) Written() int64 { return v.v.n }
 
+// WriteAll checks that data, all of it, is the blob.
+func (v *Verifier) WriteAll(data []byte) error {
+	if err := v.Write(data); err != nil {
+		return err
+	}
+	return v.Check()
+}
+
 // Check returns nil if the bytes written are blob d, else a
 // *MismatchError.
 func (v *Verifier) Check() error { return v.v.check() }

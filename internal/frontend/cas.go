@@ -9,6 +9,7 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/genproto/googleapis/rpc/code"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
@@ -232,19 +233,30 @@ func (s *Server) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlobsReq
 		}
 	}
 	resp := &repb.BatchReadBlobsResponse{Responses: make([]*repb.BatchReadBlobsResponse_Response, len(ds))}
+	// The blobs are read batchReaders at a time: from a bucket each is a
+	// round trip, which one after another would add up.
+	var g errgroup.Group
+	g.SetLimit(batchReaders)
 	for i, d := range ds {
-		r := &repb.BatchReadBlobsResponse_Response{Digest: req.Digests[i]}
-		data, err := blobstore.Get(ctx, s.cas, d)
-		if err == nil && zstdOK && len(data) > 0 {
-			r.Compressor = repb.Compressor_ZSTD
-			data = zstdEncoder.EncodeAll(data, nil)
-		}
-		r.Data = data
-		r.Status = rpcStatus(storeError(err, "blob "+d.String()))
-		resp.Responses[i] = r
+		g.Go(func() error {
+			r := &repb.BatchReadBlobsResponse_Response{Digest: req.Digests[i]}
+			data, err := blobstore.Get(ctx, s.cas, d)
+			if err == nil && zstdOK && len(data) > 0 {
+				r.Compressor = repb.Compressor_ZSTD
+				data = zstdEncoder.EncodeAll(data, nil)
+			}
+			r.Data = data
+			r.Status = rpcStatus(storeError(err, "blob "+d.String()))
+			resp.Responses[i] = r
+			return nil
+		})
 	}
+	g.Wait()
 	return resp, nil
 }
+
+// batchReaders bounds the blobs one BatchReadBlobs call reads at once.
+const batchReaders = 16
 
 // maxTreePage bounds the directories returned per GetTree response.
 const maxTreePage = 1000

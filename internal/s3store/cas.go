@@ -39,7 +39,7 @@ func (c *CAS) FindMissing(ctx context.Context, ds []digest.Digest) ([]digest.Dig
 		names[i] = c.name(d)
 	}
 	present := make([]bool, len(ds))
-	c.b.exist.lookup(names, time.Now().Add(-c.b.cfg.RefreshAfter), present)
+	c.b.exist.lookup(names, c.b.freshSince(), present)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(c.b.cfg.HeadConcurrency)
 	for i, d := range ds {
@@ -191,7 +191,7 @@ func (r *objectReader) Close() error { return r.body.Close() }
 // that no unverified or partial object is ever visible.
 func (c *CAS) Create(ctx context.Context, d digest.Digest) (blobstore.Writer, error) {
 	if d.Size <= c.b.cfg.PartSize {
-		return &putWriter{c: c, ctx: ctx, d: d, v: blobstore.NewVerifier(d)}, nil
+		return &putWriter{c: c, ctx: detached(ctx), d: d, v: blobstore.NewVerifier(d)}, nil
 	}
 	return newMultipartWriter(ctx, c, d), nil
 }

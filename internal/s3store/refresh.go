@@ -127,3 +127,7 @@ func (b *Bucket) used(name string, size int64, modified time.Time) {
 	}
 	b.exist.add(name, modified)
 }
+
+// freshSince is the oldest modification time of an object remembered as
+// present that is still trusted: one older is due for a refresh.
+func (b *Bucket) freshSince() time.Time { return time.Now().Add(-b.cfg.RefreshAfter) }

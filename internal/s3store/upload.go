@@ -14,9 +14,25 @@ import (
 	"github.com/gantry-build/gantry/internal/digest"
 )
 
-// abortTimeout bounds the abort of a failed multipart upload, which runs
-// after the request's own context may have ended.
-const abortTimeout = 30 * time.Second
+// A writer may outlive the call that created it (the frontend keeps an
+// interrupted ByteStream upload for its client to resume), so its
+// requests do not end with that call's context: each is bounded by
+// requestTimeout instead, and the abort of a failed upload by
+// abortTimeout.
+const (
+	requestTimeout = 5 * time.Minute
+	abortTimeout   = 30 * time.Second
+)
+
+// detached is ctx's values without its cancellation, for a writer.
+func detached(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
+// bounded runs f with a context of the writer's bounded by requestTimeout.
+func bounded(ctx context.Context, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	return f(ctx)
+}
 
 // putWriter buffers a small blob, and PUTs it once it verified.
 type putWriter struct {
@@ -61,7 +77,10 @@ func (w *putWriter) Commit() error {
 		sum = hex.EncodeToString(s[:])
 	}
 	start := time.Now()
-	_, err := w.c.b.core.PutObject(w.ctx, w.c.b.cfg.Bucket, name, bytes.NewReader(w.buf), w.d.Size, "", sum, minio.PutObjectOptions{})
+	err := bounded(w.ctx, func(ctx context.Context) error {
+		_, err := w.c.b.core.PutObject(ctx, w.c.b.cfg.Bucket, name, bytes.NewReader(w.buf), w.d.Size, "", sum, minio.PutObjectOptions{})
+		return err
+	})
 	w.c.b.observe("put", start, err)
 	w.buf = nil
 	if err != nil {
@@ -104,7 +123,7 @@ func newMultipartWriter(ctx context.Context, c *CAS, d digest.Digest) *multipart
 	if need := (d.Size + maxParts - 1) / maxParts; need > size {
 		size = (need + 1<<20 - 1) &^ (1<<20 - 1)
 	}
-	return &multipartWriter{c: c, ctx: ctx, d: d, name: c.name(d), v: blobstore.NewVerifier(d), partSize: size}
+	return &multipartWriter{c: c, ctx: detached(ctx), d: d, name: c.name(d), v: blobstore.NewVerifier(d), partSize: size}
 }
 
 func (w *multipartWriter) Write(p []byte) (int, error) {
@@ -144,7 +163,11 @@ func (w *multipartWriter) send() error {
 	}
 	if w.uploadID == "" {
 		start := time.Now()
-		id, err := w.c.b.core.NewMultipartUpload(w.ctx, w.c.b.cfg.Bucket, w.name, minio.PutObjectOptions{})
+		var id string
+		err := bounded(w.ctx, func(ctx context.Context) (err error) {
+			id, err = w.c.b.core.NewMultipartUpload(ctx, w.c.b.cfg.Bucket, w.name, minio.PutObjectOptions{})
+			return err
+		})
 		w.c.b.observe("multipart_create", start, err)
 		if err != nil {
 			w.err = w.c.b.fail("starting the multipart upload of "+w.name, err)
@@ -162,7 +185,11 @@ func (w *multipartWriter) send() error {
 		start := time.Now()
 		// The parts are verified as a whole at Commit, so the payload is
 		// not hashed again to sign each one.
-		info, err := w.c.b.core.PutObjectPart(w.ctx, w.c.b.cfg.Bucket, w.name, w.uploadID, number, bytes.NewReader(part), int64(len(part)), minio.PutObjectPartOptions{DisableContentSha256: true})
+		var info minio.ObjectPart
+		err := bounded(w.ctx, func(ctx context.Context) (err error) {
+			info, err = w.c.b.core.PutObjectPart(ctx, w.c.b.cfg.Bucket, w.name, w.uploadID, number, bytes.NewReader(part), int64(len(part)), minio.PutObjectPartOptions{DisableContentSha256: true})
+			return err
+		})
 		w.c.b.observe("multipart_part", start, err)
 		if err != nil {
 			w.sendErr = w.c.b.fail("sending part "+itoa(number)+" of "+w.name, err)
@@ -202,7 +229,10 @@ func (w *multipartWriter) Commit() error {
 		return err
 	}
 	start := time.Now()
-	_, err := w.c.b.core.CompleteMultipartUpload(w.ctx, w.c.b.cfg.Bucket, w.name, w.uploadID, w.parts, minio.PutObjectOptions{})
+	err := bounded(w.ctx, func(ctx context.Context) error {
+		_, err := w.c.b.core.CompleteMultipartUpload(ctx, w.c.b.cfg.Bucket, w.name, w.uploadID, w.parts, minio.PutObjectOptions{})
+		return err
+	})
 	w.c.b.observe("multipart_complete", start, err)
 	if err != nil {
 		w.err = w.c.b.fail("completing the multipart upload of "+w.name, err)
@@ -226,7 +256,7 @@ func (w *multipartWriter) Close() error {
 	if w.uploadID == "" {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), abortTimeout)
+	ctx, cancel := context.WithTimeout(w.ctx, abortTimeout)
 	defer cancel()
 	start := time.Now()
 	err := w.c.b.core.AbortMultipartUpload(ctx, w.c.b.cfg.Bucket, w.name, w.uploadID)

@@ -11,6 +11,7 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/minio/minio-go/v7"
+	bspb "google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -156,5 +157,64 @@ func TestS3StartErrorsNameTheKey(t *testing.T) {
 	cfg.DataDir = t.TempDir()
 	if _, err := New(cfg, quietLogger()); err == nil || !strings.Contains(err.Error(), "credentials") {
 		t.Fatalf("start with wrong credentials: %v, want an error about them", err)
+	}
+}
+
+// TestS3ResumedUpload: a ByteStream upload cut midway (its stream's
+// context ended after a part went to the bucket) is resumed on a new
+// stream from QueryWriteStatus's offset and completes: the kept writer's
+// requests do not die with the first stream.
+func TestS3ResumedUpload(t *testing.T) {
+	s := miniotest.Start(t)
+	f := startFarm(t, s3Storage(t, s, s.Bucket(t), true))
+	data := randomBytes(6, 12<<20)
+	d := digest.Compute(digest.SHA256, data)
+	name := "uploads/6f1d3c1e-0000-4000-8000-000000000001/blobs/" + d.Hash + "/" + strconv.FormatInt(d.Size, 10)
+	bs := bspb.NewByteStreamClient(f.conn)
+
+	first, cancelFirst := context.WithCancel(context.Background())
+	stream, err := bs.Write(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cut = 7 << 20 // past the first 5 MiB part
+	for off := 0; off < cut; off += 1 << 20 {
+		if err := stream.Send(&bspb.WriteRequest{ResourceName: name, WriteOffset: int64(off), Data: data[off : off+1<<20]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var committed int64
+	for committed < cut { // the server has taken what was sent
+		st, err := bs.QueryWriteStatus(ctx, &bspb.QueryWriteStatusRequest{ResourceName: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		committed = st.CommittedSize
+		if ctx.Err() != nil {
+			t.Fatalf("the server took %d of %d bytes", committed, cut)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancelFirst()
+
+	second, err := bs.Write(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := int(committed); off < len(data); off += 1 << 20 {
+		end := min(off+1<<20, len(data))
+		if err := second.Send(&bspb.WriteRequest{ResourceName: name, WriteOffset: int64(off), Data: data[off:end], FinishWrite: end == len(data)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := second.CloseAndRecv()
+	if err != nil || resp.CommittedSize != d.Size {
+		t.Fatalf("resumed upload: %v, %v", resp, err)
+	}
+	other := startFarm(t, s3Storage(t, s, f.srv.cfg.Storage.S3.Bucket, false))
+	if got, err := blobstore.Get(ctx, other.cas, d); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the resumed blob reads %d bytes, %v", len(got), err)
 	}
 }
