@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantry-build/gantry/internal/digest"
@@ -43,14 +44,23 @@ const defaultSealEvery = 15 * time.Second
 // record are hashed too.
 const sealMargin = 2 * time.Second
 
-// bootID identifies the running kernel's boot ("" if unknown). A var so
-// that tests can pretend the machine rebooted.
-var bootID = func() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
+// bootID identifies the running kernel's boot ("" if unknown).
+func bootID() string { return (*bootIDSource.Load())() }
+
+// bootIDSource is where bootID reads, swapped atomically by tests that
+// pretend the machine rebooted: a store's background seal of an earlier
+// test may still be reading it.
+var bootIDSource atomic.Pointer[func() string]
+
+func init() {
+	f := func() string {
+		b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSpace(string(b))
 	}
-	return strings.TrimSpace(string(b))
+	bootIDSource.Store(&f)
 }
 
 // seals reports whether the store seals: not if it flushes every blob

@@ -13,9 +13,9 @@ import (
 
 // rebooted makes the store code see another boot id until the test ends.
 func rebooted(t *testing.T) {
-	real := bootID
-	bootID = func() string { return "another-boot" }
-	t.Cleanup(func() { bootID = real })
+	another := func() string { return "another-boot" }
+	real := bootIDSource.Swap(&another)
+	t.Cleanup(func() { bootIDSource.Store(real) })
 }
 
 // damage overwrites a byte in the middle of path's file, keeping its size:
