@@ -112,20 +112,28 @@ func BenchmarkByteStreamWrite256MiB(b *testing.B) {
 // hence eight, not two: a CAS in service is far larger than its blobs.
 func benchFullEnv(b *testing.B, directIOThreshold int64) *env {
 	b.Helper()
+	return newEnv(b, fullDisk(b, directIOThreshold), defaultOptions())
+}
+
+// fullDisk is the disk store of benchFullEnv, filled, for benchFullEnv
+// and for the disk tier in front of a bucket (s3bench_test.go).
+func fullDisk(b *testing.B, directIOThreshold int64) *blobstore.Disk {
+	b.Helper()
 	syscall.Sync()
 	store, err := blobstore.NewDisk(b.TempDir(), blobstore.DiskOptions{MaxBytes: bigBlob * 17 / 2, DirectIOThreshold: directIOThreshold})
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := newEnv(b, store, defaultOptions())
 	data := randomBlob("fill", bigBlob)
 	for i := range 9 {
 		stamp(data, -1-i)
-		e.put(b, digest.SHA256, data)
+		if err := blobstore.Put(context.Background(), store, digest.Compute(digest.SHA256, data), data); err != nil {
+			b.Fatal(err)
+		}
 	}
 	// The fill's writeback is not charged to the benchmark.
 	syscall.Sync()
-	return e
+	return store
 }
 
 func benchWrite(b *testing.B, e *env, chunk int) {
