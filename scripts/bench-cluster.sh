@@ -176,6 +176,8 @@ EOF
   done
   /usr/sbin/haproxy -db -f "$dir/haproxy.cfg" >"$logs.haproxy.log" 2>&1 &
   cluster_add haproxy infra $!
+  cluster_wait "HAProxy did not listen (log: $logs.haproxy.log)" \
+    bash -c "exec 3<>/dev/tcp/127.0.0.1/$lb_port" || return 1
   "$gantry" serve --role scheduler --config "$dir/scheduler.yaml" --listen "127.0.0.1:$sched" \
     --http-listen "127.0.0.1:$schedh" --data-dir "$dir/sched" >"$logs.sched.log" 2>&1 &
   cluster_add sched gantry $!
