@@ -222,20 +222,28 @@ run_remote() {
   local m g
   cpu_roots=("gantry gantry $gantry_pid")
   m=$(time_build "$name" "$log" "${flags[@]}")
-  if [ "$profile" = 1 ]; then
-    curl -sf "http://127.0.0.1:$http_port/metrics" >"$tmp/logs/$name.metrics" 2>/dev/null || true
-  fi
+  curl -sf "http://127.0.0.1:$http_port/metrics" >"$tmp/logs/$name.metrics" 2>/dev/null || true
   g=$(gantry_cpu "$log")
   stop_gantry
   cpu_roots=()
   [ "$profile" = 1 ] || rm -rf "$data"
   check_remote "$name" "$log"
   record "$variant" "$name" "$log" $m $g
+  stages "$variant" "$name" "$tmp/logs/$name.metrics"
 }
 
-# cluster_details: per cluster build, "variant name label cpu" (a process's CPU, children
-# included) and "variant name s3:OP requests mean_ms".
-details="$tmp/cluster.tsv"
+# stages VARIANT NAME METRICS: prints and keeps the worker's mean stage times of a build.
+stages() {
+  local st
+  st=$(stage_summary "$3")
+  awk -v v="$1" -v n="$2" '{ printf "%s\t%s\tstage:%s\t%s\n", v, n, $1, $2 }' <<<"$st" >>"$details"
+  echo "      worker stages (mean ms per action): $(awk '{ printf "%s %.1f  ", $1, $2 }' <<<"$st")"
+}
+
+# details: per remote build, "variant name stage:STAGE mean_ms"; per cluster build also
+# "variant name label cpu" (a process's CPU, children included) and "variant name s3:OP
+# requests mean_ms".
+details="$tmp/details.tsv"
 : >"$details"
 
 run_cluster() {
@@ -255,6 +263,7 @@ run_cluster() {
   for i in "${!cluster_fe_http[@]}"; do
     curl -sf "http://${cluster_fe_http[$i]}/metrics" >"$tmp/logs/$name.fe$((i + 1)).metrics" 2>/dev/null || true
   done
+  curl -sf "http://$cluster_sched_http/metrics" >"$tmp/logs/$name.sched.metrics" 2>/dev/null || true
   g=$(gantry_cpu "$log")
   cluster_stop
   cpu_roots=()
@@ -268,6 +277,7 @@ run_cluster() {
   record "$variant" "$name" "$log" $m $g
   echo "      cpu-s by process (worker: with its actions): $by"
   echo "      S3 requests (count, mean ms): $(awk '{ printf "%s %d %.1f  ", $1, $2, $3 }' <<<"$s3")"
+  stages "$variant" "$name" "$tmp/logs/$name.sched.metrics"
 }
 
 results="$tmp/results.tsv"
@@ -360,6 +370,13 @@ for v in "${variants[@]}"; do
     "$own" "$(awk -v a="$own" -v b="$base_own" 'BEGIN { printf "%.2f", a / b }')" \
     "$(col "$v" 4 | median)" "$(col "$v" 5 | median)" "$(col "$v" 6 | median)" "$(col "$v" 7 | median)" \
     "$(col "$v" 8 | median)"
+  if [[ "$v" != local* ]]; then
+    printf '  %-24s worker stages (medians of the mean ms per action):' ""
+    for st in input_fetch execute output_upload worker; do
+      printf ' %s %s' "$st" "$(awk -F'\t' -v v="$v" -v o="stage:$st" '$1 == v && $3 == o { print $4 }' "$details" | median)"
+    done
+    printf '\n'
+  fi
   if [[ "$v" == cluster-s3-* ]]; then
     printf '  %-24s own cpu /%s %4s; cpu-s by process (medians; worker with its actions):' "" "$single" \
       "$(awk -v a="$own" -v b="$so" 'BEGIN { printf "%.2f", a / b }')"

@@ -13,6 +13,7 @@
 # After cluster_start DIR LOGPREFIX SLOTS:
 #   cluster_addr       the balancer's host:port (Bazel and the worker use it)
 #   cluster_fe_http    the frontends' HTTP addresses (/metrics with gantry_s3_*)
+#   cluster_sched_http the scheduler's HTTP address (/metrics with the worker's stages)
 #   cluster_roots      "label class pid" of every process started: class "gantry" (the
 #                      frontends, the scheduler, the worker: their own CPU is Gantry's, their
 #                      children's the actions') or "infra" (MinIO, PostgreSQL, HAProxy: all
@@ -21,6 +22,7 @@
 cluster_roots=()
 cluster_addr=""
 cluster_fe_http=()
+cluster_sched_http=""
 cluster_pgdir=""
 
 # cluster_minio: the MinIO server binary, or nothing.
@@ -185,6 +187,7 @@ EOF
     --id bench-worker >"$logs.worker.log" 2>&1 &
   cluster_add worker gantry $!
   cluster_addr="127.0.0.1:$lb_port"
+  cluster_sched_http="127.0.0.1:$schedh"
 
   cluster_wait "the scheduler did not lead (log: $logs.sched.log)" \
     cluster_healthz_has "127.0.0.1:$schedh" 'leader term [1-9]' || return 1
@@ -210,6 +213,7 @@ cluster_stop() {
   done
   cluster_roots=()
   cluster_fe_http=()
+  cluster_sched_http=""
   cluster_addr=""
   if [ -n "$cluster_pgdir" ]; then rm -rf "$cluster_pgdir"; cluster_pgdir=""; fi
 }
@@ -250,4 +254,13 @@ s3_summary() {
     /^gantry_s3_request_duration_seconds_count\{/ { match($0, /op="[^"]*"/); op = substr($0, RSTART + 4, RLENGTH - 5); n[op] += $NF }
     /^gantry_s3_request_duration_seconds_sum\{/ { match($0, /op="[^"]*"/); op = substr($0, RSTART + 4, RLENGTH - 5); s[op] += $NF }
     END { for (op in n) if (n[op] > 0) printf "%s %d %.2f\n", op, n[op], 1000 * s[op] / n[op] }' | sort
+}
+
+# stage_summary METRICS: the worker's stages (input_fetch, execute, output_upload, worker),
+# "stage mean_ms" each, from a scheduler's gantry_worker_stage_duration_seconds.
+stage_summary() {
+  awk '
+    /^gantry_worker_stage_duration_seconds_count\{/ { match($0, /stage="[^"]*"/); st = substr($0, RSTART + 7, RLENGTH - 8); n[st] += $NF }
+    /^gantry_worker_stage_duration_seconds_sum\{/ { match($0, /stage="[^"]*"/); st = substr($0, RSTART + 7, RLENGTH - 8); s[st] += $NF }
+    END { for (st in n) if (n[st] > 0) printf "%s %.1f\n", st, 1000 * s[st] / n[st] }' "$@" | sort
 }
