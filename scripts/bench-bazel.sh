@@ -13,16 +13,21 @@
 #                     time bazel build //... --remote_executor=grpc://... --spawn_strategy=remote
 #                     --genrule_strategy=remote --jobs=J [--remote_download_minimal];
 #                     check that every action ran remotely; stop the server.
+#   cluster-s3-J[-MODE]: (GANTRY_BENCH_CLUSTER=1) start a FRESH cluster (scripts/bench-cluster.sh):
+#                     MinIO and PostgreSQL, 2 frontends with storage in the bucket behind
+#                     HAProxy, a scheduler, a standalone worker with as many slots as the
+#                     embedded one; then as remote-J[-MODE], through HAProxy; stop it all.
 # One Bazel server serves all runs (a fresh output root would time JVM start and
 # extraction, not the build); an untimed build starts it, and a first round of every
 # variant (run 0) warms it up and is not counted. Only `bazel build` is timed, not the clean.
 #
-# Besides wall time, each build's CPU is accounted (CPU-seconds): "bazel" (the Bazel
-# server JVM), "actions" (the processes Bazel or Gantry ran), "gantry" (server + embedded
-# worker themselves) and "others" (the rest of the machine meanwhile: load from outside the
-# benchmark, which on a shared machine is the main source of noise). "own" = bazel +
-# actions + gantry; on an otherwise idle machine a build of this shape is CPU-bound, so
-# own/cores approximates its wall time.
+# Besides wall time, each build's CPU is accounted (CPU-seconds, over the build alone):
+# "bazel" (the Bazel server JVM), "actions" (the processes Bazel or Gantry ran), "gantry"
+# (server + embedded worker themselves; in a cluster the frontends, the scheduler and the
+# worker), "infra" (a cluster's MinIO, PostgreSQL and HAProxy) and "others" (the rest of the
+# machine meanwhile: load from outside the benchmark, which on a shared machine is the main
+# source of noise). "own" = bazel + actions + gantry + infra; on an otherwise idle machine a
+# build of this shape is CPU-bound, so own/cores approximates its wall time.
 #
 # Environment:
 #   GANTRY_BENCH_REMOTE_JOBS   --jobs values for remote builds, space separated (default "8":
@@ -32,6 +37,11 @@
 #   GANTRY_BENCH_LOCAL_JOBS    --jobs for local builds (default: nproc)
 #   GANTRY_BENCH_MODES         download modes for remote builds: "all", "minimal" or both
 #                              (default "all minimal")
+#   GANTRY_BENCH_CLUSTER=1     also time the cluster-s3 variants (needs minio, PostgreSQL's
+#                              server binaries and haproxy; see scripts/bench-cluster.sh). Each
+#                              cluster build's S3 requests (count, mean latency by operation,
+#                              from the frontends' gantry_s3_request_duration_seconds) and the
+#                              CPU of each of its processes are printed, with medians at the end
 #   GANTRY_BENCH_STANDALONE=1  also time local builds without the sandbox (variant
 #                              local-standalone: --spawn_strategy=local --genrule_strategy=local)
 #   GANTRY_BENCH_PROFILE=1     also write --profile and --execution_log_json_file for every
@@ -56,6 +66,10 @@ read -r -a modes <<<"${GANTRY_BENCH_MODES:-all minimal}"
 local_jobs="${GANTRY_BENCH_LOCAL_JOBS:-$(nproc)}"
 profile="${GANTRY_BENCH_PROFILE:-0}"
 keep="${GANTRY_BENCH_KEEP:-$profile}"
+cluster="${GANTRY_BENCH_CLUSTER:-0}"
+# shellcheck source=bench-cluster.sh
+. "$REPO/scripts/bench-cluster.sh"
+if [ "$cluster" = 1 ]; then cluster_check || exit 1; fi
 for m in "${modes[@]}"; do
   case "$m" in all|minimal) ;; *) echo "GANTRY_BENCH_MODES: unknown mode $m (want all, minimal)" >&2; exit 2 ;; esac
 done
@@ -76,6 +90,7 @@ stop_gantry() {
 }
 cleanup() {
   stop_gantry
+  cluster_stop
   if [ -d "$ws" ]; then (cd "$ws" && "$bazel" --output_user_root="$root" shutdown >/dev/null 2>&1) || true; fi
   if [ "$keep" = 1 ]; then
     echo "kept $tmp" >&2
@@ -122,6 +137,10 @@ cpu_of() {
 # machine_busy: CPU seconds all CPUs have spent busy since boot.
 machine_busy() { awk -v hz="$hz" '$1 == "cpu" { printf "%.2f\n", ($2 + $3 + $4 + $7 + $8 + $9) / hz }' /proc/stat; }
 
+# The processes of the Gantry under test, "label class pid" (see tree_cpu): time_build writes
+# their CPU before and after the build to LOG.cpu0 and LOG.cpu1.
+cpu_roots=()
+
 # time_build NAME LOG ARGS...: bazel clean, then a timed build. Prints "wall bazel_cpu
 # bazel_children_cpu machine_busy_cpu", in seconds, the CPU figures over the build alone.
 time_build() {
@@ -132,6 +151,7 @@ time_build() {
   fi
   bz clean >/dev/null 2>&1
   local t0 t1 c0 c1 m0 m1
+  tree_cpu "${cpu_roots[@]}" >"$log.cpu0"
   read -r -a c0 < <(cpu_of "$server_pid")
   m0=$(machine_busy)
   t0=$(date +%s.%N)
@@ -143,6 +163,7 @@ time_build() {
   t1=$(date +%s.%N)
   m1=$(machine_busy)
   read -r -a c1 < <(cpu_of "$server_pid")
+  tree_cpu "${cpu_roots[@]}" >"$log.cpu1"
   awk -v a="$t0" -v b="$t1" -v s0="${c0[0]}" -v s1="${c1[0]}" -v k0="${c0[1]}" -v k1="${c1[1]}" \
     -v m0="$m0" -v m1="$m1" 'BEGIN { printf "%.2f %.2f %.2f %.2f\n", b - a, s1 - s0, k1 - k0, m1 - m0 }'
 }
@@ -153,7 +174,26 @@ run_local() {
   [[ "$variant" == *local-standalone ]] && flags+=(--spawn_strategy=local --genrule_strategy=local)
   local m
   m=$(time_build "$name" "$log" "${flags[@]}")
-  record "$variant" "$name" "$log" $m 0 0
+  record "$variant" "$name" "$log" $m 0 0 0
+}
+
+# check_remote NAME LOG: fails unless every action of the build ran remotely: none locally,
+# none from a cache.
+check_remote() {
+  local line
+  line=$(processes_line "$2")
+  if ! grep -Eq '[0-9]+ remote[.,]' <<<"$line" || grep -Eq 'cache hit|local|sandbox|worker' <<<"$line"; then
+    echo "$1: not every action ran remotely: $line" >&2
+    return 1
+  fi
+}
+
+# gantry_cpu LOG: "gantry_self actions infra" over the build, from LOG.cpu0 and LOG.cpu1.
+gantry_cpu() {
+  cpu_delta "$1.cpu0" "$1.cpu1" | awk '
+    $2 == "gantry" { g += $3; a += $4 }
+    $2 == "infra" { i += $3 + $4 }
+    END { printf "%.2f %.2f %.2f\n", g, a, i }'
 }
 
 run_remote() {
@@ -180,41 +220,85 @@ run_remote() {
     --genrule_strategy=remote --jobs="$jobs")
   [ "$mode" = minimal ] && flags+=(--remote_download_minimal)
   local m g
+  cpu_roots=("gantry gantry $gantry_pid")
   m=$(time_build "$name" "$log" "${flags[@]}")
-  if [ "$profile" = 1 ]; then
-    curl -sf "http://127.0.0.1:$http_port/metrics" >"$tmp/logs/$name.metrics" 2>/dev/null || true
-  fi
-  g=$(cpu_of "$gantry_pid")
+  curl -sf "http://127.0.0.1:$http_port/metrics" >"$tmp/logs/$name.metrics" 2>/dev/null || true
+  g=$(gantry_cpu "$log")
   stop_gantry
+  cpu_roots=()
   [ "$profile" = 1 ] || rm -rf "$data"
-  local line
-  line=$(processes_line "$log")
-  # Every action must have run remotely: none locally, none from a cache.
-  if ! grep -Eq '[0-9]+ remote[.,]' <<<"$line" || grep -Eq 'cache hit|local|sandbox|worker' <<<"$line"; then
-    echo "$name: not every action ran remotely: $line" >&2
+  check_remote "$name" "$log"
+  record "$variant" "$name" "$log" $m $g
+  stages "$variant" "$name" "$tmp/logs/$name.metrics"
+}
+
+# stages VARIANT NAME METRICS: prints and keeps the worker's mean stage times of a build.
+stages() {
+  local st
+  st=$(stage_summary "$3")
+  awk -v v="$1" -v n="$2" '{ printf "%s\t%s\tstage:%s\t%s\n", v, n, $1, $2 }' <<<"$st" >>"$details"
+  echo "      worker stages (mean ms per action): $(awk '{ printf "%s %.1f  ", $1, $2 }' <<<"$st")"
+}
+
+# details: per remote build, "variant name stage:STAGE mean_ms"; per cluster build also
+# "variant name label cpu" (a process's CPU, children included) and "variant name s3:OP
+# requests mean_ms".
+details="$tmp/details.tsv"
+: >"$details"
+
+run_cluster() {
+  local variant="$1" name="$2" jobs="$3" mode="$4"
+  local log="$tmp/logs/$name.log" dir="$tmp/cluster-$name"
+  if ! cluster_start "$dir" "$tmp/logs/$name" "$(nproc)"; then
+    for f in "$tmp/logs/$name".*.log; do echo "--- $f" >&2; tail -20 "$f" >&2; done
+    echo "$name: the cluster did not come up" >&2
     return 1
   fi
+  local flags=(--remote_executor="grpc://$cluster_addr" --spawn_strategy=remote
+    --genrule_strategy=remote --jobs="$jobs")
+  [ "$mode" = minimal ] && flags+=(--remote_download_minimal)
+  local m g i
+  cpu_roots=("${cluster_roots[@]}")
+  m=$(time_build "$name" "$log" "${flags[@]}")
+  for i in "${!cluster_fe_http[@]}"; do
+    curl -sf "http://${cluster_fe_http[$i]}/metrics" >"$tmp/logs/$name.fe$((i + 1)).metrics" 2>/dev/null || true
+  done
+  curl -sf "http://$cluster_sched_http/metrics" >"$tmp/logs/$name.sched.metrics" 2>/dev/null || true
+  g=$(gantry_cpu "$log")
+  cluster_stop
+  cpu_roots=()
+  [ "$keep" = 1 ] || rm -rf "$dir"
+  check_remote "$name" "$log"
+  local by s3
+  by=$(cpu_delta "$log.cpu0" "$log.cpu1" | awk '{ printf "%s %.1f  ", $1, $3 + $4 }')
+  s3=$(s3_summary "$tmp/logs/$name".fe*.metrics)
+  cpu_delta "$log.cpu0" "$log.cpu1" | awk -v v="$variant" -v n="$name" '{ printf "%s\t%s\t%s\t%.2f\n", v, n, $1, $3 + $4 }' >>"$details"
+  awk -v v="$variant" -v n="$name" '{ printf "%s\t%s\ts3:%s\t%s\t%s\n", v, n, $1, $2, $3 }' <<<"$s3" >>"$details"
   record "$variant" "$name" "$log" $m $g
+  echo "      cpu-s by process (worker: with its actions): $by"
+  echo "      S3 requests (count, mean ms): $(awk '{ printf "%s %d %.1f  ", $1, $2, $3 }' <<<"$s3")"
+  stages "$variant" "$name" "$tmp/logs/$name.sched.metrics"
 }
 
 results="$tmp/results.tsv"
 : >"$results"
 # record VARIANT NAME LOG WALL BAZEL_CPU BAZEL_CHILDREN_CPU MACHINE_CPU GANTRY_CPU
-#   GANTRY_CHILDREN_CPU: prints and keeps one build's figures (seconds). "actions" is the CPU
-#   of what Bazel (local) or Gantry (remote) ran; "gantry" is the server and worker
-#   themselves; "others" is what the rest of the machine used meanwhile (outside load).
+#   GANTRY_CHILDREN_CPU INFRA_CPU: prints and keeps one build's figures (seconds). "actions" is
+#   the CPU of what Bazel (local) or Gantry (remote) ran; "gantry" is the server(s) and
+#   worker themselves; "infra" a cluster's MinIO, PostgreSQL and HAProxy; "others" is what
+#   the rest of the machine used meanwhile (outside load).
 record() {
-  local variant="$1" name="$2" log="$3" wall="$4" bself="$5" bkids="$6" busy="$7" gself="$8" gkids="$9"
+  local variant="$1" name="$2" log="$3" wall="$4" bself="$5" bkids="$6" busy="$7" gself="$8" gkids="$9" infra="${10}"
   local load line cpu
   load=$(cut -d' ' -f1-3 /proc/loadavg)
   line=$(processes_line "$log")
-  cpu=$(awk -v bs="$bself" -v bk="$bkids" -v m="$busy" -v gs="$gself" -v gk="$gkids" \
-    'BEGIN { o = m - bs - bk - gs - gk; if (o < 0) o = 0
-             printf "%.1f\t%.1f\t%.1f\t%.1f", bs, bk + gk, gs, o }')
+  cpu=$(awk -v bs="$bself" -v bk="$bkids" -v m="$busy" -v gs="$gself" -v gk="$gkids" -v inf="$infra" \
+    'BEGIN { o = m - bs - bk - gs - gk - inf; if (o < 0) o = 0
+             printf "%.1f\t%.1f\t%.1f\t%.1f\t%.1f", bs, bk + gk, gs, inf, o }')
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$variant" "$name" "$wall" "$cpu" "$load" "$line" >>"$results"
   awk -F'\t' -v n="$name" -v w="$wall" -v l="$load" -v p="$line" '{
-      printf "  %-24s %6ss  cpu-s: bazel %4.1f  actions %4.1f  gantry %4.1f  others %4.1f  load %s\n      %s\n",
-        n, w, $1, $2, $3, $4, l, p }' <<<"$cpu"
+      printf "  %-24s %6ss  cpu-s: bazel %4.1f  actions %4.1f  gantry %4.1f  infra %4.1f  others %4.1f  load %s\n      %s\n",
+        n, w, $1, $2, $3, $4, $5, l, p }' <<<"$cpu"
 }
 
 variants=(local)
@@ -222,11 +306,15 @@ variants=(local)
 for j in "${remote_jobs[@]}"; do
   for m in "${modes[@]}"; do
     if [ "$m" = all ]; then variants+=("remote-j$j"); else variants+=("remote-j$j-$m"); fi
+    if [ "$cluster" = 1 ]; then
+      if [ "$m" = all ]; then variants+=("cluster-s3-j$j"); else variants+=("cluster-s3-j$j-$m"); fi
+    fi
   done
 done
 
 echo "== $client: $runs run(s) of: ${variants[*]}"
 echo "   local: --jobs=$local_jobs; remote: fresh gantry serve, $(nproc) worker slots"
+[ "$cluster" = 1 ] && echo "   cluster-s3: fresh MinIO + PostgreSQL, HAProxy -> 2 frontends (s3), 1 scheduler, 1 worker with $(nproc) slots"
 echo "   uptime before: $(uptime | sed 's/^ *//')"
 # Run 0 warms up (JIT) every path through the Bazel server and is not counted: the first
 # remote builds of a server cost Bazel about twice the CPU of later ones.
@@ -241,21 +329,26 @@ for ((r = 0; r <= runs; r++)); do
       run_local "$tag" "$v-$r"
     else
       rest="${v#remote-j}"
+      rest="${rest#cluster-s3-j}"
       jobs="${rest%%-*}"
       mode=all
       [[ "$rest" == *-minimal ]] && mode=minimal
-      run_remote "$tag" "$v-$r" "$jobs" "$mode"
+      if [[ "$v" == cluster-* ]]; then
+        run_cluster "$tag" "$v-$r" "$jobs" "$mode"
+      else
+        run_remote "$tag" "$v-$r" "$jobs" "$mode"
+      fi
     fi
   done
 done
 echo "   uptime after:  $(uptime | sed 's/^ *//')"
 
 median() { sort -n | awk '{ a[NR] = $1 } END { if (NR == 0) exit; if (NR % 2) print a[(NR + 1) / 2]; else printf "%.2f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
-# col VARIANT N: column N of VARIANT's rows (own CPU: the sum of columns 4 to 6).
+# col VARIANT N: column N of VARIANT's rows (own CPU: the sum of columns 4 to 7).
 col() {
-  awk -F'\t' -v v="$1" -v c="$2" '$1 == v { if (c == "own") printf "%.1f\n", $4 + $5 + $6; else print $c }' "$results"
+  awk -F'\t' -v v="$1" -v c="$2" '$1 == v { if (c == "own") printf "%.1f\n", $4 + $5 + $6 + $7; else print $c }' "$results"
 }
-echo "== $client: medians over $runs run(s); wall in s, CPU in CPU-s (own = bazel + actions + gantry)"
+echo "== $client: medians over $runs run(s); wall in s, CPU in CPU-s (own = bazel + actions + gantry + infra)"
 base_wall=$(col local 3 | median)
 base_own=$(col local own | median)
 sa_wall=$(col local-standalone 3 | median)
@@ -266,8 +359,36 @@ for v in "${variants[@]}"; do
   if [ -n "$sa_wall" ]; then
     printf '  /local-standalone %4s' "$(awk -v a="$w" -v b="$sa_wall" 'BEGIN { printf "%.2f", a / b }')"
   fi
+  if [[ "$v" == cluster-s3-* ]]; then
+    single="remote-${v#cluster-s3-}"
+    sw=$(col "$single" 3 | median)
+    so=$(col "$single" own | median)
+    printf '  /%s %4s' "$single" "$(awk -v a="$w" -v b="$sw" 'BEGIN { printf "%.2f", a / b }')"
+  fi
   printf '   (runs: %s)\n' "$(col "$v" 3 | tr '\n' ' ' | sed 's/ $//')"
-  printf '  %-24s own cpu %5s (/local %4s) = bazel %4s + actions %4s + gantry %4s; others %4s\n' "" \
+  printf '  %-24s own cpu %5s (/local %4s) = bazel %4s + actions %4s + gantry %4s + infra %4s; others %4s\n' "" \
     "$own" "$(awk -v a="$own" -v b="$base_own" 'BEGIN { printf "%.2f", a / b }')" \
-    "$(col "$v" 4 | median)" "$(col "$v" 5 | median)" "$(col "$v" 6 | median)" "$(col "$v" 7 | median)"
+    "$(col "$v" 4 | median)" "$(col "$v" 5 | median)" "$(col "$v" 6 | median)" "$(col "$v" 7 | median)" \
+    "$(col "$v" 8 | median)"
+  if [[ "$v" != local* ]]; then
+    printf '  %-24s worker stages (medians of the mean ms per action):' ""
+    for st in input_fetch execute output_upload worker; do
+      printf ' %s %s' "$st" "$(awk -F'\t' -v v="$v" -v o="stage:$st" '$1 == v && $3 == o { print $4 }' "$details" | median)"
+    done
+    printf '\n'
+  fi
+  if [[ "$v" == cluster-s3-* ]]; then
+    printf '  %-24s own cpu /%s %4s; cpu-s by process (medians; worker with its actions):' "" "$single" \
+      "$(awk -v a="$own" -v b="$so" 'BEGIN { printf "%.2f", a / b }')"
+    for p in minio postgres haproxy fe1 fe2 sched worker; do
+      printf ' %s %s' "$p" "$(awk -F'\t' -v v="$v" -v p="$p" '$1 == v && $3 == p { print $4 }' "$details" | median)"
+    done
+    printf '\n  %-24s S3 requests per build (medians: count, mean ms):' ""
+    for op in $(awk -F'\t' -v v="$v" '$1 == v && $3 ~ /^s3:/ { print substr($3, 4) }' "$details" | sort -u); do
+      printf ' %s %s %s ms' "$op" \
+        "$(awk -F'\t' -v v="$v" -v o="s3:$op" '$1 == v && $3 == o { print $4 }' "$details" | median)" \
+        "$(awk -F'\t' -v v="$v" -v o="s3:$op" '$1 == v && $3 == o { print $5 }' "$details" | median)"
+    done
+    printf '\n'
+  fi
 done
