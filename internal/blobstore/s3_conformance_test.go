@@ -36,8 +36,7 @@ func openS3(t *testing.T) *s3store.Bucket {
 		ExistenceCacheEntries: 1000,
 		PartSize:              5 << 20,
 	}
-	t.Setenv("AWS_ACCESS_KEY_ID", s.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", s.SecretKey)
+	s.Setenv(t)
 	b, err := s3store.Open(context.Background(), cfg, s3store.Unobserved{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

@@ -57,9 +57,7 @@ func (a *ActionCache) Get(ctx context.Context, instance string, d digest.Digest)
 		a.b.log.Warn("an action cache entry in the bucket does not parse; it reads as a miss", "object", name, "err", err)
 		return nil, actioncache.ErrNotFound
 	}
-	if time.Since(info.LastModified) >= a.b.cfg.RefreshAfter {
-		a.b.fresh.request(name, info.Size)
-	}
+	a.b.refreshIfOld(name, info.Size, info.LastModified)
 	return ar, nil
 }
 

@@ -25,7 +25,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -293,9 +292,7 @@ func credentialsFor(file string) *credentials.Credentials {
 	})
 }
 
-// casKey is the object name of blob (fn, hash, size).
+// objectName is the object named by parts under the prefix.
 func (b *Bucket) objectName(parts ...string) string {
 	return b.cfg.Prefix + strings.Join(parts, "/")
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

@@ -118,14 +118,22 @@ func (r *refresher) stop() {
 	r.wg.Wait()
 }
 
-// used notes that object name, last written at modified, was just used:
-// it is refreshed if it is old, else remembered as present.
+// used notes that blob object name, last written at modified, was just
+// used: it is refreshed if it is old, else remembered as present.
 func (b *Bucket) used(name string, size int64, modified time.Time) {
-	if time.Since(modified) >= b.cfg.RefreshAfter {
-		b.fresh.request(name, size)
-		return
+	if !b.refreshIfOld(name, size, modified) {
+		b.exist.add(name, modified)
 	}
-	b.exist.add(name, modified)
+}
+
+// refreshIfOld asks for object name to be refreshed if it was last
+// written RefreshAfter ago or earlier, and reports whether it was.
+func (b *Bucket) refreshIfOld(name string, size int64, modified time.Time) bool {
+	if modified.After(b.freshSince()) {
+		return false
+	}
+	b.fresh.request(name, size)
+	return true
 }
 
 // freshSince is the oldest modification time of an object remembered as

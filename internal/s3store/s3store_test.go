@@ -41,10 +41,7 @@ func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // openBucket opens a fresh bucket of s with the server's credentials.
 func openBucket(t *testing.T, s *miniotest.Server, mod func(*Config)) *Bucket {
 	t.Helper()
-	for _, kv := range s.Env() {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
-	}
+	s.Setenv(t)
 	cfg := testConfig(s, s.Bucket(t))
 	if mod != nil {
 		mod(&cfg)
@@ -68,10 +65,7 @@ func randomBlob(seed uint64, n int) ([]byte, digest.Digest) {
 
 func TestOpenExplainsWhatToFix(t *testing.T) {
 	s := miniotest.Start(t)
-	for _, kv := range s.Env() {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
-	}
+	s.Setenv(t)
 	open := func(cfg Config) error {
 		b, err := Open(context.Background(), cfg, Unobserved{}, quietLog())
 		if err == nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 	"sync"
 	"time"
 
@@ -192,7 +193,7 @@ func (w *multipartWriter) send() error {
 		})
 		w.c.b.observe("multipart_part", start, err)
 		if err != nil {
-			w.sendErr = w.c.b.fail("sending part "+itoa(number)+" of "+w.name, err)
+			w.sendErr = w.c.b.fail("sending part "+strconv.Itoa(number)+" of "+w.name, err)
 			return
 		}
 		w.parts[number-1].ETag = info.ETag

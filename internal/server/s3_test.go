@@ -24,10 +24,7 @@ import (
 // s3Storage returns a config modifier that puts the CAS and action
 // cache in bucket of s, with the disk tier when cache.
 func s3Storage(t *testing.T, s *miniotest.Server, bucket string, cache bool) func(*config.Config) {
-	for _, kv := range s.Env() {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
-	}
+	s.Setenv(t)
 	return func(c *config.Config) {
 		c.Storage.CAS.Backend = "s3"
 		c.Storage.ActionCache.Backend = "s3"

@@ -493,6 +493,30 @@ func checkCrashOutputs(t *testing.T, w *bazelWorkspace, want map[string]string) 
 	}
 }
 
+// checkRanOnceAcrossKill checks, from the action log final of a build that
+// rode through kill ("the kill", "the kills"), that every action of want
+// ran: one that had completed at the kill (atKill, completed) exactly once
+// (why says what should have answered it), one not started then exactly
+// once. It logs those running at the kill that ran again, which is allowed.
+func checkRanOnceAcrossKill(t *testing.T, want map[string]string, final, atKill crashLog, completed map[string]bool, kill, why string) {
+	t.Helper()
+	var again []string
+	for _, name := range sortedKeys(want) {
+		n, before := final.Starts[name], atKill.Starts[name]
+		switch {
+		case n == 0:
+			t.Errorf("action %s never logged a start, yet its output exists", name)
+		case completed[name] && n != 1:
+			t.Errorf("action %s had completed before %s but was executed %d times: %s", name, kill, n, why)
+		case before == 0 && n != 1:
+			t.Errorf("action %s had not started before %s but was executed %d times, want once", name, kill, n)
+		case n > 1:
+			again = append(again, fmt.Sprintf("%s(%d)", name, n))
+		}
+	}
+	t.Logf("running at %s and executed again (allowed): %v", kill, again)
+}
+
 func sortedKeys(m map[string]string) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {

@@ -138,22 +138,8 @@ func runFailover(t *testing.T, w *bazelWorkspace, dsn string) {
 
 	// 3. Executions.
 	final := readCrashLog(t, logPath)
-	var again []string
-	for _, name := range sortedKeys(want) {
-		n, before := final.Starts[name], atKill.Starts[name]
-		switch {
-		case n == 0:
-			t.Errorf("action %s never logged a start, yet its output exists", name)
-		case completed[name] && n != 1:
-			t.Errorf("action %s had completed before the kill but was executed %d times: the new leader must answer it from "+
-				"the restored operation or the ActionCache", name, n)
-		case before == 0 && n != 1:
-			t.Errorf("action %s had not started before the kill but was executed %d times, want once", name, n)
-		case n > 1:
-			again = append(again, fmt.Sprintf("%s(%d)", name, n))
-		}
-	}
-	t.Logf("running at the kill and executed again (allowed): %v", again)
+	checkRanOnceAcrossKill(t, want, final, atKill, completed, "the kill",
+		"the new leader must answer it from the restored operation or the ActionCache")
 
 	// 4. Everything from the action cache.
 	w.mustRun("clean")

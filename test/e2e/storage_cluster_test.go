@@ -79,10 +79,7 @@ func TestStorageCluster(t *testing.T) {
 	bucket := s3.Bucket(t)
 	// The frontends take the S3 credentials from the standard variables; they
 	// inherit the test's environment.
-	for _, kv := range s3.Env() {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
-	}
+	s3.Setenv(t)
 	dsn := pgtest.Start(t)
 
 	cfgDir := testDir(t, "cluster-config")
@@ -228,22 +225,8 @@ func TestStorageCluster(t *testing.T) {
 	checkCrashOutputs(t, w, want)
 
 	final := readCrashLog(t, logPath)
-	var again []string
-	for _, name := range sortedKeys(want) {
-		n, before := final.Starts[name], atKill.Starts[name]
-		switch {
-		case n == 0:
-			t.Errorf("action %s never logged a start, yet its output exists", name)
-		case completed[name] && n != 1:
-			t.Errorf("action %s had completed before the kills but was executed %d times: its result is in the shared "+
-				"ActionCache, which the surviving frontend serves", name, n)
-		case before == 0 && n != 1:
-			t.Errorf("action %s had not started before the kills but was executed %d times, want once", name, n)
-		case n > 1:
-			again = append(again, fmt.Sprintf("%s(%d)", name, n))
-		}
-	}
-	t.Logf("running at the kills and executed again (allowed): %v", again)
+	checkRanOnceAcrossKill(t, want, final, atKill, completed, "the kills",
+		"its result is in the shared ActionCache, which the surviving frontend serves")
 
 	// 4. The killed frontend comes back.
 	fes[victim].start()

@@ -275,6 +275,15 @@ func (s *Server) Env() []string {
 	return []string{"AWS_ACCESS_KEY_ID=" + s.AccessKey, "AWS_SECRET_ACCESS_KEY=" + s.SecretKey}
 }
 
+// Setenv puts the server's credentials (Env) into the environment of the
+// test t, as a process the test starts, or a store it opens, reads them.
+func (s *Server) Setenv(t testing.TB) {
+	for _, kv := range s.Env() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+}
+
 // Client returns a client of the server with its root credentials.
 func (s *Server) Client() *minio.Client {
 	s.mu.Lock()

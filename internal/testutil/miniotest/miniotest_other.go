@@ -28,6 +28,9 @@ func Start(t testing.TB) *Server {
 // Env is unreachable: Start skips.
 func (s *Server) Env() []string { return nil }
 
+// Setenv is unreachable: Start skips.
+func (s *Server) Setenv(t testing.TB) {}
+
 // Client is unreachable: Start skips.
 func (s *Server) Client() *minio.Client { return nil }
 
