@@ -55,6 +55,14 @@ if ! [ -x /usr/sbin/haproxy ]; then
   missing+=(haproxy)
 fi
 
+# cmake, make and gcc: the C project the client commands (gantry cc, gantry
+# batch) build in test/e2e/client_test.go.
+for tool in cmake make gcc; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    missing+=("$tool")
+  fi
+done
+
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   "${SUDO[@]}" apt-get update -q
