@@ -1,6 +1,7 @@
 package batch
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -16,6 +17,7 @@ const (
 	succeeded                  // went through the chain
 	failed                     // a step failed
 	skipped                    // a dep failed, so it never started
+	cancelled                  // its step was cut short by the stop
 )
 
 // task is the scheduler's record of one job.
@@ -63,7 +65,7 @@ type core struct {
 	queueFails [numQueues]int
 	failures   []Failure
 	totals     Stats
-	counts     struct{ done, failed, skipped, hits, local int }
+	counts     struct{ done, failed, skipped, cancelled, hits, local int }
 }
 
 func newCore(jobs []*Job, steps Steps, limits Limits, keepGoing bool, emit func(Event)) (*core, error) {
@@ -101,12 +103,14 @@ func (c *core) enqueue(t *task, q Queue) {
 	if t.state == blocked {
 		c.blocked--
 	}
-	for q != Local && q <= Download && c.steps.of(q) == nil {
-		q++
-	}
-	if q > Download {
-		c.succeed(t)
-		return
+	if q != Local {
+		for q <= Download && c.steps.of(q) == nil {
+			q++
+		}
+		if q > Download {
+			c.succeed(t)
+			return
+		}
 	}
 	if q == Local && c.steps.Local == nil {
 		c.fail(t, Local, errors.New("this job must run locally, and local runs are not available"), nil)
@@ -175,6 +179,14 @@ func (c *core) finish(s start, res Result, now time.Time) {
 	t.stats.add(res.Stats)
 	c.totals.add(Stats{BytesUp: res.Stats.BytesUp, BytesDown: res.Stats.BytesDown,
 		BlobsUp: res.Stats.BlobsUp, BlobsDown: res.Stats.BlobsDown})
+	if res.Err != nil && c.stopped && errors.Is(res.Err, context.Canceled) {
+		// The user stopped the run and the step gave up because of it:
+		// not a failure of the job.
+		t.state = cancelled
+		c.counts.cancelled++
+		c.emit(Event{Kind: JobCancelled, Job: t.Job.Name, Queue: q})
+		return
+	}
 	if res.Err != nil {
 		c.fail(t, q, res.Err, res.Output)
 		return
@@ -279,7 +291,7 @@ func (c *core) snapshot() Snapshot {
 // is counted as not run.
 func (c *core) summary() Summary {
 	s := Summary{Total: len(c.tasks), Succeeded: c.counts.done, Failed: c.counts.failed,
-		Skipped: c.counts.skipped, CacheHits: c.counts.hits, Local: c.counts.local,
+		Skipped: c.counts.skipped, Cancelled: c.counts.cancelled, CacheHits: c.counts.hits, Local: c.counts.local,
 		BytesUp: c.totals.BytesUp, BytesDown: c.totals.BytesDown,
 		BlobsUp: c.totals.BlobsUp, BlobsDown: c.totals.BlobsDown,
 		Failures: append([]Failure(nil), c.failures...)}

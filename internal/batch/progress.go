@@ -14,6 +14,9 @@ const (
 	JobDone
 	// JobFailed: a step of Job failed in Queue with Err (and Output).
 	JobFailed
+	// JobCancelled: the step of Job in Queue gave up because the run was
+	// stopped (it returned an error wrapping context.Canceled).
+	JobCancelled
 	// JobSkipped: Job will not run because Cause failed.
 	JobSkipped
 	// Stopping: no new job enters the chain; Err says why.

@@ -17,10 +17,11 @@ type Summary struct {
 	// Local count those of them served from the cache or run locally.
 	Succeeded, CacheHits, Local int
 	// Failed jobs had a step fail; Skipped ones depended on a failed job;
-	// NotRun ones never started because the run stopped.
-	Failed, Skipped, NotRun int
-	BytesUp, BytesDown      int64
-	BlobsUp, BlobsDown      int
+	// Cancelled ones had a step cut short by the stop; NotRun ones never
+	// started because the run stopped.
+	Failed, Skipped, Cancelled, NotRun int
+	BytesUp, BytesDown                 int64
+	BlobsUp, BlobsDown                 int
 	// Queues has one entry per queue, in chain order.
 	Queues []QueueSummary
 	// Failures lists the failed jobs in the order they failed.
@@ -66,9 +67,9 @@ func (s Summary) WriteTable(w io.Writer) error {
 	if s.Stopped {
 		verb = "stopped after"
 	}
-	fmt.Fprintf(&b, "%s %d jobs in %s: %d succeeded (%d cache hits, %.1f%%; %d run locally), %d failed, %d skipped, %d not run\n",
+	fmt.Fprintf(&b, "%s %d jobs in %s: %d succeeded (%d cache hits, %.1f%%; %d run locally), %d failed, %d skipped, %d cancelled, %d not run\n",
 		verb, s.Total, fmtDuration(s.Elapsed), s.Succeeded, s.CacheHits, 100*s.CacheHitRate(), s.Local,
-		s.Failed, s.Skipped, s.NotRun)
+		s.Failed, s.Skipped, s.Cancelled, s.NotRun)
 	fmt.Fprintf(&b, "uploaded %s in %d blobs, downloaded %s in %d blobs\n",
 		fmtBytes(s.BytesUp), s.BlobsUp, fmtBytes(s.BytesDown), s.BlobsDown)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -107,6 +108,7 @@ type jsonSummary struct {
 	Local        int         `json:"local"`
 	Failed       int         `json:"failed"`
 	Skipped      int         `json:"skipped"`
+	Cancelled    int         `json:"cancelled"`
 	NotRun       int         `json:"not_run"`
 	BytesUp      int64       `json:"bytes_up"`
 	BytesDown    int64       `json:"bytes_down"`
@@ -122,7 +124,7 @@ type jsonSummary struct {
 func (s Summary) MarshalJSON() ([]byte, error) {
 	j := jsonSummary{Seconds: s.Elapsed.Seconds(), Total: s.Total, Succeeded: s.Succeeded,
 		CacheHits: s.CacheHits, CacheHitRate: s.CacheHitRate(), Local: s.Local, Failed: s.Failed,
-		Skipped: s.Skipped, NotRun: s.NotRun, BytesUp: s.BytesUp, BytesDown: s.BytesDown,
+		Skipped: s.Skipped, Cancelled: s.Cancelled, NotRun: s.NotRun, BytesUp: s.BytesUp, BytesDown: s.BytesDown,
 		BlobsUp: s.BlobsUp, BlobsDown: s.BlobsDown, Stopped: s.Stopped,
 		Queues: []jsonQueue{}, Failures: []Failure{}}
 	for _, q := range s.Queues {
