@@ -452,3 +452,28 @@ func TestNewChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestExclusiveWaitHoldsSharedTakers: an exclusive request waiting for a
+// resource that another queue also uses (Local and Scan share process)
+// stops new shared takers, so it is not starved by a stream of scans.
+func TestExclusiveWaitHoldsSharedTakers(t *testing.T) {
+	p := func(job string, q Queue) (time.Duration, Result) {
+		switch {
+		case job == "X" && q == Scan:
+			return time.Second, Result{Next: RunLocally}
+		case q == Scan:
+			return 3 * time.Second, Result{}
+		}
+		return time.Second, Result{}
+	}
+	s := newSim(t, jobsOf("!X", "s1", "s2", "s3", "s4"), Limits{Uploads: 9, Executes: 9, Downloads: 9, Process: 2}, false, p)
+	s.run()
+	// X's scan ends at T+1s while s1 scans until T+3s: X waits for s1
+	// alone and runs T+3s..T+4s; s2 scans after that.
+	if got := s.starts["X"][Local].Sub(s.t0); got != 3*time.Second {
+		t.Fatalf("X ran locally at T+%s, want T+3s:\n%s", got, strings.Join(s.log, "\n"))
+	}
+	if got := s.starts["s2"][Scan].Sub(s.t0); got != 4*time.Second {
+		t.Fatalf("s2 scanned at T+%s, want T+4s (after X):\n%s", got, strings.Join(s.log, "\n"))
+	}
+}
