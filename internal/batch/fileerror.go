@@ -1,0 +1,61 @@
+package batch
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// FileError is a problem in a job file, at a line (and column when known,
+// both from 1).
+type FileError struct {
+	File      string
+	Line, Col int
+	Msg       string
+}
+
+func (e *FileError) Error() string {
+	switch {
+	case e.Line == 0:
+		return fmt.Sprintf("%s: %s", e.File, e.Msg)
+	case e.Col == 0:
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Col, e.Msg)
+}
+
+// lineCol turns a byte offset of data into a line and column (from 1;
+// the column counts bytes).
+func lineCol(data []byte, off int64) (line, col int) {
+	if off > int64(len(data)) {
+		off = int64(len(data))
+	}
+	if off < 0 {
+		off = 0
+	}
+	before := data[:off]
+	line = 1 + bytes.Count(before, []byte{'\n'})
+	col = int(off) - (bytes.LastIndexByte(before, '\n') + 1) + 1
+	return line, col
+}
+
+// ParseFile reads a job file: a compile_commands.json (a JSON array) or a
+// Gantry job list (YAML or JSON, a mapping with "jobs"), told apart by
+// the first character that is not white space. Relative directories in
+// the file are relative to the file's own directory.
+func ParseFile(path string) ([]*Job, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the job file: %w", err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	base := filepath.Dir(abs)
+	if t := bytes.TrimLeft(data, " \t\r\n\ufeff"); len(t) > 0 && t[0] == '[' {
+		return ParseCompileCommands(data, path, base)
+	}
+	return ParseJobList(data, path, base)
+}
