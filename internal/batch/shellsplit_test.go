@@ -29,9 +29,9 @@ func TestSplitCommand(t *testing.T) {
 		}
 	}
 	for in, want := range map[string]string{
-		`gcc 'a`:  "single quote is not closed (at byte 5)",
+		`gcc 'a`:   "single quote is not closed (at byte 5)",
 		`gcc "a\"`: "double quote is not closed (at byte 5)",
-		`gcc a\`:  "backslash ends the command",
+		`gcc a\`:   "backslash ends the command",
 	} {
 		if _, err := SplitCommand(in); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("SplitCommand(%q): error %v, want %q", in, err, want)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -72,16 +71,14 @@ func (s Summary) WriteTable(w io.Writer) error {
 		s.Failed, s.Skipped, s.Cancelled, s.NotRun)
 	fmt.Fprintf(&b, "uploaded %s in %d blobs, downloaded %s in %d blobs\n",
 		fmtBytes(s.BytesUp), s.BlobsUp, fmtBytes(s.BytesDown), s.BlobsDown)
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "queue\tsteps\ttime\tmean\tfailed\t\n")
+	fmt.Fprintf(&b, "%-9s %6s %8s %8s %6s\n", "queue", "steps", "time", "mean", "failed")
 	for _, q := range s.Queues {
 		mean := time.Duration(0)
 		if q.Steps > 0 {
 			mean = q.Time / time.Duration(q.Steps)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t\n", q.Queue, q.Steps, fmtDuration(q.Time), fmtDuration(mean), q.Failed)
+		fmt.Fprintf(&b, "%-9s %6d %8s %8s %6d\n", q.Queue, q.Steps, fmtDuration(q.Time), fmtDuration(mean), q.Failed)
 	}
-	tw.Flush()
 	if len(s.Failures) > 0 {
 		fmt.Fprintf(&b, "failed:\n")
 		for _, f := range s.Failures {
@@ -146,6 +143,8 @@ func (s Summary) WriteJSON(w io.Writer) error {
 
 func fmtDuration(d time.Duration) string {
 	switch {
+	case d == 0:
+		return "0s"
 	case d < time.Millisecond:
 		return fmt.Sprintf("%dµs", d.Microseconds())
 	case d < time.Second:
