@@ -1,9 +1,11 @@
 package batch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -160,12 +162,22 @@ func TestRunWholeChain(t *testing.T) {
 			jobs[i].Deps = []string{fmt.Sprint(i - 1)}
 		}
 	}
-	s, err := New(jobs, Steps{step, step, step, step, step, step}, Limits{2, 2, 2, 2}, Options{})
+	var out bytes.Buffer
+	s, err := New(jobs, Steps{step, step, step, step, step, step}, Limits{2, 2, 2, 2},
+		Options{Progress: NewTerminal(&out, 80, time.Now), Tick: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sum := s.Run(context.Background())
 	if !sum.OK() || sum.BytesDown != 250 || sum.Stopped {
 		t.Fatalf("%+v", sum)
+	}
+	for _, task := range s.core.tasks {
+		if n := len(task.Data.([]string)); n != 5 {
+			t.Fatalf("job %s went through %d steps, want 5", task.Job.Name, n)
+		}
+	}
+	if !strings.Contains(out.String(), "[50/50] 100%") {
+		t.Fatalf("the display did not end at 50/50:\n%s", out.String())
 	}
 }
