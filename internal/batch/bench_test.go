@@ -32,3 +32,28 @@ func BenchmarkRun(b *testing.B) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// compdb returns a compile_commands.json of n entries.
+func compdb(n int) []byte {
+	var b []byte
+	b = append(b, "[\n"...)
+	for i := 0; i < n; i++ {
+		if i > 0 {
+			b = append(b, ",\n"...)
+		}
+		b = fmt.Appendf(b, `  {"directory": "/src/build", "file": "../lib/dir%d/file%d.c", "output": "obj/file%d.o",
+   "command": "/usr/bin/gcc -DNDEBUG -I/src/include -I\"/src/with space\" -O2 -g -o obj/file%d.o -c ../lib/dir%d/file%d.c"}`, i%50, i, i, i, i%50, i)
+	}
+	return append(b, "\n]\n"...)
+}
+
+// BenchmarkParseCompileCommands: ns/op is per entry.
+func BenchmarkParseCompileCommands(b *testing.B) {
+	data := compdb(b.N)
+	b.SetBytes(int64(len(data) / b.N))
+	b.ResetTimer()
+	jobs, err := ParseCompileCommands(data, "f", "/")
+	if err != nil || len(jobs) != b.N {
+		b.Fatal(err)
+	}
+}

@@ -30,8 +30,9 @@ type compdbEntry struct {
 // name is the file's name for error messages, which give the line and
 // column of the problem.
 func ParseCompileCommands(data []byte, name, base string) ([]*Job, error) {
+	lines := &lineCounter{data: data}
 	ferr := func(off int64, format string, a ...any) error {
-		l, c := lineCol(data, off)
+		l, c := lines.at(off)
 		return &FileError{File: name, Line: l, Col: c, Msg: fmt.Sprintf(format, a...)}
 	}
 	if err := checkJSON(data, name); err != nil {
@@ -66,7 +67,7 @@ func ParseCompileCommands(data []byte, name, base string) ([]*Job, error) {
 		if msg != "" {
 			return nil, ferr(start, "entry %d: %s", n, msg)
 		}
-		j.Line, _ = lineCol(data, start)
+		j.Line, _ = lines.at(start)
 		if k := seen[j.Name]; k > 0 {
 			seen[j.Name] = k + 1
 			j.Name = fmt.Sprintf("%s (%d)", j.Name, k+1)

@@ -28,16 +28,31 @@ func (e *FileError) Error() string {
 // lineCol turns a byte offset of data into a line and column (from 1;
 // the column counts bytes).
 func lineCol(data []byte, off int64) (line, col int) {
-	if off > int64(len(data)) {
-		off = int64(len(data))
+	return (&lineCounter{data: data}).at(off)
+}
+
+// lineCounter turns offsets into lines and columns in time proportional to
+// the distance from the previous offset, so a parser that asks for every
+// value's position in order stays linear in the file's size.
+type lineCounter struct {
+	data      []byte
+	off       int64 // the offset of the last call
+	line      int   // the line at off, from 0
+	lineStart int64 // the offset where that line starts
+}
+
+func (l *lineCounter) at(off int64) (line, col int) {
+	off = min(max(off, 0), int64(len(l.data)))
+	if off < l.off {
+		l.off, l.line, l.lineStart = 0, 0, 0
 	}
-	if off < 0 {
-		off = 0
+	seg := l.data[l.off:off]
+	if n := bytes.Count(seg, []byte{'\n'}); n > 0 {
+		l.line += n
+		l.lineStart = l.off + int64(bytes.LastIndexByte(seg, '\n')) + 1
 	}
-	before := data[:off]
-	line = 1 + bytes.Count(before, []byte{'\n'})
-	col = int(off) - (bytes.LastIndexByte(before, '\n') + 1) + 1
-	return line, col
+	l.off = off
+	return l.line + 1, int(off-l.lineStart) + 1
 }
 
 // ParseFile reads a job file: a compile_commands.json (a JSON array) or a

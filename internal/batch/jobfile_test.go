@@ -168,3 +168,16 @@ func TestParseFileDetectsFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestLineCounter(t *testing.T) {
+	data := []byte("ab\ncd\n\nef")
+	l := &lineCounter{data: data}
+	for _, tc := range []struct {
+		off       int64
+		line, col int
+	}{{0, 1, 1}, {4, 2, 2}, {7, 4, 1}, {1, 1, 2}, {9, 4, 3}, {99, 4, 3}, {6, 3, 1}} {
+		if line, col := l.at(tc.off); line != tc.line || col != tc.col {
+			t.Errorf("offset %d: %d:%d, want %d:%d", tc.off, line, col, tc.line, tc.col)
+		}
+	}
+}

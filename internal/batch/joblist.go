@@ -348,6 +348,7 @@ func jsonTree(data []byte, name string) (*yaml.Node, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
+	lines := &lineCounter{data: data}
 	var value func() (*yaml.Node, error)
 	value = func() (*yaml.Node, error) {
 		off := int64(len(data))
@@ -361,7 +362,7 @@ func jsonTree(data []byte, name string) (*yaml.Node, error) {
 		if err != nil {
 			return nil, jsonError(data, name, dec, err)
 		}
-		l, c := lineCol(data, off)
+		l, c := lines.at(off)
 		n := &yaml.Node{Line: l, Column: c}
 		switch t := tok.(type) {
 		case json.Delim:

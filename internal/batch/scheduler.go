@@ -105,6 +105,11 @@ func (s *Scheduler) Run(ctx context.Context) Summary {
 	ctxDone := ctx.Done()
 	var suspended, stopped bool
 	for {
+		if ctx.Err() != nil {
+			// Checked here too, not only in the select below, which may
+			// pick a result first: nothing may start after a cancel.
+			s.Stop()
+		}
 		s.mu.Lock()
 		wantSuspend, wantStop := s.suspended, s.stopped
 		s.mu.Unlock()

@@ -181,3 +181,25 @@ func TestRunWholeChain(t *testing.T) {
 		t.Fatalf("the display did not end at 50/50:\n%s", out.String())
 	}
 }
+
+func TestStopBeforeRun(t *testing.T) {
+	g := newGate("a")
+	s, err := New(jobsOf("a"), Steps{Scan: g}, Limits{1, 1, 1, 1}, Options{Tick: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+	if sum := s.Run(context.Background()); sum.NotRun != 1 || !sum.Stopped {
+		t.Fatalf("%+v", sum)
+	}
+
+	s, _ = New(jobsOf("a"), Steps{Scan: g}, Limits{1, 1, 1, 1}, Options{Tick: -1})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if sum := s.Run(ctx); sum.NotRun != 1 || !sum.Stopped {
+		t.Fatalf("%+v", sum)
+	}
+	if len(g.started) != 0 {
+		t.Fatal("a step started")
+	}
+}
