@@ -105,7 +105,7 @@ func (s *Scheduler) Run(ctx context.Context) Summary {
 	ctxDone := ctx.Done()
 	var suspended, stopped bool
 	for {
-		if ctx.Err() != nil {
+		if !stopped && ctx.Err() != nil {
 			// Checked here too, not only in the select below, which may
 			// pick a result first: nothing may start after a cancel.
 			s.Stop()
