@@ -24,17 +24,14 @@ const (
 type task struct {
 	Task
 	state      taskState
-	queue      Queue // the queue it is in while queued or running
-	exclusive  bool  // holds or wants its token exclusively
-	registered bool  // counted in tokens.waiting
-	pending    int   // deps not yet succeeded
+	exclusive  bool // holds or wants its token exclusively
+	registered bool // counted in tokens.waiting
+	pending    int  // deps not yet succeeded
 	dependants []*task
 	started    time.Time // when the running step started
-	entered    bool      // started the Scan step
 	stats      Stats
 	cacheHit   bool
 	local      bool
-	cause      string // for skipped: the failed job
 }
 
 // start is one step the dispatcher decided to run.
@@ -116,7 +113,7 @@ func (c *core) enqueue(t *task, q Queue) {
 		c.fail(t, Local, errors.New("this job must run locally, and local runs are not available"), nil)
 		return
 	}
-	t.state, t.queue = queued, q
+	t.state = queued
 	t.exclusive = t.Job.Exclusive && (q == Execute || q == Local)
 	c.ready[q] = append(c.ready[q], t)
 }
@@ -150,9 +147,6 @@ func (c *core) dispatch() []start {
 				c.tok.waiting[r]--
 			}
 			t.state = running
-			if q == Scan {
-				t.entered = true
-			}
 			c.running[q]++
 			starts = append(starts, start{t, q})
 			n++
@@ -259,7 +253,6 @@ func (c *core) skipDependants(t *task, cause string) {
 		}
 		d.state = skipped
 		c.blocked--
-		d.cause = cause
 		c.counts.skipped++
 		c.emit(Event{Kind: JobSkipped, Job: d.Job.Name, Cause: cause})
 		c.skipDependants(d, cause)
