@@ -51,7 +51,7 @@ type core struct {
 	tok       *tokens
 	steps     Steps
 	keepGoing bool
-	emit      func(Event)
+	notify    func(Event, Snapshot) // told of each event, with the counts after it
 
 	blocked   int  // tasks in state blocked
 	admitting bool // false once a job failed without keep-going
@@ -65,14 +65,14 @@ type core struct {
 	counts     struct{ done, failed, skipped, cancelled, hits, local int }
 }
 
-func newCore(jobs []*Job, steps Steps, limits Limits, keepGoing bool, emit func(Event)) (*core, error) {
+func newCore(jobs []*Job, steps Steps, limits Limits, keepGoing bool, notify func(Event, Snapshot)) (*core, error) {
 	if err := limits.validate(); err != nil {
 		return nil, err
 	}
 	if err := checkJobs(jobs); err != nil {
 		return nil, err
 	}
-	c := &core{tok: newTokens(limits), steps: steps, keepGoing: keepGoing, emit: emit,
+	c := &core{tok: newTokens(limits), steps: steps, keepGoing: keepGoing, notify: notify,
 		admitting: true, blocked: len(jobs)}
 	byName := make(map[string]*task, len(jobs))
 	for _, j := range jobs {
@@ -258,6 +258,9 @@ func (c *core) skipDependants(t *task, cause string) {
 		c.skipDependants(d, cause)
 	}
 }
+
+// emit tells notify about e with the counts as they are now.
+func (c *core) emit(e Event) { c.notify(e, c.snapshot()) }
 
 // busy reports whether any step is running.
 func (c *core) busy() bool {

@@ -70,7 +70,7 @@ func newSim(t *testing.T, jobs []*Job, limits Limits, keepGoing bool, p plan) *s
 	s := &sim{t: t, limits: limits, plan: p, t0: time.Unix(1000, 0),
 		starts: map[string]map[Queue]time.Time{}, ends: map[string]map[Queue]time.Time{}}
 	s.now = s.t0
-	c, err := newCore(jobs, allSteps, limits, keepGoing, func(e Event) { s.events = append(s.events, e) })
+	c, err := newCore(jobs, allSteps, limits, keepGoing, func(e Event, _ Snapshot) { s.events = append(s.events, e) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +419,7 @@ func TestExclusiveNotStarved(t *testing.T) {
 func TestLocalWithoutStepFails(t *testing.T) {
 	steps := allSteps
 	steps.Local = nil
-	c, err := newCore(jobsOf("a"), steps, Limits{1, 1, 1, 1}, false, func(Event) {})
+	c, err := newCore(jobsOf("a"), steps, Limits{1, 1, 1, 1}, false, func(Event, Snapshot) {})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ type Options struct {
 type Scheduler struct {
 	core   *core
 	opts   Options
-	events []Event
+	events []update // not yet given to Progress
 
 	mu        sync.Mutex
 	suspended bool // wanted by the caller
@@ -48,7 +48,9 @@ func New(jobs []*Job, steps Steps, limits Limits, opts Options) (*Scheduler, err
 	if s.opts.Tick == 0 {
 		s.opts.Tick = 100 * time.Millisecond
 	}
-	c, err := newCore(jobs, steps, limits, opts.KeepGoing, func(e Event) { s.events = append(s.events, e) })
+	c, err := newCore(jobs, steps, limits, opts.KeepGoing, func(e Event, snap Snapshot) {
+		s.events = append(s.events, update{e, snap})
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -160,18 +162,25 @@ func (s *Scheduler) Run(ctx context.Context) Summary {
 	return sum
 }
 
-// flush hands the pending events to Progress.
+// update is an event and the counts after it.
+type update struct {
+	e Event
+	s Snapshot
+}
+
+// flush hands the pending events to Progress, adding what only the loop
+// knows to their snapshots.
 func (s *Scheduler) flush(begin time.Time, suspended, stopped bool) {
 	events := s.events
 	s.events = s.events[:0]
 	if s.opts.Progress == nil || len(events) == 0 {
 		return
 	}
-	snap := s.core.snapshot()
-	snap.Elapsed = s.opts.Clock().Sub(begin)
-	snap.Suspended = suspended
-	snap.Stopping = stopped || !s.core.admitting
-	for _, e := range events {
-		s.opts.Progress.Update(e, snap)
+	elapsed := s.opts.Clock().Sub(begin)
+	for _, u := range events {
+		u.s.Elapsed = elapsed
+		u.s.Suspended = suspended
+		u.s.Stopping = stopped || !s.core.admitting
+		s.opts.Progress.Update(u.e, u.s)
 	}
 }

@@ -36,11 +36,6 @@ func (g *gate) Do(ctx context.Context, t *Task) Result {
 }
 
 // recorder is a Progress that forwards every update to a channel.
-type update struct {
-	e Event
-	s Snapshot
-}
-
 type recorder chan update
 
 func (r recorder) Update(e Event, s Snapshot) { r <- update{e, s} }
@@ -82,8 +77,8 @@ func runAsync(s *Scheduler, ctx context.Context) chan Summary {
 
 func TestSuspendResumeStop(t *testing.T) {
 	g := newGate("a", "b", "c")
-	rec := make(recorder, 100)
-	s, err := New(jobsOf("a", "b", "c"), Steps{Scan: g}, Limits{1, 1, 1, 1}, Options{Progress: rec, Tick: -1})
+	rec := make(recorder, 1000)
+	s, err := New(jobsOf("a", "b", "c"), Steps{Scan: g}, Limits{1, 1, 1, 1}, Options{Progress: rec, Tick: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,9 +88,10 @@ func TestSuspendResumeStop(t *testing.T) {
 	s.Suspend()
 	waitFor(t, rec, Suspended, "")
 	close(g.release["a"])
-	// The update for a's end carries the state after the dispatch that
-	// followed it: nothing may have started.
-	u := waitFor(t, rec, JobDone, "a")
+	// A tick after a's end comes after the dispatch that followed it:
+	// nothing may have started.
+	waitFor(t, rec, JobDone, "a")
+	u := waitFor(t, rec, Tick, "")
 	if !u.s.Suspended || u.s.Queues[Scan].Running != 0 || u.s.Queues[Scan].Waiting != 2 {
 		t.Fatalf("after a ended while suspended: %+v", u.s)
 	}
