@@ -38,7 +38,17 @@ func (g *gate) Do(ctx context.Context, t *Task) Result {
 // recorder is a Progress that forwards every update to a channel.
 type recorder chan update
 
-func (r recorder) Update(e Event, s Snapshot) { r <- update{e, s} }
+// Update never blocks on a Tick (ticks come every millisecond and nobody
+// may be reading); other events are few and all wanted.
+func (r recorder) Update(e Event, s Snapshot) {
+	select {
+	case r <- update{e, s}:
+	default:
+		if e.Kind != Tick {
+			r <- update{e, s}
+		}
+	}
+}
 
 // waitFor reads updates until one of kind k for job (any job if "") comes,
 // failing the test after a generous bound (a hang, not a timing check).
