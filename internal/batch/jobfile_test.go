@@ -122,7 +122,8 @@ func TestParseJobList(t *testing.T) {
 
 func TestJobListErrors(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
-		{"jobs:\n  - name: a\n    command: x\n    outptus: [a]\n", `j:4:5: unknown field "outptus" in the job at line 2; the fields are: name, command,`},
+		{"jobs:\n  - name: a\n    command: x\n    outptus: [a]\n", `j:4:5: unknown field "outptus" in the job at line 2; did you mean "outputs"?`},
+		{"jobs:\n  - name: a\n    command: x\n    sources: [a]\n", `j:4:5: unknown field "sources" in the job at line 2; the fields are: name, command, directory, inputs,`},
 		{"jobs:\n  - name: a\n", `j:2:5: job "a" has no "command"`},
 		{"jobs:\n  - command: x\n", `j:2:5: the job has no "name"`},
 		{"jobs:\n  - {name: a, command: x}\n  - {name: a, command: y}\n", `j:3:5: a second job is named "a" (the first is at line 2)`},

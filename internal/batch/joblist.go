@@ -130,6 +130,9 @@ func (p *listParser) fields(n *yaml.Node, what string, known []string, f func(ke
 			return p.errf(k, "a key of %s is not a plain name", what)
 		}
 		if !slices.Contains(known, k.Value) {
+			if near := nearest(k.Value, known); near != "" {
+				return p.errf(k, "unknown field %q in %s; did you mean %q?", k.Value, what, near)
+			}
 			return p.errf(k, "unknown field %q in %s; the fields are: %s", k.Value, what, strings.Join(known, ", "))
 		}
 		if line, dup := seen[k.Value]; dup {
@@ -319,6 +322,38 @@ func (p *listParser) pairs(v *yaml.Node, key string, multi bool) ([]string, erro
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// nearest returns the name in known within two edits of s, if one is.
+func nearest(s string, known []string) string {
+	best, bestD := "", 3
+	for _, k := range known {
+		if d := editDistance(s, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // deref follows YAML aliases (an anchor used for shared env or platform).
