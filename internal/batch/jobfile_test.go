@@ -137,7 +137,7 @@ func TestJobListErrors(t *testing.T) {
 		{"jobs:\n  - name: a\n    command: x\n    exclusive: maybe\n", `j:4:16: "exclusive" should be true or false`},
 		{"jobs:\n  - name: a\n    command: x\n    inputs: a.c\n", `j:4:13: "inputs" should be a list of strings`},
 		{"jobs: [\n", "j:1: invalid YAML: did not find expected node content"},
-		{"job: []\n", `j:1:1: unknown field "job" in the job list; the fields are: jobs`},
+		{"job: []\n", `j:1:1: unknown field "job" in the job list; did you mean "jobs"?`},
 		{"- a\n", `j:1:1: a job list is a mapping with "jobs"`},
 		{"", "j: the job list is empty"},
 		{"{\"jobs\": [\n  {\"name\": \"a\", \"command\": \"x\", \"deps\": [\"zz\"]}]}", `j:2:42: job "a" depends on "zz"`},
