@@ -275,7 +275,7 @@ func (c *core) busy() bool {
 // snapshot returns the counts shown by the progress display.
 func (c *core) snapshot() Snapshot {
 	s := Snapshot{Total: len(c.tasks), Done: c.counts.done, Failed: c.counts.failed,
-		Skipped: c.counts.skipped, CacheHits: c.counts.hits, Local: c.counts.local}
+		Skipped: c.counts.skipped, Cancelled: c.counts.cancelled, CacheHits: c.counts.hits, Local: c.counts.local}
 	for _, q := range Queues {
 		s.Queues[q] = QueueCount{Waiting: len(c.ready[q]), Running: c.running[q]}
 	}

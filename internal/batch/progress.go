@@ -53,8 +53,8 @@ type Snapshot struct {
 	Total   int
 	// Done counts the jobs that succeeded, CacheHits and Local those of
 	// them served from the cache or run locally.
-	Done, CacheHits, Local int
-	Failed, Skipped        int
+	Done, CacheHits, Local     int
+	Failed, Skipped, Cancelled int
 	// Blocked counts the jobs waiting for their deps.
 	Blocked   int
 	Queues    [numQueues]QueueCount
@@ -63,7 +63,7 @@ type Snapshot struct {
 }
 
 // Finished counts the jobs that will not change any more.
-func (s Snapshot) Finished() int { return s.Done + s.Failed + s.Skipped }
+func (s Snapshot) Finished() int { return s.Done + s.Failed + s.Skipped + s.Cancelled }
 
 // Rate is the number of jobs done per second so far.
 func (s Snapshot) Rate() float64 {
