@@ -71,7 +71,17 @@ func (c *Client) Prepare(spec Spec) (*Action, error) {
 		return nil, err
 	}
 	a := &Action{spec: spec, blobs: make(map[digest.Digest]source)}
-	b := &treeBuilder{c: c, a: a, root: newDir()}
+	b := &treeBuilder{c: c, a: a, root: newDir(), outputs: make(map[string]bool), outputParents: make(map[string]bool)}
+	for _, o := range append(slices.Clone(spec.OutputFiles), spec.OutputDirs...) {
+		co, err := cleanRel("output", o, false)
+		if err != nil {
+			continue // reported by buildCommand
+		}
+		b.outputs[path.Join(wd, co)] = true
+		for d := path.Dir(co); d != "."; d = path.Dir(d) {
+			b.outputParents[path.Join(wd, d)] = true
+		}
+	}
 	if wd != "" {
 		b.root.mkdirAll(strings.Split(wd, "/"))
 	}
@@ -252,6 +262,14 @@ type treeBuilder struct {
 	c    *Client
 	a    *Action
 	root *dirNode
+	// outputs are the declared outputs (relative to the root). Walking an
+	// input directory skips them: outputs left by an earlier run would
+	// change the action's digest and defeat the cache.
+	outputs map[string]bool
+	// outputParents are the directories below the working directory that
+	// lead to outputs. The worker creates them, so one that holds nothing
+	// but outputs is left out for the same reason.
+	outputParents map[string]bool
 }
 
 // add adds one Input: a file, or a directory and everything under it.
@@ -331,8 +349,8 @@ func (b *treeBuilder) addFile(dir *dirNode, name, local, p string, fi os.FileInf
 	return nil
 }
 
-// addDir adds everything under the local directory local to node n.
-// Symbolic links are followed; ancestors guards against a link to a
+// addDir adds everything under the local directory local to node n,
+// except declared outputs. Symbolic links are followed; ancestors guards against a link to a
 // directory that contains it.
 func (b *treeBuilder) addDir(n *dirNode, local, p string, fi os.FileInfo, ancestors []fileID) error {
 	id := idOf(fi)
@@ -347,6 +365,9 @@ func (b *treeBuilder) addDir(n *dirNode, local, p string, fi os.FileInfo, ancest
 	for _, e := range entries {
 		childLocal := filepath.Join(local, e.Name())
 		childPath := path.Join(p, e.Name())
+		if b.outputs[childPath] {
+			continue
+		}
 		cfi, err := os.Stat(childLocal)
 		if err != nil {
 			return inputError(childLocal, err)
@@ -355,8 +376,12 @@ func (b *treeBuilder) addDir(n *dirNode, local, p string, fi os.FileInfo, ancest
 			if _, clash := n.files[e.Name()]; clash {
 				return fmt.Errorf("input %s is a directory, but another input puts a file at %s", childLocal, childPath)
 			}
-			if err := b.addDir(n.mkdirAll([]string{e.Name()}), childLocal, childPath, cfi, ancestors); err != nil {
+			child := n.mkdirAll([]string{e.Name()})
+			if err := b.addDir(child, childLocal, childPath, cfi, ancestors); err != nil {
 				return err
+			}
+			if len(child.files) == 0 && len(child.dirs) == 0 && b.outputParents[childPath] {
+				delete(n.dirs, e.Name())
 			}
 			continue
 		}

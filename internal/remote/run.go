@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Run runs spec remotely with every step: Prepare, Lookup (a hit skips to
@@ -34,8 +35,7 @@ func (c *Client) Run(ctx context.Context, spec Spec, stdout, stderr io.Writer, s
 				return 0, info, err
 			}
 			res, info.Exec, err = c.Execute(ctx, a, started)
-			var ee *ExecError
-			if attempt == 0 && errors.As(err, &ee) && ee.Code == codes.FailedPrecondition {
+			if attempt == 0 && missingInputs(err) {
 				c.forget(a)
 				continue
 			}
@@ -57,4 +57,15 @@ func (c *Client) Run(ctx context.Context, spec Spec, stdout, stderr io.Writer, s
 		return out.ExitCode, info, fmt.Errorf("writing the action's stderr: %w", err)
 	}
 	return out.ExitCode, info, nil
+}
+
+// missingInputs reports whether err says the CAS lacks blobs of the
+// action: FAILED_PRECONDITION as the Execute call's error or as the
+// ExecuteResponse status.
+func missingInputs(err error) bool {
+	var ee *ExecError
+	if errors.As(err, &ee) {
+		return ee.Code == codes.FailedPrecondition
+	}
+	return status.Code(err) == codes.FailedPrecondition
 }
