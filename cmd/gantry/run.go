@@ -110,6 +110,9 @@ func runRemote(cmd *cobra.Command, f runFlags, args []string) error {
 	}
 	if err != nil {
 		if ctx.Err() != nil && cmd.Context().Err() == nil {
+			// A second Ctrl-C while the cancel is on its way ends the
+			// process at once.
+			stop()
 			mu.Lock()
 			name := opName
 			mu.Unlock()
