@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"github.com/spf13/cobra"
 
 	"github.com/gantry-build/gantry/internal/remote"
@@ -215,9 +214,8 @@ func cancelOperation(c *remote.Client, name string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := longrunningpb.NewOperationsClient(c.Conn()).CancelOperation(ctx, &longrunningpb.CancelOperationRequest{Name: name})
-	if err != nil {
-		return fmt.Errorf("interrupted; cancelling operation %s failed: %v", name, err)
+	if err := c.Cancel(ctx, name); err != nil {
+		return fmt.Errorf("interrupted; %v", err)
 	}
 	return fmt.Errorf("interrupted; operation %s cancelled", name)
 }

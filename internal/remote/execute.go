@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -59,3 +60,14 @@ type ExecError struct {
 func (e *ExecError) Error() string { return fmt.Sprintf("executing action %s: %v", e.Action, e.Err) }
 
 func (e *ExecError) Unwrap() error { return e.Err }
+
+// Cancel asks the server to cancel operation opName (the name passed to
+// Execute's started), for example after Ctrl-C. The server stops the
+// action if it is running; Execute then returns an error.
+func (c *Client) Cancel(ctx context.Context, opName string) error {
+	_, err := longrunningpb.NewOperationsClient(c.conn).CancelOperation(ctx, &longrunningpb.CancelOperationRequest{Name: opName})
+	if err != nil {
+		return fmt.Errorf("cancelling operation %s: %w", opName, err)
+	}
+	return nil
+}

@@ -2,12 +2,15 @@ package remote
 
 import (
 	"bytes"
+	"errors"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
 )
 
 // TestRunInputsOutputsAndCache: a command reads inputs from nested
@@ -249,5 +252,32 @@ func TestExecuteReportsTheOperationEarly(t *testing.T) {
 	}
 	if len(names) != 1 || names[0] != info.OperationName || string(out.Stdout) != "through\n" {
 		t.Errorf("names %q, info %+v, stdout %q", names, info, out.Stdout)
+	}
+}
+
+// TestCancelStopsTheAction: Cancel with the name Execute reported ends
+// the running action, and Execute returns an error rather than a result.
+func TestCancelStopsTheAction(t *testing.T) {
+	c, _ := newClient(t)
+	a, err := c.Prepare(Spec{Args: sh("sleep 120"), LocalRoot: t.TempDir(), NoCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Upload(testCtx(t), a); err != nil {
+		t.Fatal(err)
+	}
+	cancelErr := make(chan error, 1)
+	res, _, err := c.Execute(testCtx(t), a, func(name string) {
+		go func() { cancelErr <- c.Cancel(testCtx(t), name) }()
+	})
+	if err == nil {
+		t.Fatalf("Execute of a cancelled action returned a result: %v", res)
+	}
+	var ee *ExecError
+	if !errors.As(err, &ee) || ee.Code != codes.Canceled {
+		t.Errorf("Execute's error does not say the operation was cancelled: %v", err)
+	}
+	if err := <-cancelErr; err != nil {
+		t.Fatal(err)
 	}
 }
