@@ -3,6 +3,7 @@ package remote
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -279,5 +280,30 @@ func TestCancelStopsTheAction(t *testing.T) {
 	}
 	if err := <-cancelErr; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUploadLargeMessage: a Command larger than a batch (a long argument
+// list) is streamed from memory, not looked for as a file.
+func TestUploadLargeMessage(t *testing.T) {
+	c, _ := newClient(t)
+	args := []string{"echo"}
+	for i := range 30000 {
+		args = append(args, fmt.Sprintf("argument-%06d-%s", i, strings.Repeat("x", 40)))
+	}
+	a, err := c.Prepare(Spec{Args: args, LocalRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size := a.Proto().CommandDigest.SizeBytes; size <= 1<<20 {
+		t.Fatalf("the Command has %d bytes; the test needs more than 1 MiB", size)
+	}
+	up, err := c.Upload(testCtx(t), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing, err := c.cas.FindMissing(testCtx(t), slices.Collect(maps.Keys(a.blobs)))
+	if err != nil || len(missing) != 0 || up.Uploaded != 2 {
+		t.Errorf("after Upload (%+v) the CAS lacks %v (%v)", up, missing, err)
 	}
 }
