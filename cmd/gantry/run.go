@@ -27,6 +27,9 @@ const exitOwnFailure = 125
 // exitInterrupted is the exit code after Ctrl-C (128 + SIGINT).
 const exitInterrupted = 130
 
+// defaultRemotePath is the command's PATH unless --env sets one.
+const defaultRemotePath = "/usr/local/bin:/usr/bin:/bin"
+
 // runFlags are the flags of gantry run.
 type runFlags struct {
 	server, instance string
@@ -50,8 +53,10 @@ everything under it, except declared outputs). Only what the server's CAS
 lacks is uploaded; the outputs are written back in place and stdout and
 stderr replayed. A cached result is reused (-v says so).
 
-The command gets only the environment given with --env. Put -- before CMD
-when its arguments start with a dash.
+The command gets only the environment given with --env, and PATH
+/usr/local/bin:/usr/bin:/bin unless --env sets it (the same for every caller,
+so that results are shared). Put -- before CMD when its arguments start
+with a dash.
 
 Exit status: the action's exit code; 125 when gantry itself fails (bad
 flags, a missing input, an unreachable server, a timeout or other failure
@@ -177,14 +182,22 @@ func runSpec(f runFlags, args []string) (remote.Spec, error) {
 		}
 		spec.OutputDirs = append(spec.OutputDirs, r)
 	}
+	hasPath := false
 	for _, e := range f.env {
-		if _, _, ok := strings.Cut(e, "="); ok {
+		name, _, ok := strings.Cut(e, "=")
+		hasPath = hasPath || name == "PATH"
+		if ok {
 			spec.Env = append(spec.Env, e)
 		} else if v, set := os.LookupEnv(e); set {
 			spec.Env = append(spec.Env, e+"="+v)
 		} else {
 			return remote.Spec{}, fmt.Errorf("--env %s: the variable is not set here; give NAME=VALUE", e)
 		}
+	}
+	if !hasPath {
+		// Tools such as gcc find their helpers through PATH; a fixed
+		// default keeps the cache key independent of the caller's shell.
+		spec.Env = append(spec.Env, "PATH="+defaultRemotePath)
 	}
 	return spec, nil
 }

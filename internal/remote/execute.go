@@ -39,7 +39,7 @@ func (c *Client) Execute(ctx context.Context, a *Action, started func(opName str
 	info.Cached = resp.CachedResult
 	info.Message = resp.Message
 	if st := status.FromProto(resp.GetStatus()); st.Code() != codes.OK {
-		return nil, info, &ExecError{Action: a.digest.String(), Code: st.Code(), Err: client.CheckResponse(resp)}
+		return nil, info, &ExecError{Action: a.digest.String(), Code: st.Code(), Err: client.CheckResponse(resp), Partial: resp.Result}
 	}
 	if resp.Result == nil {
 		return nil, info, fmt.Errorf("executing action %s: the server answered OK without a result; the server is faulty", a.digest)
@@ -50,11 +50,13 @@ func (c *Client) Execute(ctx context.Context, a *Action, started func(opName str
 // ExecError is an action the server did not run to completion: its
 // ExecuteResponse status was not OK. Code is that status's code
 // (DEADLINE_EXCEEDED for a timeout, FAILED_PRECONDITION for missing
-// inputs, ...).
+// inputs, ...). Partial is the result the server sent anyway, if any
+// (after a timeout: the output so far).
 type ExecError struct {
-	Action string
-	Code   codes.Code
-	Err    error
+	Action  string
+	Code    codes.Code
+	Err     error
+	Partial *repb.ActionResult
 }
 
 func (e *ExecError) Error() string { return fmt.Sprintf("executing action %s: %v", e.Action, e.Err) }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 )
@@ -305,5 +306,21 @@ func TestUploadLargeMessage(t *testing.T) {
 	missing, err := c.cas.FindMissing(testCtx(t), slices.Collect(maps.Keys(a.blobs)))
 	if err != nil || len(missing) != 0 || up.Uploaded != 2 {
 		t.Errorf("after Upload (%+v) the CAS lacks %v (%v)", up, missing, err)
+	}
+}
+
+// TestRunTimeoutReplaysOutput: an action killed by its timeout is an
+// ExecError with DEADLINE_EXCEEDED, and what it printed so far is
+// replayed (it often says why it hung).
+func TestRunTimeoutReplaysOutput(t *testing.T) {
+	c, _ := newClient(t)
+	var stdout, stderr bytes.Buffer
+	_, _, err := c.Run(testCtx(t), Spec{Args: sh("echo started; echo waiting >&2; sleep 60"), LocalRoot: t.TempDir(), Timeout: time.Second}, &stdout, &stderr, nil)
+	var ee *ExecError
+	if !errors.As(err, &ee) || ee.Code != codes.DeadlineExceeded {
+		t.Fatalf("Run of an action past its timeout: %v", err)
+	}
+	if stdout.String() != "started\n" || stderr.String() != "waiting\n" {
+		t.Errorf("stdout %q, stderr %q; want what the action printed before the timeout", stdout.String(), stderr.String())
 	}
 }
