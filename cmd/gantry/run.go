@@ -96,8 +96,12 @@ func runRemote(cmd *cobra.Command, f runFlags, args []string) error {
 		return &exitStatus{code: exitOwnFailure, err: err}
 	}
 	defer conn.Close()
+	interrupted := func() bool { return ctx.Err() != nil && cmd.Context().Err() == nil }
 	c, err := remote.New(ctx, conn, f.instance, remote.Options{})
 	if err != nil {
+		if interrupted() {
+			return &exitStatus{code: exitInterrupted, err: errors.New("interrupted")}
+		}
 		return &exitStatus{code: exitOwnFailure, err: unreachable(f.server, err)}
 	}
 	var mu sync.Mutex
@@ -113,7 +117,7 @@ func runRemote(cmd *cobra.Command, f runFlags, args []string) error {
 		describeRun(stderr, info)
 	}
 	if err != nil {
-		if ctx.Err() != nil && cmd.Context().Err() == nil {
+		if interrupted() {
 			// A second Ctrl-C while the cancel is on its way ends the
 			// process at once.
 			stop()
