@@ -2,6 +2,7 @@ package remote
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -12,7 +13,11 @@ import (
 	"testing"
 	"time"
 
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+
+	"github.com/gantry-build/gantry/internal/digest"
 )
 
 // TestRunInputsOutputsAndCache: a command reads inputs from nested
@@ -323,4 +328,28 @@ func TestRunTimeoutReplaysOutput(t *testing.T) {
 	if stdout.String() != "started\n" || stderr.String() != "waiting\n" {
 		t.Errorf("stdout %q, stderr %q; want what the action printed before the timeout", stdout.String(), stderr.String())
 	}
+}
+
+// TestRunWhenCachedOutputsAreGone: an ActionCache result whose output is
+// not in the CAS (evicted after the lookup, or a server that does not
+// check) does not break Run: it runs the action instead.
+func TestRunWhenCachedOutputsAreGone(t *testing.T) {
+	c, _ := newClient(t)
+	gone := digest.Compute(digest.SHA256, []byte("evicted long ago\n"))
+	c.ac = staleCache{c.ac, &repb.ActionResult{OutputFiles: []*repb.OutputFile{{Path: "out.txt", Digest: gone.Proto()}}}}
+	root := t.TempDir()
+	code, _, _, info := runSpec(t, c, Spec{Args: sh("echo fresh > out.txt"), LocalRoot: root, OutputFiles: []string{"out.txt"}})
+	if code != 0 || readFile(t, filepath.Join(root, "out.txt")) != "fresh\n" || info.Exec.OperationName == "" || info.Lookup.Hit {
+		t.Errorf("code %d, info %+v", code, info)
+	}
+}
+
+// staleCache is an ActionCache that answers every lookup with result.
+type staleCache struct {
+	repb.ActionCacheClient
+	result *repb.ActionResult
+}
+
+func (s staleCache) GetActionResult(context.Context, *repb.GetActionResultRequest, ...grpc.CallOption) (*repb.ActionResult, error) {
+	return s.result, nil
 }
