@@ -1,0 +1,62 @@
+package cc
+
+import (
+	"bytes"
+	"regexp"
+	"sort"
+)
+
+// absSysrootPath matches a path into the remote input root's sysroot
+// mirror, which the remote compiler prints absolute ("/worker/root/
+// .gantry-sysroot/usr/include/stdio.h"): the local compiler would print
+// "/usr/include/stdio.h".
+var absSysrootPath = regexp.MustCompile(`(^|[\s'"(‘])/[^\s'"()‘’]*/` + regexp.QuoteMeta(SysrootDir) + `/`)
+
+// MapDiagnostics rewrites the remote compiler's messages (stderr) so that
+// paths read as the local compiler would print them: a source or header
+// given absolute appears absolute again, and mirrored system headers
+// appear at their own path. Call it after Spec.
+func (c *Compile) MapDiagnostics(b []byte) []byte {
+	if c.layout == nil || len(b) == 0 {
+		return b
+	}
+	pairs := append([]pathPair(nil), c.layout.diag...)
+	sort.SliceStable(pairs, func(i, j int) bool { return len(pairs[i].from) > len(pairs[j].from) })
+	if c.layout.absSysroot {
+		b = absSysrootPath.ReplaceAll(b, []byte("$1/"))
+	}
+	if len(pairs) == 0 {
+		return b
+	}
+	var out bytes.Buffer
+	out.Grow(len(b))
+	for i := 0; i < len(b); {
+		if i == 0 || isPathBoundary(b[i-1]) {
+			matched := false
+			for _, p := range pairs {
+				if bytes.HasPrefix(b[i:], []byte(p.from)) {
+					out.WriteString(p.to)
+					i += len(p.from)
+					matched = true
+					break
+				}
+			}
+			if matched {
+				continue
+			}
+		}
+		out.WriteByte(b[i])
+		i++
+	}
+	return out.Bytes()
+}
+
+// isPathBoundary reports whether a path may start after c in a message.
+func isPathBoundary(c byte) bool {
+	switch c {
+	case ' ', '\t', '\n', '\r', '\'', '"', '(', '`':
+		return true
+	}
+	// The last byte of gcc's ‘ (U+2018, E2 80 98).
+	return c == 0x98
+}
