@@ -166,11 +166,7 @@ func (c *Compile) plan(id *Identity, listed []string, s Settings) (*layout, erro
 		addMap(sysRel+"/", "/")
 	}
 	for _, m := range maps {
-		f, err := mapFlags(m.from, m.to, c.userMaps)
-		if err != nil {
-			return nil, err
-		}
-		args = append(args, f...)
+		args = append(args, mapFlags(m.from, m.to, c.userMaps)...)
 	}
 	l.diag = maps
 	if c.debug || addSysroot {
@@ -178,22 +174,14 @@ func (c *Compile) plan(id *Identity, listed []string, s Settings) (*layout, erro
 		// debug information's compilation directory and the headers under
 		// the --sysroot it makes absolute. A shell on the worker finds the
 		// input root's path and maps it back to the local one.
-		var wrapMaps []string
-		f, err := mapFlags(wrapperRoot, root, c.userMaps)
-		if err != nil {
-			return nil, err
-		}
-		wrapMaps = append(wrapMaps, f...)
+		wrapMaps := mapFlags(wrapperRoot, root, c.userMaps)
 		if addSysroot {
-			f, err := mapFlags(wrapperRoot+"/"+SysrootDir+"/", "/", c.userMaps)
-			if err != nil {
-				return nil, err
-			}
-			wrapMaps = append(wrapMaps, f...)
+			wrapMaps = append(wrapMaps, mapFlags(wrapperRoot+"/"+SysrootDir+"/", "/", c.userMaps)...)
 			l.absSysroot = true
 		}
 		script := "r=$(cd " + shellQuote(rootRel) + " && pwd -P) || exit 1; unset PWD; exec \"$0\" \"$@\""
 		for _, m := range wrapMaps {
+			// Each flag holds the placeholder once, in its old prefix.
 			before, after, _ := strings.Cut(m, wrapperRoot)
 			script += " " + shellQuote(before) + "\"$r\"" + shellQuote(after)
 		}
@@ -222,7 +210,8 @@ func slashRel(base, target string) string {
 	return filepath.ToSlash(r)
 }
 
-// shellQuote quotes s for sh in single quotes (a ' inside becomes '\”).
+// shellQuote quotes s for sh in single quotes; a quote inside is closed,
+// escaped and reopened.
 func shellQuote(s string) string {
 	if s == "" {
 		return ""

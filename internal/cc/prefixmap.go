@@ -35,43 +35,37 @@ func parsePrefixMap(arg string) (prefixMap, error) {
 	return m, nil
 }
 
-// applyMaps rewrites p with the last map of the kind that matches it, as
-// gcc does (the last matching option wins; only one applies). ok is false
-// when the launcher cannot express the result as a single prefix map for
-// every path under p: a map whose prefix starts inside p would apply to
-// some of them only.
-func applyMaps(p string, maps []prefixMap, debug bool) (string, bool) {
-	out := p
-	for i := len(maps) - 1; i >= 0; i-- {
-		m := maps[i]
-		if debug && !m.debug || !debug && !m.macro {
-			continue
-		}
-		if strings.HasPrefix(p, m.old) {
-			out = m.new + p[len(m.old):]
-			break
-		}
-	}
-	for _, m := range maps {
-		if (debug && m.debug || !debug && m.macro) && len(m.old) > len(p) && strings.HasPrefix(m.old, p) {
-			return "", false
-		}
-	}
-	return out, true
-}
-
-// mapFlags returns the flags that map the prefix rewritten (the path
-// the remote compiler sees) back to original (what the local compiler
-// would see), composed with the user's own maps so that the result is what
-// the local compile records. Without user maps it is one -ffile-prefix-map.
-func mapFlags(rewritten, original string, user []prefixMap) ([]string, error) {
+// mapFlags returns the flags that map the prefix rewritten (what the
+// remote compiler sees) back to original (what the local compiler sees),
+// composed with the user's own maps so that the result is what the local
+// compile records: the user's last map matching original applies to the
+// whole prefix, and the user's later maps of deeper prefixes follow,
+// rewritten, so that they still win for their paths (gcc applies the last
+// matching map, and only one). Without user maps it is one
+// -ffile-prefix-map.
+func mapFlags(rewritten, original string, user []prefixMap) []string {
 	if len(user) == 0 {
-		return []string{"-ffile-prefix-map=" + rewritten + "=" + original}, nil
+		return []string{"-ffile-prefix-map=" + rewritten + "=" + original}
 	}
-	d, ok1 := applyMaps(original, user, true)
-	m, ok2 := applyMaps(original, user, false)
-	if !ok1 || !ok2 {
-		return nil, local("a -f*-prefix-map flag maps part of %s", original)
+	var flags []string
+	for _, kind := range []struct {
+		flag  string
+		debug bool
+	}{{"-fdebug-prefix-map=", true}, {"-fmacro-prefix-map=", false}} {
+		applies := func(m prefixMap) bool { return kind.debug && m.debug || !kind.debug && m.macro }
+		base, last := original, -1
+		for i := len(user) - 1; i >= 0; i-- {
+			if m := user[i]; applies(m) && strings.HasPrefix(original, m.old) {
+				base, last = m.new+original[len(m.old):], i
+				break
+			}
+		}
+		flags = append(flags, kind.flag+rewritten+"="+base)
+		for i := last + 1; i < len(user); i++ {
+			if m := user[i]; applies(m) && len(m.old) > len(original) && strings.HasPrefix(m.old, original) {
+				flags = append(flags, kind.flag+rewritten+m.old[len(original):]+"="+m.new)
+			}
+		}
 	}
-	return []string{"-fdebug-prefix-map=" + rewritten + "=" + d, "-fmacro-prefix-map=" + rewritten + "=" + m}, nil
+	return flags
 }
