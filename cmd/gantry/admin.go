@@ -43,7 +43,7 @@ by the server with who asked and the --reason.
              give it no new work (kept across scheduler restarts)
   resume     let its actions continue (SIGCONT)`,
 	}
-	cmd.PersistentFlags().StringVar(&serverAddr, "server", "127.0.0.1:8980", "address of a running Gantry")
+	addServerFlag(cmd.PersistentFlags(), &serverAddr, "server", "address of a running Gantry")
 
 	list := &cobra.Command{
 		Use:   "list",
@@ -125,7 +125,7 @@ func newOperationCommand() *cobra.Command {
 	var serverAddr, reason string
 	var refuse time.Duration
 	cmd := &cobra.Command{Use: "operation", Short: "Act on one operation of a running Gantry"}
-	cmd.PersistentFlags().StringVar(&serverAddr, "server", "127.0.0.1:8980", "address of a running Gantry")
+	addServerFlag(cmd.PersistentFlags(), &serverAddr, "server", "address of a running Gantry")
 	kill := &cobra.Command{
 		Use:   "kill OPERATION",
 		Short: "Cancel an operation: its clients get CANCELLED, its action stops unless shared",
@@ -179,6 +179,6 @@ func newReloadCommand() *cobra.Command {
 			})
 		},
 	}
-	cmd.Flags().StringVar(&serverAddr, "server", "127.0.0.1:8980", "address of a running Gantry")
+	addServerFlag(cmd.Flags(), &serverAddr, "server", "address of a running Gantry")
 	return cmd
 }

@@ -30,7 +30,6 @@ import (
 
 // Defaults of gantry bench.
 const (
-	defaultServer      = "127.0.0.1:8980"
 	defaultConcurrency = 8
 	defaultActions     = 1000
 	// defaultNoopSlots is how many actions a no-op worker holds at once.
@@ -132,7 +131,7 @@ Gantry server: other REAPI servers have their own worker protocols.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.server, "server", defaultServer, "address (host:port) of the REAPI server")
+	addServerFlag(fl, &f.server, "server", "address (host:port) of the REAPI server")
 	fl.StringVar(&f.instance, "instance", "", "REAPI instance name")
 	fl.IntVar(&f.concurrency, "concurrency", defaultConcurrency, "actions in flight at once")
 	fl.IntVar(&f.actions, "actions", defaultActions, "number of actions to run (not with --duration)")

@@ -129,7 +129,7 @@ func TestBenchFlags(t *testing.T) {
 		check   func(*benchPlan) string
 	}{
 		{name: "defaults", check: func(p *benchPlan) string {
-			if p.server != defaultServer || p.instance != "" || p.concurrency != 8 || p.actions != 1000 || p.duration != 0 ||
+			if p.server != serverFromEnv() || p.instance != "" || p.concurrency != 8 || p.actions != 1000 || p.duration != 0 ||
 				!p.outputFile || p.platform != nil || p.skipCacheLookup || p.noopWorkers != 0 {
 				return fmt.Sprintf("%+v", *p)
 			}

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
@@ -46,4 +51,39 @@ func applyClientConfig(fs *pflag.FlagSet, c config.ClientConfig) {
 // dialServer connects to a Gantry server with the client security flags.
 func dialServer(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	return client.DialSecure(addr, clientSecurity, opts...)
+}
+
+// builtinServer is the server address client commands use when neither
+// --server nor GANTRY_SERVER is given.
+const builtinServer = "127.0.0.1:8980"
+
+// serverFromEnv is the default server address of every client command:
+// GANTRY_SERVER, or 127.0.0.1:8980. A launcher such as `gantry cc` takes
+// no flags, so the environment is how it finds the server.
+func serverFromEnv() string {
+	if s := strings.TrimSpace(os.Getenv("GANTRY_SERVER")); s != "" {
+		return s
+	}
+	return builtinServer
+}
+
+// addServerFlag defines a client command's server address flag (--server,
+// or name) defaulting to serverFromEnv.
+func addServerFlag(fs *pflag.FlagSet, p *string, name, usage string) {
+	fs.StringVar(p, name, serverFromEnv(), usage+" (env GANTRY_SERVER)")
+}
+
+// unreachable rewrites an error that means no server answers at addr
+// (UNAVAILABLE) as one line that says what to do; other errors pass
+// through.
+func unreachable(addr string, err error) error {
+	if status.Code(err) != codes.Unavailable {
+		return err
+	}
+	msg := err.Error()
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		msg = se.GRPCStatus().Message()
+	}
+	return fmt.Errorf("cannot reach Gantry at %s: %s; start it with `gantry serve` or set GANTRY_SERVER (or --server) to its address", addr, msg)
 }

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/gantry-build/gantry/internal/auth/authtest"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/server"
@@ -71,5 +74,41 @@ func TestClientConfigDefaults(t *testing.T) {
 	applyClientConfig(fs, config.ClientConfig{TLSCAFile: "file-ca.pem", TokenFile: "file.token", TLS: true})
 	if clientSecurity.CAFile != "flag-ca.pem" || clientSecurity.TokenFile != "file.token" || !clientSecurity.TLS {
 		t.Fatalf("merged: %+v", clientSecurity)
+	}
+}
+
+// TestServerFlagsDefaultToGantryServer: every client command's server
+// address (--server, and the worker's --scheduler) defaults to
+// GANTRY_SERVER, and to 127.0.0.1:8980 without it.
+func TestServerFlagsDefaultToGantryServer(t *testing.T) {
+	for _, env := range []string{"", "build.example:9000"} {
+		t.Setenv("GANTRY_SERVER", env)
+		want := env
+		if want == "" {
+			want = "127.0.0.1:8980"
+		}
+		seen := 0
+		var walk func(c *cobra.Command)
+		walk = func(c *cobra.Command) {
+			for _, fs := range []*pflag.FlagSet{c.Flags(), c.PersistentFlags()} {
+				fs.VisitAll(func(f *pflag.Flag) {
+					if f.Name == "server" || f.Name == "scheduler" {
+						seen++
+						if f.DefValue != want {
+							t.Errorf("GANTRY_SERVER=%q: %s --%s defaults to %q, want %q", env, c.CommandPath(), f.Name, f.DefValue, want)
+						}
+					}
+				})
+			}
+			for _, sub := range c.Commands() {
+				walk(sub)
+			}
+		}
+		walk(newRootCommand())
+		// run, worker, bench, queues list/explain, quota, workers,
+		// operation, reload.
+		if seen < 9 {
+			t.Errorf("found only %d server flags; the walk misses commands", seen)
+		}
 	}
 }

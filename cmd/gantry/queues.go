@@ -57,7 +57,7 @@ HTTP port.`,
 			return scheduler.WriteInvocations(cmd.OutOrStdout(), resp.Keys, stats)
 		},
 	}
-	cmd.Flags().StringVar(&serverAddr, "server", "127.0.0.1:8980", "address of a running Gantry")
+	addServerFlag(cmd.Flags(), &serverAddr, "server", "address of a running Gantry")
 	cmd.Flags().Uint32Var(&depth, "depth", 0, "list only this many levels (0: all)")
 	return cmd
 }
@@ -107,7 +107,7 @@ known worker, whether it could run the action and what keeps it out.`,
 	}
 	cmd.Flags().StringArrayVar(&props, "property", nil, "platform property name=value (repeatable)")
 	cmd.Flags().StringVar(&configPath, "config", "", "analyse offline against the queues in this config file")
-	cmd.Flags().StringVar(&serverAddr, "server", "127.0.0.1:8980", "address of a running Gantry (used without --config)")
+	addServerFlag(cmd.Flags(), &serverAddr, "server", "address of a running Gantry (used without --config)")
 	return cmd
 }
 

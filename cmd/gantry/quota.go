@@ -24,7 +24,7 @@ min_quota slots are guaranteed (running work of instances above their own min is
 pre-empted after scheduler.preemption_delay when needed), max_quota is never
 exceeded. Changes are stored durably by the server before they are acknowledged.`,
 	}
-	cmd.PersistentFlags().StringVar(&serverAddr, "server", "127.0.0.1:8980", "address of a running Gantry")
+	addServerFlag(cmd.PersistentFlags(), &serverAddr, "server", "address of a running Gantry")
 	// call runs f with an admin client and a deadline.
 	call := func(cmd *cobra.Command, f func(context.Context, adminpb.AdminClient) error) error {
 		ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)

@@ -133,7 +133,7 @@ sections secure --http-listen as they secure gantry serve's HTTP port.`,
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", "", "YAML config file; its worker section applies (see docs/CONFIGURATION.md)")
-	cmd.Flags().StringVar(&schedulerAddr, "scheduler", "127.0.0.1:8980", "address of the Gantry server to take work from")
+	addServerFlag(cmd.Flags(), &schedulerAddr, "scheduler", "address of the Gantry server to take work from")
 	cmd.Flags().StringVar(&httpListen, "http-listen", "", "HTTP address for the worker's /metrics and /healthz, e.g. 127.0.0.1:9091 (empty: none); TLS and a token requirement come from the tls and auth sections of --config, as for gantry serve")
 	cmd.Flags().StringVar(&workDir, "work-dir", "./gantry-worker", "directory for exec roots and the input file cache")
 	cmd.Flags().IntVar(&cores, "cores", 0, "execute capacity in cores (0: number of CPUs)")

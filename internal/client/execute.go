@@ -46,12 +46,20 @@ var errStreamEnded = errors.New("the server ended the Operation stream before th
 // completion), and the operation's last known name. An Operation that
 // ends with its error field set is returned as that error.
 func Execute(ctx context.Context, conn grpc.ClientConnInterface, req *repb.ExecuteRequest) (*repb.ExecuteResponse, string, error) {
+	return ExecuteNamed(ctx, conn, req, nil)
+}
+
+// ExecuteNamed is Execute that also calls named (unless nil) with the
+// operation's name as soon as the server gives it, and again whenever it
+// changes (a new operation after a restart), so that a caller can cancel
+// the operation (CancelOperation) before it is done.
+func ExecuteNamed(ctx context.Context, conn grpc.ClientConnInterface, req *repb.ExecuteRequest, named func(name string)) (*repb.ExecuteResponse, string, error) {
 	exec := repb.NewExecutionClient(conn)
 	name := ""
 	breaks := 0
 	for {
 		waiting := name != ""
-		op, progressed, err := attempt(ctx, exec, req, &name)
+		op, progressed, err := attempt(ctx, exec, req, &name, named)
 		if op != nil {
 			resp, err := unpack(op)
 			return resp, name, err
@@ -89,7 +97,7 @@ func Execute(ctx context.Context, conn grpc.ClientConnInterface, req *repb.Execu
 // follows its stream until the operation is done (see follow). The
 // stream's resources are released when it returns: a stream left open
 // would keep a goroutine and its buffers until ctx ends.
-func attempt(ctx context.Context, exec repb.ExecutionClient, req *repb.ExecuteRequest, name *string) (done *longrunningpb.Operation, progressed bool, err error) {
+func attempt(ctx context.Context, exec repb.ExecutionClient, req *repb.ExecuteRequest, name *string, named func(string)) (done *longrunningpb.Operation, progressed bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var stream grpc.ServerStreamingClient[longrunningpb.Operation]
@@ -101,7 +109,7 @@ func attempt(ctx context.Context, exec repb.ExecutionClient, req *repb.ExecuteRe
 	if err != nil {
 		return nil, false, err
 	}
-	done, progressed, err = follow(stream, name)
+	done, progressed, err = follow(stream, name, named)
 	if done != nil {
 		// The server ends the stream after the done operation; reading
 		// that end finishes the call cleanly instead of cancelling it. A
@@ -114,8 +122,9 @@ func attempt(ctx context.Context, exec repb.ExecutionClient, req *repb.ExecuteRe
 }
 
 // follow reads an Operation stream until an operation is done. It records
-// the operation's name in *name and reports whether any Operation arrived.
-func follow(stream grpc.ServerStreamingClient[longrunningpb.Operation], name *string) (done *longrunningpb.Operation, progressed bool, err error) {
+// the operation's name in *name (telling named, if set, of a new one) and
+// reports whether any Operation arrived.
+func follow(stream grpc.ServerStreamingClient[longrunningpb.Operation], name *string, named func(string)) (done *longrunningpb.Operation, progressed bool, err error) {
 	for {
 		op, err := stream.Recv()
 		if err == io.EOF {
@@ -125,8 +134,11 @@ func follow(stream grpc.ServerStreamingClient[longrunningpb.Operation], name *st
 			return nil, progressed, err
 		}
 		progressed = true
-		if op.Name != "" {
+		if op.Name != "" && op.Name != *name {
 			*name = op.Name
+			if named != nil {
+				named(op.Name)
+			}
 		}
 		if op.Done {
 			return op, true, nil

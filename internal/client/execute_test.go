@@ -225,6 +225,27 @@ func repeatSteps(s step, n int) []step {
 	return out
 }
 
+// TestExecuteNamedReportsEachNewName: the callback hears the operation's
+// name once per operation (not per Operation message or resumed stream),
+// and the new name when the action had to run again.
+func TestExecuteNamedReportsEachNewName(t *testing.T) {
+	fake := &fakeExecution{script: []step{
+		{ops: []*longrunningpb.Operation{pending("op1"), pending("op1")}, err: status.Error(codes.Unavailable, "break")},
+		{ops: []*longrunningpb.Operation{pending("op1")}},
+		{err: status.Error(codes.NotFound, "operation op1 unknown")},
+		{ops: []*longrunningpb.Operation{pending("op2"), doneWith("op2", &repb.ExecuteResponse{})}},
+	}}
+	conn, _ := startServer(t, func(g *grpc.Server) { repb.RegisterExecutionServer(g, fake) })
+	var names []string
+	_, name, err := ExecuteNamed(context.Background(), conn, &repb.ExecuteRequest{ActionDigest: &repb.Digest{Hash: "ab", SizeBytes: 1}}, func(n string) { names = append(names, n) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(names, ",") != "op1,op2" || name != "op2" {
+		t.Errorf("names reported %q, final %q; want op1,op2 and op2 (calls %s)", names, name, fake.callList())
+	}
+}
+
 func TestExecuteCancelled(t *testing.T) {
 	fake := &fakeExecution{script: []step{{ops: []*longrunningpb.Operation{pending("op1")}}}}
 	conn, _ := startServer(t, func(g *grpc.Server) { repb.RegisterExecutionServer(g, fake) })

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	"github.com/spf13/cobra"
+
+	"github.com/gantry-build/gantry/internal/remote"
+)
+
+// exitOwnFailure is gantry run's exit code when it cannot run the action
+// at all (bad flags, a missing input, an unreachable server), as env(1),
+// timeout(1) and docker run use 125, so that it differs from the usual
+// exit codes of the commands people run.
+const exitOwnFailure = 125
+
+// exitInterrupted is the exit code after Ctrl-C (128 + SIGINT).
+const exitInterrupted = 130
+
+// runFlags are the flags of gantry run.
+type runFlags struct {
+	server, instance string
+	inputs, outputs  []string
+	outputDirs       []string
+	platform, env    []string
+	timeout          time.Duration
+	noCache, verbose bool
+}
+
+func newRunCommand() *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run [flags] [--] CMD [ARGS...]",
+		Short: "Run one command remotely with local inputs and outputs",
+		Long: `Run CMD on a Gantry (or any REAPI) server. The current directory becomes
+the working directory inside the input root, which is the deepest directory
+holding it and every --input; --input, --output and --output-dir paths are
+relative to the current directory (a directory input is sent with
+everything under it, except declared outputs). Only what the server's CAS
+lacks is uploaded; the outputs are written back in place and stdout and
+stderr replayed. A cached result is reused (-v says so).
+
+The command gets only the environment given with --env. Put -- before CMD
+when its arguments start with a dash.
+
+Exit status: the action's exit code; 125 when gantry itself fails (bad
+flags, a missing input, an unreachable server, a timeout or other failure
+to run the action); 130 after Ctrl-C (the remote operation is cancelled).`,
+		Example: `  gantry run --input main.c --input include --output main.o -- gcc -Iinclude -c main.c
+  GANTRY_SERVER=build:8980 gantry run -v --output-dir out -- ./gen.sh out`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRemote(cmd, f, args)
+		},
+	}
+	fl := cmd.Flags()
+	fl.SetInterspersed(false) // everything after CMD is CMD's
+	addServerFlag(fl, &f.server, "server", "address of the Gantry server")
+	fl.StringVar(&f.instance, "instance", os.Getenv("GANTRY_INSTANCE"), "REAPI instance name (env GANTRY_INSTANCE)")
+	fl.StringArrayVar(&f.inputs, "input", nil, "file or directory the command reads; repeat for several")
+	fl.StringArrayVar(&f.outputs, "output", nil, "file the command writes, fetched back; repeat for several")
+	fl.StringArrayVar(&f.outputDirs, "output-dir", nil, "directory the command writes, fetched back with everything in it; repeat for several")
+	fl.StringArrayVar(&f.platform, "platform", nil, "platform property NAME=VALUE the worker must match; repeat for several")
+	fl.StringArrayVar(&f.env, "env", nil, "environment variable NAME=VALUE for the command, or NAME to pass the local value; repeat for several")
+	fl.DurationVar(&f.timeout, "timeout", 0, "execution timeout, e.g. 10m (0: the server's default)")
+	fl.BoolVar(&f.noCache, "no-cache", false, "do not use a cached result, and do not cache this one")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "say on stderr whether the result was cached, the action digest, the operation and the bytes moved")
+	return cmd
+}
+
+// runRemote is gantry run.
+func runRemote(cmd *cobra.Command, f runFlags, args []string) error {
+	spec, err := runSpec(f, args)
+	if err != nil {
+		return &exitStatus{code: exitOwnFailure, err: err}
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	conn, err := dialServer(f.server)
+	if err != nil {
+		return &exitStatus{code: exitOwnFailure, err: err}
+	}
+	defer conn.Close()
+	c, err := remote.New(ctx, conn, f.instance, remote.Options{})
+	if err != nil {
+		return &exitStatus{code: exitOwnFailure, err: unreachable(f.server, err)}
+	}
+	var mu sync.Mutex
+	opName := ""
+	started := func(name string) {
+		mu.Lock()
+		opName = name
+		mu.Unlock()
+	}
+	stderr := cmd.ErrOrStderr()
+	code, info, err := c.Run(ctx, spec, cmd.OutOrStdout(), stderr, started)
+	if f.verbose && info.Action != "" {
+		describeRun(stderr, info)
+	}
+	if err != nil {
+		if ctx.Err() != nil && cmd.Context().Err() == nil {
+			// A second Ctrl-C while the cancel is on its way ends the
+			// process at once.
+			stop()
+			mu.Lock()
+			name := opName
+			mu.Unlock()
+			return &exitStatus{code: exitInterrupted, err: cancelOperation(c, name)}
+		}
+		return &exitStatus{code: exitOwnFailure, err: unreachable(f.server, err)}
+	}
+	if code != 0 {
+		return &exitStatus{code: code}
+	}
+	return nil
+}
+
+// runSpec builds the remote.Spec of gantry run from its flags, with the
+// current directory as the working directory.
+func runSpec(f runFlags, args []string) (remote.Spec, error) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		return remote.Spec{}, fmt.Errorf("finding the current directory: %w", err)
+	}
+	abs := func(p string) string {
+		if filepath.IsAbs(p) {
+			return filepath.Clean(p)
+		}
+		return filepath.Join(cwd, p)
+	}
+	root, wd := remote.Layout(cwd, f.inputs)
+	spec := remote.Spec{
+		Args:       args,
+		LocalRoot:  root,
+		WorkingDir: wd,
+		Platform:   f.platform,
+		Timeout:    f.timeout,
+		NoCache:    f.noCache,
+	}
+	for _, in := range f.inputs {
+		local := abs(in)
+		rel, err := filepath.Rel(root, local)
+		if err != nil {
+			return remote.Spec{}, fmt.Errorf("--input %s: %w", in, err)
+		}
+		spec.Inputs = append(spec.Inputs, remote.Input{Local: local, Path: filepath.ToSlash(rel)})
+	}
+	// Outputs are relative to the working directory, which is cwd.
+	rel := func(flag, p string) (string, error) {
+		r, err := filepath.Rel(cwd, abs(p))
+		if err != nil {
+			return "", fmt.Errorf("%s %s: %w", flag, p, err)
+		}
+		return filepath.ToSlash(r), nil
+	}
+	for _, o := range f.outputs {
+		r, err := rel("--output", o)
+		if err != nil {
+			return remote.Spec{}, err
+		}
+		spec.OutputFiles = append(spec.OutputFiles, r)
+	}
+	for _, o := range f.outputDirs {
+		r, err := rel("--output-dir", o)
+		if err != nil {
+			return remote.Spec{}, err
+		}
+		spec.OutputDirs = append(spec.OutputDirs, r)
+	}
+	for _, e := range f.env {
+		if _, _, ok := strings.Cut(e, "="); ok {
+			spec.Env = append(spec.Env, e)
+		} else if v, set := os.LookupEnv(e); set {
+			spec.Env = append(spec.Env, e+"="+v)
+		} else {
+			return remote.Spec{}, fmt.Errorf("--env %s: the variable is not set here; give NAME=VALUE", e)
+		}
+	}
+	return spec, nil
+}
+
+// describeRun prints -v's summary of a run.
+func describeRun(w io.Writer, info remote.RunInfo) {
+	how := "executed"
+	switch {
+	case info.Lookup.Hit:
+		how = "cache hit (ActionCache)"
+	case info.Exec.Cached:
+		how = "cache hit (the server's)"
+	}
+	fmt.Fprintf(w, "gantry run: %s; action %s", how, info.Action)
+	if info.Exec.OperationName != "" {
+		fmt.Fprintf(w, "; operation %s", info.Exec.OperationName)
+	}
+	fmt.Fprintf(w, "; up %d bytes (%d of %d blobs), down %d bytes\n",
+		info.BytesUp(), info.Upload.Uploaded, info.Upload.Blobs, info.BytesDown())
+}
+
+// cancelOperation asks the server to cancel operation name after Ctrl-C,
+// and says what happened.
+func cancelOperation(c *remote.Client, name string) error {
+	if name == "" {
+		return errors.New("interrupted before the server started an operation")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := longrunningpb.NewOperationsClient(c.Conn()).CancelOperation(ctx, &longrunningpb.CancelOperationRequest{Name: name})
+	if err != nil {
+		return fmt.Errorf("interrupted; cancelling operation %s failed: %v", name, err)
+	}
+	return fmt.Errorf("interrupted; operation %s cancelled", name)
+}

@@ -1,0 +1,417 @@
+package remote
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/gantry-build/gantry/internal/digest"
+)
+
+// Action is a prepared action: its Command, Action and input tree, with
+// the digest of every blob and where its bytes are (in memory for the
+// Directory, Command and Action messages; a local file for inputs).
+type Action struct {
+	spec    Spec
+	digest  digest.Digest
+	action  *repb.Action
+	command *repb.Command
+	blobs   map[digest.Digest]source
+	stats   PrepareStats
+}
+
+// source is where the bytes of one blob are: data, or the local file path.
+type source struct {
+	data []byte
+	path string
+}
+
+// Digest is the action's digest (its ActionCache key).
+func (a *Action) Digest() digest.Digest { return a.digest }
+
+// Spec is the Spec the action was prepared from.
+func (a *Action) Spec() Spec { return a.spec }
+
+// Command is the action's Command message. Callers must not modify it.
+func (a *Action) Command() *repb.Command { return a.command }
+
+// Proto is the action's Action message. Callers must not modify it.
+func (a *Action) Proto() *repb.Action { return a.action }
+
+// Stats describes the Prepare step.
+func (a *Action) Stats() PrepareStats { return a.stats }
+
+// Prepare hashes spec's inputs (reusing the digests of files unchanged
+// since an earlier action of this Client) and builds the input tree, the
+// Command and the Action. Nothing is sent to the server.
+func (c *Client) Prepare(spec Spec) (*Action, error) {
+	start := time.Now()
+	if len(spec.Args) == 0 {
+		return nil, errors.New("the command is empty: give the program to run and its arguments")
+	}
+	if !filepath.IsAbs(spec.LocalRoot) {
+		return nil, fmt.Errorf("the local input root %q is not an absolute path", spec.LocalRoot)
+	}
+	wd, err := cleanRel("working directory", spec.WorkingDir, true)
+	if err != nil {
+		return nil, err
+	}
+	a := &Action{spec: spec, blobs: make(map[digest.Digest]source)}
+	b := &treeBuilder{c: c, a: a, root: newDir(), outputs: make(map[string]bool), outputParents: make(map[string]bool)}
+	for _, o := range append(slices.Clone(spec.OutputFiles), spec.OutputDirs...) {
+		co, err := cleanRel("output", o, false)
+		if err != nil {
+			continue // reported by buildCommand
+		}
+		b.outputs[path.Join(wd, co)] = true
+		for d := path.Dir(co); d != "."; d = path.Dir(d) {
+			b.outputParents[path.Join(wd, d)] = true
+		}
+	}
+	if wd != "" {
+		b.root.mkdirAll(strings.Split(wd, "/"))
+	}
+	for _, in := range spec.Inputs {
+		if err := b.add(in); err != nil {
+			return nil, err
+		}
+	}
+	rootDigest := b.root.store(a, c.fn)
+
+	cmd, err := buildCommand(spec, wd)
+	if err != nil {
+		return nil, err
+	}
+	a.command = cmd
+	act := &repb.Action{
+		CommandDigest:   a.put(cmd, c.fn).Proto(),
+		InputRootDigest: rootDigest.Proto(),
+		DoNotCache:      spec.NoCache,
+		Salt:            spec.Salt,
+		Platform:        cmd.Platform,
+	}
+	if spec.Timeout > 0 {
+		act.Timeout = durationpb.New(spec.Timeout)
+	}
+	a.action = act
+	a.digest = a.put(act, c.fn)
+	a.stats.Duration = time.Since(start)
+	return a, nil
+}
+
+// put records the deterministic encoding of m as a blob and returns its digest.
+func (a *Action) put(m proto.Message, fn digest.Function) digest.Digest {
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		panic(fmt.Sprintf("marshalling a %T: %v", m, err)) // only invalid UTF-8 can fail; checked before
+	}
+	d := digest.Compute(fn, data)
+	a.blobs[d] = source{data: data}
+	return d
+}
+
+// buildCommand makes the Command of spec: environment sorted by name,
+// outputs sorted, platform sorted by name and value. Outputs are given both
+// as output_paths (REAPI v2.1) and as output_files/output_directories
+// (v2.0): a v2.1 server ignores the old fields, a v2.0 server never reads
+// the new one, so either runs the action.
+func buildCommand(spec Spec, wd string) (*repb.Command, error) {
+	cmd := &repb.Command{Arguments: spec.Args, WorkingDirectory: wd}
+	env := make(map[string]string, len(spec.Env))
+	for _, kv := range spec.Env {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("environment variable %q is not NAME=VALUE", kv)
+		}
+		env[name] = value // the last one wins, as in a shell
+	}
+	for _, name := range slices.Sorted(maps.Keys(env)) {
+		cmd.EnvironmentVariables = append(cmd.EnvironmentVariables, &repb.Command_EnvironmentVariable{Name: name, Value: env[name]})
+	}
+	var err error
+	if cmd.OutputFiles, err = cleanOutputs("output file", spec.OutputFiles); err != nil {
+		return nil, err
+	}
+	if cmd.OutputDirectories, err = cleanOutputs("output directory", spec.OutputDirs); err != nil {
+		return nil, err
+	}
+	cmd.OutputPaths = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(cmd.OutputFiles), cmd.OutputDirectories...))))
+	if len(spec.Platform) > 0 {
+		p := &repb.Platform{}
+		for _, kv := range spec.Platform {
+			name, value, ok := strings.Cut(kv, "=")
+			if !ok || name == "" {
+				return nil, fmt.Errorf("platform property %q is not NAME=VALUE", kv)
+			}
+			p.Properties = append(p.Properties, &repb.Platform_Property{Name: name, Value: value})
+		}
+		slices.SortFunc(p.Properties, func(x, y *repb.Platform_Property) int {
+			return cmp.Or(cmp.Compare(x.Name, y.Name), cmp.Compare(x.Value, y.Value))
+		})
+		p.Properties = slices.CompactFunc(p.Properties, func(x, y *repb.Platform_Property) bool {
+			return x.Name == y.Name && x.Value == y.Value
+		})
+		cmd.Platform = p
+	}
+	for _, s := range append(slices.Clone(spec.Args), spec.Env...) {
+		if !utf8.ValidString(s) {
+			return nil, fmt.Errorf("argument or environment entry %q is not valid UTF-8, which REAPI requires", s)
+		}
+	}
+	return cmd, nil
+}
+
+// cleanOutputs validates and sorts output paths.
+func cleanOutputs(what string, paths []string) ([]string, error) {
+	out := make([]string, 0, len(paths))
+	for _, p := range paths {
+		c, err := cleanRel(what, p, false)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// cleanRel checks that p is a relative slash-separated path inside its
+// base and returns it cleaned; "" (and ".") is allowed only if empty is.
+func cleanRel(what, p string, empty bool) (string, error) {
+	if p == "" || p == "." {
+		if empty {
+			return "", nil
+		}
+		return "", fmt.Errorf("%s is empty", what)
+	}
+	if strings.HasPrefix(p, "/") {
+		return "", fmt.Errorf("%s %q is absolute; give it relative to the working directory", what, p)
+	}
+	c := path.Clean(p)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("%s %q is outside the working directory; REAPI paths cannot contain \"..\", so run from a directory that contains it", what, p)
+	}
+	if c == "." {
+		if empty {
+			return "", nil
+		}
+		return "", fmt.Errorf("%s %q names the working directory itself", what, p)
+	}
+	return c, nil
+}
+
+// dirNode is one directory of the input tree being built.
+type dirNode struct {
+	files map[string]fileEntry
+	dirs  map[string]*dirNode
+}
+
+type fileEntry struct {
+	d     digest.Digest
+	exec  bool
+	local string
+}
+
+func newDir() *dirNode {
+	return &dirNode{files: map[string]fileEntry{}, dirs: map[string]*dirNode{}}
+}
+
+// mkdirAll returns the directory at the path elems below n, creating it.
+func (n *dirNode) mkdirAll(elems []string) *dirNode {
+	for _, e := range elems {
+		child, ok := n.dirs[e]
+		if !ok {
+			child = newDir()
+			n.dirs[e] = child
+		}
+		n = child
+	}
+	return n
+}
+
+// store records the Directory messages of n and its children as blobs and
+// returns n's digest.
+func (n *dirNode) store(a *Action, fn digest.Function) digest.Digest {
+	dir := &repb.Directory{}
+	for _, name := range slices.Sorted(maps.Keys(n.files)) {
+		f := n.files[name]
+		dir.Files = append(dir.Files, &repb.FileNode{Name: name, Digest: f.d.Proto(), IsExecutable: f.exec})
+	}
+	for _, name := range slices.Sorted(maps.Keys(n.dirs)) {
+		dir.Directories = append(dir.Directories, &repb.DirectoryNode{Name: name, Digest: n.dirs[name].store(a, fn).Proto()})
+	}
+	return a.put(dir, fn)
+}
+
+// treeBuilder adds local inputs to an input tree.
+type treeBuilder struct {
+	c    *Client
+	a    *Action
+	root *dirNode
+	// outputs are the declared outputs (relative to the root). Walking an
+	// input directory skips them: outputs left by an earlier run would
+	// change the action's digest and defeat the cache.
+	outputs map[string]bool
+	// outputParents are the directories below the working directory that
+	// lead to outputs. The worker creates them, so one that holds nothing
+	// but outputs is left out for the same reason.
+	outputParents map[string]bool
+}
+
+// add adds one Input: a file, or a directory and everything under it.
+func (b *treeBuilder) add(in Input) error {
+	if !filepath.IsAbs(in.Local) {
+		return fmt.Errorf("input %q: the local path is not absolute", in.Local)
+	}
+	p, err := cleanRel("input path", filepath.ToSlash(in.Path), true)
+	if err != nil {
+		return fmt.Errorf("input %s: %w", in.Local, err)
+	}
+	fi, err := os.Stat(in.Local)
+	if err != nil {
+		return inputError(in.Local, err)
+	}
+	if p == "" {
+		if !fi.IsDir() {
+			return fmt.Errorf("input %s is a file but is placed at the root of the input tree; give it a path", in.Local)
+		}
+		return b.addDir(b.root, in.Local, p, fi, nil)
+	}
+	elems := strings.Split(p, "/")
+	parent, err := b.parentDir(elems[:len(elems)-1], p)
+	if err != nil {
+		return err
+	}
+	name := elems[len(elems)-1]
+	if fi.IsDir() {
+		if _, clash := parent.files[name]; clash {
+			return fmt.Errorf("input %s is a directory, but another input puts a file at %s", in.Local, p)
+		}
+		return b.addDir(parent.mkdirAll([]string{name}), in.Local, p, fi, nil)
+	}
+	return b.addFile(parent, name, in.Local, p, fi)
+}
+
+// parentDir returns the directory at elems, failing if a file is in the way.
+func (b *treeBuilder) parentDir(elems []string, p string) (*dirNode, error) {
+	n := b.root
+	for i, e := range elems {
+		if _, clash := n.files[e]; clash {
+			return nil, fmt.Errorf("input path %s needs %s to be a directory, but another input puts a file there", p, strings.Join(elems[:i+1], "/"))
+		}
+		n = n.mkdirAll([]string{e})
+	}
+	return n, nil
+}
+
+// addFile adds the regular file local (with info fi) as name in dir.
+func (b *treeBuilder) addFile(dir *dirNode, name, local, p string, fi os.FileInfo) error {
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("input %s is not a regular file or directory (mode %s); only files and directories can be sent", local, fi.Mode())
+	}
+	if _, clash := dir.dirs[name]; clash {
+		return fmt.Errorf("input %s is a file, but another input puts a directory at %s", local, p)
+	}
+	d, hashed, err := b.c.files.digestOf(b.c.fn, local, fi)
+	if err != nil {
+		return inputError(local, err)
+	}
+	e := fileEntry{d: d, exec: fi.Mode()&0o100 != 0, local: local}
+	if old, dup := dir.files[name]; dup {
+		if old.d != d || old.exec != e.exec {
+			return fmt.Errorf("inputs %s and %s both go to %s with different contents; give only one", old.local, local, p)
+		}
+		return nil
+	}
+	dir.files[name] = e
+	if _, ok := b.a.blobs[d]; !ok && !d.IsEmpty() {
+		b.a.blobs[d] = source{path: local}
+	}
+	b.a.stats.Files++
+	b.a.stats.InputBytes += d.Size
+	if hashed {
+		b.a.stats.HashedBytes += d.Size
+	}
+	return nil
+}
+
+// addDir adds everything under the local directory local to node n,
+// except declared outputs. Symbolic links are followed; ancestors guards against a link to a
+// directory that contains it.
+func (b *treeBuilder) addDir(n *dirNode, local, p string, fi os.FileInfo, ancestors []fileID) error {
+	id := idOf(fi)
+	if slices.Contains(ancestors, id) {
+		return fmt.Errorf("input %s: a symbolic link leads back to the directory that contains it; remove the loop or list the files you need", local)
+	}
+	ancestors = append(ancestors, id)
+	entries, err := os.ReadDir(local)
+	if err != nil {
+		return inputError(local, err)
+	}
+	for _, e := range entries {
+		childLocal := filepath.Join(local, e.Name())
+		childPath := path.Join(p, e.Name())
+		if b.outputs[childPath] {
+			continue
+		}
+		cfi, err := os.Stat(childLocal)
+		if err != nil {
+			return inputError(childLocal, err)
+		}
+		if cfi.IsDir() {
+			if _, clash := n.files[e.Name()]; clash {
+				return fmt.Errorf("input %s is a directory, but another input puts a file at %s", childLocal, childPath)
+			}
+			child := n.mkdirAll([]string{e.Name()})
+			if err := b.addDir(child, childLocal, childPath, cfi, ancestors); err != nil {
+				return err
+			}
+			if len(child.files) == 0 && len(child.dirs) == 0 && b.outputParents[childPath] {
+				delete(n.dirs, e.Name())
+			}
+			continue
+		}
+		if err := b.addFile(n, e.Name(), childLocal, childPath, cfi); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fileID identifies a directory for loop detection.
+type fileID struct{ dev, ino uint64 }
+
+func idOf(fi os.FileInfo) fileID {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return fileID{uint64(st.Dev), st.Ino}
+	}
+	return fileID{}
+}
+
+// inputError describes a local input that cannot be read.
+func inputError(local string, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("input %s does not exist; create it or fix the path", local)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("input %s cannot be read (permission denied); fix its permissions", local)
+	}
+	if strings.Contains(err.Error(), local) {
+		return fmt.Errorf("input: %w", err)
+	}
+	return fmt.Errorf("input %s: %w", local, err)
+}

@@ -1,0 +1,207 @@
+package remote
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gantry-build/gantry/internal/digest"
+)
+
+// offlineClient is a Client for Prepare alone (no server needed).
+func offlineClient() *Client {
+	return &Client{fn: digest.SHA256, files: newFileCache(), present: map[digest.Digest]struct{}{}}
+}
+
+// TestPrepareCommandIsCanonical: environment, outputs and platform are
+// sorted whatever the Spec's order, outputs are given in both the v2.1
+// and v2.0 fields, and timeout, salt and do_not_cache reach the Action;
+// the same Spec in another order makes the same action.
+func TestPrepareCommandIsCanonical(t *testing.T) {
+	c := offlineClient()
+	root := t.TempDir()
+	spec := Spec{
+		Args:        []string{"cc", "-c", "a.c"},
+		Env:         []string{"PATH=/bin", "A=1", "LANG=C", "A=2"},
+		LocalRoot:   root,
+		WorkingDir:  "sub/dir",
+		OutputFiles: []string{"z.o", "a.o", "./b/c.o"},
+		OutputDirs:  []string{"gen"},
+		Platform:    []string{"os=linux", "arch=amd64", "os=linux", "cores=4"},
+		Timeout:     90 * time.Second,
+		NoCache:     true,
+		Salt:        []byte("gcc-12"),
+	}
+	a, err := c.Prepare(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := a.Command()
+	var env []string
+	for _, e := range cmd.EnvironmentVariables {
+		env = append(env, e.Name+"="+e.Value)
+	}
+	if want := []string{"A=2", "LANG=C", "PATH=/bin"}; !slices.Equal(env, want) {
+		t.Errorf("env %q, want %q", env, want)
+	}
+	if want := []string{"a.o", "b/c.o", "z.o"}; !slices.Equal(cmd.OutputFiles, want) {
+		t.Errorf("output_files %q, want %q", cmd.OutputFiles, want)
+	}
+	if !slices.Equal(cmd.OutputDirectories, []string{"gen"}) {
+		t.Errorf("output_directories %q", cmd.OutputDirectories)
+	}
+	if want := []string{"a.o", "b/c.o", "gen", "z.o"}; !slices.Equal(cmd.OutputPaths, want) {
+		t.Errorf("output_paths %q, want %q", cmd.OutputPaths, want)
+	}
+	var props []string
+	for _, p := range cmd.Platform.GetProperties() {
+		props = append(props, p.Name+"="+p.Value)
+	}
+	if want := []string{"arch=amd64", "cores=4", "os=linux"}; !slices.Equal(props, want) {
+		t.Errorf("platform %q, want %q", props, want)
+	}
+	if cmd.WorkingDirectory != "sub/dir" {
+		t.Errorf("working_directory %q", cmd.WorkingDirectory)
+	}
+	act := a.Proto()
+	if act.Timeout.AsDuration() != 90*time.Second || !act.DoNotCache || string(act.Salt) != "gcc-12" || len(act.Platform.GetProperties()) != 3 {
+		t.Errorf("action %v", act)
+	}
+	// The working directory exists in the input tree even with no inputs.
+	root0 := &repb.Directory{}
+	if err := unmarshalBlob(a, act.InputRootDigest, root0); err != nil {
+		t.Fatal(err)
+	}
+	if len(root0.Directories) != 1 || root0.Directories[0].Name != "sub" {
+		t.Errorf("input root %v lacks the working directory", root0)
+	}
+
+	shuffled := spec
+	shuffled.Env = []string{"LANG=C", "A=1", "A=2", "PATH=/bin"}
+	shuffled.OutputFiles = []string{"b/c.o", "a.o", "z.o"}
+	shuffled.Platform = []string{"cores=4", "os=linux", "arch=amd64"}
+	b, err := c.Prepare(shuffled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Digest() != b.Digest() {
+		t.Errorf("the same spec in another order gives another action: %s vs %s", a.Digest(), b.Digest())
+	}
+}
+
+// TestPrepareHashesEachFileOnce: a file shared by many actions is read
+// once per Client, and again only when it changes.
+func TestPrepareHashesEachFileOnce(t *testing.T) {
+	c := offlineClient()
+	root := t.TempDir()
+	writeFiles(t, root, map[string]string{"shared.h": "shared header\n"})
+	spec := Spec{Args: []string{"true"}, LocalRoot: root, Inputs: []Input{{Local: filepath.Join(root, "shared.h"), Path: "shared.h"}}}
+	a, err := c.Prepare(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Stats().HashedBytes != 14 {
+		t.Errorf("first Prepare hashed %d bytes, want 14", a.Stats().HashedBytes)
+	}
+	for range 3 {
+		b, err := c.Prepare(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Stats().HashedBytes != 0 || b.Digest() != a.Digest() {
+			t.Fatalf("a later Prepare re-hashed an unchanged file: %+v", b.Stats())
+		}
+	}
+	// Same size, new content: the mtime (and ctime) differ, so it is
+	// hashed again and the action changes.
+	os.WriteFile(filepath.Join(root, "shared.h"), []byte("SHARED HEADER\n"), 0o644)
+	future := time.Now().Add(time.Hour)
+	os.Chtimes(filepath.Join(root, "shared.h"), future, future)
+	b, err := c.Prepare(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Stats().HashedBytes != 14 || b.Digest() == a.Digest() {
+		t.Errorf("a changed file was not hashed again: %+v", b.Stats())
+	}
+}
+
+// TestPrepareErrors: mistakes in a Spec give errors that name the path
+// and say what to do.
+func TestPrepareErrors(t *testing.T) {
+	c := offlineClient()
+	root := t.TempDir()
+	writeFiles(t, root, map[string]string{"a.c": "a", "dir/b.c": "b", "other.c": "other"})
+	for _, tc := range []struct {
+		name string
+		mod  func(*Spec)
+		want []string
+	}{
+		{"missing input", func(s *Spec) { s.Inputs = []Input{{Local: filepath.Join(root, "nope.h"), Path: "nope.h"}} },
+			[]string{filepath.Join(root, "nope.h"), "does not exist"}},
+		{"file where a directory goes", func(s *Spec) {
+			s.Inputs = []Input{{Local: filepath.Join(root, "a.c"), Path: "dir"}, {Local: filepath.Join(root, "dir"), Path: "dir"}}
+		}, []string{"dir", "another input puts a file"}},
+		{"two files at one path", func(s *Spec) {
+			s.Inputs = []Input{{Local: filepath.Join(root, "a.c"), Path: "x.c"}, {Local: filepath.Join(root, "other.c"), Path: "x.c"}}
+		}, []string{"x.c", "different contents"}},
+		{"input outside the root", func(s *Spec) { s.Inputs = []Input{{Local: filepath.Join(root, "a.c"), Path: "../a.c"}} },
+			[]string{"../a.c", "cannot contain"}},
+		{"output outside the working directory", func(s *Spec) { s.OutputFiles = []string{"../x.o"} },
+			[]string{"../x.o", "run from a directory that contains it"}},
+		{"empty command", func(s *Spec) { s.Args = nil }, []string{"command is empty"}},
+		{"bad env", func(s *Spec) { s.Env = []string{"NOEQUALS"} }, []string{"NOEQUALS", "NAME=VALUE"}},
+		{"bad platform", func(s *Spec) { s.Platform = []string{"=x"} }, []string{"=x", "NAME=VALUE"}},
+		{"relative root", func(s *Spec) { s.LocalRoot = "rel" }, []string{"rel", "not an absolute path"}},
+	} {
+		spec := Spec{Args: []string{"true"}, LocalRoot: root}
+		tc.mod(&spec)
+		_, err := c.Prepare(spec)
+		if err == nil {
+			t.Errorf("%s: no error", tc.name)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q lacks %q", tc.name, err, w)
+			}
+		}
+	}
+}
+
+// TestPrepareFollowsSymlinksAndStopsLoops: a symlinked file is sent as
+// the file it points to; a directory link back to an ancestor is an error,
+// not an endless walk.
+func TestPrepareFollowsSymlinksAndStopsLoops(t *testing.T) {
+	c := offlineClient()
+	root := t.TempDir()
+	writeFiles(t, root, map[string]string{"real/a.h": "a"})
+	os.Symlink("real/a.h", filepath.Join(root, "real", "..", "link.h"))
+	a, err := c.Prepare(Spec{Args: []string{"true"}, LocalRoot: root, Inputs: []Input{{Local: root, Path: ""}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Stats().Files != 2 {
+		t.Errorf("sent %d files, want 2 (the file and the link's target)", a.Stats().Files)
+	}
+	os.Symlink("..", filepath.Join(root, "real", "up"))
+	_, err = c.Prepare(Spec{Args: []string{"true"}, LocalRoot: root, Inputs: []Input{{Local: root, Path: ""}}})
+	if err == nil || !strings.Contains(err.Error(), "leads back") {
+		t.Errorf("a symlink loop: %v", err)
+	}
+}
+
+// unmarshalBlob decodes the in-memory blob d of a into m.
+func unmarshalBlob(a *Action, d *repb.Digest, m proto.Message) error {
+	dd, err := digest.FromProto(digest.SHA256, d)
+	if err != nil {
+		return err
+	}
+	return proto.Unmarshal(a.blobs[dd].data, m)
+}

@@ -1,0 +1,98 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/gantry-build/gantry/internal/client"
+	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/server"
+)
+
+// startServer runs an all-in-one Gantry with an in-process worker on a
+// loopback port until the test ends and returns a connection to it.
+func startServer(t *testing.T) (*server.Server, *grpc.ClientConn) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.HTTPListen = ""
+	cfg.DataDir = t.TempDir()
+	cfg.Worker.Cores = 2
+	srv, err := server.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Run(ctx); close(done) }()
+	conn, err := client.Dial(srv.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(); cancel(); <-done })
+	return srv, conn
+}
+
+// newClient starts a server and returns a Client of it.
+func newClient(t *testing.T) (*Client, *grpc.ClientConn) {
+	t.Helper()
+	_, conn := startServer(t)
+	c, err := New(testCtx(t), conn, "", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, conn
+}
+
+// testCtx is a context that ends with the test (or after a minute).
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// writeFiles creates files (path relative to dir → content) under dir.
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for p, content := range files {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// readFile returns the content of path, failing the test if it is absent.
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// runSpec runs spec with c and returns exit code, stdout, stderr and info.
+func runSpec(t *testing.T, c *Client, spec Spec) (int, string, string, RunInfo) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code, info, err := c.Run(testCtx(t), spec, &stdout, &stderr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, stdout.String(), stderr.String(), info
+}
+
+// sh is the argv of a shell script.
+func sh(script string) []string { return []string{"/bin/sh", "-c", script} }

@@ -1,0 +1,96 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gantry-build/gantry/internal/blobstore"
+)
+
+// Run runs spec remotely with every step: Prepare, Lookup (a hit skips to
+// Download), Upload, Execute, Download. It replays the action's stdout
+// and stderr on the writers and returns its exit code. If the server says
+// inputs are missing although this Client thought them present (evicted,
+// or the server restarted), it uploads again and retries once; a cached
+// result whose outputs are gone is run again. started is as for Execute.
+//
+// A command that fails (non-zero exit code) is not an error; an error
+// means the action could not be run or its results not fetched (a bad
+// Spec, an unreadable input, the server unreachable or failing, a
+// timeout), so a caller can fall back to running the command locally.
+func (c *Client) Run(ctx context.Context, spec Spec, stdout, stderr io.Writer, started func(opName string)) (int, RunInfo, error) {
+	var info RunInfo
+	a, err := c.Prepare(spec)
+	if err != nil {
+		return 0, info, err
+	}
+	info.Action = a.digest.String()
+	info.Prepare = a.Stats()
+	res, lookup, err := c.Lookup(ctx, a)
+	info.Lookup = lookup
+	if err != nil {
+		return 0, info, err
+	}
+	var out Output
+	if res != nil {
+		out, info.Download, err = c.Download(ctx, a, res)
+		if errors.Is(err, blobstore.ErrNotFound) {
+			// The cached result's outputs are gone from the CAS
+			// (evicted): run the action instead.
+			res, info.Lookup.Hit = nil, false
+		} else if err != nil {
+			return 0, info, err
+		}
+	}
+	if res == nil {
+		if res, err = c.uploadAndExecute(ctx, a, &info, started); err != nil {
+			return 0, info, err
+		}
+		if out, info.Download, err = c.Download(ctx, a, res); err != nil {
+			return 0, info, err
+		}
+	}
+	if _, err := stdout.Write(out.Stdout); err != nil {
+		return out.ExitCode, info, fmt.Errorf("writing the action's stdout: %w", err)
+	}
+	if _, err := stderr.Write(out.Stderr); err != nil {
+		return out.ExitCode, info, fmt.Errorf("writing the action's stderr: %w", err)
+	}
+	return out.ExitCode, info, nil
+}
+
+// uploadAndExecute uploads a's blobs and executes it. If the server says
+// inputs are missing although this Client thought them present, it
+// forgets what it believed, uploads again and retries once.
+func (c *Client) uploadAndExecute(ctx context.Context, a *Action, info *RunInfo, started func(string)) (*repb.ActionResult, error) {
+	for attempt := 0; ; attempt++ {
+		var err error
+		if info.Upload, err = c.Upload(ctx, a); err != nil {
+			return nil, err
+		}
+		var res *repb.ActionResult
+		res, info.Exec, err = c.Execute(ctx, a, started)
+		if attempt == 0 && missingInputs(err) {
+			c.forget(a)
+			continue
+		}
+		return res, err
+	}
+}
+
+// missingInputs reports whether err says the CAS lacks blobs of the
+// action: FAILED_PRECONDITION as the Execute call's error or as the
+// ExecuteResponse status.
+func missingInputs(err error) bool {
+	var ee *ExecError
+	if errors.As(err, &ee) {
+		return ee.Code == codes.FailedPrecondition
+	}
+	return status.Code(err) == codes.FailedPrecondition
+}

@@ -1,0 +1,155 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/client"
+	"github.com/gantry-build/gantry/internal/digest"
+)
+
+// uploadParallel bounds the files streamed at once by one Upload.
+const uploadParallel = 4
+
+// Upload makes sure the CAS holds every blob of a: it asks
+// FindMissingBlobs about those this Client has not seen present yet and
+// sends only the missing ones, small ones in batches and large ones
+// streamed from their files. The blobs are then remembered as present.
+func (c *Client) Upload(ctx context.Context, a *Action) (UploadStats, error) {
+	start := time.Now()
+	stats := UploadStats{Blobs: len(a.blobs)}
+	var ask []digest.Digest
+	c.mu.Lock()
+	for d := range a.blobs {
+		if _, ok := c.present[d]; !ok {
+			ask = append(ask, d)
+		}
+	}
+	c.mu.Unlock()
+	stats.Queried = len(ask)
+	missing, err := c.cas.FindMissing(ctx, ask)
+	if err != nil {
+		return stats, fmt.Errorf("uploading the inputs of action %s: %w", a.digest, err)
+	}
+	if err := c.send(ctx, a, missing); err != nil {
+		return stats, fmt.Errorf("uploading the inputs of action %s: %w", a.digest, err)
+	}
+	for _, d := range missing {
+		stats.Uploaded++
+		stats.UploadedBytes += d.Size
+	}
+	c.markPresent(ask)
+	stats.Duration = time.Since(start)
+	return stats, nil
+}
+
+// markPresent remembers that the CAS holds ds.
+func (c *Client) markPresent(ds []digest.Digest) {
+	c.mu.Lock()
+	for _, d := range ds {
+		c.present[d] = struct{}{}
+	}
+	c.mu.Unlock()
+}
+
+// forget drops what the Client believes the CAS holds, for when the server
+// says a blob is missing after all (evicted, or the server restarted).
+func (c *Client) forget(a *Action) {
+	c.mu.Lock()
+	for d := range a.blobs {
+		delete(c.present, d)
+	}
+	c.mu.Unlock()
+}
+
+// send uploads the blobs ds of a. Blobs that fit a batch are read into
+// memory a batch-sized group at a time and sent with BatchUpdateBlobs;
+// larger ones are streamed from their files with ByteStream Write.
+func (c *Client) send(ctx context.Context, a *Action, ds []digest.Digest) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(uploadParallel)
+	group := make(map[digest.Digest][]byte)
+	var groupBytes int64
+	flush := func() {
+		if len(group) == 0 {
+			return
+		}
+		blobs := group
+		group, groupBytes = make(map[digest.Digest][]byte), 0
+		g.Go(func() error { return c.cas.PutNew(ctx, blobs) })
+	}
+	for _, d := range ds {
+		src := a.blobs[d]
+		if d.Size > client.SmallBlobLimit || d.Size+1024 > c.maxBatch {
+			g.Go(func() error { return c.stream(ctx, d, src.path) })
+			continue
+		}
+		data := src.data
+		if data == nil {
+			var err error
+			if data, err = readInput(c.fn, d, src.path); err != nil {
+				g.Wait()
+				return err
+			}
+		}
+		if groupBytes+d.Size+1024 > c.maxBatch {
+			flush()
+		}
+		group[d] = data
+		groupBytes += d.Size + 1024
+	}
+	flush()
+	return g.Wait()
+}
+
+// readInput reads a small input file and checks it still has digest d.
+func readInput(fn digest.Function, d digest.Digest, path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, inputError(path, err)
+	}
+	if got := digest.Compute(fn, data); got != d {
+		return nil, changedError(path)
+	}
+	return data, nil
+}
+
+// stream uploads the file at path as blob d with ByteStream Write, without
+// reading it whole into memory.
+func (c *Client) stream(ctx context.Context, d digest.Digest, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return inputError(path, err)
+	}
+	defer f.Close()
+	w, err := c.cas.Create(ctx, d)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if _, err := io.Copy(w, f); err != nil {
+		if errors.As(err, new(*blobstore.MismatchError)) {
+			return changedError(path)
+		}
+		return fmt.Errorf("uploading %s: %w", path, err)
+	}
+	if err := w.Commit(); err != nil {
+		if errors.As(err, new(*blobstore.MismatchError)) {
+			return changedError(path)
+		}
+		return fmt.Errorf("uploading %s: %w", path, err)
+	}
+	return nil
+}
+
+// changedError describes an input modified between Prepare and Upload.
+func changedError(path string) error {
+	return fmt.Errorf("input %s changed after it was hashed; run again once nothing writes it", path)
+}
