@@ -86,6 +86,14 @@ func TestDirectModeCache(t *testing.T) {
 		t.Fatal("a touched, unchanged header missed the cache")
 	}
 
+	// The same size, another content: the content decides.
+	writeTree(t, dir, map[string]string{"inc/h.h": "#define H 5\n"})
+	spec()
+	if runs() == n {
+		t.Fatal("a header with new content of the same size hit the cache")
+	}
+	n = runs()
+
 	// A header that now includes another one: the listing runs again and
 	// the new header is an input.
 	writeTree(t, dir, map[string]string{"inc/h.h": "#include \"extra.h\"\n#define H 4\n", "inc/extra.h": "\n"})
