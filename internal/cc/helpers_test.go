@@ -123,8 +123,19 @@ func exitCode(t *testing.T, err error) int {
 // the object back.
 func runMaterialised(t *testing.T, spec remote.Spec) result {
 	t.Helper()
+	return runMaterialisedEdited(t, spec, nil)
+}
+
+// runMaterialisedEdited is runMaterialised with contents replaced for
+// some input paths (path -> content).
+func runMaterialisedEdited(t *testing.T, spec remote.Spec, edit map[string]string) result {
+	t.Helper()
 	root := filepath.Join(t.TempDir(), "remote-root")
 	for _, in := range spec.Inputs {
+		if content, ok := edit[in.Path]; ok {
+			writeTree(t, root, map[string]string{in.Path: content})
+			continue
+		}
 		if in.Path == "" || filepath.IsAbs(in.Path) || strings.Contains("/"+in.Path+"/", "/../") {
 			t.Fatalf("input path %q is not a clean relative path", in.Path)
 		}

@@ -2,9 +2,13 @@ package cc
 
 import (
 	"bytes"
+	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gantry-build/gantry/internal/remote"
 )
 
 // TestSpecObjectsIdentical compiles the same source locally and from the
@@ -64,4 +68,100 @@ func TestSpecObjectsIdentical(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestSpecUsesSysrootMirror checks that in send mode <stdio.h> is read
+// from the input root's mirror, not from the machine's /usr/include: a
+// mirror copy that fails makes the compile fail.
+func TestSpecUsesSysrootMirror(t *testing.T) {
+	needGCC(t)
+	dir := project(t)
+	c, err := Parse("gcc", []string{"-c", "../src/a.c", "-I../inc", "-o", "a.o"}, filepath.Join(dir, "build"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := c.Spec(context.Background(), newOptions(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirror := ""
+	for _, in := range spec.Inputs {
+		if strings.HasSuffix(in.Path, "/stdio.h") && strings.HasPrefix(in.Path, SysrootDir+"/") {
+			mirror = in.Path
+		}
+	}
+	if mirror == "" {
+		t.Fatalf("stdio.h is not mirrored: %v", spec.Inputs)
+	}
+	got := runMaterialisedEdited(t, spec, map[string]string{mirror: "#error from the mirror\n"})
+	if got.exit == 0 || !strings.Contains(string(got.stderr), "from the mirror") {
+		t.Fatalf("the compile did not read the mirror's stdio.h: exit %d, %s", got.exit, got.stderr)
+	}
+}
+
+// TestSpecLayoutRules checks the input-root decisions that make a compile
+// run locally, and a forced project root.
+func TestSpecLayoutRules(t *testing.T) {
+	needGCC(t)
+	dir := project(t)
+	build := filepath.Join(dir, "build")
+	o := newOptions(t, nil)
+	spec := func(o Options, cwd string, args ...string) (remote.Spec, error) {
+		c, err := Parse("gcc", args, cwd)
+		if err != nil {
+			return remote.Spec{}, err
+		}
+		return c.Spec(context.Background(), o)
+	}
+	// The object outside the working directory.
+	if _, err := spec(o, build, "-c", "../src/a.c", "-I../inc", "-o", "../a.o"); !isLocalWith(err, "outside the working directory") {
+		t.Errorf("object outside the working directory: %v", err)
+	}
+	// A variable that changes what the preprocessor reads.
+	oc := o
+	oc.Env = append(append([]string(nil), o.Env...), "CPATH=/x")
+	if _, err := spec(oc, build, "-c", "../src/a.c", "-I../inc"); !isLocalWith(err, "CPATH is set") {
+		t.Errorf("CPATH: %v", err)
+	}
+	// A failing dependency listing (missing header): local, where the
+	// compiler reports it itself.
+	if _, err := spec(o, build, "-c", "../src/a.c"); !isLocalWith(err, "dependency listing failed") {
+		t.Errorf("missing header: %v", err)
+	}
+	// A project spread over / (a header in another top directory).
+	if _, err := os.Stat("/etc/passwd"); err == nil {
+		if _, err := spec(o, build, "-c", "../src/a.c", "-I../inc", "-include", "/etc/passwd"); !isLocalWith(err, "project root would be /") {
+			t.Errorf("root /: %v", err)
+		}
+	}
+	// A forced root: the working directory's parent; a header outside
+	// it is mirrored like a system header.
+	of := newOptions(t, func(s *Settings) { s.ProjectRoot = build })
+	s, err := spec(of, build, "-c", filepath.Join(dir, "src/a.c"), "-I../inc", "-o", "a.o")
+	if !isLocalWith(err, "outside GANTRY_CC_PROJECT_ROOT") {
+		t.Errorf("relative -I outside the forced root: %v %v", s.Args, err)
+	}
+	s, err = spec(of, build, "-c", filepath.Join(dir, "src/a.c"), "-I"+filepath.Join(dir, "inc"), "-o", "a.o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.LocalRoot != build || s.WorkingDir != "" {
+		t.Errorf("forced root: %q %q", s.LocalRoot, s.WorkingDir)
+	}
+	want := SysrootDir + filepath.ToSlash(filepath.Join(dir, "inc/h.h"))
+	found := false
+	for _, in := range s.Inputs {
+		found = found || in.Path == want
+	}
+	if !found {
+		t.Errorf("the header outside the forced root is not mirrored at %s: %v", want, s.Inputs)
+	}
+	if got := runMaterialised(t, s); got.exit != 0 {
+		t.Errorf("forced root compile failed: %s", got.stderr)
+	}
+}
+
+func isLocalWith(err error, reason string) bool {
+	r, ok := IsLocal(err)
+	return ok && strings.Contains(r, reason)
 }
