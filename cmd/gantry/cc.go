@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/debug"
 	"sync"
 	"syscall"
 
@@ -75,6 +76,9 @@ func (r *ccRun) verbosef(format string, a ...any) {
 
 // runCC is gantry cc.
 func runCC(cmd *cobra.Command, compiler string, args []string) error {
+	// A launcher lives for one compile and allocates a few megabytes: the
+	// garbage collector would only cost CPU on every compile of a build.
+	debug.SetGCPercent(-1)
 	r := &ccRun{cmd: cmd, compiler: compiler, args: args, stderr: cmd.ErrOrStderr()}
 	settings, err := cc.SettingsFromEnv(os.Getenv)
 	if err != nil {

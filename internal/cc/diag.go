@@ -4,13 +4,18 @@ import (
 	"bytes"
 	"regexp"
 	"sort"
+	"sync"
 )
 
 // absSysrootPath matches a path into the remote input root's sysroot
 // mirror, which the remote compiler prints absolute ("/worker/root/
 // .gantry-sysroot/usr/include/stdio.h"): the local compiler would print
 // "/usr/include/stdio.h".
-var absSysrootPath = regexp.MustCompile(`(^|[\s'"(‘])/[^\s'"()‘’]*/` + regexp.QuoteMeta(SysrootDir) + `/`)
+// It is compiled on first use: a launcher process that maps no messages
+// should not pay for it.
+var absSysrootPath = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(^|[\s'"(‘])/[^\s'"()‘’]*/` + regexp.QuoteMeta(SysrootDir) + `/`)
+})
 
 // MapDiagnostics rewrites the remote compiler's messages (stderr) so that
 // paths read as the local compiler would print them: a source or header
@@ -23,7 +28,7 @@ func (c *Compile) MapDiagnostics(b []byte) []byte {
 	pairs := append([]pathPair(nil), c.layout.diag...)
 	sort.SliceStable(pairs, func(i, j int) bool { return len(pairs[i].from) > len(pairs[j].from) })
 	if c.layout.absSysroot {
-		b = absSysrootPath.ReplaceAll(b, []byte("$1/"))
+		b = absSysrootPath().ReplaceAll(b, []byte("$1/"))
 	}
 	if len(pairs) == 0 {
 		return b
