@@ -56,6 +56,8 @@ int f(int x) { assert(x > 0); printf("%s %d\n", __FILE__, H + LOCAL); return x +
 		"src/local.h":     "#define LOCAL 2\nstatic const char *local_file = __FILE__;\n",
 		"inc/h.h":         "#define H 3\n",
 		"inc/force.h":     "#define FORCED 1\n",
+		"src/s.S":         "#include \"h.h\"\n.globl x\n.data\nx: .long H\n",
+		"src/b.cc":        "#include <string>\n#include <vector>\n#include \"h.h\"\nstd::string g(int n) { std::vector<int> v(n, H); return std::to_string(v.size()) + __FILE__; }\n",
 		"build/.keep":     "",
 		"build/obj/.keep": "",
 		"src/broken.c":    "#include <stdio.h>\n#include \"h.h\"\nint g(void) { printf(1); return H }\n",

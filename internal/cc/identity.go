@@ -26,11 +26,13 @@ type Identity struct {
 	// compiler's own directory are not sent; the salt stands for them.
 	Salt []byte
 	// InstallDirs are the compiler's own directories (gcc's install
-	// directory, clang's resource directory): never sent, the worker's
-	// compiler has its own.
+	// directory, clang's resource directory, and default include
+	// directories that --sysroot does not move, such as Debian's
+	// libstdc++ headers): never sent, the worker's compiler has its own.
 	InstallDirs []string
-	// SystemDirs are the default #include <...> directories (C and C++),
-	// the headers of which do not decide the project root.
+	// SystemDirs are the default #include <...> directories that
+	// --sysroot moves (C and C++): their headers do not decide the
+	// project root, and are mirrored in HeadersSend mode.
 	SystemDirs []string
 }
 
@@ -174,20 +176,32 @@ func probe(ctx context.Context, path string) (*Identity, error) {
 		}
 	}
 	for _, lang := range []string{"c", "c++"} {
-		cmd := exec.CommandContext(ctx, path, "-x", lang, "-E", "-v", os.DevNull)
+		// With a --sysroot that does not exist, the directories the
+		// compiler finds under the sysroot are reported missing, and the
+		// ones it keeps are its own (gcc's include dir, libstdc++'s
+		// headers on Debian): those come with the compiler, are never
+		// sent, and --sysroot does not move them on the worker either.
+		cmd := exec.CommandContext(ctx, path, "-x", lang, "-E", "-v", "--sysroot="+probeSysroot, os.DevNull)
 		var stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 		if cmd.Run() != nil {
 			continue // no C++ front end: C's directories are enough
 		}
-		id.SystemDirs = appendNew(id.SystemDirs, searchDirs(stderr.Bytes())...)
+		own, moved := searchDirs(stderr.Bytes())
+		id.InstallDirs = appendNew(id.InstallDirs, own...)
+		id.SystemDirs = appendNew(id.SystemDirs, moved...)
 	}
 	return id, nil
 }
 
-// searchDirs reads the "#include <...> search starts here:" list of -v.
-func searchDirs(v []byte) []string {
-	var dirs []string
+// probeSysroot is a --sysroot that does not exist, for the probe.
+const probeSysroot = "/nonexistent-gantry-sysroot-probe"
+
+// searchDirs reads the output of -v with --sysroot=probeSysroot: the
+// "#include <...> search starts here:" list (directories the sysroot does
+// not move: own) and the missing directories under the probe sysroot
+// (moved, without the prefix).
+func searchDirs(v []byte) (own, moved []string) {
 	in := false
 	sc := bufio.NewScanner(bytes.NewReader(v))
 	for sc.Scan() {
@@ -200,11 +214,18 @@ func searchDirs(v []byte) []string {
 		case in && strings.HasPrefix(line, " "):
 			d := strings.TrimSuffix(strings.TrimSpace(line), " (framework directory)")
 			if filepath.IsAbs(d) {
-				dirs = append(dirs, filepath.Clean(d))
+				own = append(own, filepath.Clean(d))
+			}
+		default:
+			// gcc: ignoring nonexistent directory "/probe/usr/include"
+			if _, rest, ok := strings.Cut(line, `"`+probeSysroot+"/"); ok {
+				if d, _, ok := strings.Cut(rest, `"`); ok {
+					moved = append(moved, filepath.Clean("/"+d))
+				}
 			}
 		}
 	}
-	return dirs
+	return own, moved
 }
 
 func appendNew(list []string, add ...string) []string {

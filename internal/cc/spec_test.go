@@ -30,6 +30,10 @@ func TestSpecObjectsIdentical(t *testing.T) {
 		{"default output", []string{"gcc", "-c", abs("src/a.c"), "-iquote", abs("inc"), "-Wall"}},
 		{"debug relative", []string{"gcc", "-g", "-c", "../src/a.c", "-I../inc", "-o", "a.o"}},
 		{"debug absolute", []string{"gcc", "-g", "-O1", "-c", abs("src/a.c"), "-I" + abs("inc"), "-o", "a.o"}},
+		{"assembler with cpp", []string{"gcc", "-c", abs("src/s.S"), "-I" + abs("inc"), "-o", "s.o"}},
+		{"assembler with cpp debug", []string{"gcc", "-g", "-c", "../src/s.S", "-I../inc", "-o", "s.o"}},
+		{"c++", []string{"g++", "-O2", "-c", abs("src/b.cc"), "-I" + abs("inc"), "-o", "b.o"}},
+		{"c++ debug", []string{"g++", "-g", "-std=c++17", "-c", "../src/b.cc", "-I../inc", "-o", "b.o"}},
 		{"user prefix map", []string{"gcc", "-g", "-c", abs("src/a.c"), "-I" + abs("inc"), "-ffile-prefix-map=" + dir + "=.", "-o", "a.o"}},
 	}
 	for _, mode := range []string{HeadersSend, HeadersWorker} {
@@ -52,7 +56,7 @@ func TestSpecObjectsIdentical(t *testing.T) {
 					if strings.HasPrefix(in.Path, SysrootDir+"/") {
 						sentSystem = true
 					}
-					if strings.HasPrefix(in.Local, "/usr/lib/gcc/") {
+					if strings.HasPrefix(in.Local, "/usr/lib/gcc/") || strings.HasPrefix(in.Local, "/usr/include/c++/") {
 						t.Errorf("the compiler's own header %s was sent", in.Local)
 					}
 				}
