@@ -106,8 +106,9 @@ func (c *Compile) DepFile() (string, []byte) {
 }
 
 // WriteDepFile writes the dependency file -MD/-MMD asked for, if any,
-// atomically. Call it after the remote compile succeeded, as the compiler
-// writes it only then.
+// atomically. Call it after the remote compile ran, whatever its exit
+// code: gcc writes the file even when the compile fails after
+// preprocessing.
 func (c *Compile) WriteDepFile() error {
 	name, data := c.DepFile()
 	if name == "" {
