@@ -14,7 +14,7 @@ import (
 // It is compiled on first use: a launcher process that maps no messages
 // should not pay for it.
 var absSysrootPath = sync.OnceValue(func() *regexp.Regexp {
-	return regexp.MustCompile(`(^|[\s'"(‘])/[^\s'"()‘’]*/` + regexp.QuoteMeta(SysrootDir) + `/`)
+	return regexp.MustCompile(`(^|[\s'"(‘]|\x1b\[[0-9;]*[@-~])/[^\s'"()‘’\x1b]*/` + regexp.QuoteMeta(SysrootDir) + `/`)
 })
 
 // MapDiagnostics rewrites the remote compiler's messages (stderr) so that
@@ -36,7 +36,7 @@ func (c *Compile) MapDiagnostics(b []byte) []byte {
 	var out bytes.Buffer
 	out.Grow(len(b))
 	for i := 0; i < len(b); {
-		if i == 0 || isPathBoundary(b[i-1]) {
+		if i == 0 || isPathBoundary(b[i-1]) || endsWithCSI(b[:i]) {
 			matched := false
 			for _, p := range pairs {
 				if bytes.HasPrefix(b[i:], []byte(p.from)) {
@@ -64,4 +64,16 @@ func isPathBoundary(c byte) bool {
 	}
 	// The last byte of gcc's ‘ (U+2018, E2 80 98).
 	return c == 0x98
+}
+
+// endsWithCSI reports whether b ends with an ANSI control sequence such
+// as gcc's colour codes ("\x1b[01m\x1b[K"), after which a path may start.
+func endsWithCSI(b []byte) bool {
+	i := len(b) - 1
+	if i < 2 || b[i] < '@' || b[i] > '~' {
+		return false
+	}
+	for i--; i >= 1 && (b[i] >= '0' && b[i] <= '9' || b[i] == ';'); i-- {
+	}
+	return b[i] == '[' && b[i-1] == 0x1b
 }

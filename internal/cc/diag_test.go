@@ -16,9 +16,10 @@ func TestDiagnosticsAsLocal(t *testing.T) {
 	build := filepath.Join(dir, "build")
 	abs := func(p string) string { return filepath.Join(dir, p) }
 	cases := map[string][]string{
-		"relative":       {"gcc", "-c", "../src/broken.c", "-I../inc", "-o", "b.o"},
-		"absolute":       {"gcc", "-c", abs("src/broken.c"), "-I" + abs("inc"), "-o", abs("build/b.o")},
-		"absolute debug": {"gcc", "-g", "-c", abs("src/broken.c"), "-I", abs("inc"), "-o", "b.o"},
+		"relative":        {"gcc", "-c", "../src/broken.c", "-I../inc", "-o", "b.o"},
+		"absolute":        {"gcc", "-c", abs("src/broken.c"), "-I" + abs("inc"), "-o", abs("build/b.o")},
+		"absolute debug":  {"gcc", "-g", "-c", abs("src/broken.c"), "-I", abs("inc"), "-o", "b.o"},
+		"absolute colour": {"gcc", "-fdiagnostics-color=always", "-c", abs("src/broken.c"), "-I" + abs("inc"), "-o", "b.o"},
 	}
 	for _, mode := range []string{HeadersSend, HeadersWorker} {
 		for name, argv := range cases {
@@ -55,5 +56,10 @@ func TestMapDiagnosticsBoundaries(t *testing.T) {
 		"In file included from /usr/include/stdio.h:3,\n"
 	if got := string(c.MapDiagnostics([]byte(in))); got != want {
 		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+	// gcc's colours (-fdiagnostics-color=always) around a path.
+	in, want = "\x1b[01m\x1b[K../src/a.c:1:2:\x1b[m\x1b[K x\x1b[Kz../src/", "\x1b[01m\x1b[K/p/src/a.c:1:2:\x1b[m\x1b[K x\x1b[Kz../src/"
+	if got := string(c.MapDiagnostics([]byte(in))); got != want {
+		t.Fatalf("colours: got  %q\nwant %q", got, want)
 	}
 }
