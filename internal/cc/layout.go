@@ -169,13 +169,16 @@ func (c *Compile) plan(id *Identity, listed []string, s Settings) (*layout, erro
 		args = append(args, mapFlags(m.from, m.to, c.userMaps)...)
 	}
 	l.diag = maps
-	if c.debug || addSysroot {
+	// gcc makes a --sysroot absolute, so headers found through ours (or
+	// through the user's, mirrored) carry the worker's path.
+	absSysroot := addSysroot || mirrored && c.userSysroot
+	if c.debug || absSysroot {
 		// The compiler records absolute paths the client cannot know: the
 		// debug information's compilation directory and the headers under
 		// the --sysroot it makes absolute. A shell on the worker finds the
 		// input root's path and maps it back to the local one.
 		wrapMaps := mapFlags(wrapperRoot, root, c.userMaps)
-		if addSysroot {
+		if absSysroot {
 			wrapMaps = append(wrapMaps, mapFlags(wrapperRoot+"/"+SysrootDir+"/", "/", c.userMaps)...)
 			l.absSysroot = true
 		}

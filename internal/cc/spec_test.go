@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,6 +35,8 @@ func TestSpecObjectsIdentical(t *testing.T) {
 		{"assembler with cpp debug", []string{"gcc", "-g", "-c", "../src/s.S", "-I../inc", "-o", "s.o"}},
 		{"c++", []string{"g++", "-O2", "-c", abs("src/b.cc"), "-I" + abs("inc"), "-o", "b.o"}},
 		{"c++ debug", []string{"g++", "-g", "-std=c++17", "-c", "../src/b.cc", "-I../inc", "-o", "b.o"}},
+		{"user sysroot", []string{"gcc", "-g", "--sysroot=/", "-c", "../src/a.c", "-I../inc", "-o", "a.o"}},
+		{"nostdinc", []string{"gcc", "-g", "-nostdinc", "-isystem", gccInclude(t), "-isystem", "/usr/include/x86_64-linux-gnu", "-isystem", "/usr/include", "-c", abs("src/a.c"), "-I../inc", "-o", "a.o"}},
 		{"user prefix map", []string{"gcc", "-g", "-c", abs("src/a.c"), "-I" + abs("inc"), "-ffile-prefix-map=" + dir + "=.", "-o", "a.o"}},
 	}
 	for _, mode := range []string{HeadersSend, HeadersWorker} {
@@ -168,4 +171,13 @@ func TestSpecLayoutRules(t *testing.T) {
 func isLocalWith(err error, reason string) bool {
 	r, ok := IsLocal(err)
 	return ok && strings.Contains(r, reason)
+}
+
+// gccInclude is gcc's own include directory.
+func gccInclude(t *testing.T) string {
+	out, err := exec.Command("gcc", "-print-file-name=include").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
 }
