@@ -72,6 +72,10 @@ var exactFlags = []flagSpec{
 	{"-nostdlib", noValue, kindPlain},
 	{"-nostartfiles", noValue, kindPlain},
 	{"-target", sepOnly, kindPlain},
+	{"-mllvm", sepOnly, kindPlain}, // before "-m" takes it as joined
+	{"-Qunused-arguments", noValue, kindPlain},
+	{"-nostdlibinc", noValue, kindNoStd},
+	{"-resource-dir", sepOnly, kindLocal},
 	{"-arch", sepOnly, kindPlain},
 	{"--param", separate, kindPlain},
 	{"-pipe", noValue, kindPlain},

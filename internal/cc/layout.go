@@ -1,6 +1,7 @@
 package cc
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -73,6 +74,16 @@ func (c *Compile) plan(id *Identity, listed []string, s Settings) (*layout, erro
 		return nil, local("the object %s is outside the working directory", c.Output)
 	}
 	l.output = slashRel(c.Cwd, outAbs)
+	// The worker creates the object's directory; the local compiler
+	// would fail without it, and so must the launcher.
+	for _, out := range []string{c.Output, c.depFile} {
+		if out == "" {
+			continue
+		}
+		if st, err := os.Stat(filepath.Dir(abs(out))); err != nil || !st.IsDir() {
+			return nil, local("the directory of %s does not exist", out)
+		}
+	}
 
 	send := s.Headers == HeadersSend
 	seen := map[string]bool{}

@@ -124,6 +124,13 @@ func TestSpecLayoutRules(t *testing.T) {
 	if _, err := spec(o, build, "-c", "../src/a.c", "-I../inc", "-o", "../a.o"); !isLocalWith(err, "outside the working directory") {
 		t.Errorf("object outside the working directory: %v", err)
 	}
+	// A missing object or dependency-file directory: the compiler says so.
+	if _, err := spec(o, build, "-c", "../src/a.c", "-I../inc", "-o", "nodir/a.o"); !isLocalWith(err, "directory of nodir/a.o does not exist") {
+		t.Errorf("missing object directory: %v", err)
+	}
+	if _, err := spec(o, build, "-c", "../src/a.c", "-I../inc", "-MD", "-MF", "nodir/a.d"); !isLocalWith(err, "directory of nodir/a.d does not exist") {
+		t.Errorf("missing dependency-file directory: %v", err)
+	}
 	// A variable that changes what the preprocessor reads.
 	oc := o
 	oc.Env = append(append([]string(nil), o.Env...), "CPATH=/x")
