@@ -134,7 +134,7 @@ var joinedFlags = []flagSpec{
 	{"--gcc-toolchain=", joined, kindLocal},
 	{"-print-", joined, kindLocal},
 	{"-dump", joined, kindLocal},
-	{"-Wa,", joined, kindLocal},
+	{"-Wa,", joined, kindPlain}, // see assemblerFlag
 	{"-Wp,", joined, kindLocal},
 	{"-Wl,", joined, kindPlain}, // link flags are ignored by -c
 	{"-W", joined, kindPlain},
@@ -196,6 +196,8 @@ func lookupFlag(arg string) (spec flagSpec, value string, hasJoined bool, ok boo
 				if hasAnySuffix(arg, nativeSuffixes) {
 					spec.kind = kindLocal
 				}
+			case "-Wa,":
+				spec.kind = assemblerFlag(arg)
 			case "-g":
 				if strings.HasPrefix(arg, "-gsplit-dwarf") {
 					spec.kind = kindLocal
@@ -205,6 +207,18 @@ func lookupFlag(arg string) (spec flagSpec, value string, hasJoined bool, ok boo
 		}
 	}
 	return flagSpec{}, "", false, false
+}
+
+// assemblerFlag classifies -Wa,OPTS: options that write a listing (-a...)
+// or a dependency file (--MD), or search .include directories (-I), run
+// locally; others (--noexecstack, -mrelax-relocations=no) are plain.
+func assemblerFlag(arg string) kind {
+	for _, o := range strings.Split(strings.TrimPrefix(arg, "-Wa,"), ",") {
+		if strings.HasPrefix(o, "-a") || strings.HasPrefix(o, "--MD") || strings.HasPrefix(o, "-I") || strings.HasPrefix(o, "@") {
+			return kindLocal
+		}
+	}
+	return kindPlain
 }
 
 // fFlag classifies one -f flag.

@@ -21,6 +21,7 @@ func TestParseRemote(t *testing.T) {
 		{[]string{"-c", "a.c", "-o", "o/a.o", "-MMD", "-MP"}, "a.c", "o/a.o", "o/a.d"},
 		{[]string{"-c", "a.c", "-MD", "-MF", "deps/x.d", "-MT", "t"}, "a.c", "a.o", "deps/x.d"},
 		{[]string{"-c", "a.c", "-g", "-fPIC", "-march=x86-64-v2", "-Wl,-z,now", "-isystem", "/opt/inc", "-include", "pre.h", "--sysroot=/sr"}, "a.c", "a.o", ""},
+		{[]string{"-c", "a.c", "-Wa,--noexecstack"}, "a.c", "a.o", ""},
 		{[]string{"-c", "a.c", "-target", "x86_64-linux-gnu", "--target=aarch64", "-stdlib=libc++", "-mllvm", "-inline-threshold=100", "-Qunused-arguments", "-nostdlibinc"}, "a.c", "a.o", ""},
 	}
 	for _, tc := range cases {
@@ -72,6 +73,7 @@ func TestParseLocal(t *testing.T) {
 		{[]string{"-c", "a.c", "-o", "-"}, "stdout"},
 		{[]string{"-c", "a.c", "-MF", "x.d"}, "without -MD"},
 		{[]string{"-c", "a.c", "-Wp,-MD,x.d"}, "flag -Wp"},
+		{[]string{"-c", "a.c", "-Wa,--noexecstack,-adhln=a.lst"}, "flag -Wa,--noexecstack,-adhln"},
 		{[]string{"-c", "a.c", "-Xclang", "-foo"}, "flag -Xclang"},
 		{[]string{"-c", "a.c", "-save-temps"}, "flag -save-temps"},
 		{[]string{"-c", "a.c", "-B/opt/bin"}, "flag -B"},
