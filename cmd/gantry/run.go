@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"github.com/spf13/cobra"
 
 	"github.com/gantry-build/gantry/internal/remote"
@@ -27,6 +26,9 @@ const exitOwnFailure = 125
 
 // exitInterrupted is the exit code after Ctrl-C (128 + SIGINT).
 const exitInterrupted = 130
+
+// defaultRemotePath is the command's PATH unless --env sets one.
+const defaultRemotePath = "/usr/local/bin:/usr/bin:/bin"
 
 // runFlags are the flags of gantry run.
 type runFlags struct {
@@ -51,8 +53,10 @@ everything under it, except declared outputs). Only what the server's CAS
 lacks is uploaded; the outputs are written back in place and stdout and
 stderr replayed. A cached result is reused (-v says so).
 
-The command gets only the environment given with --env. Put -- before CMD
-when its arguments start with a dash.
+The command gets only the environment given with --env, and PATH
+/usr/local/bin:/usr/bin:/bin unless --env sets it (the same for every caller,
+so that results are shared). Put -- before CMD when its arguments start
+with a dash.
 
 Exit status: the action's exit code; 125 when gantry itself fails (bad
 flags, a missing input, an unreachable server, a timeout or other failure
@@ -92,8 +96,12 @@ func runRemote(cmd *cobra.Command, f runFlags, args []string) error {
 		return &exitStatus{code: exitOwnFailure, err: err}
 	}
 	defer conn.Close()
+	interrupted := func() bool { return ctx.Err() != nil && cmd.Context().Err() == nil }
 	c, err := remote.New(ctx, conn, f.instance, remote.Options{})
 	if err != nil {
+		if interrupted() {
+			return &exitStatus{code: exitInterrupted, err: errors.New("interrupted")}
+		}
 		return &exitStatus{code: exitOwnFailure, err: unreachable(f.server, err)}
 	}
 	var mu sync.Mutex
@@ -109,7 +117,7 @@ func runRemote(cmd *cobra.Command, f runFlags, args []string) error {
 		describeRun(stderr, info)
 	}
 	if err != nil {
-		if ctx.Err() != nil && cmd.Context().Err() == nil {
+		if interrupted() {
 			// A second Ctrl-C while the cancel is on its way ends the
 			// process at once.
 			stop()
@@ -178,14 +186,22 @@ func runSpec(f runFlags, args []string) (remote.Spec, error) {
 		}
 		spec.OutputDirs = append(spec.OutputDirs, r)
 	}
+	hasPath := false
 	for _, e := range f.env {
-		if _, _, ok := strings.Cut(e, "="); ok {
+		name, _, ok := strings.Cut(e, "=")
+		hasPath = hasPath || name == "PATH"
+		if ok {
 			spec.Env = append(spec.Env, e)
 		} else if v, set := os.LookupEnv(e); set {
 			spec.Env = append(spec.Env, e+"="+v)
 		} else {
 			return remote.Spec{}, fmt.Errorf("--env %s: the variable is not set here; give NAME=VALUE", e)
 		}
+	}
+	if !hasPath {
+		// Tools such as gcc find their helpers through PATH; a fixed
+		// default keeps the cache key independent of the caller's shell.
+		spec.Env = append(spec.Env, "PATH="+defaultRemotePath)
 	}
 	return spec, nil
 }
@@ -215,9 +231,8 @@ func cancelOperation(c *remote.Client, name string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := longrunningpb.NewOperationsClient(c.Conn()).CancelOperation(ctx, &longrunningpb.CancelOperationRequest{Name: name})
-	if err != nil {
-		return fmt.Errorf("interrupted; cancelling operation %s failed: %v", name, err)
+	if err := c.Cancel(ctx, name); err != nil {
+		return fmt.Errorf("interrupted; %v", err)
 	}
 	return fmt.Errorf("interrupted; operation %s cancelled", name)
 }

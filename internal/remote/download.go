@@ -61,8 +61,12 @@ func (c *Client) Download(ctx context.Context, a *Action, result *repb.ActionRes
 		if err != nil {
 			return out, stats, fmt.Errorf("output %s: %w; the server is faulty", f.Path, err)
 		}
-		files = append(files, wantFile{local: local, d: d, exec: f.IsExecutable, inline: f.Contents})
-		stats.DownloadedBytes += int64(len(f.Contents))
+		inline := f.Contents
+		if int64(len(inline)) != d.Size || (inline != nil && digest.Compute(c.fn, inline) != d) {
+			inline = nil // not inlined (or not wholly): fetch it
+		}
+		files = append(files, wantFile{local: local, d: d, exec: f.IsExecutable, inline: inline})
+		stats.DownloadedBytes += int64(len(inline))
 	}
 	var links []*repb.OutputSymlink
 	var dirs []string

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -38,7 +39,7 @@ func (c *Client) Execute(ctx context.Context, a *Action, started func(opName str
 	info.Cached = resp.CachedResult
 	info.Message = resp.Message
 	if st := status.FromProto(resp.GetStatus()); st.Code() != codes.OK {
-		return nil, info, &ExecError{Action: a.digest.String(), Code: st.Code(), Err: client.CheckResponse(resp)}
+		return nil, info, &ExecError{Action: a.digest.String(), Code: st.Code(), Err: client.CheckResponse(resp), Partial: resp.Result}
 	}
 	if resp.Result == nil {
 		return nil, info, fmt.Errorf("executing action %s: the server answered OK without a result; the server is faulty", a.digest)
@@ -49,13 +50,26 @@ func (c *Client) Execute(ctx context.Context, a *Action, started func(opName str
 // ExecError is an action the server did not run to completion: its
 // ExecuteResponse status was not OK. Code is that status's code
 // (DEADLINE_EXCEEDED for a timeout, FAILED_PRECONDITION for missing
-// inputs, ...).
+// inputs, ...). Partial is the result the server sent anyway, if any
+// (after a timeout: the output so far).
 type ExecError struct {
-	Action string
-	Code   codes.Code
-	Err    error
+	Action  string
+	Code    codes.Code
+	Err     error
+	Partial *repb.ActionResult
 }
 
 func (e *ExecError) Error() string { return fmt.Sprintf("executing action %s: %v", e.Action, e.Err) }
 
 func (e *ExecError) Unwrap() error { return e.Err }
+
+// Cancel asks the server to cancel operation opName (the name passed to
+// Execute's started), for example after Ctrl-C. The server stops the
+// action if it is running; Execute then returns an error.
+func (c *Client) Cancel(ctx context.Context, opName string) error {
+	_, err := longrunningpb.NewOperationsClient(c.conn).CancelOperation(ctx, &longrunningpb.CancelOperationRequest{Name: opName})
+	if err != nil {
+		return fmt.Errorf("cancelling operation %s: %w", opName, err)
+	}
+	return nil
+}

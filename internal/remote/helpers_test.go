@@ -19,7 +19,7 @@ import (
 
 // startServer runs an all-in-one Gantry with an in-process worker on a
 // loopback port until the test ends and returns a connection to it.
-func startServer(t *testing.T) (*server.Server, *grpc.ClientConn) {
+func startServer(t testing.TB) (*server.Server, *grpc.ClientConn) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
@@ -42,7 +42,7 @@ func startServer(t *testing.T) (*server.Server, *grpc.ClientConn) {
 }
 
 // newClient starts a server and returns a Client of it.
-func newClient(t *testing.T) (*Client, *grpc.ClientConn) {
+func newClient(t testing.TB) (*Client, *grpc.ClientConn) {
 	t.Helper()
 	_, conn := startServer(t)
 	c, err := New(testCtx(t), conn, "", Options{})
@@ -53,7 +53,7 @@ func newClient(t *testing.T) (*Client, *grpc.ClientConn) {
 }
 
 // testCtx is a context that ends with the test (or after a minute).
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
@@ -96,3 +96,15 @@ func runSpec(t *testing.T, c *Client, spec Spec) (int, string, string, RunInfo) 
 
 // sh is the argv of a shell script.
 func sh(script string) []string { return []string{"/bin/sh", "-c", script} }
+
+// writeFilesB is writeFiles for benchmarks.
+func writeFilesB(b *testing.B, dir, p, content string) {
+	b.Helper()
+	full := filepath.Join(dir, p)
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+		b.Fatal(err)
+	}
+}

@@ -50,6 +50,7 @@ func (c *Client) Run(ctx context.Context, spec Spec, stdout, stderr io.Writer, s
 	}
 	if res == nil {
 		if res, err = c.uploadAndExecute(ctx, a, &info, started); err != nil {
+			c.replayPartial(ctx, err, stdout, stderr)
 			return 0, info, err
 		}
 		if out, info.Download, err = c.Download(ctx, a, res); err != nil {
@@ -63,6 +64,22 @@ func (c *Client) Run(ctx context.Context, spec Spec, stdout, stderr io.Writer, s
 		return out.ExitCode, info, fmt.Errorf("writing the action's stderr: %w", err)
 	}
 	return out.ExitCode, info, nil
+}
+
+// replayPartial writes the stdout and stderr of an action that did not
+// complete (a timeout), when the server sent them: they often say why.
+// It is best effort: the caller reports err anyway.
+func (c *Client) replayPartial(ctx context.Context, err error, stdout, stderr io.Writer) {
+	var ee *ExecError
+	if !errors.As(err, &ee) || ee.Partial == nil {
+		return
+	}
+	if b, _, err := c.stdio(ctx, "stdout", ee.Partial.StdoutRaw, ee.Partial.StdoutDigest); err == nil {
+		stdout.Write(b)
+	}
+	if b, _, err := c.stdio(ctx, "stderr", ee.Partial.StderrRaw, ee.Partial.StderrDigest); err == nil {
+		stderr.Write(b)
+	}
 }
 
 // uploadAndExecute uploads a's blobs and executes it. If the server says

@@ -2,12 +2,22 @@ package remote
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	"github.com/gantry-build/gantry/internal/digest"
 )
 
 // TestRunInputsOutputsAndCache: a command reads inputs from nested
@@ -250,4 +260,96 @@ func TestExecuteReportsTheOperationEarly(t *testing.T) {
 	if len(names) != 1 || names[0] != info.OperationName || string(out.Stdout) != "through\n" {
 		t.Errorf("names %q, info %+v, stdout %q", names, info, out.Stdout)
 	}
+}
+
+// TestCancelStopsTheAction: Cancel with the name Execute reported ends
+// the running action, and Execute returns an error rather than a result.
+func TestCancelStopsTheAction(t *testing.T) {
+	c, _ := newClient(t)
+	a, err := c.Prepare(Spec{Args: sh("sleep 120"), LocalRoot: t.TempDir(), NoCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Upload(testCtx(t), a); err != nil {
+		t.Fatal(err)
+	}
+	cancelErr := make(chan error, 1)
+	res, _, err := c.Execute(testCtx(t), a, func(name string) {
+		go func() { cancelErr <- c.Cancel(testCtx(t), name) }()
+	})
+	if err == nil {
+		t.Fatalf("Execute of a cancelled action returned a result: %v", res)
+	}
+	var ee *ExecError
+	if !errors.As(err, &ee) || ee.Code != codes.Canceled {
+		t.Errorf("Execute's error does not say the operation was cancelled: %v", err)
+	}
+	if err := <-cancelErr; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUploadLargeMessage: a Command larger than a batch (a long argument
+// list) is streamed from memory, not looked for as a file.
+func TestUploadLargeMessage(t *testing.T) {
+	c, _ := newClient(t)
+	args := []string{"echo"}
+	for i := range 30000 {
+		args = append(args, fmt.Sprintf("argument-%06d-%s", i, strings.Repeat("x", 40)))
+	}
+	a, err := c.Prepare(Spec{Args: args, LocalRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size := a.Proto().CommandDigest.SizeBytes; size <= 1<<20 {
+		t.Fatalf("the Command has %d bytes; the test needs more than 1 MiB", size)
+	}
+	up, err := c.Upload(testCtx(t), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing, err := c.cas.FindMissing(testCtx(t), slices.Collect(maps.Keys(a.blobs)))
+	if err != nil || len(missing) != 0 || up.Uploaded != 2 {
+		t.Errorf("after Upload (%+v) the CAS lacks %v (%v)", up, missing, err)
+	}
+}
+
+// TestRunTimeoutReplaysOutput: an action killed by its timeout is an
+// ExecError with DEADLINE_EXCEEDED, and what it printed so far is
+// replayed (it often says why it hung).
+func TestRunTimeoutReplaysOutput(t *testing.T) {
+	c, _ := newClient(t)
+	var stdout, stderr bytes.Buffer
+	_, _, err := c.Run(testCtx(t), Spec{Args: sh("echo started; echo waiting >&2; sleep 60"), LocalRoot: t.TempDir(), Timeout: time.Second}, &stdout, &stderr, nil)
+	var ee *ExecError
+	if !errors.As(err, &ee) || ee.Code != codes.DeadlineExceeded {
+		t.Fatalf("Run of an action past its timeout: %v", err)
+	}
+	if stdout.String() != "started\n" || stderr.String() != "waiting\n" {
+		t.Errorf("stdout %q, stderr %q; want what the action printed before the timeout", stdout.String(), stderr.String())
+	}
+}
+
+// TestRunWhenCachedOutputsAreGone: an ActionCache result whose output is
+// not in the CAS (evicted after the lookup, or a server that does not
+// check) does not break Run: it runs the action instead.
+func TestRunWhenCachedOutputsAreGone(t *testing.T) {
+	c, _ := newClient(t)
+	gone := digest.Compute(digest.SHA256, []byte("evicted long ago\n"))
+	c.ac = staleCache{c.ac, &repb.ActionResult{OutputFiles: []*repb.OutputFile{{Path: "out.txt", Digest: gone.Proto()}}}}
+	root := t.TempDir()
+	code, _, _, info := runSpec(t, c, Spec{Args: sh("echo fresh > out.txt"), LocalRoot: root, OutputFiles: []string{"out.txt"}})
+	if code != 0 || readFile(t, filepath.Join(root, "out.txt")) != "fresh\n" || info.Exec.OperationName == "" || info.Lookup.Hit {
+		t.Errorf("code %d, info %+v", code, info)
+	}
+}
+
+// staleCache is an ActionCache that answers every lookup with result.
+type staleCache struct {
+	repb.ActionCacheClient
+	result *repb.ActionResult
+}
+
+func (s staleCache) GetActionResult(context.Context, *repb.GetActionResultRequest, ...grpc.CallOption) (*repb.ActionResult, error) {
+	return s.result, nil
 }

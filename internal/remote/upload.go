@@ -88,7 +88,11 @@ func (c *Client) send(ctx context.Context, a *Action, ds []digest.Digest) error 
 	for _, d := range ds {
 		src := a.blobs[d]
 		if d.Size > client.SmallBlobLimit || d.Size+1024 > c.maxBatch {
-			g.Go(func() error { return c.stream(ctx, d, src.path) })
+			if src.data != nil { // a large Directory or Command message
+				g.Go(func() error { return blobstore.Put(ctx, c.cas, d, src.data) })
+			} else {
+				g.Go(func() error { return c.stream(ctx, d, src.path) })
+			}
 			continue
 		}
 		data := src.data
