@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 )
 
 // depCacheVersion changes when the entry format or key changes.
@@ -116,7 +117,8 @@ func (d *DepsCache) get(key string) (*depsResult, bool) {
 		}
 	}
 	// Mark it used for the least-recently-used eviction.
-	_ = os.Chtimes(p, timeNow(), timeNow())
+	now := time.Now()
+	_ = os.Chtimes(p, now, now)
 	return &depsResult{Listed: e.Listed, DepFile: e.DepFile}, true
 }
 

@@ -6,13 +6,9 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/gantry-build/gantry/internal/remote"
 )
-
-// timeNow is time.Now; the dependency cache marks entries used with it.
-var timeNow = time.Now
 
 // Options are what Spec needs besides the compile itself.
 type Options struct {
