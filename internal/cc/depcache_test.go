@@ -2,7 +2,9 @@ package cc
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -151,4 +153,42 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// BenchmarkSpecCached is the launcher's own cost per compile in a
+// process that builds many (gantry batch): Parse and Spec on a
+// direct-mode cache hit, with <stdio.h> and friends among the inputs.
+func BenchmarkSpecCached(b *testing.B) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		b.Skip("gcc is not installed")
+	}
+	dir := b.TempDir()
+	files := map[string]string{"inc/h.h": "#define H 3\n"}
+	for i := 0; i < 10; i++ {
+		files[fmt.Sprintf("src/f%d.c", i)] = fmt.Sprintf("#include <stdio.h>\n#include <stdlib.h>\n#include \"h.h\"\nint f%d(void) { return H + %d; }\n", i, i)
+	}
+	for p, content := range files {
+		os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755)
+		os.WriteFile(filepath.Join(dir, p), []byte(content), 0o644)
+	}
+	build := filepath.Join(dir, "build")
+	os.MkdirAll(build, 0o755)
+	s, _ := SettingsFromEnv(func(string) string { return "" })
+	o := Options{Settings: s, Env: os.Environ(), Identities: NewIdentities(""), Deps: NewDepsCache(b.TempDir(), 1000)}
+	run := func(i int) {
+		c, err := Parse("gcc", []string{"-O2", "-c", fmt.Sprintf("../src/f%d.c", i%10), "-I../inc", "-MD", "-o", fmt.Sprintf("f%d.o", i%10)}, build)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Spec(context.Background(), o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := 0; i < 10; i++ {
+		run(i) // fill the caches
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		run(i)
+	}
 }
