@@ -213,8 +213,8 @@ func Parse(compiler string, args []string, cwd string) (*Compile, error) {
 	if c.Output == "" {
 		c.Output = trimExt(path.Base(c.Source)) + ".o"
 	}
-	if c.Output == "-" {
-		return nil, local("the object is written to stdout")
+	if c.Output == "-" || c.depFile == "-" {
+		return nil, local("an output is written to stdout")
 	}
 	if c.depMode == "" && (c.depFile != "" || len(c.depTargets) > 0 || c.depPhony) {
 		// -MF, -MT, -MP without -MD/-MMD do nothing in gcc but are errors

@@ -71,6 +71,7 @@ func TestParseLocal(t *testing.T) {
 		{[]string{"-c", "a.c", "-o"}, "has no value"},
 		{[]string{"-c", "a.c", "-o", "a.o", "-o", "b.o"}, "2 -o flags"},
 		{[]string{"-c", "a.c", "-o", "-"}, "stdout"},
+		{[]string{"-c", "a.c", "-MD", "-MF", "-"}, "stdout"},
 		{[]string{"-c", "a.c", "-MF", "x.d"}, "without -MD"},
 		{[]string{"-c", "a.c", "-Wp,-MD,x.d"}, "flag -Wp"},
 		{[]string{"-c", "a.c", "-Wa,--noexecstack,-adhln=a.lst"}, "flag -Wa,--noexecstack,-adhln"},
