@@ -78,7 +78,8 @@ func (r *ccRun) verbosef(format string, a ...any) {
 func runCC(cmd *cobra.Command, compiler string, args []string) error {
 	// A launcher lives for one compile and allocates a few megabytes: the
 	// garbage collector would only cost CPU on every compile of a build.
-	debug.SetGCPercent(-1)
+	// (Restored on return for callers in the same process, such as tests.)
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	r := &ccRun{cmd: cmd, compiler: compiler, args: args, stderr: cmd.ErrOrStderr()}
 	settings, err := cc.SettingsFromEnv(os.Getenv)
 	if err != nil {
