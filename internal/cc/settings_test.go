@@ -74,3 +74,25 @@ func TestIdentity(t *testing.T) {
 		t.Errorf("classification: install %v system %v", a.InstallDirs, a.SystemDirs)
 	}
 }
+
+// TestSearchDirs reads the -v output of the --sysroot probe, gcc's and
+// clang's forms.
+func TestSearchDirs(t *testing.T) {
+	out := `ignoring duplicate directory "/usr/include/x86_64-linux-gnu/c++/12"
+ignoring nonexistent directory "` + probeSysroot + `/usr/local/include"
+ignoring nonexistent directory "/usr/lib/gcc/x86_64-linux-gnu/12/include-fixed"
+ignoring nonexistent directory "` + probeSysroot + `/usr/include"
+#include "..." search starts here:
+#include <...> search starts here:
+ /usr/include/c++/12
+ /usr/lib/gcc/x86_64-linux-gnu/12/../../../../include/c++/12/backward
+ /usr/lib/llvm-16/lib/clang/16/include
+ /System/Library/Frameworks (framework directory)
+End of search list.
+`
+	own, moved := searchDirs([]byte(out))
+	wantOwn := []string{"/usr/include/c++/12", "/usr/include/c++/12/backward", "/usr/lib/llvm-16/lib/clang/16/include", "/System/Library/Frameworks"}
+	if !reflect.DeepEqual(own, wantOwn) || !reflect.DeepEqual(moved, []string{"/usr/local/include", "/usr/include"}) {
+		t.Fatalf("own %q moved %q", own, moved)
+	}
+}

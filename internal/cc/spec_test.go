@@ -188,3 +188,33 @@ func gccInclude(t *testing.T) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+// TestSpecOddProjectPath: a project whose path has a space, a quote and a
+// dollar still compiles byte-identically, with debug information (the
+// worker-side wrapper quotes the local root) and a dependency file.
+func TestSpecOddProjectPath(t *testing.T) {
+	needGCC(t)
+	base := project(t)
+	dir := filepath.Join(filepath.Dir(base), "my pro'j $x")
+	if err := os.Rename(base, dir); err != nil {
+		t.Fatal(err)
+	}
+	build := filepath.Join(dir, "build")
+	argv := []string{"gcc", "-g", "-c", filepath.Join(dir, "src/a.c"), "-I" + filepath.Join(dir, "inc"), "-MD", "-o", "a.o"}
+	c, spec, got := remoteCompile(t, build, argv, newOptions(t, nil))
+	if got.exit != 0 {
+		t.Fatalf("remote compile failed: %s\nargs %q", got.stderr, spec.Args)
+	}
+	want := runLocal(t, build, argv, c.Output)
+	wantDep, _ := os.ReadFile(filepath.Join(build, "a.d"))
+	os.Remove(filepath.Join(build, "a.d"))
+	if want.exit != 0 || !bytes.Equal(got.object, want.object) {
+		t.Fatalf("objects differ (local exit %d)", want.exit)
+	}
+	if err := c.WriteDepFile(); err != nil {
+		t.Fatal(err)
+	}
+	if gotDep, _ := os.ReadFile(filepath.Join(build, "a.d")); !bytes.Equal(gotDep, wantDep) || len(wantDep) == 0 {
+		t.Fatalf("dependency files differ:\n got %q\nwant %q", gotDep, wantDep)
+	}
+}
