@@ -24,7 +24,7 @@ func newRootCommand() *cobra.Command {
 		SilenceErrors: true,
 	}
 	addClientSecurityFlags(root.PersistentFlags())
-	root.AddCommand(newServeCommand(), newWorkerCommand(), newBenchCommand(), newQueuesCommand(), newQuotaCommand(), newWorkersCommand(), newOperationCommand(), newReloadCommand(), newRunCommand(), newCCCommand(), newVersionCommand())
+	root.AddCommand(newServeCommand(), newWorkerCommand(), newBenchCommand(), newQueuesCommand(), newQuotaCommand(), newWorkersCommand(), newOperationCommand(), newReloadCommand(), newRunCommand(), newCCCommand(), newBatchCommand(), newVersionCommand())
 	return root
 }
 

@@ -27,6 +27,10 @@ type Summary struct {
 	Failures []Failure
 	// Stopped is true when the run was stopped (Stop or ctx) before the end.
 	Stopped bool
+	// CPU is the client's own CPU time (user and system) and LocalCPU that
+	// of the local processes it ran (dependency listings, local compiles),
+	// filled in by the caller (the scheduler does not measure them).
+	CPU, LocalCPU time.Duration
 }
 
 // QueueSummary is what one queue did.
@@ -71,6 +75,13 @@ func (s Summary) WriteTable(w io.Writer) error {
 		s.Failed, s.Skipped, s.Cancelled, s.NotRun)
 	fmt.Fprintf(&b, "uploaded %s in %d blobs, downloaded %s in %d blobs\n",
 		fmtBytes(s.BytesUp), s.BlobsUp, fmtBytes(s.BytesDown), s.BlobsDown)
+	if s.CPU > 0 || s.LocalCPU > 0 {
+		perJob := time.Duration(0)
+		if s.Total > 0 {
+			perJob = s.CPU / time.Duration(s.Total)
+		}
+		fmt.Fprintf(&b, "client CPU %s (%s per job), local processes %s\n", fmtDuration(s.CPU), fmtDuration(perJob), fmtDuration(s.LocalCPU))
+	}
 	fmt.Fprintf(&b, "%-9s %6s %8s %8s %6s\n", "queue", "steps", "time", "mean", "failed")
 	for _, q := range s.Queues {
 		mean := time.Duration(0)
@@ -112,6 +123,8 @@ type jsonSummary struct {
 	BlobsUp      int         `json:"blobs_up"`
 	BlobsDown    int         `json:"blobs_down"`
 	Stopped      bool        `json:"stopped"`
+	CPUSeconds   float64     `json:"cpu_seconds"`
+	LocalCPU     float64     `json:"local_cpu_seconds"`
 	Queues       []jsonQueue `json:"queues"`
 	Failures     []Failure   `json:"failures"`
 }
@@ -122,7 +135,7 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 	j := jsonSummary{Seconds: s.Elapsed.Seconds(), Total: s.Total, Succeeded: s.Succeeded,
 		CacheHits: s.CacheHits, CacheHitRate: s.CacheHitRate(), Local: s.Local, Failed: s.Failed,
 		Skipped: s.Skipped, Cancelled: s.Cancelled, NotRun: s.NotRun, BytesUp: s.BytesUp, BytesDown: s.BytesDown,
-		BlobsUp: s.BlobsUp, BlobsDown: s.BlobsDown, Stopped: s.Stopped,
+		BlobsUp: s.BlobsUp, BlobsDown: s.BlobsDown, Stopped: s.Stopped, CPUSeconds: s.CPU.Seconds(), LocalCPU: s.LocalCPU.Seconds(),
 		Queues: []jsonQueue{}, Failures: []Failure{}}
 	for _, q := range s.Queues {
 		j.Queues = append(j.Queues, jsonQueue{q.Queue, q.Steps, q.Time.Seconds(), q.Failed})

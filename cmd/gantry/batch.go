@@ -1,0 +1,437 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"github.com/spf13/cobra"
+
+	"github.com/gantry-build/gantry/internal/batch"
+	"github.com/gantry-build/gantry/internal/cc"
+	"github.com/gantry-build/gantry/internal/remote"
+)
+
+const batchLong = `Run the jobs of FILE, a compile_commands.json (as CMake, Meson and Bear
+write it) or a Gantry job list (YAML or JSON: jobs with command, inputs,
+outputs and deps), remotely, with dependencies respected. Each job flows
+through chained queues (scan, cache check, upload, execute, download), each
+limited by its own tokens; the queues are served last first, so finished
+work drains before new work enters. Compiles are prepared as gantry cc
+prepares them (same environment variables); a compile it would not send,
+and a compile whose remote run failed for an infrastructure reason, runs
+locally under the process tokens.
+
+Ctrl-C stops dispatch, cancels the remote operations in flight, waits for
+them, prints the summary and exits 130; a second Ctrl-C exits at once.
+Ctrl-Z suspends dispatch and the local processes; fg resumes them.
+
+Exit status: 0 when every job succeeded; 1 when a job failed; 125 when
+gantry itself fails (a bad file, an unreachable server); 130 after Ctrl-C.`
+
+type batchFlags struct {
+	server, instance string
+	executes         int
+	uploads          int
+	downloads        int
+	process          int
+	keepGoing        bool
+	json             bool
+	noCache          bool
+	verbose          bool
+	platform         []string
+}
+
+func newBatchCommand() *cobra.Command {
+	var f batchFlags
+	cmd := &cobra.Command{
+		Use:   "batch [flags] FILE",
+		Short: "Run the compiles of a compile_commands.json, or a job list, remotely",
+		Long:  batchLong,
+		Example: `  gantry batch build/compile_commands.json
+  gantry batch --jobs 64 --keep-going --json jobs.yaml > summary.json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return runBatch(cmd, f, args[0]) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.server, "server", serverFromEnv(), "address of the Gantry server (env GANTRY_SERVER)")
+	fl.StringVar(&f.instance, "instance", os.Getenv("GANTRY_INSTANCE"), "REAPI instance name (env GANTRY_INSTANCE)")
+	fl.IntVarP(&f.executes, "jobs", "j", 16, "remote executions in flight at once (the executes tokens)")
+	fl.IntVar(&f.executes, "executes", 16, "same as --jobs")
+	fl.IntVar(&f.uploads, "uploads", 4, "uploads in flight at once")
+	fl.IntVar(&f.downloads, "downloads", 8, "cache checks and downloads in flight at once")
+	fl.IntVar(&f.process, "process", runtime.NumCPU(), "local processes at once: dependency listings and local compiles")
+	fl.BoolVarP(&f.keepGoing, "keep-going", "k", false, "run every job that does not depend on a failed one")
+	fl.BoolVar(&f.json, "json", false, "print the summary as JSON on stdout")
+	fl.BoolVar(&f.noCache, "no-cache", false, "skip the ActionCache and do not cache the results")
+	fl.BoolVarP(&f.verbose, "verbose", "v", false, "say why jobs run locally")
+	fl.StringArrayVar(&f.platform, "platform", nil, "platform property NAME=VALUE for every job (repeatable)")
+	return cmd
+}
+
+// runBatch is gantry batch.
+func runBatch(cmd *cobra.Command, f batchFlags, file string) error {
+	stderr := cmd.ErrOrStderr()
+	if cmd.Flags().Changed("jobs") && cmd.Flags().Changed("executes") {
+		return &exitStatus{code: exitOwnFailure, err: errors.New("--jobs and --executes are the same setting; give one")}
+	}
+	jobs, err := batch.ParseFile(file)
+	if err != nil {
+		return &exitStatus{code: exitOwnFailure, err: err}
+	}
+	settings, err := cc.SettingsFromEnv(os.Getenv)
+	if err != nil {
+		return &exitStatus{code: exitOwnFailure, err: err}
+	}
+	limits := batch.Limits{Uploads: f.uploads, Executes: f.executes, Downloads: f.downloads, Process: f.process}
+
+	// Ctrl-C cancels ctx: no new dispatch, the running steps cancel their
+	// remote operations and return. A second one exits at once.
+	ctx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	control := newJobControl(cancel, stderr)
+	defer control.close()
+
+	conn, err := dialServer(f.server)
+	if err != nil {
+		return &exitStatus{code: exitOwnFailure, err: err}
+	}
+	defer conn.Close()
+	client, err := remote.New(ctx, conn, f.instance, remote.Options{})
+	if err != nil {
+		if ctx.Err() != nil {
+			return &exitStatus{code: exitInterrupted, err: errors.New("interrupted")}
+		}
+		return &exitStatus{code: exitOwnFailure, err: unreachable(f.server, err)}
+	}
+	steps := &batchSteps{
+		client:   client,
+		flags:    f,
+		settings: settings,
+		ccOpts:   ccOptions(settings),
+		procs:    control.procs,
+		stderr:   stderr,
+	}
+	s, err := batch.New(jobs, steps.steps(), limits, batch.Options{KeepGoing: f.keepGoing, Progress: display(stderr)})
+	if err != nil {
+		return &exitStatus{code: exitOwnFailure, err: err}
+	}
+	control.attach(s)
+	sum := s.Run(ctx)
+	sum.CPU, sum.LocalCPU = cpuTime(syscall.RUSAGE_SELF), cpuTime(syscall.RUSAGE_CHILDREN)
+	if f.json {
+		if err := sum.WriteJSON(cmd.OutOrStdout()); err != nil {
+			return &exitStatus{code: exitOwnFailure, err: err}
+		}
+	} else {
+		sum.WriteTable(stderr)
+	}
+	switch {
+	case control.interrupted():
+		fmt.Fprintf(stderr, "gantry batch: interrupted; cancelled %d remote operations\n", steps.cancelled.Load())
+		return &exitStatus{code: exitInterrupted}
+	case !sum.OK():
+		return &exitStatus{code: 1}
+	}
+	return nil
+}
+
+// display is the progress display on stderr: live on a terminal, plain
+// lines otherwise (also for a writer that is not a file, as in tests).
+func display(stderr io.Writer) batch.Progress {
+	if f, ok := stderr.(*os.File); ok {
+		return batch.NewDisplay(f)
+	}
+	return batch.NewPlain(stderr)
+}
+
+// ccOptions are the options of the compiles' Spec: the launcher's
+// settings and caches, shared by every job.
+func ccOptions(s cc.Settings) cc.Options {
+	o := cc.Options{Settings: s, Env: os.Environ(), Identities: cc.NewIdentities(s.CacheDir)}
+	if s.CacheDir != "" && s.CacheEntries > 0 {
+		o.Deps = cc.NewDepsCache(s.CacheDir, s.CacheEntries)
+	}
+	return o
+}
+
+// batchSteps are the queue steps of gantry batch, wired to internal/remote
+// (and internal/cc for the compiles).
+type batchSteps struct {
+	client   *remote.Client
+	flags    batchFlags
+	settings cc.Settings
+	ccOpts   cc.Options
+	procs    *localProcs
+	stderr   io.Writer
+	// cancelled counts the remote operations cancelled after Ctrl-C.
+	cancelled atomic.Int64
+}
+
+// jobState is what one job's steps hand each other (batch.Task.Data).
+type jobState struct {
+	compile *cc.Compile // nil for a Command job
+	action  *remote.Action
+	result  *repb.ActionResult
+}
+
+func (b *batchSteps) steps() batch.Steps {
+	s := batch.Steps{
+		Scan:     batch.StepFunc(b.scan),
+		Cache:    batch.StepFunc(b.cache),
+		Upload:   batch.StepFunc(b.upload),
+		Execute:  batch.StepFunc(b.execute),
+		Download: batch.StepFunc(b.download),
+		Local:    batch.StepFunc(b.local),
+	}
+	if b.flags.noCache {
+		s.Cache = nil
+	}
+	return s
+}
+
+func state(t *batch.Task) *jobState {
+	if st, ok := t.Data.(*jobState); ok {
+		return st
+	}
+	st := &jobState{}
+	t.Data = st
+	return st
+}
+
+// scan prepares the job's action: a compile's inputs come from the
+// compiler's dependency listing (or the direct-mode cache), a command's
+// from the job file.
+func (b *batchSteps) scan(ctx context.Context, t *batch.Task) batch.Result {
+	st := state(t)
+	// As ninja does, make the directories the outputs go in: the
+	// compiler does not (and a compile_commands.json assumes they exist).
+	for _, o := range t.Job.Outputs {
+		if err := os.MkdirAll(filepath.Dir(absIn(t.Job.Dir, o)), 0o755); err != nil {
+			return batch.Result{Err: fmt.Errorf("making the directory of output %s: %w", o, err)}
+		}
+	}
+	var spec remote.Spec
+	switch t.Job.Kind {
+	case batch.Compile:
+		c, err := cc.Parse(t.Job.Args[0], t.Job.Args[1:], t.Job.Dir)
+		if reason, ok := cc.IsLocal(err); ok {
+			return b.toLocal(t, reason)
+		}
+		if err != nil {
+			return batch.Result{Err: err}
+		}
+		if spec, err = c.Spec(ctx, b.ccOpts); err != nil {
+			if reason, ok := cc.IsLocal(err); ok {
+				return b.toLocal(t, reason)
+			}
+			if ctx.Err() != nil {
+				return batch.Result{Err: ctx.Err()}
+			}
+			// The dependency listing failed (a missing header, a syntax
+			// error the preprocessor sees): the local compile reports it
+			// as the compiler's users expect.
+			return b.toLocal(t, "the dependency listing failed: "+firstLine(err.Error()))
+		}
+		st.compile = c
+	default:
+		var err error
+		if spec, err = commandSpec(t.Job); err != nil {
+			return batch.Result{Err: err}
+		}
+	}
+	spec.Platform = append(spec.Platform, b.flags.platform...)
+	spec.NoCache = spec.NoCache || b.flags.noCache
+	a, err := b.client.Prepare(spec)
+	if err != nil {
+		return batch.Result{Err: err}
+	}
+	st.action = a
+	return batch.Result{}
+}
+
+// toLocal sends a job to the Local queue (a compile only: a command job
+// has no local form the user asked for).
+func (b *batchSteps) toLocal(t *batch.Task, reason string) batch.Result {
+	if b.flags.verbose {
+		fmt.Fprintf(b.stderr, "gantry batch: %s runs locally: %s\n", t.Job.Name, reason)
+	}
+	return batch.Result{Next: batch.RunLocally}
+}
+
+// infraFailure handles a failure to run a job remotely: a compile falls
+// back to a local compile (unless GANTRY_CC_FALLBACK=false), a command
+// fails.
+func (b *batchSteps) infraFailure(ctx context.Context, t *batch.Task, err error) batch.Result {
+	if ctx.Err() != nil {
+		return batch.Result{Err: ctx.Err()}
+	}
+	if t.Job.Kind == batch.Compile && b.settings.Fallback {
+		return b.toLocal(t, err.Error())
+	}
+	return batch.Result{Err: err}
+}
+
+func (b *batchSteps) cache(ctx context.Context, t *batch.Task) batch.Result {
+	st := state(t)
+	res, stats, err := b.client.Lookup(ctx, st.action)
+	if err != nil {
+		return b.infraFailure(ctx, t, err)
+	}
+	if !stats.Hit {
+		return batch.Result{}
+	}
+	st.result = res
+	return batch.Result{Next: batch.SkipToDownload, Stats: batch.Stats{CacheHit: true}}
+}
+
+func (b *batchSteps) upload(ctx context.Context, t *batch.Task) batch.Result {
+	stats, err := b.client.Upload(ctx, state(t).action)
+	if err != nil {
+		return b.infraFailure(ctx, t, err)
+	}
+	return batch.Result{Stats: batch.Stats{BytesUp: stats.UploadedBytes, BlobsUp: stats.Uploaded}}
+}
+
+// execute runs the action; on Ctrl-C it cancels the remote operation and
+// waits for the server's answer before it returns.
+func (b *batchSteps) execute(ctx context.Context, t *batch.Task) batch.Result {
+	st := state(t)
+	var mu sync.Mutex
+	op := ""
+	res, info, err := b.client.Execute(ctx, st.action, func(name string) {
+		mu.Lock()
+		op = name
+		mu.Unlock()
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			mu.Lock()
+			name := op
+			mu.Unlock()
+			if name != "" {
+				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				cerr := b.client.Cancel(cctx, name)
+				cancel()
+				if cerr != nil {
+					fmt.Fprintf(b.stderr, "gantry batch: %s: cancelling operation %s: %v\n", t.Job.Name, name, cerr)
+				} else {
+					b.cancelled.Add(1)
+				}
+			}
+			return batch.Result{Err: ctx.Err()}
+		}
+		return b.infraFailure(ctx, t, err)
+	}
+	st.result = res
+	return batch.Result{Stats: batch.Stats{CacheHit: info.Cached}}
+}
+
+func (b *batchSteps) download(ctx context.Context, t *batch.Task) batch.Result {
+	st := state(t)
+	out, stats, err := b.client.Download(ctx, st.action, st.result)
+	if err != nil {
+		return b.infraFailure(ctx, t, err)
+	}
+	r := batch.Result{Stats: batch.Stats{BytesDown: stats.DownloadedBytes, BlobsDown: stats.Written}}
+	stderr := out.Stderr
+	if st.compile != nil {
+		stderr = st.compile.MapDiagnostics(stderr)
+		// The compiler writes the dependency file even when it fails.
+		if err := st.compile.WriteDepFile(); err != nil {
+			r.Err = err
+			return r
+		}
+	}
+	r.Output = append(append([]byte{}, out.Stdout...), stderr...)
+	if out.ExitCode != 0 {
+		r.Err = fmt.Errorf("exit code %d", out.ExitCode)
+	}
+	return r
+}
+
+// local runs the job's command here, under a process token.
+func (b *batchSteps) local(ctx context.Context, t *batch.Task) batch.Result {
+	out, code, err := b.procs.run(ctx, t.Job.Args, t.Job.Dir, t.Job.Env)
+	r := batch.Result{Output: out}
+	switch {
+	case err != nil:
+		r.Err = err
+	case code != 0:
+		r.Err = fmt.Errorf("exit code %d (run locally)", code)
+	}
+	return r
+}
+
+// commandSpec is the remote spec of a job-list job: its inputs and
+// outputs, relative to its directory.
+func commandSpec(j *batch.Job) (remote.Spec, error) {
+	abs := make([]string, len(j.Inputs))
+	for i, in := range j.Inputs {
+		abs[i] = absIn(j.Dir, in)
+	}
+	root, wd := remote.Layout(j.Dir, abs)
+	spec := remote.Spec{
+		Args:        j.Args,
+		Env:         j.Env,
+		LocalRoot:   root,
+		WorkingDir:  wd,
+		OutputFiles: j.Outputs,
+		OutputDirs:  j.OutputDirs,
+		Platform:    append([]string(nil), j.Platform...),
+		Timeout:     j.Timeout,
+		NoCache:     j.NoCache,
+	}
+	if !hasEnv(spec.Env, "PATH") {
+		spec.Env = append(append([]string(nil), spec.Env...), "PATH="+cc.DefaultRemotePath)
+	}
+	for _, a := range abs {
+		rel, err := relSlash(root, a)
+		if err != nil {
+			return spec, fmt.Errorf("job %s: input %s: %w", j.Name, a, err)
+		}
+		spec.Inputs = append(spec.Inputs, remote.Input{Local: a, Path: rel})
+	}
+	return spec, nil
+}
+
+func hasEnv(env []string, name string) bool {
+	for _, e := range env {
+		if strings.HasPrefix(e, name+"=") {
+			return true
+		}
+	}
+	return false
+}
+
+// absIn is path p of a job in directory dir, made absolute.
+func absIn(dir, p string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(dir, p)
+}
+
+// relSlash is path p relative to root, slash-separated.
+func relSlash(root, p string) (string, error) {
+	r, err := filepath.Rel(root, p)
+	if err != nil {
+		return "", err
+	}
+	return filepath.ToSlash(r), nil
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
