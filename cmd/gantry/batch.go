@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,7 @@ type batchFlags struct {
 	noCache          bool
 	verbose          bool
 	platform         []string
+	cpuProfile       string
 }
 
 func newBatchCommand() *cobra.Command {
@@ -76,6 +78,8 @@ func newBatchCommand() *cobra.Command {
 	fl.BoolVar(&f.noCache, "no-cache", false, "skip the ActionCache and do not cache the results")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "say why jobs run locally")
 	fl.StringArrayVar(&f.platform, "platform", nil, "platform property NAME=VALUE for every job (repeatable)")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the client to this file (for reporting slowness)")
+	_ = fl.MarkHidden("cpuprofile")
 	return cmd
 }
 
@@ -84,6 +88,16 @@ func runBatch(cmd *cobra.Command, f batchFlags, file string) error {
 	stderr := cmd.ErrOrStderr()
 	if cmd.Flags().Changed("jobs") && cmd.Flags().Changed("executes") {
 		return &exitStatus{code: exitOwnFailure, err: errors.New("--jobs and --executes are the same setting; give one")}
+	}
+	if f.cpuProfile != "" {
+		out, err := os.Create(f.cpuProfile)
+		if err != nil {
+			return &exitStatus{code: exitOwnFailure, err: err}
+		}
+		if err := pprof.StartCPUProfile(out); err != nil {
+			return &exitStatus{code: exitOwnFailure, err: err}
+		}
+		defer func() { pprof.StopCPUProfile(); out.Close() }()
 	}
 	jobs, err := batch.ParseFile(file)
 	if err != nil {

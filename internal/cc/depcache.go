@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 )
 
@@ -28,6 +30,36 @@ const depCacheVersion = 1
 type DepsCache struct {
 	dir      string
 	perShard int
+	// sums remembers the digests this process computed, by file version,
+	// so that a header every compile lists is hashed once per process.
+	sums sync.Map // sumKey -> string
+}
+
+// sumKey identifies a version of a file: a file rewritten in place keeps
+// its inode but changes its ctime.
+type sumKey struct {
+	path         string
+	size         int64
+	mtime, ctime int64
+	ino          uint64
+}
+
+// sha256Of is fileSHA256 of p (whose stat is st), from the memo when this
+// process hashed the same version before.
+func (d *DepsCache) sha256Of(p string, st os.FileInfo) (string, error) {
+	k := sumKey{path: p, size: st.Size(), mtime: st.ModTime().UnixNano()}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		k.ctime, k.ino = sys.Ctim.Nano(), sys.Ino
+	}
+	if v, ok := d.sums.Load(k); ok {
+		return v.(string), nil
+	}
+	sum, err := fileSHA256(p)
+	if err != nil {
+		return "", err
+	}
+	d.sums.Store(k, sum)
+	return sum, nil
 }
 
 // NewDepsCache returns a cache in dir holding about maxEntries entries.
@@ -111,7 +143,7 @@ func (d *DepsCache) get(key string) (*depsResult, bool) {
 		}
 		if st.ModTime().UnixNano() != f.Mtime {
 			// Touched, maybe not changed: the content decides.
-			if sum, err := fileSHA256(f.Path); err != nil || sum != f.SHA256 {
+			if sum, err := d.sha256Of(f.Path, st); err != nil || sum != f.SHA256 {
 				return nil, false
 			}
 		}
@@ -143,7 +175,7 @@ func (d *DepsCache) put(key string, cwd string, res *depsResult) error {
 		if err != nil {
 			return err
 		}
-		sum, err := fileSHA256(p)
+		sum, err := d.sha256Of(p, st)
 		if err != nil {
 			return err
 		}

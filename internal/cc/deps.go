@@ -3,9 +3,7 @@ package cc
 import (
 	"bytes"
 	"context"
-	"os"
 	"os/exec"
-	"path/filepath"
 )
 
 // depsResult is what the local dependency listing found.
@@ -20,10 +18,10 @@ type depsResult struct {
 
 // listingArgs are the arguments of a dependency listing: the user's
 // without the compile, output and dependency-file flags, then mode ("-M"
-// or "-MM") into file. With user set, the user's targets (-MT/-MQ, or -MQ
+// or "-MM"), which writes the rule on stdout. With user set, the user's targets (-MT/-MQ, or -MQ
 // of the -o file as gcc's -MD does) and -MP follow, so that the file is the
 // one -MD would write; otherwise a fixed target.
-func (c *Compile) listingArgs(mode, file string, user bool) []string {
+func (c *Compile) listingArgs(mode string, user bool) []string {
 	var out []string
 	for _, it := range c.items {
 		switch it.spec.kind {
@@ -34,7 +32,7 @@ func (c *Compile) listingArgs(mode, file string, user bool) []string {
 		}
 		out = append(out, it.raw...)
 	}
-	out = append(out, mode, "-MF", file)
+	out = append(out, mode)
 	switch {
 	case !user:
 		out = append(out, "-MT", "x")
@@ -53,25 +51,20 @@ func (c *Compile) listingArgs(mode, file string, user bool) []string {
 // listing (a missing header, a syntax error the preprocessor sees) makes
 // the compile run locally, where the compiler reports it itself.
 func (c *Compile) listDeps(ctx context.Context, env []string) (*depsResult, error) {
-	tmp, err := os.MkdirTemp("", "gantry-cc-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
-	run := func(args []string, file string) ([]byte, error) {
+	// The rule comes on stdout: no temporary file to create, read and
+	// remove for every compile.
+	run := func(args []string) ([]byte, error) {
 		cmd := exec.CommandContext(ctx, c.Compiler, args...)
 		cmd.Dir, cmd.Env = c.Cwd, env
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Run(); err != nil {
 			return nil, local("the dependency listing failed (%v): %s", err, firstLine(stderr.String()))
 		}
-		return os.ReadFile(file)
+		return stdout.Bytes(), nil
 	}
 	res := &depsResult{}
-	full := filepath.Join(tmp, "full.d")
-	fullArgs := c.listingArgs("-M", full, c.depMode == "-MD")
-	data, err := run(fullArgs, full)
+	data, err := run(c.listingArgs("-M", c.depMode == "-MD"))
 	if err != nil {
 		return nil, err
 	}
@@ -84,8 +77,7 @@ func (c *Compile) listDeps(ctx context.Context, env []string) (*depsResult, erro
 	if c.depMode == "-MMD" {
 		// The user's file lists the project's headers only; a second
 		// listing writes it exactly as the compiler would.
-		user := filepath.Join(tmp, "user.d")
-		if res.DepFile, err = run(c.listingArgs("-MM", user, true), user); err != nil {
+		if res.DepFile, err = run(c.listingArgs("-MM", true)); err != nil {
 			return nil, err
 		}
 	}

@@ -132,7 +132,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil || again.Source != c.Source || again.Output != c.Output || again.depFile != c.depFile {
 			t.Fatalf("Parse(%q) again: %+v %v", args, again, err)
 		}
-		listing := c.listingArgs("-M", "f.d", true)
+		listing := c.listingArgs("-M", true)
 		for _, a := range listing {
 			if a == "-c" || a == "-MD" || a == "-MMD" {
 				t.Fatalf("listing args %q keep %s", listing, a)
