@@ -168,7 +168,7 @@ func TestClientMake(t *testing.T) {
 	}
 	requireCTools(t)
 	g := startGantry(t)
-	bin := gantryBin(t)
+	bin := launcherBin(t)
 	p, err := cproject.Generate(filepath.Join(testDir(t, "cproject"), "proj"), clientProjectOptions)
 	if err != nil {
 		t.Fatal(err)
@@ -320,7 +320,7 @@ func TestClientCMake(t *testing.T) {
 	}
 	requireCTools(t, "cmake")
 	g := startGantry(t)
-	bin := gantryBin(t)
+	bin := launcherBin(t)
 	p, err := cproject.Generate(filepath.Join(testDir(t, "cproject"), "proj"), cproject.Options{Modules: 3, FilesPerModule: 10, HeadersPerModule: 3, Work: 1})
 	if err != nil {
 		t.Fatal(err)

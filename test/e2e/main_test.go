@@ -165,3 +165,38 @@ func removeAll(dir string) error {
 	})
 	return os.RemoveAll(dir)
 }
+
+var (
+	launcherBuildOnce sync.Once
+	launcherBinary    string
+	launcherBuildErr  error
+)
+
+// launcherBin returns a gantry binary for commands a build starts once per
+// compile (`gantry cc` under make): built without -race even when the tests
+// run with it, since a race-instrumented process costs ~10x the CPU to start
+// and a build starts hundreds. The launcher's own code is race-tested in
+// process by cmd/gantry's tests; the server under test stays instrumented.
+func launcherBin(t testing.TB) string {
+	t.Helper()
+	if !raceEnabled || os.Getenv("GANTRY_E2E_BINARY") != "" {
+		return gantryBin(t)
+	}
+	root := repoRoot(t)
+	launcherBuildOnce.Do(func() {
+		out := filepath.Join(tmpRoot, "gantry-launcher")
+		start := time.Now()
+		cmd := exec.Command("go", "build", "-o", out, "./cmd/gantry")
+		cmd.Dir = root
+		if b, err := cmd.CombinedOutput(); err != nil {
+			launcherBuildErr = fmt.Errorf("go build -o %s ./cmd/gantry: %v\n%s", out, err, b)
+			return
+		}
+		fmt.Fprintf(os.Stderr, "e2e: go build of the launcher took %v\n", time.Since(start).Round(time.Millisecond))
+		launcherBinary = out
+	})
+	if launcherBuildErr != nil {
+		t.Fatal(launcherBuildErr)
+	}
+	return launcherBinary
+}
