@@ -1,0 +1,289 @@
+package cc
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/gantry-build/gantry/internal/testutil/cproject"
+)
+
+// scanOptions are newOptions with the include scanner on.
+func scanOptions(t *testing.T, mutate func(*Settings)) Options {
+	t.Helper()
+	o := newOptions(t, mutate) // Settings.Scanner is on by default
+	o.Scanner = NewScanner()
+	return o
+}
+
+// scanAndList returns what the scanner and the compiler's listing find
+// for argv in cwd.
+func scanAndList(t *testing.T, sc *Scanner, cwd string, argv []string) (scanned, listed []string) {
+	t.Helper()
+	c, err := Parse(argv[0], argv[1:], cwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id, err := NewIdentities("").Get(ctx, c.Compiler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scanned, err = sc.scan(ctx, c, id, os.Environ())
+	if err != nil {
+		t.Fatalf("scan %q: %v", argv, err)
+	}
+	deps, err := c.listDeps(ctx, os.Environ())
+	if err != nil {
+		t.Fatalf("listing %q: %v", argv, err)
+	}
+	return scanned, deps.Listed
+}
+
+// checkSuperset fails unless scanned holds every file of listed (as
+// absolute clean paths), and, for the files under project, exactly the
+// listed ones named the same way, besides allowed. It returns the scanned
+// files the listing does not have.
+func checkSuperset(t *testing.T, cwd, project string, scanned, listed []string, allowed ...string) (extra []string) {
+	t.Helper()
+	abs := func(p string) string {
+		if filepath.IsAbs(p) {
+			return filepath.Clean(p)
+		}
+		return filepath.Join(cwd, p)
+	}
+	have := map[string]bool{}
+	for _, s := range scanned {
+		have[abs(s)] = true
+	}
+	want := map[string]bool{}
+	for _, l := range listed {
+		want[abs(l)] = true
+		if !have[abs(l)] {
+			t.Errorf("the scanner missed %s", l)
+		}
+	}
+	for _, s := range scanned {
+		if !want[abs(s)] {
+			extra = append(extra, s)
+		}
+	}
+	own := func(list []string) []string {
+		var out []string
+	next:
+		for _, p := range list {
+			for _, a := range allowed {
+				if p == a {
+					continue next
+				}
+			}
+			if under(abs(p), project) {
+				out = append(out, p)
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	if g, w := own(scanned), own(listed); strings.Join(g, " ") != strings.Join(w, " ") {
+		t.Errorf("the project's files differ:\nscanned %q\n listed %q", g, w)
+	}
+	if len(scanned) == 0 || len(listed) == 0 || scanned[0] != listed[0] {
+		t.Errorf("the source is not first: scanned %q, listed %q", scanned, listed)
+	}
+	return extra
+}
+
+// TestScanGeneratedProject: for the generated project's compiles, the
+// scanner finds a superset of gcc -M's files, exactly its files of the
+// project, and the objects from the scanner's Spec are byte-identical.
+func TestScanGeneratedProject(t *testing.T) {
+	needGCC(t)
+	p, err := cproject.Generate(filepath.Join(t.TempDir(), "proj"), cproject.Options{Modules: 3, FilesPerModule: 4, HeadersPerModule: 3, Work: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := NewScanner()
+	for _, src := range p.Sources {
+		argv := cproject.CompileArgs("gcc", src)
+		scanned, listed := scanAndList(t, sc, p.Dir, argv)
+		checkSuperset(t, p.Dir, p.Dir, scanned, listed)
+	}
+	// Byte-identical objects for a few of them.
+	o := scanOptions(t, nil)
+	for _, src := range []string{p.Sources[0], p.Sources[len(p.Sources)-1]} {
+		argv := cproject.CompileArgs("gcc", src)
+		if err := os.MkdirAll(filepath.Join(p.Dir, filepath.Dir(cproject.ObjectOf(src))), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		c, spec, got := remoteCompile(t, p.Dir, argv, o)
+		if !c.Scanned() {
+			t.Fatalf("%s: not scanned", src)
+		}
+		want := runLocal(t, p.Dir, argv, c.Output)
+		if want.exit != 0 || got.exit != 0 || string(got.object) != string(want.object) {
+			t.Fatalf("%s: objects differ (local exit %d, remote exit %d: %s)\nargs %q", src, want.exit, got.exit, got.stderr, spec.Args)
+		}
+	}
+}
+
+// TestScanSpecCases runs the cases of TestSpecObjectsIdentical through the
+// scanner: a superset of the listing, and the same objects (checked there
+// with the scanner on).
+func TestScanSpecCases(t *testing.T) {
+	needGCC(t)
+	dir := project(t)
+	build := filepath.Join(dir, "build")
+	sc := NewScanner()
+	for _, tc := range identicalCases(t, dir) {
+		t.Run(tc.name, func(t *testing.T) {
+			scanned, listed := scanAndList(t, sc, build, tc.argv)
+			checkSuperset(t, build, dir, scanned, listed)
+		})
+	}
+}
+
+// TestScanResolution builds a tree where each rule of gcc's search
+// decides which of several same-named headers is read, and compares the
+// scanner with gcc -M exactly (every file named the same way).
+func TestScanResolution(t *testing.T) {
+	needGCC(t)
+	dir := filepath.Join(t.TempDir(), "res")
+	writeTree(t, dir, map[string]string{
+		// include_next from a -I directory continues after it: q/limits.h
+		// -> i2/limits.h -> the system's <limits.h>.
+		"src/main.c": `#include "near.h"
+#include <limits.h>
+#include <order.h>
+#include "quoted.h"
+#include "self.h"
+#include "cycle_a.h"
+#if 0
+#include "missing_in_dead_branch.h"
+#include <also/missing.h>
+#endif
+#if __has_include(<hasinc.h>)
+#endif
+#if __has_include("nothere.h")
+#endif
+/* #include "commented.h" */
+const char *s = "#include \"instring.h\"";
+int main(void) { return 0; }
+`,
+		"src/near.h":         "/* found beside the source before -iquote's */\n",
+		"q/near.h":           "#error not this one\n",
+		"q/quoted.h":         "#include \"sub/deep.h\"\n",
+		"q/sub/deep.h":       "#include \"../../i1/plain.h\"\n",
+		"i1/plain.h":         "\n",
+		"i1/limits.h":        "#include_next <limits.h>\n",
+		"i2/limits.h":        "#include_next <limits.h>\n",
+		"i2/order.h":         "#include_next <order.h>\n",
+		"sys/order.h":        "#include_next <order.h>\n",
+		"after/order.h":      "\n",
+		"after/hasinc.h":     "\n",
+		"src/self.h":         "#pragma once\n#include \"self.h\"\n",
+		"src/cycle_a.h":      "#ifndef A\n#define A\n#include \"cycle_b.h\"\n#endif\n",
+		"src/cycle_b.h":      "#ifndef B\n#define B\n#include \"cycle_a.h\"\n#include \"self.h\"\n#endif\n",
+		"src/commented.h":    "#error not included\n",
+		"src/instring.h":     "#error not included\n",
+		"src/unused/plain.h": "\n",
+	})
+	argv := []string{"gcc", "-iquote", "../q", "-I../i1", "-I", "../i2", "-isystem", "../sys", "-idirafter", "../after", "-c", "main.c"}
+	src := filepath.Join(dir, "src")
+	scanned, listed := scanAndList(t, NewScanner(), src, argv)
+	// gcc does not list a header __has_include only tests; the scanner
+	// sends it (the test's answer must be the same remotely).
+	checkSuperset(t, src, dir, scanned, listed, "../after/hasinc.h")
+	for _, want := range []string{"near.h", "../q/quoted.h", "../q/sub/deep.h", "../q/sub/../../i1/plain.h", "../i1/limits.h", "../i2/limits.h",
+		"../i2/order.h", "../sys/order.h", "../after/order.h", "../after/hasinc.h", "self.h", "cycle_a.h", "cycle_b.h"} {
+		found := false
+		for _, s := range scanned {
+			found = found || s == want
+		}
+		if !found {
+			t.Errorf("%s not scanned as %q: %q", want, want, scanned)
+		}
+	}
+	// The compile itself must succeed, or gcc -M's list proves little.
+	if r := runLocal(t, src, argv, "main.o"); r.exit != 0 {
+		t.Fatalf("local compile: %s", r.stderr)
+	}
+}
+
+// TestScanFallsBack: a computed include makes Spec use the listing (and
+// still succeed); -MD always uses the listing; GANTRY_CC_SCANNER=off too.
+func TestScanFallsBack(t *testing.T) {
+	needGCC(t)
+	dir := project(t)
+	writeTree(t, dir, map[string]string{
+		"src/computed.c": "#define HDR \"local.h\"\n#include HDR\nint y = LOCAL;\n",
+	})
+	build := filepath.Join(dir, "build")
+	for _, tc := range []struct {
+		name    string
+		argv    []string
+		off     bool
+		scanned bool
+	}{
+		{"scanned", []string{"gcc", "-c", "../src/a.c", "-I../inc", "-o", "a.o"}, false, true},
+		{"computed include", []string{"gcc", "-c", "../src/computed.c", "-o", "c.o"}, false, false},
+		{"-MD", []string{"gcc", "-c", "../src/a.c", "-I../inc", "-MD", "-o", "a.o"}, false, false},
+		{"off", []string{"gcc", "-c", "../src/a.c", "-I../inc", "-o", "a.o"}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := scanOptions(t, func(s *Settings) { s.Scanner = !tc.off })
+			c, spec, got := remoteCompile(t, build, tc.argv, o)
+			if c.Scanned() != tc.scanned {
+				t.Errorf("Scanned() = %v, want %v", c.Scanned(), tc.scanned)
+			}
+			want := runLocal(t, build, tc.argv, c.Output)
+			if got.exit != 0 || want.exit != 0 || string(got.object) != string(want.object) {
+				t.Fatalf("objects differ (remote exit %d: %s)\nargs %q", got.exit, got.stderr, spec.Args)
+			}
+		})
+	}
+}
+
+// TestScanRelist: Relist rebuilds the Spec from the listing; it reports a
+// file the scanned Spec lacked (simulated by dropping one), and nothing
+// when the scan had everything.
+func TestScanRelist(t *testing.T) {
+	needGCC(t)
+	dir := project(t)
+	build := filepath.Join(dir, "build")
+	o := scanOptions(t, nil)
+	c, err := Parse("gcc", []string{"-c", "../src/a.c", "-I../inc", "-o", "a.o"}, build)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.Spec(ctx, o); err != nil || !c.Scanned() {
+		t.Fatalf("Spec: %v, scanned %v", err, c.Scanned())
+	}
+	spec, missed, err := c.Relist(ctx, o)
+	if err != nil || missed || c.Scanned() {
+		t.Fatalf("Relist after a complete scan: missed %v, scanned %v, %v", missed, c.Scanned(), err)
+	}
+	if got := runMaterialised(t, spec); got.exit != 0 {
+		t.Fatalf("relisted compile: %s", got.stderr)
+	}
+	// A scan that lacked ../inc/h.h.
+	if _, err := c.Spec(ctx, o); err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, p := range c.deps.Listed {
+		if !strings.HasSuffix(p, "/h.h") {
+			kept = append(kept, p)
+		}
+	}
+	if len(kept) == len(c.deps.Listed) {
+		t.Fatalf("h.h not scanned: %q", c.deps.Listed)
+	}
+	c.deps.Listed = kept
+	if _, missed, err := c.Relist(ctx, o); err != nil || !missed {
+		t.Fatalf("Relist after a scan without h.h: missed %v, %v", missed, err)
+	}
+}
