@@ -287,3 +287,52 @@ func TestScanRelist(t *testing.T) {
 		t.Fatalf("Relist after a scan without h.h: missed %v, %v", missed, err)
 	}
 }
+
+// BenchmarkScanProject scans every source of the generated project
+// (cproject.DefaultOptions) with one Scanner, as gantry batch does; the
+// time per op is per source. BenchmarkListProject runs the compiler's
+// dependency listing (gcc -M) on the same sources, for comparison.
+func BenchmarkScanProject(b *testing.B) {
+	benchProject(b, func(ctx context.Context, sc *Scanner, c *Compile, id *Identity) error {
+		_, err := sc.scan(ctx, c, id, os.Environ())
+		return err
+	})
+}
+
+func BenchmarkListProject(b *testing.B) {
+	benchProject(b, func(ctx context.Context, _ *Scanner, c *Compile, _ *Identity) error {
+		_, err := c.listDeps(ctx, os.Environ())
+		return err
+	})
+}
+
+func benchProject(b *testing.B, find func(context.Context, *Scanner, *Compile, *Identity) error) {
+	if _, err := os.Stat("/usr/bin/gcc"); err != nil {
+		b.Skip("gcc is not installed")
+	}
+	p, err := cproject.Generate(filepath.Join(b.TempDir(), "proj"), cproject.DefaultOptions)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	var compiles []*Compile
+	for _, src := range p.Sources {
+		argv := cproject.CompileArgs("gcc", src)
+		c, err := Parse(argv[0], argv[1:], p.Dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		compiles = append(compiles, c)
+	}
+	id, err := NewIdentities("").Get(ctx, "gcc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sc := NewScanner()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := find(ctx, sc, compiles[i%len(compiles)], id); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
