@@ -3,6 +3,7 @@ package cc
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -335,4 +336,72 @@ func benchProject(b *testing.B, find func(context.Context, *Scanner, *Compile, *
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestScanChain checks gcc's merging of the search path against gcc's own
+// (-v): missing directories dropped, a directory named twice (or through
+// a symbolic link) kept at its first place, a -I or -iquote directory that
+// is also a system directory searched at the system one's place, the last
+// -iquote directory dropped when it is the first -I one.
+func TestScanChain(t *testing.T) {
+	needGCC(t)
+	dir := t.TempDir()
+	for _, d := range []string{"q", "i1", "i2", "sys", "after"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("i1", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	quote := []string{"q", "sys", "i1"}
+	bracket := []string{"i1", "missing", "link", "i2", "sys", "/usr/include"}
+	isystem, after := []string{"sys"}, []string{"after", "q"}
+	var args []string
+	for _, l := range []struct {
+		flag string
+		dirs []string
+	}{{"-iquote", quote}, {"-I", bracket}, {"-isystem", isystem}, {"-idirafter", after}} {
+		for _, d := range l.dirs {
+			args = append(args, l.flag, d)
+		}
+	}
+	cmd := exec.Command("gcc", append(args, "-E", "-v", "-x", "c", os.DevNull)...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("gcc -v: %v: %s", err, out)
+	}
+	var gccQuote, gccBracket []string
+	var list *[]string
+	for _, line := range strings.Split(string(out), "\n") {
+		switch {
+		case strings.HasPrefix(line, `#include "..."`):
+			list = &gccQuote
+		case strings.HasPrefix(line, "#include <...>"):
+			list = &gccBracket
+		case strings.HasPrefix(line, "End of search list."):
+			list = nil
+		case list != nil && strings.HasPrefix(line, " "):
+			*list = append(*list, strings.TrimSpace(line))
+		}
+	}
+	defaults, err := probeSystemDirs(context.Background(), "gcc", dir, os.Environ(), nil, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := buildChain(dir, quote, bracket, isystem, defaults, after)
+	if got, want := strings.Join(c.dirs, " "), strings.Join(append(gccQuote, gccBracket...), " "); got != want || c.bracket != len(gccQuote) {
+		t.Fatalf("chain %q (bracket from %d)\ngcc's %q (bracket from %d)", got, c.bracket, want, len(gccQuote))
+	}
+}
+
+// TestScanPredef: gcc reads <stdc-predef.h> before the source; the scan
+// lists it even when the source includes nothing.
+func TestScanPredef(t *testing.T) {
+	needGCC(t)
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"empty.c": "int x;\n"})
+	scanned, listed := scanAndList(t, NewScanner(), dir, []string{"gcc", "-c", "empty.c"})
+	checkSuperset(t, dir, dir, scanned, listed)
 }
