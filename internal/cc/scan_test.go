@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gantry-build/gantry/internal/testutil/cproject"
 )
@@ -404,4 +405,40 @@ func TestScanPredef(t *testing.T) {
 	writeTree(t, dir, map[string]string{"empty.c": "int x;\n"})
 	scanned, listed := scanAndList(t, NewScanner(), dir, []string{"gcc", "-c", "empty.c"})
 	checkSuperset(t, dir, dir, scanned, listed)
+}
+
+// TestScanSeesNewHeader: a header created between two compiles of one
+// process (by an earlier job) shadows the one found before, as it does
+// for the compiler.
+func TestScanSeesNewHeader(t *testing.T) {
+	needGCC(t)
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"a.c": "#include \"gen.h\"\n", "b/gen.h": "\n", "a/.keep": ""})
+	sc := NewScanner()
+	argv := []string{"gcc", "-Ia", "-Ib", "-c", "a.c"}
+	scanned, _ := scanAndList(t, sc, dir, argv)
+	if !slicesContain(scanned, "b/gen.h") {
+		t.Fatalf("first scan: %q", scanned)
+	}
+	writeTree(t, dir, map[string]string{"a/gen.h": "\n"})
+	// Whatever the file system's timestamp granularity, the directory
+	// has changed.
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(dir, "a"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	scanned, listed := scanAndList(t, sc, dir, argv)
+	checkSuperset(t, dir, dir, scanned, listed)
+	if !slicesContain(scanned, "a/gen.h") || slicesContain(scanned, "b/gen.h") {
+		t.Fatalf("second scan: %q", scanned)
+	}
+}
+
+func slicesContain(list []string, s string) bool {
+	for _, l := range list {
+		if l == s {
+			return true
+		}
+	}
+	return false
 }
