@@ -439,6 +439,14 @@ func (w *walk) listing(dir string) *dirListing {
 	}
 	l := &dirListing{}
 	w.checked[dir] = l
+	// A directory its parent's listing does not name is missing, with no
+	// system call ("include/mod0/common" for "common/util.h" beside).
+	if i := strings.LastIndexByte(dir, '/'); i >= 0 {
+		base := dir[i+1:]
+		if base != "" && base != "." && base != ".." && !w.listing(dir[:i]).has(base) {
+			return l
+		}
+	}
 	st, err := os.Stat(dir)
 	if err != nil || !st.IsDir() {
 		return l

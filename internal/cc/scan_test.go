@@ -2,11 +2,13 @@ package cc
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,10 +110,44 @@ func TestScanGeneratedProject(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc := NewScanner()
+	want := map[string]string{}
 	for _, src := range p.Sources {
 		argv := cproject.CompileArgs("gcc", src)
 		scanned, listed := scanAndList(t, sc, p.Dir, argv)
 		checkSuperset(t, p.Dir, p.Dir, scanned, listed)
+		want[src] = strings.Join(scanned, " ")
+	}
+	// Concurrent scans sharing the caches (as gantry batch's jobs do)
+	// find the same.
+	id, err := NewIdentities("").Get(context.Background(), "gcc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := NewScanner()
+	var wg sync.WaitGroup
+	errs := make(chan string, 4*len(p.Sources))
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, src := range p.Sources {
+				argv := cproject.CompileArgs("gcc", src)
+				c, err := Parse(argv[0], argv[1:], p.Dir)
+				if err != nil {
+					errs <- err.Error()
+					continue
+				}
+				got, err := shared.scan(context.Background(), c, id, os.Environ())
+				if err != nil || strings.Join(got, " ") != want[src] {
+					errs <- fmt.Sprintf("%s: concurrent scan %q, %v", src, got, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 	// Byte-identical objects for a few of them.
 	o := scanOptions(t, nil)
