@@ -105,7 +105,8 @@ func buildChain(cwd string, quote, bracket, isystem, defaults, after []string) s
 func probeSystemDirs(ctx context.Context, compiler, cwd string, env, flags []string, lang string) ([]string, error) {
 	args := append(append([]string(nil), flags...), "-x", lang, "-E", "-v", os.DevNull)
 	cmd := exec.CommandContext(ctx, compiler, args...)
-	cmd.Dir, cmd.Env = cwd, env
+	// The search list's headings are translated in other locales.
+	cmd.Dir, cmd.Env = cwd, append(append([]string(nil), env...), "LC_ALL=C")
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 	if err := cmd.Run(); err != nil {
