@@ -204,8 +204,7 @@ func (s *dirScanner) skipSpace() bool {
 // at the end of the directive's line.
 func (s *dirScanner) directive() error {
 	if !s.skipSpace() || !isIdentStart(s.data[s.i]) {
-		s.restOfLine(false)
-		return nil
+		return s.restOfLine(true)
 	}
 	j := identEnd(s.data, s.i)
 	name := string(s.data[s.i:j])
@@ -222,12 +221,12 @@ func (s *dirScanner) directive() error {
 		d.next = name == "include_next"
 		s.out = append(s.out, d)
 		s.restOfLine(false)
-	case "if", "elif":
-		return s.restOfLine(true)
 	case "embed":
 		return unscannable("#embed")
 	default:
-		s.restOfLine(false)
+		// #if and #elif, and #define too: a macro can stand for
+		// __has_include(<x.h>) in a later #if (libstdc++'s c++config.h).
+		return s.restOfLine(true)
 	}
 	return nil
 }
@@ -263,8 +262,8 @@ func (s *dirScanner) headerName() (directive, error) {
 }
 
 // restOfLine skips to the end of the directive's line, past comments and
-// literals; with has set (#if, #elif) it records the operands of
-// __has_include and __has_include_next.
+// literals; with has set it records the operands of __has_include and
+// __has_include_next.
 func (s *dirScanner) restOfLine(has bool) error {
 	for s.i < len(s.data) {
 		c := s.data[s.i]
