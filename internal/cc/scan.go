@@ -270,12 +270,17 @@ func (w *walk) file(p string, at, depth int) error {
 	if depth > maxIncludeDepth {
 		return unscannable("#include nested too deeply at %s", p)
 	}
+	w.list(p)
+	w.pending = append(w.pending, pendingFile{p, at, depth})
+	return nil
+}
+
+// list adds p to the inputs.
+func (w *walk) list(p string) {
 	if !w.listed[p] {
 		w.listed[p] = true
 		w.order = append(w.order, p)
 	}
-	w.pending = append(w.pending, pendingFile{p, at, depth})
-	return nil
 }
 
 // walkPending follows the queued files' directives until none is left.
@@ -300,8 +305,12 @@ func (w *walk) walkPending() error {
 			if err != nil {
 				return err
 			}
-			if r.path == "" {
+			switch {
+			case r.path == "":
 				continue // missing: a dead branch, or the compiler reports it
+			case d.only:
+				w.list(r.path)
+				continue
 			}
 			if err := w.file(r.path, r.at, f.depth+1); err != nil {
 				return err

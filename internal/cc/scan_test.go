@@ -478,3 +478,25 @@ func slicesContain(list []string, s string) bool {
 	}
 	return false
 }
+
+// TestScanPragmaDependency: the file a #pragma GCC dependency names is
+// sent (the compile fails without it, and gcc's listing does not name
+// it), but not read for directives.
+func TestScanPragmaDependency(t *testing.T) {
+	needGCC(t)
+	dir := project(t)
+	writeTree(t, dir, map[string]string{
+		"src/p.c":       "#pragma GCC dependency \"grammar.y\"\n#include \"h.h\"\nint p = H;\n",
+		"src/grammar.y": "#include \"not_a_header.h\"\n%%\n",
+	})
+	build := filepath.Join(dir, "build")
+	argv := []string{"gcc", "-c", "../src/p.c", "-I../inc", "-o", "p.o"}
+	c, spec, got := remoteCompile(t, build, argv, scanOptions(t, nil))
+	if !c.Scanned() {
+		t.Fatal("not scanned")
+	}
+	want := runLocal(t, build, argv, c.Output)
+	if got.exit != 0 || want.exit != 0 || string(got.object) != string(want.object) {
+		t.Fatalf("objects differ (remote exit %d: %s)\nargs %q", got.exit, got.stderr, spec.Args)
+	}
+}

@@ -11,6 +11,9 @@ type directive struct {
 	name  string // as written between the delimiters
 	angle bool   // <name>, else "name"
 	next  bool   // #include_next or __has_include_next
+	// only: #pragma GCC dependency, a file the compiler looks at (it
+	// fails without it) but does not preprocess.
+	only bool
 }
 
 // cannotScan says that the scanner cannot be sure of a compile's inputs
@@ -223,12 +226,36 @@ func (s *dirScanner) directive() error {
 		s.restOfLine(false)
 	case "embed":
 		return unscannable("#embed")
+	case "pragma":
+		// #pragma GCC dependency "file": gcc's listing does not name
+		// the file, but the compile fails without it.
+		if s.word() == "GCC" && s.word() == "dependency" && s.skipSpace() {
+			d, err := s.headerName()
+			if err != nil {
+				return fmt.Errorf("#pragma GCC dependency: %w", err)
+			}
+			d.only = true
+			s.out = append(s.out, d)
+		}
+		return s.restOfLine(true)
 	default:
 		// #if and #elif, and #define too: a macro can stand for
 		// __has_include(<x.h>) in a later #if (libstdc++'s c++config.h).
 		return s.restOfLine(true)
 	}
 	return nil
+}
+
+// word reads the identifier after blanks and comments on the line ("" if
+// there is none).
+func (s *dirScanner) word() string {
+	if !s.skipSpace() || !isIdentStart(s.data[s.i]) {
+		return ""
+	}
+	j := identEnd(s.data, s.i)
+	w := string(s.data[s.i:j])
+	s.i = j
+	return w
 }
 
 // headerName reads <name> or "name" at s.i; anything else is a computed

@@ -38,6 +38,7 @@ func TestScanDirectives(t *testing.T) {
 		{"has_include", "#if __has_include(<opt.h>) && __has_include_next(\"n.h\")\n#endif\n#ifdef __has_include\n#endif\n#if defined __has_include\n#endif\n",
 			[]directive{a("opt.h"), {name: "n.h", next: true}}},
 		{"has_include in a macro", "#define HAS_TBB __has_include(<tbb/tbb.h>)\n#if HAS_TBB\n#endif\n", []directive{a("tbb/tbb.h")}},
+		{"pragma GCC dependency", "#pragma GCC dependency \"parse.y\" extra\n#pragma GCC poison x\n#pragma once\n", []directive{{name: "parse.y", only: true}}},
 		{"apostrophe in error", "#error don't\n#include \"yes.h\"\n", []directive{q("yes.h")}},
 		{"angle name with slashes", "#include <sys//x.h>\n", []directive{a("sys//x.h")}},
 		{"other directives", "#define A <b.h>\n#pragma once\n#line 3 \"x.h\"\n#ifdef __has_include\n#endif\n", nil},
