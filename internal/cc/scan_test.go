@@ -19,7 +19,7 @@ import (
 func scanOptions(t *testing.T, mutate func(*Settings)) Options {
 	t.Helper()
 	o := newOptions(t, mutate) // Settings.Scanner is on by default
-	o.Scanner = NewScanner()
+	o.Scanner = NewScanner("")
 	return o
 }
 
@@ -109,7 +109,7 @@ func TestScanGeneratedProject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := NewScanner()
+	sc := NewScanner("")
 	want := map[string]string{}
 	for _, src := range p.Sources {
 		argv := cproject.CompileArgs("gcc", src)
@@ -123,7 +123,7 @@ func TestScanGeneratedProject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shared := NewScanner()
+	shared := NewScanner("")
 	var wg sync.WaitGroup
 	errs := make(chan string, 4*len(p.Sources))
 	for g := 0; g < 4; g++ {
@@ -174,7 +174,7 @@ func TestScanSpecCases(t *testing.T) {
 	needGCC(t)
 	dir := project(t)
 	build := filepath.Join(dir, "build")
-	sc := NewScanner()
+	sc := NewScanner("")
 	for _, tc := range identicalCases(t, dir) {
 		t.Run(tc.name, func(t *testing.T) {
 			scanned, listed := scanAndList(t, sc, build, tc.argv)
@@ -230,7 +230,7 @@ int main(void) { return 0; }
 	})
 	argv := []string{"gcc", "-iquote", "../q", "-I../i1", "-I", "../i2", "-isystem", "../sys", "-idirafter", "../after", "-c", "main.c"}
 	src := filepath.Join(dir, "src")
-	scanned, listed := scanAndList(t, NewScanner(), src, argv)
+	scanned, listed := scanAndList(t, NewScanner(""), src, argv)
 	// gcc does not list a header __has_include only tests; the scanner
 	// sends it (the test's answer must be the same remotely).
 	checkSuperset(t, src, dir, scanned, listed, "../after/hasinc.h")
@@ -366,7 +366,7 @@ func benchProject(b *testing.B, find func(context.Context, *Scanner, *Compile, *
 	if err != nil {
 		b.Fatal(err)
 	}
-	sc := NewScanner()
+	sc := NewScanner("")
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if err := find(ctx, sc, compiles[i%len(compiles)], id); err != nil {
@@ -423,7 +423,7 @@ func TestScanChain(t *testing.T) {
 			*list = append(*list, strings.TrimSpace(line))
 		}
 	}
-	defaults, err := probeSystemDirs(context.Background(), "gcc", dir, os.Environ(), nil, "c")
+	defaults, _, err := probeSystemDirs(context.Background(), "gcc", dir, os.Environ(), nil, "c")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +439,7 @@ func TestScanPredef(t *testing.T) {
 	needGCC(t)
 	dir := t.TempDir()
 	writeTree(t, dir, map[string]string{"empty.c": "int x;\n"})
-	scanned, listed := scanAndList(t, NewScanner(), dir, []string{"gcc", "-c", "empty.c"})
+	scanned, listed := scanAndList(t, NewScanner(""), dir, []string{"gcc", "-c", "empty.c"})
 	checkSuperset(t, dir, dir, scanned, listed)
 }
 
@@ -450,7 +450,7 @@ func TestScanSeesNewHeader(t *testing.T) {
 	needGCC(t)
 	dir := t.TempDir()
 	writeTree(t, dir, map[string]string{"a.c": "#include \"gen.h\"\n", "b/gen.h": "\n", "a/.keep": ""})
-	sc := NewScanner()
+	sc := NewScanner("")
 	argv := []string{"gcc", "-Ia", "-Ib", "-c", "a.c"}
 	scanned, _ := scanAndList(t, sc, dir, argv)
 	if !slicesContain(scanned, "b/gen.h") {
@@ -498,5 +498,48 @@ func TestScanPragmaDependency(t *testing.T) {
 	want := runLocal(t, build, argv, c.Output)
 	if got.exit != 0 || want.exit != 0 || string(got.object) != string(want.object) {
 		t.Fatalf("objects differ (remote exit %d: %s)\nargs %q", got.exit, got.stderr, spec.Args)
+	}
+}
+
+// TestScanProbeOnDisk: a second launcher process (a new Scanner, the same
+// cache directory) scans without running the compiler; a directory the
+// compiler ignored as missing that now exists makes it probe again.
+func TestScanProbeOnDisk(t *testing.T) {
+	needGCC(t)
+	compiler, runs := countingCompiler(t)
+	cache := t.TempDir()
+	dir := t.TempDir()
+	sysroot := filepath.Join(dir, "sysroot")
+	writeTree(t, dir, map[string]string{"a.c": "#include \"a.h\"\n", "a.h": "\n", "sysroot/.keep": ""})
+	ids := NewIdentities(cache)
+	scan := func() []string {
+		t.Helper()
+		c, err := Parse(compiler, []string{"--sysroot=" + sysroot, "-c", "a.c"}, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := ids.Get(context.Background(), compiler)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := NewScanner(cache).scan(context.Background(), c, id, os.Environ())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	first := scan()
+	n := runs()
+	if second := scan(); runs() != n || strings.Join(second, " ") != strings.Join(first, " ") {
+		t.Fatalf("second process: %d compiler runs (want %d), %q vs %q", runs(), n, second, first)
+	}
+	// gcc ignores <sysroot>/usr/include while it does not exist.
+	writeTree(t, sysroot, map[string]string{"usr/include/stdc-predef.h": "\n"})
+	got := scan()
+	if runs() != n+1 {
+		t.Fatalf("after creating an ignored directory: %d compiler runs, want %d", runs(), n+1)
+	}
+	if !slicesContain(got, filepath.Join(sysroot, "usr/include/stdc-predef.h")) {
+		t.Errorf("the new directory's header is not scanned: %q", got)
 	}
 }

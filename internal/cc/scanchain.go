@@ -99,10 +99,11 @@ func buildChain(cwd string, quote, bracket, isystem, defaults, after []string) s
 }
 
 // probeSystemDirs runs `COMPILER FLAGS -x LANG -E -v /dev/null` in cwd and
-// returns the default #include <...> directories it prints. flags are the
-// compile's flags that can change them (--sysroot, -nostdinc, -m32,
-// -target...), without the user's own directories.
-func probeSystemDirs(ctx context.Context, compiler, cwd string, env, flags []string, lang string) ([]string, error) {
+// returns the default #include <...> directories it prints, and the
+// nonexistent ones it ignored. flags are the compile's flags that can
+// change them (--sysroot, -nostdinc, -m32, -target...), without the
+// user's own directories.
+func probeSystemDirs(ctx context.Context, compiler, cwd string, env, flags []string, lang string) (dirs, missing []string, err error) {
 	args := append(append([]string(nil), flags...), "-x", lang, "-E", "-v", os.DevNull)
 	cmd := exec.CommandContext(ctx, compiler, args...)
 	// The search list's headings are translated in other locales.
@@ -111,11 +112,10 @@ func probeSystemDirs(ctx context.Context, compiler, cwd string, env, flags []str
 	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
-		return nil, unscannable("finding the compiler's include directories (%s -E -v): %v: %s", compiler, err, firstLine(stderr.String()))
+		return nil, nil, unscannable("finding the compiler's include directories (%s -E -v): %v: %s", compiler, err, firstLine(stderr.String()))
 	}
-	var dirs []string
 	state := 0 // 1: in the quote list, 2: in the bracket list
 	found := false
 	sc := bufio.NewScanner(&stderr)
@@ -128,21 +128,26 @@ func probeSystemDirs(ctx context.Context, compiler, cwd string, env, flags []str
 			state, found = 2, true
 		case strings.HasPrefix(line, "End of search list."):
 			state = 0
+		case strings.HasPrefix(line, `ignoring nonexistent directory "`):
+			// gcc; clang says the same without the quotes.
+			missing = append(missing, strings.TrimSuffix(strings.TrimPrefix(line, `ignoring nonexistent directory "`), `"`))
+		case strings.HasPrefix(line, "ignoring nonexistent directory "):
+			missing = append(missing, strings.TrimPrefix(line, "ignoring nonexistent directory "))
 		case state != 0 && strings.HasPrefix(line, " "):
 			if state == 1 {
 				// Without the user's -iquote there is no quote list of
 				// the compiler's own that the scanner would know of.
-				return nil, unscannable("the compiler has default #include \"...\" directories")
+				return nil, nil, unscannable("the compiler has default #include \"...\" directories")
 			}
 			d := strings.TrimSpace(line)
 			if strings.HasSuffix(d, "(framework directory)") {
-				return nil, unscannable("the compiler searches framework directories")
+				return nil, nil, unscannable("the compiler searches framework directories")
 			}
 			dirs = append(dirs, d)
 		}
 	}
 	if !found {
-		return nil, unscannable("%s -E -v printed no include search list", compiler)
+		return nil, nil, unscannable("%s -E -v printed no include search list", compiler)
 	}
-	return dirs, nil
+	return dirs, missing, nil
 }
