@@ -176,7 +176,7 @@ func display(stderr io.Writer) batch.Progress {
 // ccOptions are the options of the compiles' Spec: the launcher's
 // settings and caches, shared by every job.
 func ccOptions(s cc.Settings) cc.Options {
-	o := cc.Options{Settings: s, Env: os.Environ(), Identities: cc.NewIdentities(s.CacheDir)}
+	o := cc.Options{Settings: s, Env: os.Environ(), Identities: cc.NewIdentities(s.CacheDir), Scanner: cc.NewScanner(s.CacheDir)}
 	if s.CacheDir != "" && s.CacheEntries > 0 {
 		o.Deps = cc.NewDepsCache(s.CacheDir, s.CacheEntries)
 	}

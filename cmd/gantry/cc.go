@@ -100,7 +100,7 @@ func runCC(cmd *cobra.Command, compiler string, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := cc.Options{Settings: settings, Env: os.Environ(), Identities: cc.NewIdentities(settings.CacheDir)}
+	opts := cc.Options{Settings: settings, Env: os.Environ(), Identities: cc.NewIdentities(settings.CacheDir), Scanner: cc.NewScanner(settings.CacheDir)}
 	if settings.CacheDir != "" && settings.CacheEntries > 0 {
 		opts.Deps = cc.NewDepsCache(settings.CacheDir, settings.CacheEntries)
 	}
@@ -137,6 +137,16 @@ func runCC(cmd *cobra.Command, compiler string, args []string) error {
 	}
 	var stdout, stderr bytes.Buffer
 	code, info, err := client.Run(ctx, spec, &stdout, &stderr, started)
+	if err == nil && code != 0 && c.Scanned() {
+		// The include scanner may have missed a header the compiler
+		// needed: when the compiler's own listing names one, retry once.
+		if relisted, missed, lerr := c.Relist(ctx, opts); lerr == nil && missed {
+			r.verbosef("the include scanner missed a header; retrying with the dependency listing")
+			stdout.Reset()
+			stderr.Reset()
+			code, info, err = client.Run(ctx, relisted, &stdout, &stderr, started)
+		}
+	}
 	if err != nil {
 		if ctx.Err() != nil && cmd.Context().Err() == nil {
 			mu.Lock()

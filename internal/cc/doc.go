@@ -8,10 +8,16 @@
 //     (linking, -E, -S, -M/-MM, stdin, several sources, response files,
 //     flags not in the table of known flags) returns a *LocalError: the
 //     caller runs the compiler locally, unchanged.
-//   - (*Compile).Spec finds the inputs with the compiler's own dependency
-//     listing (-M), run locally, or from the direct-mode DepsCache without
-//     running anything; lays out the input root (the deepest common
-//     directory of the working directory and the project's files);
+//   - (*Compile).Spec finds the inputs with the include Scanner (gcc's
+//     search rules in Go, every #if branch followed: a superset of the
+//     listing) when no -MD/-MMD file is asked for, or else, and for what
+//     the scanner cannot follow (a computed include), with the compiler's
+//     own dependency listing (-M), run locally, or from the direct-mode
+//     DepsCache without running anything. A scanned Spec (Scanned) whose
+//     remote compile failed is rebuilt from the listing by Relist, which
+//     says whether the scan missed a file (then a retry can help). It
+//     lays out the input root (the deepest common directory of the
+//     working directory and the project's files);
 //     rewrites absolute paths under it to relative ones with
 //     -ffile-prefix-map flags that make the object byte-identical to a
 //     local compile; and mirrors the system headers under SysrootDir with

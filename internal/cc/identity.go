@@ -182,6 +182,9 @@ func probe(ctx context.Context, path string) (*Identity, error) {
 		// headers on Debian): those come with the compiler, are never
 		// sent, and --sysroot does not move them on the worker either.
 		cmd := exec.CommandContext(ctx, path, "-x", lang, "-E", "-v", "--sysroot="+probeSysroot, os.DevNull)
+		// The headings searchDirs looks for are translated in other
+		// locales.
+		cmd.Env = append(os.Environ(), "LC_ALL=C")
 		var stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 		if cmd.Run() != nil {

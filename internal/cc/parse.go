@@ -72,8 +72,9 @@ type Compile struct {
 	userMaps    []prefixMap
 
 	// Filled by Spec.
-	layout *layout
-	deps   *depsResult
+	layout  *layout
+	deps    *depsResult
+	scanned bool // deps came from the include scanner
 }
 
 // sourceExts are the source suffixes that run remotely without -x, by the

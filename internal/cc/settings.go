@@ -49,6 +49,10 @@ type Settings struct {
 	CacheEntries int
 	// Platform holds the remote platform properties, NAME=VALUE.
 	Platform []string
+	// Scanner finds a compile's inputs with the include scanner
+	// (Options.Scanner) instead of the compiler's dependency listing when
+	// no dependency file (-MD/-MMD) is asked for.
+	Scanner bool
 }
 
 // SettingsFromEnv reads the GANTRY_CC_* variables (and GANTRY_CACHE_DIR)
@@ -59,6 +63,7 @@ func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 		RemotePath:   DefaultRemotePath,
 		Fallback:     true,
 		CacheEntries: 20000,
+		Scanner:      true,
 	}
 	if v := getenv("GANTRY_CC_PROJECT_ROOT"); v != "" {
 		if !filepath.IsAbs(v) {
@@ -81,6 +86,9 @@ func SettingsFromEnv(getenv func(string) string) (Settings, error) {
 		return s, err
 	}
 	if s.Verbose, err = envBool(getenv, "GANTRY_CC_VERBOSE", false); err != nil {
+		return s, err
+	}
+	if s.Scanner, err = envBool(getenv, "GANTRY_CC_SCANNER", true); err != nil {
 		return s, err
 	}
 	switch v := getenv("GANTRY_CACHE_DIR"); v {

@@ -2,6 +2,7 @@ package cc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -21,6 +22,9 @@ type Options struct {
 	Identities *Identities
 	// Deps is the direct-mode dependency cache; nil lists every time.
 	Deps *DepsCache
+	// Scanner is the include scanner, used when Settings.Scanner is set;
+	// share one per process. nil always uses the dependency listing.
+	Scanner *Scanner
 	// Log receives debug lines (cache hits, the layout); nil discards them.
 	Log *slog.Logger
 }
@@ -34,9 +38,11 @@ var localEnv = []string{"CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_I
 // the locale (message language) and the reproducible-build timestamp.
 var remoteEnv = []string{"LANG", "LC_ALL", "LC_MESSAGES", "SOURCE_DATE_EPOCH"}
 
-// Spec finds the compile's inputs (from the direct-mode cache, or by
-// running the compiler's dependency listing locally) and returns the
-// remote command. A *LocalError (IsLocal) says the compile must run
+// Spec finds the compile's inputs (with the include scanner when the
+// settings allow it and no dependency file is asked for; otherwise from
+// the direct-mode cache, or by running the compiler's dependency listing
+// locally) and returns the remote command. A compile the scanner cannot
+// follow (a computed include) falls back to the listing. A *LocalError (IsLocal) says the compile must run
 // locally after all, for example when the project root would be "/".
 func (c *Compile) Spec(ctx context.Context, o Options) (remote.Spec, error) {
 	log := o.Log
@@ -54,18 +60,104 @@ func (c *Compile) Spec(ctx context.Context, o Options) (remote.Spec, error) {
 	if err != nil {
 		return remote.Spec{}, err
 	}
+	if o.Settings.Scanner && o.Scanner != nil && c.depMode == "" {
+		listed, err := o.Scanner.scan(ctx, c, id, o.Env)
+		var cs *cannotScan
+		switch {
+		case err == nil:
+			spec, err := c.finish(id, &depsResult{Listed: listed}, o)
+			if _, isLocal := IsLocal(err); !isLocal {
+				c.scanned = err == nil
+				return spec, err
+			}
+			// A header of a dead branch may have widened the project
+			// root too much: the listing decides.
+			log.Debug("cc: using the dependency listing", "source", c.Source, "reason", err)
+		case errors.As(err, &cs):
+			log.Debug("cc: using the dependency listing", "source", c.Source, "reason", cs.reason)
+		default:
+			return remote.Spec{}, err
+		}
+	}
+	deps, err := c.listed(ctx, id, o, log)
+	if err != nil {
+		return remote.Spec{}, err
+	}
+	return c.finish(id, deps, o)
+}
+
+// Scanned reports whether the last Spec's inputs came from the include
+// scanner rather than the compiler's dependency listing. When a remote
+// compile of such a Spec fails, Relist gives the Spec to retry with.
+func (c *Compile) Scanned() bool { return c.scanned }
+
+// Relist is Spec with the inputs from the compiler's dependency listing
+// (or the direct-mode cache), never the include scanner: the safety net
+// for a remote compile of a scanned Spec that failed. missed reports
+// whether the listing named a file the previous Spec did not send; when
+// it is false the retry would fail the same way (a genuine compile
+// error) and can be skipped. After Relist, Scanned is false.
+func (c *Compile) Relist(ctx context.Context, o Options) (spec remote.Spec, missed bool, err error) {
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	id, err := o.Identities.Get(ctx, c.Compiler)
+	if err != nil {
+		return remote.Spec{}, false, err
+	}
+	deps, err := c.listed(ctx, id, o, log)
+	if err != nil {
+		return remote.Spec{}, false, err
+	}
+	had := map[string]bool{}
+	if c.deps != nil {
+		for _, p := range c.deps.Listed {
+			had[c.absPath(p)] = true
+		}
+	}
+	for _, p := range deps.Listed {
+		if !had[c.absPath(p)] {
+			missed = true
+			log.Debug("cc: the include scanner missed a file", "source", c.Source, "file", p)
+		}
+	}
+	c.scanned = false
+	spec, err = c.finish(id, deps, o)
+	return spec, missed, err
+}
+
+// absPath is p (relative to the working directory or absolute) absolute
+// and clean.
+func (c *Compile) absPath(p string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(c.Cwd, p)
+}
+
+// listed finds the inputs with the direct-mode cache or the compiler's
+// dependency listing.
+func (c *Compile) listed(ctx context.Context, id *Identity, o Options, log *slog.Logger) (*depsResult, error) {
 	key := c.depsKey(id, o.Env)
 	deps, hit := o.Deps.get(key)
 	if hit {
 		log.Debug("cc: direct-mode cache hit", "source", c.Source)
-	} else {
-		if deps, err = c.listDeps(ctx, o.Env); err != nil {
-			return remote.Spec{}, err
-		}
-		if err := o.Deps.put(key, c.Cwd, deps); err != nil {
-			log.Debug("cc: not caching the dependency listing", "err", err)
-		}
+		return deps, nil
 	}
+	deps, err := c.listDeps(ctx, o.Env)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.Deps.put(key, c.Cwd, deps); err != nil {
+		log.Debug("cc: not caching the dependency listing", "err", err)
+	}
+	return deps, nil
+}
+
+// finish lays the compile out from its inputs and returns the remote
+// command.
+func (c *Compile) finish(id *Identity, deps *depsResult, o Options) (remote.Spec, error) {
 	l, err := c.plan(id, deps.Listed, o.Settings)
 	if err != nil {
 		return remote.Spec{}, err

@@ -20,30 +20,19 @@ func TestSpecObjectsIdentical(t *testing.T) {
 	needGCC(t)
 	dir := project(t)
 	build := filepath.Join(dir, "build")
-	abs := func(p string) string { return filepath.Join(dir, p) }
-	cases := []struct {
-		name string
-		argv []string
-	}{
-		{"relative", []string{"gcc", "-c", "../src/a.c", "-I../inc", "-O2", "-o", "a.o"}},
-		{"absolute", []string{"gcc", "-c", abs("src/a.c"), "-I" + abs("inc"), "-O2", "-o", abs("build/a.o")}},
-		{"absolute separate -I and -include", []string{"gcc", "-c", abs("src/a.c"), "-I", abs("inc"), "-include", abs("inc/force.h"), "-o", "obj/a.o"}},
-		{"default output", []string{"gcc", "-c", abs("src/a.c"), "-iquote", abs("inc"), "-Wall"}},
-		{"debug relative", []string{"gcc", "-g", "-c", "../src/a.c", "-I../inc", "-o", "a.o"}},
-		{"debug absolute", []string{"gcc", "-g", "-O1", "-c", abs("src/a.c"), "-I" + abs("inc"), "-o", "a.o"}},
-		{"assembler with cpp", []string{"gcc", "-c", abs("src/s.S"), "-I" + abs("inc"), "-o", "s.o"}},
-		{"assembler with cpp debug", []string{"gcc", "-g", "-c", "../src/s.S", "-I../inc", "-o", "s.o"}},
-		{"c++", []string{"g++", "-O2", "-c", abs("src/b.cc"), "-I" + abs("inc"), "-o", "b.o"}},
-		{"c++ debug", []string{"g++", "-g", "-std=c++17", "-c", "../src/b.cc", "-I../inc", "-o", "b.o"}},
-		{"user sysroot", []string{"gcc", "-g", "--sysroot=/", "-c", "../src/a.c", "-I../inc", "-o", "a.o"}},
-		{"nostdinc", []string{"gcc", "-g", "-nostdinc", "-isystem", gccInclude(t), "-isystem", "/usr/include/x86_64-linux-gnu", "-isystem", "/usr/include", "-c", abs("src/a.c"), "-I../inc", "-o", "a.o"}},
-		{"user prefix map", []string{"gcc", "-g", "-c", abs("src/a.c"), "-I" + abs("inc"), "-ffile-prefix-map=" + dir + "=.", "-o", "a.o"}},
-	}
-	for _, mode := range []string{HeadersSend, HeadersWorker} {
+	cases := identicalCases(t, dir)
+	for _, mode := range []string{HeadersSend, HeadersWorker, HeadersSend + "+scanner", HeadersWorker + "+scanner"} {
 		for _, tc := range cases {
 			t.Run(mode+"/"+tc.name, func(t *testing.T) {
-				o := newOptions(t, func(s *Settings) { s.Headers = mode })
+				headers, scanner := strings.CutSuffix(mode, "+scanner")
+				o := newOptions(t, func(s *Settings) { s.Headers = headers })
+				if scanner {
+					o = scanOptions(t, func(s *Settings) { s.Headers = headers })
+				}
 				c, spec, got := remoteCompile(t, build, tc.argv, o)
+				if c.Scanned() != scanner {
+					t.Errorf("Scanned() = %v", c.Scanned())
+				}
 				want := runLocal(t, build, tc.argv, c.Output)
 				if want.exit != 0 || len(want.object) == 0 {
 					t.Fatalf("local compile failed (%d): %s", want.exit, want.stderr)
@@ -63,7 +52,7 @@ func TestSpecObjectsIdentical(t *testing.T) {
 						t.Errorf("the compiler's own header %s was sent", in.Local)
 					}
 				}
-				if sentSystem != (mode == HeadersSend) {
+				if sentSystem != (headers == HeadersSend) {
 					t.Errorf("mode %s: system headers sent = %v", mode, sentSystem)
 				}
 				if spec.LocalRoot != dir || spec.WorkingDir != "build" {
@@ -74,6 +63,33 @@ func TestSpecObjectsIdentical(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// identicalCases are the compiles of TestSpecObjectsIdentical, in the
+// project's build directory.
+func identicalCases(t *testing.T, dir string) []struct {
+	name string
+	argv []string
+} {
+	abs := func(p string) string { return filepath.Join(dir, p) }
+	return []struct {
+		name string
+		argv []string
+	}{
+		{"relative", []string{"gcc", "-c", "../src/a.c", "-I../inc", "-O2", "-o", "a.o"}},
+		{"absolute", []string{"gcc", "-c", abs("src/a.c"), "-I" + abs("inc"), "-O2", "-o", abs("build/a.o")}},
+		{"absolute separate -I and -include", []string{"gcc", "-c", abs("src/a.c"), "-I", abs("inc"), "-include", abs("inc/force.h"), "-o", "obj/a.o"}},
+		{"default output", []string{"gcc", "-c", abs("src/a.c"), "-iquote", abs("inc"), "-Wall"}},
+		{"debug relative", []string{"gcc", "-g", "-c", "../src/a.c", "-I../inc", "-o", "a.o"}},
+		{"debug absolute", []string{"gcc", "-g", "-O1", "-c", abs("src/a.c"), "-I" + abs("inc"), "-o", "a.o"}},
+		{"assembler with cpp", []string{"gcc", "-c", abs("src/s.S"), "-I" + abs("inc"), "-o", "s.o"}},
+		{"assembler with cpp debug", []string{"gcc", "-g", "-c", "../src/s.S", "-I../inc", "-o", "s.o"}},
+		{"c++", []string{"g++", "-O2", "-c", abs("src/b.cc"), "-I" + abs("inc"), "-o", "b.o"}},
+		{"c++ debug", []string{"g++", "-g", "-std=c++17", "-c", "../src/b.cc", "-I../inc", "-o", "b.o"}},
+		{"user sysroot", []string{"gcc", "-g", "--sysroot=/", "-c", "../src/a.c", "-I../inc", "-o", "a.o"}},
+		{"nostdinc", []string{"gcc", "-g", "-nostdinc", "-isystem", gccInclude(t), "-isystem", "/usr/include/x86_64-linux-gnu", "-isystem", "/usr/include", "-c", abs("src/a.c"), "-I../inc", "-o", "a.o"}},
+		{"user prefix map", []string{"gcc", "-g", "-c", abs("src/a.c"), "-I" + abs("inc"), "-ffile-prefix-map=" + dir + "=.", "-o", "a.o"}},
 	}
 }
 
