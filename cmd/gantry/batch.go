@@ -369,6 +369,17 @@ func (b *batchSteps) download(ctx context.Context, t *batch.Task) batch.Result {
 		return b.infraFailure(ctx, t, err)
 	}
 	r := batch.Result{Stats: batch.Stats{BytesDown: stats.DownloadedBytes, BlobsDown: stats.Written}}
+	if out.ExitCode != 0 && st.compile != nil && st.compile.Scanned() {
+		// The include scanner may have missed a header the compiler
+		// needed: when the compiler's own listing names one, compile
+		// locally, which gives the true verdict either way.
+		if _, missed, err := st.compile.Relist(ctx, b.ccOpts); err == nil && missed {
+			if b.flags.verbose {
+				fmt.Fprintf(b.stderr, "gantry batch: %s: the include scanner missed a header; compiling locally\n", t.Job.Name)
+			}
+			return batch.Result{Next: batch.RunLocally, Stats: r.Stats}
+		}
+	}
 	stderr := out.Stderr
 	if st.compile != nil {
 		stderr = st.compile.MapDiagnostics(stderr)
