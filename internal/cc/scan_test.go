@@ -543,3 +543,28 @@ func TestScanProbeOnDisk(t *testing.T) {
 		t.Errorf("the new directory's header is not scanned: %q", got)
 	}
 }
+
+// TestScanMissingHeader: a header missing in a live branch is skipped by
+// the scan; the remote compile then fails with the local compiler's
+// message (paths mapped back) and exit code, and Relist, whose listing
+// fails too, says to run locally.
+func TestScanMissingHeader(t *testing.T) {
+	needGCC(t)
+	dir := project(t)
+	build := filepath.Join(dir, "build")
+	for _, src := range []string{"../src/a.c", filepath.Join(dir, "src/a.c")} {
+		argv := []string{"gcc", "-c", src, "-o", "a.o"} // no -I../inc: h.h is missing
+		o := scanOptions(t, nil)
+		c, _, got := remoteCompile(t, build, argv, o)
+		if !c.Scanned() {
+			t.Fatal("not scanned")
+		}
+		want := runLocal(t, build, argv, c.Output)
+		if want.exit == 0 || got.exit != want.exit || string(c.MapDiagnostics(got.stderr)) != string(want.stderr) {
+			t.Errorf("%s: remote exit %d, stderr %q\nlocal exit %d, stderr %q", src, got.exit, c.MapDiagnostics(got.stderr), want.exit, want.stderr)
+		}
+		if _, _, err := c.Relist(context.Background(), o); !isLocalWith(err, "dependency listing failed") {
+			t.Errorf("Relist: %v", err)
+		}
+	}
+}

@@ -28,13 +28,19 @@ func TestSettingsFromEnv(t *testing.T) {
 		!reflect.DeepEqual(s.Platform, []string{"OSFamily=linux", "ISA=x86-64"}) || s.CacheEntries != 5 {
 		t.Fatalf("set: %+v %v", s, err)
 	}
+	if !s.Scanner {
+		t.Error("the include scanner is not on by default")
+	}
+	if s, err := SettingsFromEnv(env("GANTRY_CC_SCANNER", "off")); err != nil || s.Scanner {
+		t.Errorf("GANTRY_CC_SCANNER=off: %v %v", s.Scanner, err)
+	}
 	if s, _ := SettingsFromEnv(env("GANTRY_CACHE_DIR", "off")); s.CacheDir != "" {
 		t.Errorf("GANTRY_CACHE_DIR=off: %q", s.CacheDir)
 	}
 	for _, bad := range [][]string{
 		{"GANTRY_CC_HEADERS", "all"}, {"GANTRY_CC_FALLBACK", "maybe"}, {"GANTRY_CC_VERBOSE", "2"},
 		{"GANTRY_CC_PROJECT_ROOT", "rel"}, {"GANTRY_CACHE_DIR", "rel"}, {"GANTRY_CC_CACHE_ENTRIES", "-1"},
-		{"GANTRY_CC_PLATFORM", "novalue"},
+		{"GANTRY_CC_PLATFORM", "novalue"}, {"GANTRY_CC_SCANNER", "sometimes"},
 	} {
 		if _, err := SettingsFromEnv(env(bad...)); err == nil || !strings.Contains(err.Error(), bad[0]) {
 			t.Errorf("%s=%s: error %v should name the variable", bad[0], bad[1], err)
