@@ -132,10 +132,11 @@ stop_server
 median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print "-"; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 col() { awk -v v="$1" -v c="$2" '$1==v && $c!="-" {print $c}' "$RESULTS" | median; }
 local_wall=$(col local 2)
-printf '%-11s %9s %9s %16s %11s   (%s runs, median; machine: %s cores)\n' variant wall_s vs_local client_ms_per_job server_cpu_s "$RUNS" "$(nproc)"
+num() { if [ "$1" = - ]; then echo -; else printf '%.2f' "$1"; fi; }
+printf '%-11s %9s %9s %17s %12s   (%s runs, median; machine: %s cores)\n' variant wall_s vs_local client_ms_per_job server_cpu_s "$RUNS" "$(nproc)"
 for v in local batch-cold batch-warm make-cold make-warm; do
   w=$(col "$v" 2)
-  printf '%-11s %9.2f %9.2f %16s %11s\n' "$v" "$w" "$(echo "$w / $local_wall" | bc -l)" "$(col "$v" 3)" "$(col "$v" 4)"
+  printf '%-11s %9.2f %9.2f %17s %12s\n' "$v" "$w" "$(echo "$w / $local_wall" | bc -l)" "$(num "$(col "$v" 3)")" "$(num "$(col "$v" 4)")"
 done
 echo "all runs (variant wall_s client_ms_per_job server_cpu_s):"
-cat "$RESULTS"
+awk '{printf "%s", $1; for (i = 2; i <= NF; i++) printf " %s", ($i == "-" ? "-" : sprintf("%.2f", $i)); print ""}' "$RESULTS"
