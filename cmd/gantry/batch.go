@@ -230,8 +230,8 @@ func state(t *batch.Task) *jobState {
 }
 
 // scan prepares the job's action: a compile's inputs come from the
-// compiler's dependency listing (or the direct-mode cache), a command's
-// from the job file.
+// include scanner (or, where it cannot follow, the compiler's dependency
+// listing or the direct-mode cache), a command's from the job file.
 func (b *batchSteps) scan(ctx context.Context, t *batch.Task) batch.Result {
 	st := state(t)
 	// As ninja does, make the directories the outputs go in: the
