@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,24 +15,7 @@ func gantryBatch(t *testing.T, dir, server string, args ...string) (int, string,
 	t.Chdir(dir)
 	t.Setenv("GANTRY_SERVER", server)
 	t.Setenv("GANTRY_CACHE_DIR", filepath.Join(dir, ".cache"))
-	cmd := newRootCommand()
-	var stdout, stderr bytes.Buffer
-	cmd.SetOut(&stdout)
-	cmd.SetErr(&stderr)
-	cmd.SetArgs(append([]string{"batch"}, args...))
-	err := cmd.Execute()
-	code := 0
-	if err != nil {
-		code = 1
-		var st *exitStatus
-		if errors.As(err, &st) {
-			code = st.code
-		}
-		if st == nil || st.err != nil {
-			stderr.WriteString("gantry: " + err.Error() + "\n")
-		}
-	}
-	return code, stdout.String(), stderr.String()
+	return gantryIn(t, dir, append([]string{"batch"}, args...)...)
 }
 
 type testSummary struct {

@@ -14,25 +14,7 @@ import (
 // code (as main would exit), stdout and stderr.
 func gantryCC(t *testing.T, dir string, args ...string) (int, string, string) {
 	t.Helper()
-	t.Chdir(dir)
-	cmd := newRootCommand()
-	var stdout, stderr bytes.Buffer
-	cmd.SetOut(&stdout)
-	cmd.SetErr(&stderr)
-	cmd.SetArgs(append([]string{"cc"}, args...))
-	err := cmd.Execute()
-	code := 0
-	if err != nil {
-		code = 1
-		var st *exitStatus
-		if errors.As(err, &st) {
-			code = st.code
-		}
-		if st == nil || st.err != nil {
-			stderr.WriteString("gantry: " + err.Error() + "\n")
-		}
-	}
-	return code, stdout.String(), stderr.String()
+	return gantryIn(t, dir, append([]string{"cc"}, args...)...)
 }
 
 // localCC runs the compiler in dir and returns its exit code and stderr.

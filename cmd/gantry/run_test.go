@@ -44,12 +44,19 @@ func startExecServer(t *testing.T) string {
 // exit code (as main would exit), stdout and stderr.
 func gantryRun(t *testing.T, dir string, args ...string) (int, string, string) {
 	t.Helper()
+	return gantryIn(t, dir, append([]string{"run"}, args...)...)
+}
+
+// gantryIn runs `gantry args...` in-process in dir and returns its exit
+// code (as main would exit), stdout and stderr.
+func gantryIn(t *testing.T, dir string, args ...string) (int, string, string) {
+	t.Helper()
 	t.Chdir(dir)
 	cmd := newRootCommand()
 	var stdout, stderr bytes.Buffer
 	cmd.SetOut(&stdout)
 	cmd.SetErr(&stderr)
-	cmd.SetArgs(append([]string{"run"}, args...))
+	cmd.SetArgs(args)
 	err := cmd.Execute()
 	code := 0
 	if err != nil {
