@@ -412,42 +412,13 @@ func (b *batchSteps) local(ctx context.Context, t *batch.Task) batch.Result {
 // commandSpec is the remote spec of a job-list job: its inputs and
 // outputs, relative to its directory.
 func commandSpec(j *batch.Job) (remote.Spec, error) {
-	abs := make([]string, len(j.Inputs))
-	for i, in := range j.Inputs {
-		abs[i] = absIn(j.Dir, in)
+	spec, err := remote.LocalSpec(j.Dir, j.Args, j.Env, j.Inputs, j.Outputs, j.OutputDirs)
+	if err != nil {
+		return spec, fmt.Errorf("job %s: %w", j.Name, err)
 	}
-	root, wd := remote.Layout(j.Dir, abs)
-	spec := remote.Spec{
-		Args:        j.Args,
-		Env:         j.Env,
-		LocalRoot:   root,
-		WorkingDir:  wd,
-		OutputFiles: j.Outputs,
-		OutputDirs:  j.OutputDirs,
-		Platform:    append([]string(nil), j.Platform...),
-		Timeout:     j.Timeout,
-		NoCache:     j.NoCache,
-	}
-	if !hasEnv(spec.Env, "PATH") {
-		spec.Env = append(append([]string(nil), spec.Env...), "PATH="+cc.DefaultRemotePath)
-	}
-	for _, a := range abs {
-		rel, err := relSlash(root, a)
-		if err != nil {
-			return spec, fmt.Errorf("job %s: input %s: %w", j.Name, a, err)
-		}
-		spec.Inputs = append(spec.Inputs, remote.Input{Local: a, Path: rel})
-	}
+	spec.Platform = append([]string(nil), j.Platform...)
+	spec.Timeout, spec.NoCache = j.Timeout, j.NoCache
 	return spec, nil
-}
-
-func hasEnv(env []string, name string) bool {
-	for _, e := range env {
-		if strings.HasPrefix(e, name+"=") {
-			return true
-		}
-	}
-	return false
 }
 
 // absIn is path p of a job in directory dir, made absolute.
@@ -456,15 +427,6 @@ func absIn(dir, p string) string {
 		return filepath.Clean(p)
 	}
 	return filepath.Join(dir, p)
-}
-
-// relSlash is path p relative to root, slash-separated.
-func relSlash(root, p string) (string, error) {
-	r, err := filepath.Rel(root, p)
-	if err != nil {
-		return "", err
-	}
-	return filepath.ToSlash(r), nil
 }
 
 func firstLine(s string) string {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,9 +25,6 @@ const exitOwnFailure = 125
 
 // exitInterrupted is the exit code after Ctrl-C (128 + SIGINT).
 const exitInterrupted = 130
-
-// defaultRemotePath is the command's PATH unless --env sets one.
-const defaultRemotePath = "/usr/local/bin:/usr/bin:/bin"
 
 // runFlags are the flags of gantry run.
 type runFlags struct {
@@ -141,68 +137,21 @@ func runSpec(f runFlags, args []string) (remote.Spec, error) {
 	if err != nil {
 		return remote.Spec{}, fmt.Errorf("finding the current directory: %w", err)
 	}
-	abs := func(p string) string {
-		if filepath.IsAbs(p) {
-			return filepath.Clean(p)
-		}
-		return filepath.Join(cwd, p)
-	}
-	root, wd := remote.Layout(cwd, f.inputs)
-	spec := remote.Spec{
-		Args:       args,
-		LocalRoot:  root,
-		WorkingDir: wd,
-		Platform:   f.platform,
-		Timeout:    f.timeout,
-		NoCache:    f.noCache,
-	}
-	for _, in := range f.inputs {
-		local := abs(in)
-		rel, err := filepath.Rel(root, local)
-		if err != nil {
-			return remote.Spec{}, fmt.Errorf("--input %s: %w", in, err)
-		}
-		spec.Inputs = append(spec.Inputs, remote.Input{Local: local, Path: filepath.ToSlash(rel)})
-	}
-	// Outputs are relative to the working directory, which is cwd.
-	rel := func(flag, p string) (string, error) {
-		r, err := filepath.Rel(cwd, abs(p))
-		if err != nil {
-			return "", fmt.Errorf("%s %s: %w", flag, p, err)
-		}
-		return filepath.ToSlash(r), nil
-	}
-	for _, o := range f.outputs {
-		r, err := rel("--output", o)
-		if err != nil {
-			return remote.Spec{}, err
-		}
-		spec.OutputFiles = append(spec.OutputFiles, r)
-	}
-	for _, o := range f.outputDirs {
-		r, err := rel("--output-dir", o)
-		if err != nil {
-			return remote.Spec{}, err
-		}
-		spec.OutputDirs = append(spec.OutputDirs, r)
-	}
-	hasPath := false
+	var env []string
 	for _, e := range f.env {
-		name, _, ok := strings.Cut(e, "=")
-		hasPath = hasPath || name == "PATH"
-		if ok {
-			spec.Env = append(spec.Env, e)
+		if _, _, ok := strings.Cut(e, "="); ok {
+			env = append(env, e)
 		} else if v, set := os.LookupEnv(e); set {
-			spec.Env = append(spec.Env, e+"="+v)
+			env = append(env, e+"="+v)
 		} else {
 			return remote.Spec{}, fmt.Errorf("--env %s: the variable is not set here; give NAME=VALUE", e)
 		}
 	}
-	if !hasPath {
-		// Tools such as gcc find their helpers through PATH; a fixed
-		// default keeps the cache key independent of the caller's shell.
-		spec.Env = append(spec.Env, "PATH="+defaultRemotePath)
+	spec, err := remote.LocalSpec(cwd, args, env, f.inputs, f.outputs, f.outputDirs)
+	if err != nil {
+		return remote.Spec{}, err
 	}
+	spec.Platform, spec.Timeout, spec.NoCache = f.platform, f.timeout, f.noCache
 	return spec, nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/gantry-build/gantry/internal/remote"
 )
 
 // Header modes: where the system headers (dependencies outside the
@@ -24,7 +26,7 @@ const (
 const SysrootDir = ".gantry-sysroot"
 
 // DefaultRemotePath is the PATH of the remote compile.
-const DefaultRemotePath = "/usr/local/bin:/usr/bin:/bin"
+const DefaultRemotePath = remote.DefaultPath
 
 // Settings are the launcher's settings. A launcher takes no flags of its
 // own (every argument is the compiler's), so they come from the

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 )
@@ -41,4 +42,64 @@ func within(p, dir string) bool {
 		return true
 	}
 	return strings.HasPrefix(p, dir+string(filepath.Separator))
+}
+
+// DefaultPath is the PATH a command gets when its environment sets none:
+// tools such as gcc find their helpers through PATH, and a fixed value
+// keeps the cache key independent of the caller's shell.
+const DefaultPath = "/usr/local/bin:/usr/bin:/bin"
+
+// LocalSpec is the Spec of args run in directory dir (absolute) with the
+// given inputs, output files and output directories (absolute, or
+// relative to dir): the input root from Layout, every input placed at its
+// path under it, the outputs relative to dir. env gets PATH=DefaultPath
+// unless it sets PATH. The caller fills in the rest (platform, timeout,
+// caching).
+func LocalSpec(dir string, args, env, inputs, outputs, outputDirs []string) (Spec, error) {
+	abs := func(p string) string {
+		if filepath.IsAbs(p) {
+			return filepath.Clean(p)
+		}
+		return filepath.Join(dir, p)
+	}
+	root, wd := Layout(dir, inputs)
+	spec := Spec{Args: args, LocalRoot: root, WorkingDir: wd}
+	for _, in := range inputs {
+		local := abs(in)
+		rel, err := filepath.Rel(root, local)
+		if err != nil {
+			return Spec{}, fmt.Errorf("input %s: %w", in, err)
+		}
+		spec.Inputs = append(spec.Inputs, Input{Local: local, Path: filepath.ToSlash(rel)})
+	}
+	rel := func(what, p string) (string, error) {
+		r, err := filepath.Rel(dir, abs(p))
+		if err != nil {
+			return "", fmt.Errorf("%s %s: %w", what, p, err)
+		}
+		return filepath.ToSlash(r), nil
+	}
+	for _, o := range outputs {
+		r, err := rel("output", o)
+		if err != nil {
+			return Spec{}, err
+		}
+		spec.OutputFiles = append(spec.OutputFiles, r)
+	}
+	for _, o := range outputDirs {
+		r, err := rel("output directory", o)
+		if err != nil {
+			return Spec{}, err
+		}
+		spec.OutputDirs = append(spec.OutputDirs, r)
+	}
+	spec.Env = append([]string(nil), env...)
+	hasPath := false
+	for _, e := range env {
+		hasPath = hasPath || strings.HasPrefix(e, "PATH=")
+	}
+	if !hasPath {
+		spec.Env = append(spec.Env, "PATH="+DefaultPath)
+	}
+	return spec, nil
 }

@@ -26,6 +26,23 @@ import (
 // sources and headers in nested directories, cheap to compile.
 var clientProjectOptions = cproject.Options{Modules: 8, FilesPerModule: 25, HeadersPerModule: 6, Work: 2}
 
+// generateProject generates a C project in a fresh directory of the test.
+func generateProject(t *testing.T, o cproject.Options) *cproject.Project {
+	t.Helper()
+	p, err := cproject.Generate(filepath.Join(testDir(t, "cproject"), "proj"), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// clientEnv is the environment of the client commands against g: its
+// address, a client cache of the test's own, and no local fallback (a
+// compile that does not run remotely fails the test).
+func clientEnv(t *testing.T, g *gantryProc) []string {
+	return []string{"GANTRY_SERVER=" + g.GRPCAddr, "GANTRY_CACHE_DIR=" + testDir(t, "cc-cache"), "GANTRY_CC_FALLBACK=false"}
+}
+
 // requireCTools skips (or, under CI, fails) a test when make or gcc is missing.
 func requireCTools(t *testing.T, tools ...string) {
 	t.Helper()
@@ -169,12 +186,9 @@ func TestClientMake(t *testing.T) {
 	requireCTools(t)
 	g := startGantry(t)
 	bin := launcherBin(t)
-	p, err := cproject.Generate(filepath.Join(testDir(t, "cproject"), "proj"), clientProjectOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := generateProject(t, clientProjectOptions)
 	n := float64(len(p.Sources))
-	env := []string{"GANTRY_SERVER=" + g.GRPCAddr, "GANTRY_CACHE_DIR=" + testDir(t, "cc-cache"), "GANTRY_CC_FALLBACK=false"}
+	env := clientEnv(t, g)
 
 	mustRunCmd(t, p.Dir, nil, 10*time.Minute, "make", "-s", "-j2")
 	local := readObjects(t, p)
@@ -256,10 +270,7 @@ func TestClientBatch(t *testing.T) {
 	requireCTools(t)
 	g := startGantry(t)
 	bin := gantryBin(t)
-	p, err := cproject.Generate(filepath.Join(testDir(t, "cproject"), "proj"), clientProjectOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := generateProject(t, clientProjectOptions)
 	n := len(p.Sources)
 	mustRunCmd(t, p.Dir, nil, 10*time.Minute, "make", "-s", "-j2", "CFLAGS="+strings.Join(cproject.CFlags, " "))
 	local := readObjects(t, p)
@@ -272,7 +283,7 @@ func TestClientBatch(t *testing.T) {
 		}
 	}
 
-	env := []string{"GANTRY_SERVER=" + g.GRPCAddr, "GANTRY_CACHE_DIR=" + testDir(t, "cc-cache"), "GANTRY_CC_FALLBACK=false"}
+	env := clientEnv(t, g)
 	executed := g.counter(t, executedSeries)
 	cold := parseSummary(t, mustRunCmd(t, p.Dir, env, 15*time.Minute, bin, "batch", "--json", "compile_commands.json"))
 	sameObjects(t, "gantry batch", local, readObjects(t, p))
@@ -321,11 +332,8 @@ func TestClientCMake(t *testing.T) {
 	requireCTools(t, "cmake")
 	g := startGantry(t)
 	bin := launcherBin(t)
-	p, err := cproject.Generate(filepath.Join(testDir(t, "cproject"), "proj"), cproject.Options{Modules: 3, FilesPerModule: 10, HeadersPerModule: 3, Work: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := []string{"GANTRY_SERVER=" + g.GRPCAddr, "GANTRY_CACHE_DIR=" + testDir(t, "cc-cache"), "GANTRY_CC_FALLBACK=false"}
+	p := generateProject(t, cproject.Options{Modules: 3, FilesPerModule: 10, HeadersPerModule: 3, Work: 1})
+	env := clientEnv(t, g)
 	build := filepath.Join(p.Dir, "out")
 	objects := func() map[string][]byte {
 		t.Helper()
