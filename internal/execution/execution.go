@@ -41,6 +41,8 @@ type Service struct {
 	log    *slog.Logger
 	keys   invocationKeys
 	obs    Observer
+	// pending are the operations named to a client but not yet submitted.
+	pending *announced
 }
 
 // New returns the service of sched. It reads actions from cas, looks
@@ -50,7 +52,7 @@ func New(sched *scheduler.Scheduler, cas blobstore.Store, lookup ResultLookup, o
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{sched: sched, cas: cas, lookup: lookup, obs: obs, log: log}
+	return &Service{sched: sched, cas: cas, lookup: lookup, obs: obs, log: log, pending: newAnnounced()}
 }
 
 // Register adds Execution and Operations to a gRPC server.
@@ -112,6 +114,10 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	if err := stream.Send(operation(name, st, ad.Function)); err != nil {
 		return err
 	}
+	// From here the client knows the name: until the scheduler does too,
+	// a CancelOperation for it is kept in s.pending.
+	s.pending.add(name)
+	defer s.pending.remove(name)
 	if !req.SkipCacheLookup {
 		ar, err := s.lookup(ctx, req.InstanceName, ad)
 		if err == nil {
@@ -140,12 +146,21 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	}
 	sub.Name = name
 	sub.Invocation = s.invocationPath(ctx, req.InstanceName, sub.Platform)
+	if s.pending.cancelled(name) {
+		st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
+		st.Response = &repb.ExecuteResponse{Status: status.New(codes.Canceled, "operation cancelled by request").Proto()}
+		return stream.Send(operation(name, st, ad.Function))
+	}
 	if err := s.submit(ctx, &sub); err != nil {
 		var nq *scheduler.NoQueueError
 		if errors.As(err, &nq) {
 			return noQueueStatus(nq)
 		}
 		return err
+	}
+	if s.pending.remove(name) {
+		// Asked while the submit was on its way.
+		_ = s.sched.Cancel(name)
 	}
 	final, err := s.follow(ctx, name, ad.Function, stream)
 	if err == nil && final.Done {
@@ -324,7 +339,16 @@ func (s *Service) ListOperations(_ context.Context, req *longrunningpb.ListOpera
 
 // CancelOperation implements longrunning Operations.
 func (s *Service) CancelOperation(_ context.Context, req *longrunningpb.CancelOperationRequest) (*emptypb.Empty, error) {
-	if err := s.sched.Cancel(req.Name); err != nil {
+	err := s.sched.Cancel(req.Name)
+	if errors.Is(err, scheduler.ErrNotFound) {
+		if s.pending.cancel(req.Name) {
+			// Named by Execute, not submitted yet: Execute cancels it.
+			return &emptypb.Empty{}, nil
+		}
+		// Execute may have submitted it (and left pending) meanwhile.
+		err = s.sched.Cancel(req.Name)
+	}
+	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "operation %q is not known", req.Name)
 	}
 	return &emptypb.Empty{}, nil

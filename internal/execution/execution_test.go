@@ -39,13 +39,24 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvWith(t, nil)
+}
+
+// newEnvWith is newEnv with the Service's ActionCache lookup passed
+// through wrap (nil: as it is).
+func newEnvWith(t *testing.T, wrap func(ResultLookup) ResultLookup) *env {
+	t.Helper()
 	cas := blobstore.NewMemory(0)
 	ac := actioncache.NewMemory(0)
 	fe := frontend.New(cas, ac, frontend.Options{CompletenessCheck: true, ExecEnabled: true})
 	sched := scheduler.New(scheduler.Config{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 2 * time.Second}, nil)
 	g := grpc.NewServer(frontend.ServerCodec())
 	fe.Register(g)
-	New(sched, cas, fe.LookupActionResult, Unobserved{}, nil).Register(g)
+	lookup := ResultLookup(fe.LookupActionResult)
+	if wrap != nil {
+		lookup = wrap(lookup)
+	}
+	New(sched, cas, lookup, Unobserved{}, nil).Register(g)
 	ws := NewWorkerService(sched, fe.StoreActionResult, Unobserved{})
 	ws.MaxPollWait = 2 * time.Second
 	ws.Attach(g)
