@@ -8,7 +8,8 @@
 // files as hardlinks into a filecache.Cache (read-only, shared by every
 // action that uses the same blob), and symlinks as symlinks. It also creates
 // the parent directories of all declared outputs. Root.Destroy releases the
-// cache references and deletes the directory.
+// cache references and deletes the directory; Root.Recycle keeps the
+// directories for the next Build in the same place (skeleton.go).
 //
 // Nothing is written to disk until the whole tree has been fetched and
 // validated and every file blob has been confirmed present in the CAS, so a
@@ -59,7 +60,8 @@ type Root struct {
 	// (Dir joined with Command.working_directory; not cleaned if that
 	// has ".." segments, which may follow symlinks).
 	WorkDir string
-	// Files, Directories and Symlinks count what was created (the root
+	// Files, Directories and Symlinks count the input tree's entries
+	// placed, directories reused from a recycled root included (the root
 	// itself and output parents are not counted).
 	Files, Directories, Symlinks int
 
@@ -69,8 +71,10 @@ type Root struct {
 }
 
 // Build materializes the input tree with root digest inputRoot (a Directory
-// message in cas, under digest function fn) in dir, which must not exist or
-// be empty, and creates the parent directories of the outputs cmd declares.
+// message in cas, under digest function fn) in dir, which must not exist,
+// be empty, or hold only directories (a recycled root's: those the action
+// needs are reused, the others removed), and creates the parent
+// directories of the outputs cmd declares.
 // Files are hardlinked from cache, which downloads them from its CAS as
 // needed.
 //
@@ -115,11 +119,17 @@ func Build(ctx context.Context, cache *filecache.Cache, cas blobstore.Store, fn 
 	if err != nil {
 		return nil, fmt.Errorf("execroot: resolving %q: %w", dir, err)
 	}
-	if err := prepareDir(abs); err != nil {
+	skel, err := prepareDir(abs)
+	if err != nil {
 		return nil, err
 	}
+	if len(skel) > 0 {
+		if skel, err = pruneSkeleton(abs, skel, b.neededDirs(root, cmd.WorkingDirectory, outs)); err != nil {
+			return nil, err
+		}
+	}
 	r := &Root{Dir: abs, WorkDir: workDir(abs, cmd.WorkingDirectory)}
-	if err := b.materialize(ctx, r, root); err != nil {
+	if err := b.materialize(ctx, r, root, skel); err != nil {
 		r.Destroy()
 		return nil, err
 	}
@@ -145,24 +155,23 @@ func workDir(root, wd string) string {
 	return filepath.Join(root, wd)
 }
 
-// prepareDir makes sure dir exists and is empty.
-func prepareDir(dir string) error {
-	entries, err := os.ReadDir(dir)
+// prepareDir makes sure dir exists and holds nothing but directories (a
+// recycled root's), which it returns (see skeleton.go).
+func prepareDir(dir string) (map[string]bool, error) {
+	_, err := os.Stat(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-			return fmt.Errorf("execroot: creating the parent of %s: %w", dir, err)
+			return nil, fmt.Errorf("execroot: creating the parent of %s: %w", dir, err)
 		}
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return fmt.Errorf("execroot: creating %s: %w", dir, err)
+		if err := os.Mkdir(dir, dirMode); err != nil {
+			return nil, fmt.Errorf("execroot: creating %s: %w", dir, err)
 		}
-		return nil
+		return nil, nil
 	case err != nil:
-		return fmt.Errorf("execroot: %s is not a usable directory: %w", dir, err)
-	case len(entries) > 0:
-		return fmt.Errorf("execroot: %s is not empty; give each action a fresh directory", dir)
+		return nil, fmt.Errorf("execroot: %s is not a usable directory: %w", dir, err)
 	}
-	return nil
+	return readSkeleton(dir)
 }
 
 // Destroy releases the root's file cache references and removes its
@@ -194,9 +203,10 @@ func (r *Root) Destroy() error {
 	return nil
 }
 
-// Recycle is Destroy that keeps the (now empty) directory itself, so that
-// the next action can use it without creating a directory. On error the
-// directory may not be empty and must not be reused.
+// Recycle is Destroy that keeps the directory itself and the directories
+// under it (emptied, mode 0755), so that the next action's Build creates
+// only the directories it does not find (see skeleton.go). On error the
+// directory may hold files and must not be reused.
 func (r *Root) Recycle() error {
 	r.mu.Lock()
 	if r.destroyed {
@@ -216,6 +226,12 @@ func (r *Root) Recycle() error {
 	if err := os.Chmod(r.Dir, 0o755); err != nil {
 		return fmt.Errorf("execroot: emptying %s: %w", r.Dir, err)
 	}
+	n := 0
+	if err := emptyKeepingDirs(r.Dir, &n); err == nil {
+		return nil
+	}
+	// Too many directories, or something the walk could not remove: start
+	// from an empty directory.
 	entries, err := os.ReadDir(r.Dir)
 	if err != nil {
 		return fmt.Errorf("execroot: emptying %s: %w", r.Dir, err)
@@ -593,19 +609,22 @@ type link struct {
 	dst  string
 }
 
-// materialize creates directories and symlinks, then places files in
-// parallel through the cache.
-func (b *builder) materialize(ctx context.Context, r *Root, root *dirInfo) error {
+// materialize creates directories (those not in skel, the directories
+// already there) and symlinks, then places files in parallel through the
+// cache.
+func (b *builder) materialize(ctx context.Context, r *Root, root *dirInfo, skel map[string]bool) error {
 	var links []link
-	var walk func(abs string, di *dirInfo) error
-	walk = func(abs string, di *dirInfo) error {
+	var walk func(abs, rel string, di *dirInfo) error
+	walk = func(abs, rel string, di *dirInfo) error {
 		for _, sd := range di.dirs {
-			p := filepath.Join(abs, sd.name)
-			if err := os.Mkdir(p, 0o755); err != nil {
-				return fmt.Errorf("execroot: creating input directory: %w", err)
+			p, prel := filepath.Join(abs, sd.name), joinRel(rel, sd.name)
+			if !skel[prel] {
+				if err := os.Mkdir(p, dirMode); err != nil {
+					return fmt.Errorf("execroot: creating input directory: %w", err)
+				}
 			}
 			r.Directories++
-			if err := walk(p, b.dirs[sd.d]); err != nil {
+			if err := walk(p, prel, b.dirs[sd.d]); err != nil {
 				return err
 			}
 		}
@@ -620,7 +639,7 @@ func (b *builder) materialize(ctx context.Context, r *Root, root *dirInfo) error
 		}
 		return nil
 	}
-	if err := walk(r.Dir, root); err != nil {
+	if err := walk(r.Dir, "", root); err != nil {
 		return err
 	}
 	r.Files = len(links)

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/protobuf/proto"
@@ -549,6 +553,9 @@ func TestRecycleEmptiesForReuse(t *testing.T) {
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
+		if got := tree(t, dir); got != "d out\nf in" {
+			t.Fatalf("round %d: the root holds\n%s", round, got)
+		}
 		ro := filepath.Join(dir, "ro")
 		os.MkdirAll(ro, 0o755)
 		os.WriteFile(filepath.Join(ro, "f"), []byte("x"), 0o400)
@@ -557,13 +564,139 @@ func TestRecycleEmptiesForReuse(t *testing.T) {
 		if err := r.Recycle(); err != nil {
 			t.Fatal(err)
 		}
-		entries, err := os.ReadDir(dir)
-		if err != nil || len(entries) != 0 {
-			t.Fatalf("round %d: after Recycle the root holds %v (%v)", round, entries, err)
+		// Only directories are left, writable again.
+		if got := tree(t, dir); got != "d out\nd ro" {
+			t.Fatalf("round %d: after Recycle the root holds\n%s", round, got)
+		}
+		if info, err := os.Stat(ro); err != nil || info.Mode().Perm() != 0o755 {
+			t.Fatalf("round %d: ro after Recycle: %v %v", round, info.Mode(), err)
 		}
 		if st := e.cache.Stats(); st.Referenced != 0 {
 			t.Fatalf("round %d: %d cache entries still referenced", round, st.Referenced)
 		}
+	}
+}
+
+// tree lists everything under dir, one "KIND PATH" line each (d, f, l ->
+// target), sorted.
+func tree(t *testing.T, dir string) string {
+	t.Helper()
+	var lines []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		switch {
+		case d.IsDir():
+			lines = append(lines, "d "+rel)
+		case d.Type()&fs.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			lines = append(lines, "l "+rel+" -> "+target)
+		default:
+			lines = append(lines, "f "+rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+// A recycled root keeps its directories; the next Build reuses those its
+// tree needs and removes the rest, also where the new tree has a file or a
+// symlink, so that the action sees exactly its inputs and output parents.
+func TestBuildReusesRecycledDirectories(t *testing.T) {
+	e := newEnv(t)
+	hello := e.tb.file("hello")
+	first := e.tb.dir(&repb.Directory{Directories: []*repb.DirectoryNode{
+		dnode("a", e.tb.dir(&repb.Directory{Directories: []*repb.DirectoryNode{
+			dnode("b", e.tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode("f", hello, false)}})),
+		}})),
+		dnode("c", e.tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode("g", hello, true)}})),
+	}})
+	dir := filepath.Join(t.TempDir(), "root")
+	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, first), dir, &repb.Command{OutputFiles: []string{"out/deep/x", "work/sub/z"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the action leaves: outputs, a directory tree of its own, a
+	// read-only input directory.
+	os.WriteFile(filepath.Join(dir, "out/deep/x"), []byte("x"), 0o644)
+	os.MkdirAll(filepath.Join(dir, "junk/deeper"), 0o700)
+	os.WriteFile(filepath.Join(dir, "junk/deeper/y"), []byte("y"), 0o644)
+	os.Chmod(filepath.Join(dir, "a"), 0o500)
+	if err := r.Recycle(); err != nil {
+		t.Fatal(err)
+	}
+	want := "d a\nd a/b\nd c\nd junk\nd junk/deeper\nd out\nd out/deep\nd work\nd work/sub"
+	if got := tree(t, dir); got != want {
+		t.Fatalf("after Recycle:\n%s\nwant\n%s", got, want)
+	}
+
+	// Marks to tell a reused directory from one created again.
+	old := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+	inodeA := inode(t, filepath.Join(dir, "a"))
+	os.Chtimes(filepath.Join(dir, "work/sub"), old, old)
+
+	// The second tree: a without b, c a symlink, junk a file, out/deep an
+	// output parent again, work/sub the working directory's output parent.
+	second := e.tb.dir(&repb.Directory{
+		Files: []*repb.FileNode{fnode("junk", hello, false)},
+		Directories: []*repb.DirectoryNode{
+			dnode("a", e.tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode("f", hello, false)}})),
+			dnode("work", e.tb.dir(&repb.Directory{})),
+		},
+		Symlinks: []*repb.SymlinkNode{snode("c", "a")},
+	})
+	r, err = Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, second), dir, &repb.Command{
+		WorkingDirectory: "work",
+		OutputPaths:      []string{"../out/deep/x", "sub/y"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Destroy()
+	want = "d a\nd out\nd out/deep\nd work\nd work/sub\nf a/f\nf junk\nl c -> a"
+	if got := tree(t, dir); got != want {
+		t.Fatalf("second Build:\n%s\nwant\n%s", got, want)
+	}
+	if got := inode(t, filepath.Join(dir, "a")); got != inodeA {
+		t.Errorf("a was created again (inode %d, was %d), not reused", got, inodeA)
+	}
+	if info, err := os.Stat(filepath.Join(dir, "work/sub")); err != nil || !info.ModTime().Equal(old) {
+		t.Errorf("the output parent work/sub was created again, not reused (%v)", err)
+	}
+	if info, err := os.Stat(filepath.Join(dir, "a")); err != nil || info.Mode().Perm() != 0o755 {
+		t.Errorf("a: %v %v, want a writable directory again", info.Mode(), err)
+	}
+	if r.Directories != 2 || r.Files != 2 || r.Symlinks != 1 {
+		t.Errorf("counts dirs=%d files=%d links=%d, want 2 2 1", r.Directories, r.Files, r.Symlinks)
+	}
+}
+
+func inode(t *testing.T, p string) uint64 {
+	t.Helper()
+	info, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Sys().(*syscall.Stat_t).Ino
+}
+
+func TestBuildRejectsFilesBelowDirectories(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "a/b"), 0o755)
+	os.WriteFile(filepath.Join(dir, "a/b/leftover"), nil, 0o644)
+	_, err := Build(context.Background(), e.cache, e.cas, fn, digest.Empty(fn), dir, &repb.Command{})
+	if err == nil || !strings.Contains(err.Error(), "not empty") || !strings.Contains(err.Error(), "a/b/leftover") {
+		t.Fatalf("got %v, want a 'not empty' error naming a/b/leftover", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "a/b/leftover")); err != nil {
+		t.Error("Build removed a file it did not create")
 	}
 }
 
