@@ -176,7 +176,7 @@ func display(stderr io.Writer) batch.Progress {
 // ccOptions are the options of the compiles' Spec: the launcher's
 // settings and caches, shared by every job.
 func ccOptions(s cc.Settings) cc.Options {
-	o := cc.Options{Settings: s, Env: os.Environ(), Identities: cc.NewIdentities(s.CacheDir), Scanner: cc.NewScanner(s.CacheDir)}
+	o := cc.Options{Settings: s, Env: os.Environ(), Identities: cc.NewIdentities(s.CacheDir), Scanner: cc.NewScanner(s.CacheDir, true)}
 	if s.CacheDir != "" && s.CacheEntries > 0 {
 		o.Deps = cc.NewDepsCache(s.CacheDir, s.CacheEntries)
 	}
@@ -245,6 +245,7 @@ func (b *batchSteps) scan(ctx context.Context, t *batch.Task) batch.Result {
 			return batch.Result{Err: fmt.Errorf("making the directory of output %s: %w", o, err)}
 		}
 		b.dirs.Store(dir, true)
+		b.ccOpts.Scanner.Forget(dir)
 	}
 	var spec remote.Spec
 	switch t.Job.Kind {
@@ -365,6 +366,10 @@ func (b *batchSteps) execute(ctx context.Context, t *batch.Task) batch.Result {
 func (b *batchSteps) download(ctx context.Context, t *batch.Task) batch.Result {
 	st := state(t)
 	out, stats, err := b.client.Download(ctx, st.action, st.result)
+	b.forgetOutputs(t.Job)
+	if st.compile != nil {
+		b.ccOpts.Scanner.Forget(absIn(st.compile.Cwd, st.compile.Output))
+	}
 	if err != nil {
 		return b.infraFailure(ctx, t, err)
 	}
@@ -399,6 +404,8 @@ func (b *batchSteps) download(ctx context.Context, t *batch.Task) batch.Result {
 // local runs the job's command here, under a process token.
 func (b *batchSteps) local(ctx context.Context, t *batch.Task) batch.Result {
 	out, code, err := b.procs.run(ctx, t.Job.Args, t.Job.Dir, t.Job.Env)
+	// A local command may write anywhere.
+	b.ccOpts.Scanner.ForgetAll()
 	r := batch.Result{Output: out}
 	switch {
 	case err != nil:
@@ -407,6 +414,17 @@ func (b *batchSteps) local(ctx context.Context, t *batch.Task) batch.Result {
 		r.Err = fmt.Errorf("exit code %d (run locally)", code)
 	}
 	return r
+}
+
+// forgetOutputs tells the include scanner that j's outputs were written:
+// a later compile may include one.
+func (b *batchSteps) forgetOutputs(j *batch.Job) {
+	for _, o := range j.Outputs {
+		b.ccOpts.Scanner.Forget(absIn(j.Dir, o))
+	}
+	for _, o := range j.OutputDirs {
+		b.ccOpts.Scanner.Forget(absIn(j.Dir, o))
+	}
 }
 
 // commandSpec is the remote spec of a job-list job: its inputs and

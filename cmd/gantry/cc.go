@@ -100,7 +100,7 @@ func runCC(cmd *cobra.Command, compiler string, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := cc.Options{Settings: settings, Env: os.Environ(), Identities: cc.NewIdentities(settings.CacheDir), Scanner: cc.NewScanner(settings.CacheDir)}
+	opts := cc.Options{Settings: settings, Env: os.Environ(), Identities: cc.NewIdentities(settings.CacheDir), Scanner: cc.NewScanner(settings.CacheDir, false)}
 	if settings.CacheDir != "" && settings.CacheEntries > 0 {
 		opts.Deps = cc.NewDepsCache(settings.CacheDir, settings.CacheEntries)
 	}

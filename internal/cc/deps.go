@@ -3,6 +3,7 @@ package cc
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
 )
 
@@ -11,6 +12,9 @@ type depsResult struct {
 	// Listed are the dependencies as the compiler names them (relative to
 	// the working directory or absolute), the source first.
 	Listed []string
+	// Infos are os.Stat of the listed files, by their name in Listed,
+	// when the include scanner found them (nil from a listing).
+	Infos map[string]os.FileInfo
 	// DepFile is the dependency file the user asked for with -MD/-MMD,
 	// byte for byte what the compiler would write; nil without -MD.
 	DepFile []byte

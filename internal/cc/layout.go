@@ -32,7 +32,8 @@ const wrapperRoot = "\x00"
 
 // plan lays the compile out for remote execution from its listed
 // dependencies.
-func (c *Compile) plan(id *Identity, listed []string, s Settings) (*layout, error) {
+func (c *Compile) plan(id *Identity, deps *depsResult, s Settings) (*layout, error) {
+	listed := deps.Listed
 	abs := func(p string) string {
 		if filepath.IsAbs(p) {
 			return filepath.Clean(p)
@@ -100,7 +101,7 @@ func (c *Compile) plan(id *Identity, listed []string, s Settings) (*layout, erro
 		}
 		if !seen[p] {
 			seen[p] = true
-			l.inputs = append(l.inputs, remote.Input{Local: a, Path: p})
+			l.inputs = append(l.inputs, remote.Input{Local: a, Path: p, Info: deps.Infos[d]})
 		}
 	}
 

@@ -19,7 +19,7 @@ import (
 func scanOptions(t *testing.T, mutate func(*Settings)) Options {
 	t.Helper()
 	o := newOptions(t, mutate) // Settings.Scanner is on by default
-	o.Scanner = NewScanner("")
+	o.Scanner = NewScanner("", false)
 	return o
 }
 
@@ -36,7 +36,7 @@ func scanAndList(t *testing.T, sc *Scanner, cwd string, argv []string) (scanned,
 	if err != nil {
 		t.Fatal(err)
 	}
-	scanned, err = sc.scan(ctx, c, id, os.Environ())
+	scanned, err = listedOf(sc.scan(ctx, c, id, os.Environ()))
 	if err != nil {
 		t.Fatalf("scan %q: %v", argv, err)
 	}
@@ -109,7 +109,7 @@ func TestScanGeneratedProject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := NewScanner("")
+	sc := NewScanner("", false)
 	want := map[string]string{}
 	for _, src := range p.Sources {
 		argv := cproject.CompileArgs("gcc", src)
@@ -123,7 +123,7 @@ func TestScanGeneratedProject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shared := NewScanner("")
+	shared := NewScanner("", false)
 	var wg sync.WaitGroup
 	errs := make(chan string, 4*len(p.Sources))
 	for g := 0; g < 4; g++ {
@@ -137,7 +137,7 @@ func TestScanGeneratedProject(t *testing.T) {
 					errs <- err.Error()
 					continue
 				}
-				got, err := shared.scan(context.Background(), c, id, os.Environ())
+				got, err := listedOf(shared.scan(context.Background(), c, id, os.Environ()))
 				if err != nil || strings.Join(got, " ") != want[src] {
 					errs <- fmt.Sprintf("%s: concurrent scan %q, %v", src, got, err)
 				}
@@ -174,7 +174,7 @@ func TestScanSpecCases(t *testing.T) {
 	needGCC(t)
 	dir := project(t)
 	build := filepath.Join(dir, "build")
-	sc := NewScanner("")
+	sc := NewScanner("", false)
 	for _, tc := range identicalCases(t, dir) {
 		t.Run(tc.name, func(t *testing.T) {
 			scanned, listed := scanAndList(t, sc, build, tc.argv)
@@ -230,7 +230,7 @@ int main(void) { return 0; }
 	})
 	argv := []string{"gcc", "-iquote", "../q", "-I../i1", "-I", "../i2", "-isystem", "../sys", "-idirafter", "../after", "-c", "main.c"}
 	src := filepath.Join(dir, "src")
-	scanned, listed := scanAndList(t, NewScanner(""), src, argv)
+	scanned, listed := scanAndList(t, NewScanner("", false), src, argv)
 	// gcc does not list a header __has_include only tests; the scanner
 	// sends it (the test's answer must be the same remotely).
 	checkSuperset(t, src, dir, scanned, listed, "../after/hasinc.h")
@@ -366,7 +366,7 @@ func benchProject(b *testing.B, find func(context.Context, *Scanner, *Compile, *
 	if err != nil {
 		b.Fatal(err)
 	}
-	sc := NewScanner("")
+	sc := NewScanner("", false)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if err := find(ctx, sc, compiles[i%len(compiles)], id); err != nil {
@@ -439,7 +439,7 @@ func TestScanPredef(t *testing.T) {
 	needGCC(t)
 	dir := t.TempDir()
 	writeTree(t, dir, map[string]string{"empty.c": "int x;\n"})
-	scanned, listed := scanAndList(t, NewScanner(""), dir, []string{"gcc", "-c", "empty.c"})
+	scanned, listed := scanAndList(t, NewScanner("", false), dir, []string{"gcc", "-c", "empty.c"})
 	checkSuperset(t, dir, dir, scanned, listed)
 }
 
@@ -450,7 +450,7 @@ func TestScanSeesNewHeader(t *testing.T) {
 	needGCC(t)
 	dir := t.TempDir()
 	writeTree(t, dir, map[string]string{"a.c": "#include \"gen.h\"\n", "b/gen.h": "\n", "a/.keep": ""})
-	sc := NewScanner("")
+	sc := NewScanner("", false)
 	argv := []string{"gcc", "-Ia", "-Ib", "-c", "a.c"}
 	scanned, _ := scanAndList(t, sc, dir, argv)
 	if !slicesContain(scanned, "b/gen.h") {
@@ -467,6 +467,77 @@ func TestScanSeesNewHeader(t *testing.T) {
 	checkSuperset(t, dir, dir, scanned, listed)
 	if !slicesContain(scanned, "a/gen.h") || slicesContain(scanned, "b/gen.h") {
 		t.Fatalf("second scan: %q", scanned)
+	}
+}
+
+// TestScanPerRun: a per-run Scanner (gantry batch) looks at each file and
+// directory once per run; a header the run writes (Forget) or a local
+// command may have written (ForgetAll) is seen, and the scan's metadata of
+// every listed file is handed on (Infos) so that nobody stats it again.
+func TestScanPerRun(t *testing.T) {
+	needGCC(t)
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{"a.c": "#include \"gen.h\"\n#include \"other.h\"\n", "b/gen.h": "\n", "b/other.h": "// other\n", "a/.keep": ""})
+	sc := NewScanner("", true)
+	argv := []string{"gcc", "-Ia", "-Ib", "-c", "a.c"}
+	scan := func() *depsResult {
+		t.Helper()
+		c, err := Parse(argv[0], argv[1:], dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := NewIdentities("").Get(context.Background(), c.Compiler)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := sc.scan(context.Background(), c, id, os.Environ())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	first := scan()
+	if !slicesContain(first.Listed, "b/gen.h") {
+		t.Fatalf("first scan: %q", first.Listed)
+	}
+	for _, p := range first.Listed {
+		info := first.Infos[p]
+		st, err := os.Stat(filepath.Join(dir, p))
+		if filepath.IsAbs(p) {
+			st, err = os.Stat(p)
+		}
+		if err != nil || info == nil || info.Size() != st.Size() || !info.ModTime().Equal(st.ModTime()) {
+			t.Errorf("Infos[%s] = %v, want os.Stat's %v (%v)", p, info, st, err)
+		}
+	}
+
+	writeTree(t, dir, map[string]string{"a/gen.h": "\n"})
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(dir, "a"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	if got := scan().Listed; !slicesContain(got, "b/gen.h") {
+		t.Fatalf("a per-run scan looked again without being told: %q", got)
+	}
+	sc.Forget(filepath.Join(dir, "a/gen.h"))
+	if got := scan().Listed; !slicesContain(got, "a/gen.h") || slicesContain(got, "b/gen.h") {
+		t.Fatalf("after Forget: %q", got)
+	}
+
+	// A removed header is not seen as long as nobody says so; ForgetAll
+	// says everything may have changed.
+	if err := os.Remove(filepath.Join(dir, "a/gen.h")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(filepath.Join(dir, "a"), later.Add(time.Hour), later.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got := scan().Listed; !slicesContain(got, "a/gen.h") {
+		t.Fatalf("a per-run scan looked again without being told: %q", got)
+	}
+	sc.ForgetAll()
+	if got := scan().Listed; slicesContain(got, "a/gen.h") || !slicesContain(got, "b/gen.h") {
+		t.Fatalf("after ForgetAll: %q", got)
 	}
 }
 
@@ -522,7 +593,7 @@ func TestScanProbeOnDisk(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := NewScanner(cache).scan(context.Background(), c, id, os.Environ())
+		got, err := listedOf(NewScanner(cache, false).scan(context.Background(), c, id, os.Environ()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -567,4 +638,12 @@ func TestScanMissingHeader(t *testing.T) {
 			t.Errorf("Relist: %v", err)
 		}
 	}
+}
+
+// listedOf is a scan's list of inputs.
+func listedOf(r *depsResult, err error) ([]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	return r.Listed, nil
 }

@@ -61,11 +61,11 @@ func (c *Compile) Spec(ctx context.Context, o Options) (remote.Spec, error) {
 		return remote.Spec{}, err
 	}
 	if o.Settings.Scanner && o.Scanner != nil && c.depMode == "" {
-		listed, err := o.Scanner.scan(ctx, c, id, o.Env)
+		scanned, err := o.Scanner.scan(ctx, c, id, o.Env)
 		var cs *cannotScan
 		switch {
 		case err == nil:
-			spec, err := c.finish(id, &depsResult{Listed: listed}, o)
+			spec, err := c.finish(id, scanned, o)
 			if _, isLocal := IsLocal(err); !isLocal {
 				c.scanned = err == nil
 				return spec, err
@@ -158,7 +158,7 @@ func (c *Compile) listed(ctx context.Context, id *Identity, o Options, log *slog
 // finish lays the compile out from its inputs and returns the remote
 // command.
 func (c *Compile) finish(id *Identity, deps *depsResult, o Options) (remote.Spec, error) {
-	l, err := c.plan(id, deps.Listed, o.Settings)
+	l, err := c.plan(id, deps, o.Settings)
 	if err != nil {
 		return remote.Spec{}, err
 	}

@@ -281,9 +281,11 @@ func (b *treeBuilder) add(in Input) error {
 	if err != nil {
 		return fmt.Errorf("input %s: %w", in.Local, err)
 	}
-	fi, err := os.Stat(in.Local)
-	if err != nil {
-		return inputError(in.Local, err)
+	fi := in.Info
+	if fi == nil {
+		if fi, err = os.Stat(in.Local); err != nil {
+			return inputError(in.Local, err)
+		}
 	}
 	if p == "" {
 		if !fi.IsDir() {

@@ -132,6 +132,38 @@ func TestPrepareHashesEachFileOnce(t *testing.T) {
 	}
 }
 
+// TestPrepareTrustsGivenInfo: an Input's Info (a scanner's os.Stat) is
+// used instead of a look of Prepare's own.
+func TestPrepareTrustsGivenInfo(t *testing.T) {
+	c := offlineClient()
+	root := t.TempDir()
+	p := filepath.Join(root, "h.h")
+	writeFiles(t, root, map[string]string{"h.h": "header\n"})
+	info, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withInfo := Spec{Args: []string{"true"}, LocalRoot: root, Inputs: []Input{{Local: p, Path: "h.h", Info: info}}}
+	a, err := c.Prepare(withInfo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(p, []byte("HEADER\n"), 0o644)
+	future := time.Now().Add(time.Hour)
+	os.Chtimes(p, future, future)
+	b, err := c.Prepare(withInfo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Digest() != a.Digest() || b.Stats().HashedBytes != 0 {
+		t.Errorf("Prepare looked at the file itself despite the given Info: %+v", b.Stats())
+	}
+	withInfo.Inputs[0].Info = nil
+	if b, err = c.Prepare(withInfo); err != nil || b.Digest() == a.Digest() {
+		t.Errorf("without Info the changed file was not seen: %v", err)
+	}
+}
+
 // TestPrepareErrors: mistakes in a Spec give errors that name the path
 // and say what to do.
 func TestPrepareErrors(t *testing.T) {

@@ -37,7 +37,7 @@ func TestLocalSpec(t *testing.T) {
 	if spec.LocalRoot != "/w/proj" || spec.WorkingDir != "src" {
 		t.Errorf("root %q, workdir %q; want /w/proj, src", spec.LocalRoot, spec.WorkingDir)
 	}
-	wantIn := []Input{{"/w/proj/src/a.c", "src/a.c"}, {"/w/proj/include", "include"}, {"/w/proj/gen/x.h", "gen/x.h"}}
+	wantIn := []Input{{Local: "/w/proj/src/a.c", Path: "src/a.c"}, {Local: "/w/proj/include", Path: "include"}, {Local: "/w/proj/gen/x.h", Path: "gen/x.h"}}
 	if !slices.Equal(spec.Inputs, wantIn) {
 		t.Errorf("inputs %v; want %v", spec.Inputs, wantIn)
 	}

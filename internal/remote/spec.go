@@ -7,6 +7,7 @@
 package remote
 
 import (
+	"os"
 	"time"
 )
 
@@ -53,4 +54,7 @@ type Input struct {
 	// Path is where it goes in the input root: slash-separated, relative,
 	// without "." or ".." elements.
 	Path string
+	// Info is os.Stat(Local) when the caller has just looked (an include
+	// scanner does); nil makes Prepare look.
+	Info os.FileInfo
 }
