@@ -423,7 +423,7 @@ func (b *batchSteps) forgetOutputs(j *batch.Job) {
 		b.ccOpts.Scanner.Forget(absIn(j.Dir, o))
 	}
 	for _, o := range j.OutputDirs {
-		b.ccOpts.Scanner.Forget(absIn(j.Dir, o))
+		b.ccOpts.Scanner.ForgetTree(absIn(j.Dir, o))
 	}
 }
 

@@ -73,21 +73,44 @@ type Identities struct {
 	dir string
 	mu  sync.Mutex
 	mem map[string]*Identity
+	// found are compiler names resolved on PATH (absolute), for the
+	// process: PATH does not change under it.
+	found map[string]string
 }
 
 // NewIdentities returns an identity cache storing its entries in dir ("":
 // memory only).
 func NewIdentities(dir string) *Identities {
-	return &Identities{dir: dir, mem: map[string]*Identity{}}
+	return &Identities{dir: dir, mem: map[string]*Identity{}, found: map[string]string{}}
+}
+
+// find resolves compiler to an absolute path; a name is looked up on PATH
+// once per process.
+func (ids *Identities) find(compiler string) (string, error) {
+	ids.mu.Lock()
+	path, ok := ids.found[compiler]
+	ids.mu.Unlock()
+	if ok {
+		return path, nil
+	}
+	path, err := exec.LookPath(compiler)
+	if err != nil {
+		return "", fmt.Errorf("cc: compiler %q not found: %w", compiler, err)
+	}
+	if path, err = filepath.Abs(path); err != nil {
+		return "", err
+	}
+	if !strings.Contains(compiler, "/") {
+		ids.mu.Lock()
+		ids.found[compiler] = path
+		ids.mu.Unlock()
+	}
+	return path, nil
 }
 
 // Get returns the identity of compiler (a name looked up on PATH or a path).
 func (ids *Identities) Get(ctx context.Context, compiler string) (*Identity, error) {
-	path, err := exec.LookPath(compiler)
-	if err != nil {
-		return nil, fmt.Errorf("cc: compiler %q not found: %w", compiler, err)
-	}
-	path, err = filepath.Abs(path)
+	path, err := ids.find(compiler)
 	if err != nil {
 		return nil, err
 	}

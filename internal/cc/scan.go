@@ -45,7 +45,7 @@ type Scanner struct {
 	// Per run only: files by absolute clean path (nil: not a file), and
 	// the directories whose listing holds for the run.
 	files    map[string]os.FileInfo
-	verified map[string]bool
+	verified map[string]string // as named -> clean
 }
 
 type parsedFile struct {
@@ -67,15 +67,26 @@ type systemResult struct {
 func NewScanner(dir string, perRun bool) *Scanner {
 	sc := &Scanner{dir: dir, perRun: perRun, parsed: map[sumKey]parsedFile{}, systems: map[string]systemResult{}, dirs: map[string]*dirListing{}}
 	if perRun {
-		sc.files, sc.verified = map[string]os.FileInfo{}, map[string]bool{}
+		sc.files, sc.verified = map[string]os.FileInfo{}, map[string]string{}
 	}
 	return sc
 }
 
-// Forget tells a per-run Scanner that the run wrote p (a file, or a
-// directory and everything under it): p, what is under it and the
-// directories leading to it are looked at again.
+// Forget tells a per-run Scanner that the run wrote the file (or made the
+// directory) p: p and the directories leading to it are looked at again.
 func (sc *Scanner) Forget(p string) {
+	if sc == nil || !sc.perRun {
+		return
+	}
+	p = filepath.Clean(p)
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	delete(sc.files, p)
+	sc.forgetDirs(func(d string) bool { return d == p || d == "/" || strings.HasPrefix(p, d+"/") })
+}
+
+// ForgetTree is Forget for a directory the run wrote anything under.
+func (sc *Scanner) ForgetTree(p string) {
 	if sc == nil || !sc.perRun {
 		return
 	}
@@ -89,10 +100,17 @@ func (sc *Scanner) Forget(p string) {
 			delete(sc.files, k)
 		}
 	}
-	// Directories are few, and named as the compiler opens them
-	// ("/w/src/../include"): compared clean.
-	for k := range sc.verified {
-		if c := filepath.Clean(k); c == p || strings.HasPrefix(c, prefix) || strings.HasPrefix(prefix, c+"/") || c == "/" {
+	sc.forgetDirs(func(d string) bool {
+		return d == p || d == "/" || strings.HasPrefix(p, d+"/") || strings.HasPrefix(d, prefix)
+	})
+}
+
+// forgetDirs drops the verified directories that match; they are named
+// as the compiler opens them ("/w/src/../include"), so compared clean.
+// sc.mu is held.
+func (sc *Scanner) forgetDirs(match func(clean string) bool) {
+	for k, clean := range sc.verified {
+		if match(clean) {
 			delete(sc.verified, k)
 		}
 	}
@@ -484,7 +502,7 @@ func (w *walk) exists(p string) (bool, error) {
 	}
 	var clean string
 	if w.sc.perRun {
-		clean = filepath.Clean(op)
+		clean = cleanAbs(op)
 		w.sc.mu.Lock()
 		st, ok := w.sc.files[clean]
 		w.sc.mu.Unlock()
@@ -556,7 +574,8 @@ func (w *walk) listing(dir string) *dirListing {
 		}
 	}
 	w.sc.mu.Lock()
-	old, verified := w.sc.dirs[dir], w.sc.verified[dir]
+	old := w.sc.dirs[dir]
+	_, verified := w.sc.verified[dir]
 	w.sc.mu.Unlock()
 	if verified && old != nil {
 		w.checked[dir] = old
@@ -595,11 +614,21 @@ func (w *walk) listing(dir string) *dirListing {
 	return l
 }
 
+// cleanAbs is filepath.Clean of an absolute path, without its cost for
+// the usual path that is clean already.
+func cleanAbs(p string) string {
+	if strings.Contains(p, "/.") || strings.Contains(p, "//") || (len(p) > 1 && strings.HasSuffix(p, "/")) {
+		return filepath.Clean(p)
+	}
+	return p
+}
+
 // markVerified records, in a per-run Scanner, that dir's listing holds.
 func (sc *Scanner) markVerified(dir string) {
 	if sc.perRun {
+		clean := cleanAbs(dir)
 		sc.mu.Lock()
-		sc.verified[dir] = true
+		sc.verified[dir] = clean
 		sc.mu.Unlock()
 	}
 }

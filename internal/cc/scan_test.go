@@ -539,6 +539,18 @@ func TestScanPerRun(t *testing.T) {
 	if got := scan().Listed; slicesContain(got, "a/gen.h") || !slicesContain(got, "b/gen.h") {
 		t.Fatalf("after ForgetAll: %q", got)
 	}
+
+	// An output directory: what is under it is looked at again.
+	writeTree(t, dir, map[string]string{"a/gen.h": "\n"})
+	sc.ForgetTree(filepath.Join(dir, "a"))
+	if got := scan().Listed; !slicesContain(got, "a/gen.h") {
+		t.Fatalf("after ForgetTree: %q", got)
+	}
+	os.Remove(filepath.Join(dir, "a/gen.h"))
+	sc.ForgetTree(filepath.Join(dir, "a"))
+	if got := scan().Listed; slicesContain(got, "a/gen.h") {
+		t.Fatalf("after ForgetTree of a removal: %q", got)
+	}
 }
 
 func slicesContain(list []string, s string) bool {
