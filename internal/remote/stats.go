@@ -26,10 +26,11 @@ type UploadStats struct {
 	// Directory messages, Command, Action).
 	Blobs int
 	// Queried is how many of them were asked about with FindMissingBlobs;
-	// the others were known present from earlier actions of this Client.
+	// the others were known present from earlier actions of this Client,
+	// or all were sent without asking (a few small ones).
 	Queried int
-	// Uploaded and UploadedBytes count the blobs the CAS lacked and that
-	// were sent.
+	// Uploaded and UploadedBytes count the blobs sent: those the CAS
+	// lacked, or all the unknown ones when sent without asking.
 	Uploaded      int
 	UploadedBytes int64
 	Duration      time.Duration

@@ -18,10 +18,17 @@ import (
 // uploadParallel bounds the files streamed at once by one Upload.
 const uploadParallel = 4
 
+// sendUnaskedBytes: when the blobs not known present are all small and
+// add up to at most this, Upload sends them without asking
+// FindMissingBlobs first: one round trip instead of two, for the usual
+// compile (a new source, its Directory, Command and Action messages).
+const sendUnaskedBytes = 64 << 10
+
 // Upload makes sure the CAS holds every blob of a: it asks
 // FindMissingBlobs about those this Client has not seen present yet and
 // sends only the missing ones, small ones in batches and large ones
-// streamed from their files. The blobs are then remembered as present.
+// streamed from their files (a few small ones it sends without asking).
+// The blobs are then remembered as present.
 func (c *Client) Upload(ctx context.Context, a *Action) (UploadStats, error) {
 	start := time.Now()
 	stats := UploadStats{Blobs: len(a.blobs)}
@@ -33,10 +40,13 @@ func (c *Client) Upload(ctx context.Context, a *Action) (UploadStats, error) {
 		}
 	}
 	c.mu.Unlock()
-	stats.Queried = len(ask)
-	missing, err := c.cas.FindMissing(ctx, ask)
-	if err != nil {
-		return stats, fmt.Errorf("uploading the inputs of action %s: %w", a.digest, err)
+	missing := ask
+	if !sendUnasked(ask) {
+		stats.Queried = len(ask)
+		var err error
+		if missing, err = c.cas.FindMissing(ctx, ask); err != nil {
+			return stats, fmt.Errorf("uploading the inputs of action %s: %w", a.digest, err)
+		}
 	}
 	if err := c.send(ctx, a, missing); err != nil {
 		return stats, fmt.Errorf("uploading the inputs of action %s: %w", a.digest, err)
@@ -48,6 +58,19 @@ func (c *Client) Upload(ctx context.Context, a *Action) (UploadStats, error) {
 	c.markPresent(ask)
 	stats.Duration = time.Since(start)
 	return stats, nil
+}
+
+// sendUnasked reports whether the blobs ds are cheaper sent than asked
+// about.
+func sendUnasked(ds []digest.Digest) bool {
+	var total int64
+	for _, d := range ds {
+		if d.Size > client.SmallBlobLimit {
+			return false
+		}
+		total += d.Size
+	}
+	return total <= sendUnaskedBytes
 }
 
 // markPresent remembers that the CAS holds ds.
