@@ -245,7 +245,7 @@ func Default() Config {
 		Listen:     "127.0.0.1:8980",
 		HTTPListen: "127.0.0.1:9090",
 		DataDir:    "./gantry-data",
-		Status:     StatusConfig{Refresh: Duration(10 * time.Second)},
+		Status:     StatusConfig{Refresh: Duration(10 * time.Second), History: defaultHistory},
 		Storage: Storage{
 			CAS:               CASConfig{Backend: "disk", MaxSize: 10 << 30, Cache: CASCacheConfig{MaxSize: 10 << 30}},
 			ActionCache:       ACConfig{Backend: "disk", MaxSize: 1 << 30},
@@ -424,6 +424,7 @@ func (c *Config) Validate() error {
 	if c.Storage.UsesS3() {
 		validateS3(c.Storage.S3, bad)
 	}
+	validateStatus(c.Status, bad)
 	if c.Storage.CAS.PackThreshold > 1<<20 {
 		bad("storage.cas.pack_threshold", "at most 1MiB; larger blobs are better off in their own files")
 	}

@@ -131,7 +131,8 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 			if s.log.Enabled(ctx, slog.LevelInfo) {
 				inv = s.invocationPath(ctx, req.InstanceName, nil)
 			}
-			s.finished(Finished{Name: name, Instance: req.InstanceName, ActionDigest: ad, Accepted: accepted, Response: st.Response, Invocation: inv})
+			s.finished(Finished{Name: name, Instance: req.InstanceName, ActionDigest: ad, Accepted: accepted, Response: st.Response, Invocation: inv,
+				Metadata: requestMetadata(ctx)})
 			endExecuteSpan(span, st.Response)
 			return nil
 		}
@@ -140,7 +141,7 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 		}
 		s.obs.CacheLookup(false)
 	}
-	sub, err := s.prepare(ctx, req, ad)
+	sub, cmd, err := s.prepare(ctx, req, ad)
 	if err != nil {
 		return err
 	}
@@ -165,47 +166,48 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	final, err := s.follow(ctx, name, ad.Function, stream)
 	if err == nil && final.Done {
 		s.finished(Finished{Name: name, Instance: req.InstanceName, ActionDigest: ad, Queue: final.Queue,
-			Invocation: sub.Invocation, Accepted: accepted, Response: final.Response})
+			Invocation: sub.Invocation, Accepted: accepted, Response: final.Response,
+			Metadata: requestMetadata(ctx), Command: cmd})
 		endExecuteSpan(span, final.Response)
 	}
 	return err
 }
 
 // prepare loads and validates everything the action needs.
-func (s *Service) prepare(ctx context.Context, req *repb.ExecuteRequest, ad digest.Digest) (scheduler.SubmitRequest, error) {
+func (s *Service) prepare(ctx context.Context, req *repb.ExecuteRequest, ad digest.Digest) (scheduler.SubmitRequest, *repb.Command, error) {
 	action := &repb.Action{}
 	actionBytes, err := readProto(ctx, s.cas, ad, action, "action")
 	if err != nil {
-		return scheduler.SubmitRequest{}, err
+		return scheduler.SubmitRequest{}, nil, err
 	}
 	cd, err := digest.FromProto(ad.Function, action.CommandDigest)
 	if err != nil {
-		return scheduler.SubmitRequest{}, status.Errorf(codes.InvalidArgument, "action.command_digest: %v", err)
+		return scheduler.SubmitRequest{}, nil, status.Errorf(codes.InvalidArgument, "action.command_digest: %v", err)
 	}
 	rd, err := digest.FromProto(ad.Function, action.InputRootDigest)
 	if err != nil {
-		return scheduler.SubmitRequest{}, status.Errorf(codes.InvalidArgument, "action.input_root_digest: %v", err)
+		return scheduler.SubmitRequest{}, nil, status.Errorf(codes.InvalidArgument, "action.input_root_digest: %v", err)
 	}
 	if t := action.Timeout; t != nil && (t.Seconds < 0 || t.Nanos < 0) {
-		return scheduler.SubmitRequest{}, status.Errorf(codes.InvalidArgument, "action.timeout %v is negative", t.AsDuration())
+		return scheduler.SubmitRequest{}, nil, status.Errorf(codes.InvalidArgument, "action.timeout %v is negative", t.AsDuration())
 	}
 	cmd := &repb.Command{}
 	cmdBytes, err := readProto(ctx, s.cas, cd, cmd, "command")
 	if err != nil {
-		return scheduler.SubmitRequest{}, err
+		return scheduler.SubmitRequest{}, nil, err
 	}
 	if err := validateCommand(cmd); err != nil {
-		return scheduler.SubmitRequest{}, status.Errorf(codes.InvalidArgument, "command %s: %v", cd, err)
+		return scheduler.SubmitRequest{}, nil, status.Errorf(codes.InvalidArgument, "command %s: %v", cd, err)
 	}
 	if err := checkInputRoot(ctx, s.cas, rd); err != nil {
-		return scheduler.SubmitRequest{}, err
+		return scheduler.SubmitRequest{}, nil, err
 	}
 	plat := action.Platform
 	if plat == nil || len(plat.Properties) == 0 {
 		plat = cmd.Platform // Bazel 2.x sets only the Command's platform
 	}
 	if err := validatePlatform(plat); err != nil {
-		return scheduler.SubmitRequest{}, status.Errorf(codes.InvalidArgument, "platform: %v", err)
+		return scheduler.SubmitRequest{}, nil, status.Errorf(codes.InvalidArgument, "platform: %v", err)
 	}
 	var priority int32
 	if req.ExecutionPolicy != nil {
@@ -215,7 +217,7 @@ func (s *Service) prepare(ctx context.Context, req *repb.ExecuteRequest, ad dige
 		Instance: req.InstanceName, ActionDigest: ad, Action: action,
 		ActionBytes: actionBytes, CommandBytes: cmdBytes,
 		Platform: platform.FromProto(plat), Priority: priority, DoNotCache: action.DoNotCache,
-	}, nil
+	}, cmd, nil
 }
 
 func validateCommand(cmd *repb.Command) error {

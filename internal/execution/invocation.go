@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/gantry-build/gantry/internal/auth"
@@ -64,4 +65,12 @@ func (s *Service) KeyNames() []string {
 		out[i] = e.String()
 	}
 	return out
+}
+
+// requestMetadata is the RequestMetadata the call carries, or nil.
+func requestMetadata(ctx context.Context) *repb.RequestMetadata {
+	md, _ := metadata.FromIncomingContext(ctx)
+	var r invocation.Request
+	r.FromHeaders(md)
+	return r.Metadata
 }

@@ -27,6 +27,11 @@ type Finished struct {
 	// Accepted is when Execute took the action; zero when not known.
 	Accepted time.Time
 	Response *repb.ExecuteResponse
+	// Metadata is the RequestMetadata the Execute call carried (nil
+	// without one, or for WaitExecution); Command the action's command
+	// when Execute read it (not for a cache hit).
+	Metadata *repb.RequestMetadata
+	Command  *repb.Command
 }
 
 // Observer is told what the Execution and worker services do (the

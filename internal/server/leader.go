@@ -138,11 +138,12 @@ func (l *leader) lead(ctx context.Context, number int64, lost <-chan struct{}) e
 		// Worker controls last as long as the term: workers register
 		// again with the next leader.
 		admin:  pgAdminStore{quotas: quotaState{store: l.store}},
-		reload: l.reload, obs: l.b.obs, policy: l.b.sec.statusPolicy(),
+		reload: l.reload, obs: l.b.obs, policy: l.b.sec.statusPolicy(), state: l.store,
 	})
 	if err != nil {
 		return err
 	}
+	l.b.closers.push(t.close)
 	impls := newServiceRecorder()
 	registerSchedulerServices(impls, t.exec, t.ws, t.admin)
 	l.b.terms.set(t)

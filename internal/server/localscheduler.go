@@ -75,11 +75,13 @@ func newLocalScheduler(b *builder, storage *localStorage, grpcAddr string, reloa
 	t, err := newTerm(cfg, log, sched, 0, termDeps{
 		cas: storage.cas, lookup: storage.fe.LookupActionResult, results: storage.fe.StoreActionResult,
 		admin: adminStore{quotas: quotaState{store: state}, controls: cf}, reload: reload,
-		obs: b.obs, policy: b.sec.statusPolicy(),
+		obs: b.obs, policy: b.sec.statusPolicy(), state: state,
 	})
 	if err != nil {
 		return nil, err
 	}
+	// The history is written out before the state store closes.
+	b.closers.push(t.close)
 	b.terms.set(t)
 	embedded := ""
 	if runsEmbeddedWorker(cfg) {

@@ -1,16 +1,20 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/gantry-build/gantry/internal/auth"
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/execution"
+	"github.com/gantry-build/gantry/internal/history"
 	"github.com/gantry-build/gantry/internal/invocation"
 	"github.com/gantry-build/gantry/internal/scheduler"
+	"github.com/gantry-build/gantry/internal/statestore"
 	"github.com/gantry-build/gantry/internal/status"
 )
 
@@ -23,6 +27,8 @@ type term struct {
 	ws    *execution.WorkerService
 	admin *execution.AdminService
 	pages *statusPages
+	// hist is the history of finished operations (nil: none kept).
+	hist *history.Recorder
 	// number is the leadership term (0 on role all).
 	number int64
 }
@@ -40,6 +46,8 @@ type termDeps struct {
 	reload func() error
 	obs    execution.Observer
 	policy func() *auth.Policy
+	// state is the scheduler's state store, where the history is kept.
+	state statestore.Store
 }
 
 // newTerm builds the services of sched: Execution and Operations, the
@@ -49,13 +57,47 @@ func newTerm(cfg config.Config, log *slog.Logger, sched *scheduler.Scheduler, nu
 	if err != nil {
 		return nil, fmt.Errorf("scheduler.fairness.keys: %w", err)
 	}
-	exec := execution.New(sched, d.cas, d.lookup, d.obs, log)
+	var hist *history.Recorder
+	obs := d.obs
+	if h := cfg.Status.History; h.MaxOperations > 0 && d.state != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), historyLoadTimeout)
+		hist, err = history.New(ctx, d.state, history.Options{MaxOperations: h.MaxOperations, MaxBuilds: h.MaxBuilds, MaxAge: h.MaxAge.D()}, log)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("loading the history (status.history): %w", err)
+		}
+		obs = historyObserver{Observer: d.obs, hist: hist}
+	}
+	exec := execution.New(sched, d.cas, d.lookup, obs, log)
 	exec.SetInvocationKeys(keys, cfg.Scheduler.Fairness.UserHeader)
-	ws := execution.NewWorkerService(sched, d.results, d.obs)
+	ws := execution.NewWorkerService(sched, d.results, obs)
 	admin := execution.NewAdminService(sched, exec.KeyNames, d.admin, d.reload, log)
 	pages := &statusPages{sched: sched, keys: exec.KeyNames,
-		page: status.New(sched, admin, d.cas, exec.KeyNames, d.policy, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log})}
-	return &term{sched: sched, exec: exec, ws: ws, admin: admin, pages: pages, number: number}, nil
+		page: status.New(sched, admin, d.cas, hist, exec.KeyNames, d.policy, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log})}
+	return &term{sched: sched, exec: exec, ws: ws, admin: admin, pages: pages, hist: hist, number: number}, nil
+}
+
+// historyLoadTimeout bounds reading the history when a term starts.
+const historyLoadTimeout = time.Minute
+
+// close writes what the term's history has not stored yet.
+func (t *term) close() {
+	if t.hist != nil {
+		t.hist.Close()
+	}
+}
+
+// historyObserver records the operations the execution service sees
+// finish in the history, besides telling the process's observer.
+type historyObserver struct {
+	execution.Observer
+	hist *history.Recorder
+}
+
+// Finished implements execution.Observer.
+func (o historyObserver) Finished(f execution.Finished) {
+	o.Observer.Finished(f)
+	o.hist.Record(history.FromFinished(f, time.Now()))
 }
 
 // newScheduler is the scheduler of cfg, logging to log.

@@ -29,6 +29,7 @@ import (
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/execution"
+	"github.com/gantry-build/gantry/internal/history"
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
@@ -54,6 +55,7 @@ type Handler struct {
 	sched *scheduler.Scheduler
 	admin *execution.AdminService
 	cas   blobstore.Store
+	hist  *history.Recorder
 	keys  func() []string
 	// policy is the policy in force, or nil.
 	policy func() *auth.Policy
@@ -62,26 +64,29 @@ type Handler struct {
 	mux    *http.ServeMux
 }
 
-// New returns the status pages of a server. keys names the invocation
-// key levels. policy returns the policy in force, which authorizes the
+// New returns the status pages of a server. hist is the history of
+// finished operations and builds (nil: none kept). keys names the
+// invocation key levels. policy returns the policy in force, which authorizes the
 // controls and downloads of the caller the request's context names
 // (auth.FromContext): a control needs the admin permission (on the
 // operation's instance for a kill, on every instance for the others), a
 // download cas.read on the instance it is read under. A nil policy
 // allows everything: the HTTP port without auth.http_require_token
 // knows no caller.
-func New(sched *scheduler.Scheduler, admin *execution.AdminService, cas blobstore.Store, keys func() []string, policy func() *auth.Policy, opts Options) *Handler {
+func New(sched *scheduler.Scheduler, admin *execution.AdminService, cas blobstore.Store, hist *history.Recorder, keys func() []string, policy func() *auth.Policy, opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	b := make([]byte, 16)
 	rand.Read(b)
-	h := &Handler{sched: sched, admin: admin, cas: cas, keys: keys, policy: policy, opts: opts, token: hex.EncodeToString(b), mux: http.NewServeMux()}
+	h := &Handler{sched: sched, admin: admin, cas: cas, hist: hist, keys: keys, policy: policy, opts: opts, token: hex.EncodeToString(b), mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /status", h.overview)
 	h.mux.HandleFunc("GET /status/{$}", h.overview)
 	h.mux.HandleFunc("GET /status/invocations", h.invocations)
 	h.mux.HandleFunc("GET /status/operation", h.operation)
 	h.mux.HandleFunc("GET /status/failures", h.failures)
+	h.mux.HandleFunc("GET /status/builds", h.builds)
+	h.mux.HandleFunc("GET /status/build", h.build)
 	h.mux.HandleFunc("GET /status/blob", h.blob)
 	h.mux.HandleFunc("POST /status/worker", h.post(h.workerControl))
 	h.mux.HandleFunc("POST /status/kill", h.post(h.kill))
@@ -370,8 +375,11 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 	}
 	info, err := h.sched.Operation(name)
 	if err != nil {
-		h.fail(w, r, http.StatusNotFound, fmt.Sprintf("operation %q is not known: it never existed or finished longer ago than scheduler.retention", name))
-		return
+		var ok bool
+		if info, ok = h.pastOperation(name); !ok {
+			h.fail(w, r, http.StatusNotFound, fmt.Sprintf("operation %q is not known: it never existed, or finished before the history (status.history) kept it or long enough ago to fall out", name))
+			return
+		}
 	}
 	// The page shows the action's command line, environment and outputs,
 	// read from the CAS: the viewer needs cas.read on its instance, as

@@ -21,7 +21,7 @@ import (
 func newHandler(t testing.TB) (*Handler, *scheduler.Scheduler) {
 	sched := scheduler.New(scheduler.Config{}, nil)
 	keys := func() []string { return []string{"user", "build"} }
-	h := New(sched, execution.NewAdminService(sched, keys, execution.InMemory{}, nil, nil), blobstore.NewMemory(1<<20), keys, nil, Options{})
+	h := New(sched, execution.NewAdminService(sched, keys, execution.InMemory{}, nil, nil), blobstore.NewMemory(1<<20), nil, keys, nil, Options{})
 	return h, sched
 }
 
@@ -160,5 +160,16 @@ func TestFinishedOperationShowsInvocation(t *testing.T) {
 	}
 	if got := invocation(); got != "alice › build-7" {
 		t.Errorf("finished: Invocation %q, want the keys it ran under", got)
+	}
+}
+
+// Without a history the builds pages say how to keep one.
+func TestBuildsWithoutHistory(t *testing.T) {
+	h, _ := newHandler(t)
+	for _, p := range []string{"/status/builds", "/status/build?id=x"} {
+		rec := get(h, p)
+		if rec.Code != http.StatusNotFound || !strings.Contains(rec.Body.String(), "status.history.max_operations") {
+			t.Errorf("%s: %d %s", p, rec.Code, rec.Body.String())
+		}
 	}
 }

@@ -1,0 +1,161 @@
+package status
+
+import (
+	"html/template"
+	"net/http"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gantry-build/gantry/internal/history"
+	"github.com/gantry-build/gantry/internal/scheduler"
+)
+
+// The builds pages show the history (internal/history): the builds, newest
+// first, and one build with its operations. They need the history; without
+// one (status.history.max_operations: 0) they say how to turn it on.
+
+// builds lists the builds.
+func (h *Handler) builds(w http.ResponseWriter, r *http.Request) {
+	if h.hist == nil {
+		h.fail(w, r, http.StatusNotFound, "this server keeps no history of builds: set status.history.max_operations above 0")
+		return
+	}
+	p := readPage(r, "page")
+	bs, total := h.hist.Builds(p.Offset(), p.Per)
+	p.Total = total
+	h.render(w, "builds", struct {
+		frame
+		Builds []history.Build
+		Page   page
+	}{h.frame(r, "Builds", true), bs, p})
+}
+
+// build shows one build and its operations.
+func (h *Handler) build(w http.ResponseWriter, r *http.Request) {
+	if h.hist == nil {
+		h.fail(w, r, http.StatusNotFound, "this server keeps no history of builds: set status.history.max_operations above 0")
+		return
+	}
+	id := r.URL.Query().Get("id")
+	b, ok := h.hist.Build(id)
+	if !ok {
+		h.fail(w, r, http.StatusNotFound, "no build "+id+" in the history: it may have fallen out (status.history), or its client sent no tool_invocation_id; the builds page lists those kept")
+		return
+	}
+	p := readPage(r, "page")
+	ops, total := h.hist.Operations(id, p.Offset(), p.Per)
+	p.Total = total
+	h.render(w, "build", struct {
+		frame
+		Build      history.Build
+		Operations []history.Operation
+		Page       page
+	}{h.frame(r, "Build "+id, true), b, ops, p})
+}
+
+// pastOperation is the operation page's view of a finished operation
+// the scheduler no longer knows (after its retention, or a restart), from
+// the history.
+func (h *Handler) pastOperation(name string) (scheduler.OperationInfo, bool) {
+	if h.hist == nil {
+		return scheduler.OperationInfo{}, false
+	}
+	o, ok := h.hist.Operation(name)
+	if !ok {
+		return scheduler.OperationInfo{}, false
+	}
+	ad, err := o.ActionDigest()
+	if err != nil {
+		return scheduler.OperationInfo{}, false
+	}
+	ts := func(t time.Time) *timestamppb.Timestamp {
+		if t.IsZero() {
+			return nil
+		}
+		return timestamppb.New(t)
+	}
+	res := &repb.ActionResult{ExitCode: o.ExitCode, ExecutionMetadata: &repb.ExecutedActionMetadata{
+		Worker: o.Worker, WorkerStartTimestamp: ts(o.WorkerStart), WorkerCompletedTimestamp: ts(o.WorkerEnd),
+		InputFetchStartTimestamp: ts(o.FetchStart), InputFetchCompletedTimestamp: ts(o.FetchEnd),
+		ExecutionStartTimestamp: ts(o.ExecStart), ExecutionCompletedTimestamp: ts(o.ExecEnd),
+		OutputUploadStartTimestamp: ts(o.UploadStart), OutputUploadCompletedTimestamp: ts(o.UploadEnd),
+	}}
+	proto := func(s string) *repb.Digest {
+		d, err := history.ParseDigest(ad.Function, s)
+		if err != nil {
+			return nil
+		}
+		return d.Proto()
+	}
+	res.StdoutDigest, res.StderrDigest = proto(o.Stdout), proto(o.Stderr)
+	for _, out := range o.Outputs {
+		if !out.Dir && out.Link == "" {
+			res.OutputFiles = append(res.OutputFiles, &repb.OutputFile{Path: out.Path, Digest: proto(out.Digest)})
+		}
+	}
+	info := scheduler.OperationInfo{
+		OperationState: scheduler.OperationState{Name: o.Name, Instance: o.Instance, ActionDigest: ad, Stage: repb.ExecutionStage_COMPLETED, Done: true,
+			Response: &repb.ExecuteResponse{Result: res, CachedResult: o.Cached, Status: status.New(o.Code, o.Message).Proto()}},
+		Queue: o.Queue, Worker: o.Worker, QueuedAt: o.Accepted, DoneAt: o.Finished, Invocation: o.Invocation,
+	}
+	return info, true
+}
+
+var buildFuncs = template.FuncMap{
+	"dur": func(d time.Duration) string {
+		switch {
+		case d <= 0:
+			return "-"
+		case d < time.Second:
+			return d.Round(100 * time.Microsecond).String()
+		}
+		return d.Round(100 * time.Millisecond).String()
+	},
+	"day": func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05")
+	},
+	"total": func(o history.Operation) time.Duration {
+		if o.Accepted.IsZero() {
+			return 0
+		}
+		return o.Finished.Sub(o.Accepted)
+	},
+}
+
+func init() {
+	template.Must(templates.Funcs(buildFuncs).Parse(`
+{{define "builds"}}{{template "head" .}}
+<p>Builds are the operations sharing a client's tool_invocation_id (Bazel's --invocation_id), newest first; kept durably (status.history).</p>
+<table id="builds"><tr><th>Build</th><th>Tool</th><th>Instance</th><th>Started (UTC)</th><th>Duration</th><th>Executed</th><th>Cache hits</th><th>Failed</th><th>Queue p50</th><th>Queue p95</th><th>Output</th></tr>
+{{range .Builds}}<tr><td><a href="/status/build?id={{.ID}}">{{truncate .ID 40}}</a>{{with .Correlated}}<br><span class="muted">{{truncate . 40}}</span>{{end}}</td><td>{{.Tool}} {{.ToolVersion}}</td><td>{{or .Instance "(default)"}}</td><td>{{day .First}}</td><td>{{dur .Duration}}</td><td class="n">{{.Executed}}</td><td class="n">{{.CacheHits}}</td><td class="n">{{.Failed}}</td><td class="n">{{dur (.QueueQuantile 0.5)}}</td><td class="n">{{dur (.QueueQuantile 0.95)}}</td><td class="n">{{bytes .OutputBytes}}</td></tr>
+{{else}}<tr><td colspan="11" class="muted">no builds yet</td></tr>{{end}}</table>
+{{template "pager" .Page}}
+{{template "foot" .}}{{end}}
+
+{{define "build"}}{{template "head" .}}
+{{with .Build}}<table id="summary">
+<tr><th>Tool</th><td>{{.Tool}} {{.ToolVersion}}</td></tr>
+<tr><th>Instance</th><td>{{or .Instance "(default)"}}</td></tr>
+{{with .Correlated}}<tr><th>Correlated id</th><td>{{.}}</td></tr>{{end}}
+<tr><th>Started (UTC)</th><td>{{day .First}}</td></tr>
+<tr><th>Duration</th><td>{{dur .Duration}}</td></tr>
+<tr><th>Executed</th><td>{{.Executed}}</td></tr>
+<tr><th>Cache hits</th><td>{{.CacheHits}}</td></tr>
+<tr><th>Failed</th><td>{{.Failed}}</td></tr>
+<tr><th>Queue time</th><td>p50 {{dur (.QueueQuantile 0.5)}}, p95 {{dur (.QueueQuantile 0.95)}} (upper bounds)</td></tr>
+<tr><th>Output</th><td>{{bytes .OutputBytes}}</td></tr>
+</table>{{end}}
+<h2>Operations</h2>
+<table id="build-operations"><tr><th>Action</th><th>Finished (UTC)</th><th>Result</th><th>Worker</th><th>Queued</th><th>Total</th></tr>
+{{range .Operations}}<tr><td><a href="/status/operation?name={{.Name}}">{{truncate .Label 80}}</a></td><td>{{when .Finished}}</td><td>{{if .Cached}}cache hit{{else if ne .Code 0}}{{.Code}}{{else if .ExitCode}}exit {{.ExitCode}}{{else}}ok{{end}}</td><td>{{.Worker}}</td><td class="n">{{dur .QueueTime}}</td><td class="n">{{dur (total .)}}</td></tr>
+{{else}}<tr><td colspan="6" class="muted">none kept</td></tr>{{end}}</table>
+{{template "pager" .Page}}
+{{template "foot" .}}{{end}}
+`))
+}
