@@ -1,6 +1,7 @@
 package status
 
 import (
+	"fmt"
 	"html/template"
 	"net/http"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/gantry-build/gantry/internal/auth"
 	"github.com/gantry-build/gantry/internal/history"
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
@@ -43,6 +45,12 @@ func (h *Handler) build(w http.ResponseWriter, r *http.Request) {
 	b, ok := h.hist.Build(id)
 	if !ok {
 		h.fail(w, r, http.StatusNotFound, "no build "+id+" in the history: it may have fallen out (status.history), or its client sent no tool_invocation_id; the builds page lists those kept")
+		return
+	}
+	// Its operations' labels name targets and outputs: the viewer needs
+	// cas.read on the build's instance, as for an operation's page.
+	if err := h.authorize(r, auth.PermCASRead, scope{instance: b.Instance, what: fmt.Sprintf(" (build %q)", id)}); err != nil {
+		h.fail(w, r, http.StatusForbidden, err.Error())
 		return
 	}
 	p := readPage(r, "page")
