@@ -450,6 +450,12 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 		st := status.FromProto(info.Response.Status)
 		code, message = st.Code().String(), st.Message()
 	}
+	var why *scheduler.QueuedAnalysis
+	if !info.Done {
+		if a, err := h.sched.WhyQueued(name); err == nil {
+			why = &a
+		}
+	}
 	h.render(w, "operation", struct {
 		frame
 		Op       scheduler.OperationInfo
@@ -461,7 +467,8 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 		Code     string
 		Message  string
 		Outputs  []output
-	}{h.frame(r, "Operation "+name, !info.Done), info, &action, &command, problems, timeline, result, code, message, outs})
+		Why      *scheduler.QueuedAnalysis
+	}{h.frame(r, "Operation "+name, !info.Done), info, &action, &command, problems, timeline, result, code, message, outs, why})
 }
 
 // blobLink downloads d, read under instance (the operation's: the

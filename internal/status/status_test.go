@@ -173,3 +173,42 @@ func TestBuildsWithoutHistory(t *testing.T) {
 		}
 	}
 }
+
+// A queued operation's page says why it waits: its place, its
+// invocation, and which workers could run it and which cannot, and why.
+func TestWhyQueued(t *testing.T) {
+	h, sched := newHandler(t)
+	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w-small", Platform: platform.Worker{Cores: 1}})
+	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w-any", Platform: platform.Worker{Cores: 2, AllowUnmatched: true}})
+	var names []string
+	for i := range 3 {
+		name, err := sched.Submit(scheduler.SubmitRequest{ActionDigest: digest.Compute(digest.SHA256, []byte{byte(i)}), Invocation: []string{"alice", "b1"},
+			Platform: platform.Properties{{Name: "pool", Value: "big"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	body := get(h, "/status/operation?name="+names[2]).Body.String()
+	for _, want := range []string{
+		"Why is it still queued?",
+		"2 of the 3 actions waiting",
+		`<tr><td>alice</td><td class="n">3</td><td class="n">0</td><td class="n">0</td></tr>`,
+		"<td>w-any</td>",
+		"<td>w-small</td><td><div>", "pool",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page lacks %q:\n%s", want, body)
+		}
+	}
+	// Nobody can run it: it says so, and when it will fail.
+	h2, sched2 := newHandler(t)
+	sched2.RegisterWorker(scheduler.WorkerInfo{ID: "w-small", Platform: platform.Worker{Cores: 1}})
+	name, err := sched2.Submit(scheduler.SubmitRequest{ActionDigest: digest.Compute(digest.SHA256, []byte("x")), Platform: platform.Properties{{Name: "pool", Value: "big"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := get(h2, "/status/operation?name="+name).Body.String(); !strings.Contains(body, "No registered worker can run this action") || strings.Contains(body, "Workers that could run it</h3>\n<table") {
+		t.Errorf("the page of an action nobody can run:\n%s", body)
+	}
+}
