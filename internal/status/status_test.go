@@ -98,7 +98,7 @@ func FuzzPages(f *testing.F) {
 	}
 	h, sched := newHandler(f)
 	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w1", Platform: platform.Worker{Cores: 1}})
-	gets := []string{"/status", "/status/invocations", "/status/operation", "/status/failures", "/status/blob"}
+	gets := []string{"/status", "/status/invocations", "/status/operation", "/status/failures", "/status/blob", "/status/builds", "/status/build"}
 	posts := []string{"/status/worker", "/status/kill", "/status/reload"}
 	f.Fuzz(func(t *testing.T, query string, which uint8) {
 		if i := int(which) % (len(gets) + len(posts)); i < len(gets) {
