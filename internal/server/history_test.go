@@ -84,7 +84,7 @@ func TestBuildHistorySurvivesRestart(t *testing.T) {
 		// inv-A: 2 executed, 0 cache hits, 1 failed.
 		row := builds[strings.Index(builds, "id=inv-A"):]
 		row = row[:strings.Index(row, "</tr>")]
-		if !strings.Contains(row, `<td class="n">2</td><td class="n">0</td><td class="n">1</td>`) {
+		if !strings.Contains(row, `<td class="n">2</td><td class="n">0</td><td class="n">1</td><td class="n">0</td>`) {
 			t.Errorf("%s: build inv-A's row: %s", when, row)
 		}
 		build := get(f, "/status/build?id=inv-A")

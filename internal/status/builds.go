@@ -28,11 +28,36 @@ func (h *Handler) builds(w http.ResponseWriter, r *http.Request) {
 	p := readPage(r, "page")
 	bs, total := h.hist.Builds(p.Offset(), p.Per)
 	p.Total = total
+	counts := h.inProgress()
 	h.render(w, "builds", struct {
 		frame
-		Builds []history.Build
-		Page   page
-	}{h.frame(r, "Builds", true), bs, p})
+		Builds     []history.Build
+		InProgress map[string]int
+		Known      bool
+		Page       page
+	}{h.frame(r, "Builds", true), bs, counts, counts != nil, p})
+}
+
+// inProgress counts the queued and executing operations of each build,
+// from the fairness trie: known only when tool_invocation_id is one of
+// its levels (scheduler.fairness.keys; it is by default). nil otherwise.
+func (h *Handler) inProgress() map[string]int {
+	level := -1
+	for i, k := range h.keys() {
+		if k == "tool_invocation_id" {
+			level = i
+		}
+	}
+	if level < 0 {
+		return nil
+	}
+	out := map[string]int{}
+	for _, st := range h.sched.Invocations() {
+		if len(st.Path) == level+1 && st.Path[level] != "" {
+			out[st.Path[level]] += st.Queued + st.Executing
+		}
+	}
+	return out
 }
 
 // build shows one build and its operations.
@@ -56,12 +81,15 @@ func (h *Handler) build(w http.ResponseWriter, r *http.Request) {
 	p := readPage(r, "page")
 	ops, total := h.hist.Operations(id, p.Offset(), p.Per)
 	p.Total = total
+	counts := h.inProgress()
 	h.render(w, "build", struct {
 		frame
 		Build      history.Build
+		InProgress int
+		Known      bool
 		Operations []history.Operation
 		Page       page
-	}{h.frame(r, "Build "+id, true), b, ops, p})
+	}{h.frame(r, "Build "+id, true), b, counts[id], counts != nil, ops, p})
 }
 
 // pastOperation is the operation page's view of a finished operation
@@ -140,9 +168,9 @@ func init() {
 	template.Must(templates.Funcs(buildFuncs).Parse(`
 {{define "builds"}}{{template "head" .}}
 <p>Builds are the operations sharing a client's tool_invocation_id (Bazel's --invocation_id), newest first; kept durably (status.history).</p>
-<table id="builds"><tr><th>Build</th><th>Tool</th><th>Instance</th><th>Started (UTC)</th><th>Duration</th><th>Executed</th><th>Cache hits</th><th>Failed</th><th>Queue p50</th><th>Queue p95</th><th>Output</th></tr>
-{{range .Builds}}<tr><td><a href="/status/build?id={{.ID}}">{{truncate .ID 40}}</a>{{with .Correlated}}<br><span class="muted">{{truncate . 40}}</span>{{end}}</td><td>{{.Tool}} {{.ToolVersion}}</td><td>{{or .Instance "(default)"}}</td><td>{{day .First}}</td><td>{{dur .Duration}}</td><td class="n">{{.Executed}}</td><td class="n">{{.CacheHits}}</td><td class="n">{{.Failed}}</td><td class="n">{{dur (.QueueQuantile 0.5)}}</td><td class="n">{{dur (.QueueQuantile 0.95)}}</td><td class="n">{{bytes .OutputBytes}}</td></tr>
-{{else}}<tr><td colspan="11" class="muted">no builds yet</td></tr>{{end}}</table>
+<table id="builds"><tr><th>Build</th><th>Tool</th><th>Instance</th><th>Started (UTC)</th><th>Duration</th><th>Executed</th><th>Cache hits</th><th>Failed</th><th>In progress</th><th>Queue p50</th><th>Queue p95</th><th>Output</th></tr>
+{{$f := .}}{{range .Builds}}<tr><td><a href="/status/build?id={{.ID}}">{{truncate .ID 40}}</a>{{with .Correlated}}<br><span class="muted">{{truncate . 40}}</span>{{end}}</td><td>{{.Tool}} {{.ToolVersion}}</td><td>{{or .Instance "(default)"}}</td><td>{{day .First}}</td><td>{{dur .Duration}}</td><td class="n">{{.Executed}}</td><td class="n">{{.CacheHits}}</td><td class="n">{{.Failed}}</td><td class="n">{{if $f.Known}}{{index $f.InProgress .ID}}{{else}}-{{end}}</td><td class="n">{{dur (.QueueQuantile 0.5)}}</td><td class="n">{{dur (.QueueQuantile 0.95)}}</td><td class="n">{{bytes .OutputBytes}}</td></tr>
+{{else}}<tr><td colspan="12" class="muted">no builds yet</td></tr>{{end}}</table>
 {{template "pager" .Page}}
 {{template "foot" .}}{{end}}
 
@@ -156,6 +184,7 @@ func init() {
 <tr><th>Executed</th><td>{{.Executed}}</td></tr>
 <tr><th>Cache hits</th><td>{{.CacheHits}}</td></tr>
 <tr><th>Failed</th><td>{{.Failed}}</td></tr>
+<tr><th>In progress</th><td>{{if $.Known}}{{$.InProgress}}{{else}}unknown (tool_invocation_id is not a level of scheduler.fairness.keys){{end}}</td></tr>
 <tr><th>Queue time</th><td>p50 {{dur (.QueueQuantile 0.5)}}, p95 {{dur (.QueueQuantile 0.95)}} (upper bounds)</td></tr>
 <tr><th>Output</th><td>{{bytes .OutputBytes}}</td></tr>
 </table>{{end}}

@@ -8,14 +8,17 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/execution"
+	"github.com/gantry-build/gantry/internal/history"
 	"github.com/gantry-build/gantry/internal/platform"
 	"github.com/gantry-build/gantry/internal/scheduler"
+	"github.com/gantry-build/gantry/internal/statestore"
 )
 
 func newHandler(t testing.TB) (*Handler, *scheduler.Scheduler) {
@@ -210,5 +213,32 @@ func TestWhyQueued(t *testing.T) {
 	}
 	if body := get(h2, "/status/operation?name="+name).Body.String(); !strings.Contains(body, "No registered worker can run this action") || strings.Contains(body, "Workers that could run it</h3>\n<table") {
 		t.Errorf("the page of an action nobody can run:\n%s", body)
+	}
+}
+
+// The builds pages count a build's operations in progress from the
+// fairness trie when tool_invocation_id is one of its levels.
+func TestBuildsInProgress(t *testing.T) {
+	sched := scheduler.New(scheduler.Config{}, nil)
+	keys := func() []string { return []string{"instance_name", "tool_invocation_id"} }
+	hist, err := history.New(context.Background(), statestore.NewMemory(), history.Options{MaxOperations: 10, MaxBuilds: 10}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hist.Close()
+	now := time.Now()
+	hist.Record(history.Operation{Name: "done1", Action: "ab/1", Build: "inv-X", Accepted: now, Finished: now, Label: "cc → a.o"})
+	h := New(sched, execution.NewAdminService(sched, keys, execution.InMemory{}, nil, nil), blobstore.NewMemory(1<<20), hist, keys, nil, Options{})
+	for i := range 2 {
+		if _, err := sched.Submit(scheduler.SubmitRequest{ActionDigest: digest.Compute(digest.SHA256, []byte{byte(i)}), Invocation: []string{"", "inv-X"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := get(h, "/status/builds").Body.String()
+	if !strings.Contains(body, `<td class="n">0</td><td class="n">2</td>`) { // failed 0, in progress 2
+		t.Errorf("the builds page does not count 2 in progress:\n%s", body)
+	}
+	if body := get(h, "/status/build?id=inv-X").Body.String(); !strings.Contains(body, "<tr><th>In progress</th><td>2</td></tr>") || !strings.Contains(body, "cc → a.o") {
+		t.Errorf("the build page:\n%s", body)
 	}
 }
