@@ -409,3 +409,54 @@ func (r *Recorder) Build(id string) (Build, bool) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Point sums up the operations that finished in one interval of a Series.
+type Point struct {
+	Start time.Time
+	// Executed, CacheHits and Failed count the operations as a Build
+	// does.
+	Executed, CacheHits, Failed int
+	// QueueP50 and QueueP95 are the executed operations' queue time
+	// quantiles (upper bounds of the histogram buckets; zero without
+	// any).
+	QueueP50, QueueP95 time.Duration
+	// Busy is the execution time (the worker's execute stage) of the
+	// operations, each counted in the interval it finished in.
+	Busy time.Duration
+}
+
+// Series sums up the kept operations in n intervals of step ending at
+// end, oldest first: what the status pages' charts draw. Operations that
+// fell out of the history (status.history) are missing from it.
+func (r *Recorder) Series(end time.Time, step time.Duration, n int) []Point {
+	if n <= 0 || step <= 0 {
+		return nil
+	}
+	start := end.Add(-time.Duration(n) * step)
+	pts := make([]Point, n)
+	hists := make([]Build, n) // for their queue histograms
+	for i := range pts {
+		pts[i].Start = start.Add(time.Duration(i) * step)
+	}
+	r.mu.Lock()
+	// ops are ordered by finish time: start from the first in the window.
+	from := sort.Search(len(r.ops), func(i int) bool { return !r.ops[i].op.Finished.Before(start) })
+	for _, e := range r.ops[from:] {
+		o := e.op
+		if !o.Finished.Before(end) {
+			break
+		}
+		i := int(o.Finished.Sub(start) / step)
+		hists[i].add(o)
+		if !o.Cached && !o.ExecStart.IsZero() && o.ExecEnd.After(o.ExecStart) {
+			pts[i].Busy += o.ExecEnd.Sub(o.ExecStart)
+		}
+	}
+	r.mu.Unlock()
+	for i := range pts {
+		b := hists[i]
+		pts[i].Executed, pts[i].CacheHits, pts[i].Failed = b.Executed, b.CacheHits, b.Failed
+		pts[i].QueueP50, pts[i].QueueP95 = b.QueueQuantile(0.5), b.QueueQuantile(0.95)
+	}
+	return pts
+}

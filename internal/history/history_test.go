@@ -271,3 +271,25 @@ func TestFromFinished(t *testing.T) {
 		t.Errorf("label without metadata or command %q", l)
 	}
 }
+
+// Series buckets the kept operations by when they finished.
+func TestSeries(t *testing.T) {
+	c := newClock()
+	r := open(t, statestore.NewMemory(), Options{Now: c.Now})
+	t0 := c.Now()
+	for i := range 6 {
+		o := op(fmt.Sprintf("o%d", i), "A", t0.Add(time.Duration(i)*10*time.Second), 3*time.Millisecond, i == 5, int32(i%2))
+		o.ExecStart, o.ExecEnd = o.Accepted, o.Accepted.Add(time.Second)
+		r.Record(o)
+	}
+	// Finished at 1s, 11s, ..., 51s: two one-minute intervals ending at
+	// t0+1m: [0,1m) holds all six.
+	pts := r.Series(t0.Add(time.Minute), time.Minute, 2)
+	if len(pts) != 2 || pts[0].Executed+pts[0].CacheHits != 0 {
+		t.Fatalf("the earlier minute: %+v", pts)
+	}
+	p := pts[1]
+	if p.Executed != 5 || p.CacheHits != 1 || p.Failed != 3 || p.QueueP50 != 5*time.Millisecond || p.Busy != 5*time.Second {
+		t.Errorf("the minute: %+v", p)
+	}
+}

@@ -87,6 +87,8 @@ func New(sched *scheduler.Scheduler, admin *execution.AdminService, cas blobstor
 	h.mux.HandleFunc("GET /status/failures", h.failures)
 	h.mux.HandleFunc("GET /status/builds", h.builds)
 	h.mux.HandleFunc("GET /status/build", h.build)
+	h.mux.HandleFunc("GET /status/charts", h.chartsPage)
+	h.mux.HandleFunc("GET /status/chart.svg", h.chartSVG)
 	h.mux.HandleFunc("GET /status/blob", h.blob)
 	h.mux.HandleFunc("POST /status/worker", h.post(h.workerControl))
 	h.mux.HandleFunc("POST /status/kill", h.post(h.kill))

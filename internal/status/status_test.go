@@ -242,3 +242,43 @@ func TestBuildsInProgress(t *testing.T) {
 		t.Errorf("the build page:\n%s", body)
 	}
 }
+
+// The charts page links an SVG per chart and window; each draws the
+// history's series.
+func TestCharts(t *testing.T) {
+	sched := scheduler.New(scheduler.Config{}, nil)
+	keys := func() []string { return nil }
+	hist, err := history.New(context.Background(), statestore.NewMemory(), history.Options{MaxOperations: 100, MaxBuilds: 10}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hist.Close()
+	now := time.Now()
+	for i := range 20 {
+		at := now.Add(-time.Duration(i) * 3 * time.Minute)
+		hist.Record(history.Operation{Name: fmt.Sprint("op", i), Action: "ab/1", Accepted: at.Add(-time.Second), WorkerStart: at.Add(-900 * time.Millisecond),
+			ExecStart: at.Add(-800 * time.Millisecond), ExecEnd: at.Add(-100 * time.Millisecond), Finished: at, Cached: i%4 == 0, ExitCode: int32(i % 3)})
+	}
+	h := New(sched, execution.NewAdminService(sched, keys, execution.InMemory{}, nil, nil), blobstore.NewMemory(1<<20), hist, keys, nil, Options{})
+	page := get(h, "/status/charts").Body.String()
+	for _, c := range []string{"throughput", "queue", "cachehits", "utilisation", "failures"} {
+		for _, w := range []string{"1h", "1d"} {
+			src := "/status/chart.svg?chart=" + c + "&amp;window=" + w
+			if !strings.Contains(page, src) {
+				t.Errorf("the charts page lacks %s", src)
+			}
+			rec := get(h, "/status/chart.svg?chart="+c+"&window="+w)
+			body := rec.Body.String()
+			if rec.Code != 200 || rec.Header().Get("Content-Type") != "image/svg+xml" || !strings.HasPrefix(body, "<svg") || !strings.Contains(body, "<polyline") {
+				t.Errorf("%s %s: %d %s", c, w, rec.Code, body)
+			}
+			// Something was drawn above the zero line.
+			if c == "throughput" && !regexp.MustCompile(`points="[^"]*,(1[0-6]?[0-9]|[2-9][0-9])\.`).MatchString(body) {
+				t.Errorf("%s %s draws nothing above zero: %s", c, w, body)
+			}
+		}
+	}
+	if rec := get(h, "/status/chart.svg?chart=nope&window=1h"); rec.Code != http.StatusBadRequest {
+		t.Errorf("an unknown chart: %d", rec.Code)
+	}
+}
