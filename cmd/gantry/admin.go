@@ -124,7 +124,7 @@ func writeWorkers(out io.Writer, ws []*adminpb.WorkerStatus) {
 func newOperationCommand() *cobra.Command {
 	var serverAddr, reason string
 	var refuse time.Duration
-	cmd := &cobra.Command{Use: "operation", Short: "Act on one operation of a running Gantry"}
+	cmd := &cobra.Command{Use: "operation", Short: "Show, list or kill operations of a running Gantry"}
 	addServerFlag(cmd.PersistentFlags(), &serverAddr, "server", "address of a running Gantry")
 	kill := &cobra.Command{
 		Use:   "kill OPERATION",
@@ -159,7 +159,7 @@ with FAILED_PRECONDITION naming the kill, so the client's build fails.`,
 	}
 	kill.Flags().StringVar(&reason, "reason", "", "why, for the server's log and the client's message")
 	kill.Flags().DurationVar(&refuse, "refuse", 0, "also refuse new submissions of the same action for this long (e.g. 30m), so that clients that resubmit it fail")
-	cmd.AddCommand(kill)
+	cmd.AddCommand(kill, newOperationShowCommand(&serverAddr), newOperationListCommand(&serverAddr))
 	return cmd
 }
 

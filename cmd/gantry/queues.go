@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -67,6 +68,7 @@ func newQueuesExplainCommand() *cobra.Command {
 		props      []string
 		configPath string
 		serverAddr string
+		instance   string
 	)
 	cmd := &cobra.Command{
 		Use:   "explain --property name=value ...",
@@ -75,7 +77,8 @@ func newQueuesExplainCommand() *cobra.Command {
 
 With --config, the analysis is done offline against the queues in that file.
 Otherwise it asks the running server at --server, which also reports, for each
-known worker, whether it could run the action and what keeps it out.`,
+known worker, whether it could run the action and what keeps it out. Callers
+with the execute permission on --instance may ask (not only admins).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ps, err := parseProperties(props)
@@ -102,12 +105,13 @@ known worker, whether it could run the action and what keeps it out.`,
 				}
 				return nil
 			}
-			return explainRemote(cmd.Context(), out, serverAddr, ps)
+			return explainRemote(cmd.Context(), out, serverAddr, instance, ps)
 		},
 	}
 	cmd.Flags().StringArrayVar(&props, "property", nil, "platform property name=value (repeatable)")
 	cmd.Flags().StringVar(&configPath, "config", "", "analyse offline against the queues in this config file")
 	addServerFlag(cmd.Flags(), &serverAddr, "server", "address of a running Gantry (used without --config)")
+	cmd.Flags().StringVar(&instance, "instance", os.Getenv("GANTRY_INSTANCE"), "the instance name you execute under (with authentication, the execute permission on it lets you ask)")
 	return cmd
 }
 
@@ -124,7 +128,7 @@ func parseProperties(args []string) (platform.Properties, error) {
 	return ps, nil
 }
 
-func explainRemote(ctx context.Context, out io.Writer, addr string, ps platform.Properties) error {
+func explainRemote(ctx context.Context, out io.Writer, addr, instance string, ps platform.Properties) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -135,7 +139,7 @@ func explainRemote(ctx context.Context, out io.Writer, addr string, ps platform.
 		return fmt.Errorf("connecting to %s: %w", addr, err)
 	}
 	defer conn.Close()
-	req := &adminpb.ExplainPlatformRequest{}
+	req := &adminpb.ExplainPlatformRequest{InstanceName: instance}
 	for _, p := range ps {
 		req.Properties = append(req.Properties, &adminpb.Property{Name: p.Name, Value: p.Value})
 	}

@@ -78,6 +78,11 @@ var methods = map[string]method{
 	// administer, as on the status page; the other admin methods are
 	// mapped by prefix (lookupMethod).
 	adminPrefix + "KillOperation": {PermAdmin, fromOperation},
+	// Users may ask about their own instance's operations and platforms
+	// (the admin permission there will do too).
+	adminPrefix + "GetOperationDetails":  {PermAdmin | PermExecute, fromOperation},
+	adminPrefix + "ListOperationDetails": {PermAdmin | PermExecute, fromField},
+	adminPrefix + "ExplainPlatform":      {PermAdmin | PermExecute, fromField},
 
 	workersSvc + "Register":  {PermWorker, fromWorkerInstances},
 	workersSvc + "Poll":      {PermWorker, fromAny},

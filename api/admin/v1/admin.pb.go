@@ -1362,8 +1362,12 @@ func (x *Property) GetValue() string {
 }
 
 type ExplainPlatformRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Properties    []*Property            `protobuf:"bytes,1,rep,name=properties,proto3" json:"properties,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Properties []*Property            `protobuf:"bytes,1,rep,name=properties,proto3" json:"properties,omitempty"`
+	// The instance the caller asks for: callers with the execute
+	// permission on it may ask (admins anywhere). The analysis does not
+	// depend on it.
+	InstanceName  string `protobuf:"bytes,2,opt,name=instance_name,json=instanceName,proto3" json:"instance_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1405,6 +1409,583 @@ func (x *ExplainPlatformRequest) GetProperties() []*Property {
 	return nil
 }
 
+func (x *ExplainPlatformRequest) GetInstanceName() string {
+	if x != nil {
+		return x.InstanceName
+	}
+	return ""
+}
+
+type GetOperationDetailsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOperationDetailsRequest) Reset() {
+	*x = GetOperationDetailsRequest{}
+	mi := &file_admin_v1_admin_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOperationDetailsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOperationDetailsRequest) ProtoMessage() {}
+
+func (x *GetOperationDetailsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOperationDetailsRequest.ProtoReflect.Descriptor instead.
+func (*GetOperationDetailsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GetOperationDetailsRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ListOperationDetailsRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	InstanceName string                 `protobuf:"bytes,1,opt,name=instance_name,json=instanceName,proto3" json:"instance_name,omitempty"`
+	// Only the operations whose invocation path starts with these keys.
+	Invocation []string `protobuf:"bytes,2,rep,name=invocation,proto3" json:"invocation,omitempty"`
+	// At most this many, oldest first (0: 100).
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperationDetailsRequest) Reset() {
+	*x = ListOperationDetailsRequest{}
+	mi := &file_admin_v1_admin_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperationDetailsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperationDetailsRequest) ProtoMessage() {}
+
+func (x *ListOperationDetailsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperationDetailsRequest.ProtoReflect.Descriptor instead.
+func (*ListOperationDetailsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListOperationDetailsRequest) GetInstanceName() string {
+	if x != nil {
+		return x.InstanceName
+	}
+	return ""
+}
+
+func (x *ListOperationDetailsRequest) GetInvocation() []string {
+	if x != nil {
+		return x.Invocation
+	}
+	return nil
+}
+
+func (x *ListOperationDetailsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListOperationDetailsResponse struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Operations []*OperationDetails    `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
+	// How many matched in all.
+	Total         int32 `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOperationDetailsResponse) Reset() {
+	*x = ListOperationDetailsResponse{}
+	mi := &file_admin_v1_admin_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOperationDetailsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOperationDetailsResponse) ProtoMessage() {}
+
+func (x *ListOperationDetailsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOperationDetailsResponse.ProtoReflect.Descriptor instead.
+func (*ListOperationDetailsResponse) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ListOperationDetailsResponse) GetOperations() []*OperationDetails {
+	if x != nil {
+		return x.Operations
+	}
+	return nil
+}
+
+func (x *ListOperationDetailsResponse) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+type OperationDetails struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	InstanceName string                 `protobuf:"bytes,2,opt,name=instance_name,json=instanceName,proto3" json:"instance_name,omitempty"`
+	ActionDigest string                 `protobuf:"bytes,3,opt,name=action_digest,json=actionDigest,proto3" json:"action_digest,omitempty"`
+	// QUEUED, EXECUTING or COMPLETED (REAPI's stage names).
+	Stage        string   `protobuf:"bytes,4,opt,name=stage,proto3" json:"stage,omitempty"`
+	Done         bool     `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
+	Queue        string   `protobuf:"bytes,6,opt,name=queue,proto3" json:"queue,omitempty"`
+	Invocation   []string `protobuf:"bytes,7,rep,name=invocation,proto3" json:"invocation,omitempty"`
+	Attempts     int32    `protobuf:"varint,8,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Worker       string   `protobuf:"bytes,9,opt,name=worker,proto3" json:"worker,omitempty"`
+	QueuedUnixMs int64    `protobuf:"varint,10,opt,name=queued_unix_ms,json=queuedUnixMs,proto3" json:"queued_unix_ms,omitempty"`
+	LeasedUnixMs int64    `protobuf:"varint,11,opt,name=leased_unix_ms,json=leasedUnixMs,proto3" json:"leased_unix_ms,omitempty"`
+	DoneUnixMs   int64    `protobuf:"varint,12,opt,name=done_unix_ms,json=doneUnixMs,proto3" json:"done_unix_ms,omitempty"`
+	// The result, once done: the status (a google.rpc.Code name), its
+	// message and the action's exit code.
+	Status   string `protobuf:"bytes,13,opt,name=status,proto3" json:"status,omitempty"`
+	Message  string `protobuf:"bytes,14,opt,name=message,proto3" json:"message,omitempty"`
+	ExitCode int32  `protobuf:"varint,15,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// Set for a queued operation.
+	WhyQueued     *WhyQueued `protobuf:"bytes,16,opt,name=why_queued,json=whyQueued,proto3" json:"why_queued,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OperationDetails) Reset() {
+	*x = OperationDetails{}
+	mi := &file_admin_v1_admin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OperationDetails) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OperationDetails) ProtoMessage() {}
+
+func (x *OperationDetails) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OperationDetails.ProtoReflect.Descriptor instead.
+func (*OperationDetails) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *OperationDetails) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *OperationDetails) GetInstanceName() string {
+	if x != nil {
+		return x.InstanceName
+	}
+	return ""
+}
+
+func (x *OperationDetails) GetActionDigest() string {
+	if x != nil {
+		return x.ActionDigest
+	}
+	return ""
+}
+
+func (x *OperationDetails) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+func (x *OperationDetails) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *OperationDetails) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *OperationDetails) GetInvocation() []string {
+	if x != nil {
+		return x.Invocation
+	}
+	return nil
+}
+
+func (x *OperationDetails) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *OperationDetails) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *OperationDetails) GetQueuedUnixMs() int64 {
+	if x != nil {
+		return x.QueuedUnixMs
+	}
+	return 0
+}
+
+func (x *OperationDetails) GetLeasedUnixMs() int64 {
+	if x != nil {
+		return x.LeasedUnixMs
+	}
+	return 0
+}
+
+func (x *OperationDetails) GetDoneUnixMs() int64 {
+	if x != nil {
+		return x.DoneUnixMs
+	}
+	return 0
+}
+
+func (x *OperationDetails) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *OperationDetails) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *OperationDetails) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *OperationDetails) GetWhyQueued() *WhyQueued {
+	if x != nil {
+		return x.WhyQueued
+	}
+	return nil
+}
+
+type WhyQueued struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Ahead of the waiting actions of the same queue, instance and
+	// platform go first.
+	Ahead   int32              `protobuf:"varint,1,opt,name=ahead,proto3" json:"ahead,omitempty"`
+	Waiting int32              `protobuf:"varint,2,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Levels  []*InvocationLevel `protobuf:"bytes,3,rep,name=levels,proto3" json:"levels,omitempty"`
+	Quotas  []*QuotaStatus     `protobuf:"bytes,4,rep,name=quotas,proto3" json:"quotas,omitempty"`
+	// Workers that could run it, with their load.
+	Able []*WorkerLoad `protobuf:"bytes,5,rep,name=able,proto3" json:"able,omitempty"`
+	// Workers that cannot, closest first, with the reasons.
+	Unable []*WorkerVerdict `protobuf:"bytes,6,rep,name=unable,proto3" json:"unable,omitempty"`
+	// When it fails as unsatisfiable if no worker that can run it
+	// registers (0: some worker can).
+	FailsAtUnixMs int64 `protobuf:"varint,7,opt,name=fails_at_unix_ms,json=failsAtUnixMs,proto3" json:"fails_at_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhyQueued) Reset() {
+	*x = WhyQueued{}
+	mi := &file_admin_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhyQueued) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhyQueued) ProtoMessage() {}
+
+func (x *WhyQueued) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhyQueued.ProtoReflect.Descriptor instead.
+func (*WhyQueued) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *WhyQueued) GetAhead() int32 {
+	if x != nil {
+		return x.Ahead
+	}
+	return 0
+}
+
+func (x *WhyQueued) GetWaiting() int32 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *WhyQueued) GetLevels() []*InvocationLevel {
+	if x != nil {
+		return x.Levels
+	}
+	return nil
+}
+
+func (x *WhyQueued) GetQuotas() []*QuotaStatus {
+	if x != nil {
+		return x.Quotas
+	}
+	return nil
+}
+
+func (x *WhyQueued) GetAble() []*WorkerLoad {
+	if x != nil {
+		return x.Able
+	}
+	return nil
+}
+
+func (x *WhyQueued) GetUnable() []*WorkerVerdict {
+	if x != nil {
+		return x.Unable
+	}
+	return nil
+}
+
+func (x *WhyQueued) GetFailsAtUnixMs() int64 {
+	if x != nil {
+		return x.FailsAtUnixMs
+	}
+	return 0
+}
+
+type InvocationLevel struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Key       string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Queued    int64                  `protobuf:"varint,2,opt,name=queued,proto3" json:"queued,omitempty"`
+	Executing int64                  `protobuf:"varint,3,opt,name=executing,proto3" json:"executing,omitempty"`
+	// Other invocations at this level with queued work.
+	Siblings      int64 `protobuf:"varint,4,opt,name=siblings,proto3" json:"siblings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InvocationLevel) Reset() {
+	*x = InvocationLevel{}
+	mi := &file_admin_v1_admin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InvocationLevel) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InvocationLevel) ProtoMessage() {}
+
+func (x *InvocationLevel) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InvocationLevel.ProtoReflect.Descriptor instead.
+func (*InvocationLevel) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *InvocationLevel) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *InvocationLevel) GetQueued() int64 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *InvocationLevel) GetExecuting() int64 {
+	if x != nil {
+		return x.Executing
+	}
+	return 0
+}
+
+func (x *InvocationLevel) GetSiblings() int64 {
+	if x != nil {
+		return x.Siblings
+	}
+	return 0
+}
+
+type WorkerLoad struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	Running       int32                  `protobuf:"varint,3,opt,name=running,proto3" json:"running,omitempty"`
+	Slots         int32                  `protobuf:"varint,4,opt,name=slots,proto3" json:"slots,omitempty"`
+	Polling       bool                   `protobuf:"varint,5,opt,name=polling,proto3" json:"polling,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkerLoad) Reset() {
+	*x = WorkerLoad{}
+	mi := &file_admin_v1_admin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkerLoad) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkerLoad) ProtoMessage() {}
+
+func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkerLoad.ProtoReflect.Descriptor instead.
+func (*WorkerLoad) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *WorkerLoad) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *WorkerLoad) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *WorkerLoad) GetRunning() int32 {
+	if x != nil {
+		return x.Running
+	}
+	return 0
+}
+
+func (x *WorkerLoad) GetSlots() int32 {
+	if x != nil {
+		return x.Slots
+	}
+	return 0
+}
+
+func (x *WorkerLoad) GetPolling() bool {
+	if x != nil {
+		return x.Polling
+	}
+	return false
+}
+
 type QueueVerdict struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
@@ -1417,7 +1998,7 @@ type QueueVerdict struct {
 
 func (x *QueueVerdict) Reset() {
 	*x = QueueVerdict{}
-	mi := &file_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +2010,7 @@ func (x *QueueVerdict) String() string {
 func (*QueueVerdict) ProtoMessage() {}
 
 func (x *QueueVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[23]
+	mi := &file_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +2023,7 @@ func (x *QueueVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueVerdict.ProtoReflect.Descriptor instead.
 func (*QueueVerdict) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{23}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *QueueVerdict) GetQueue() string {
@@ -1484,7 +2065,7 @@ type WorkerVerdict struct {
 
 func (x *WorkerVerdict) Reset() {
 	*x = WorkerVerdict{}
-	mi := &file_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +2077,7 @@ func (x *WorkerVerdict) String() string {
 func (*WorkerVerdict) ProtoMessage() {}
 
 func (x *WorkerVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[24]
+	mi := &file_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +2090,7 @@ func (x *WorkerVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerVerdict.ProtoReflect.Descriptor instead.
 func (*WorkerVerdict) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{24}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WorkerVerdict) GetWorker() string {
@@ -1538,7 +2119,7 @@ type ExplainPlatformResponse struct {
 
 func (x *ExplainPlatformResponse) Reset() {
 	*x = ExplainPlatformResponse{}
-	mi := &file_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +2131,7 @@ func (x *ExplainPlatformResponse) String() string {
 func (*ExplainPlatformResponse) ProtoMessage() {}
 
 func (x *ExplainPlatformResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[25]
+	mi := &file_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +2144,7 @@ func (x *ExplainPlatformResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPlatformResponse.ProtoReflect.Descriptor instead.
 func (*ExplainPlatformResponse) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{25}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ExplainPlatformResponse) GetQueues() []*QueueVerdict {
@@ -1694,11 +2275,67 @@ const file_admin_v1_admin_proto_rawDesc = "" +
 	"\vinvocations\x18\x02 \x03(\v2\x1b.gantry.admin.v1.InvocationR\vinvocations\"4\n" +
 	"\bProperty\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"S\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"x\n" +
 	"\x16ExplainPlatformRequest\x129\n" +
 	"\n" +
 	"properties\x18\x01 \x03(\v2\x19.gantry.admin.v1.PropertyR\n" +
-	"properties\"r\n" +
+	"properties\x12#\n" +
+	"\rinstance_name\x18\x02 \x01(\tR\finstanceName\"0\n" +
+	"\x1aGetOperationDetailsRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"x\n" +
+	"\x1bListOperationDetailsRequest\x12#\n" +
+	"\rinstance_name\x18\x01 \x01(\tR\finstanceName\x12\x1e\n" +
+	"\n" +
+	"invocation\x18\x02 \x03(\tR\n" +
+	"invocation\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"w\n" +
+	"\x1cListOperationDetailsResponse\x12A\n" +
+	"\n" +
+	"operations\x18\x01 \x03(\v2!.gantry.admin.v1.OperationDetailsR\n" +
+	"operations\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x05R\x05total\"\xfc\x03\n" +
+	"\x10OperationDetails\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rinstance_name\x18\x02 \x01(\tR\finstanceName\x12#\n" +
+	"\raction_digest\x18\x03 \x01(\tR\factionDigest\x12\x14\n" +
+	"\x05stage\x18\x04 \x01(\tR\x05stage\x12\x12\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\x12\x14\n" +
+	"\x05queue\x18\x06 \x01(\tR\x05queue\x12\x1e\n" +
+	"\n" +
+	"invocation\x18\a \x03(\tR\n" +
+	"invocation\x12\x1a\n" +
+	"\battempts\x18\b \x01(\x05R\battempts\x12\x16\n" +
+	"\x06worker\x18\t \x01(\tR\x06worker\x12$\n" +
+	"\x0equeued_unix_ms\x18\n" +
+	" \x01(\x03R\fqueuedUnixMs\x12$\n" +
+	"\x0eleased_unix_ms\x18\v \x01(\x03R\fleasedUnixMs\x12 \n" +
+	"\fdone_unix_ms\x18\f \x01(\x03R\n" +
+	"doneUnixMs\x12\x16\n" +
+	"\x06status\x18\r \x01(\tR\x06status\x12\x18\n" +
+	"\amessage\x18\x0e \x01(\tR\amessage\x12\x1b\n" +
+	"\texit_code\x18\x0f \x01(\x05R\bexitCode\x129\n" +
+	"\n" +
+	"why_queued\x18\x10 \x01(\v2\x1a.gantry.admin.v1.WhyQueuedR\twhyQueued\"\xbd\x02\n" +
+	"\tWhyQueued\x12\x14\n" +
+	"\x05ahead\x18\x01 \x01(\x05R\x05ahead\x12\x18\n" +
+	"\awaiting\x18\x02 \x01(\x05R\awaiting\x128\n" +
+	"\x06levels\x18\x03 \x03(\v2 .gantry.admin.v1.InvocationLevelR\x06levels\x124\n" +
+	"\x06quotas\x18\x04 \x03(\v2\x1c.gantry.admin.v1.QuotaStatusR\x06quotas\x12/\n" +
+	"\x04able\x18\x05 \x03(\v2\x1b.gantry.admin.v1.WorkerLoadR\x04able\x126\n" +
+	"\x06unable\x18\x06 \x03(\v2\x1e.gantry.admin.v1.WorkerVerdictR\x06unable\x12'\n" +
+	"\x10fails_at_unix_ms\x18\a \x01(\x03R\rfailsAtUnixMs\"u\n" +
+	"\x0fInvocationLevel\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06queued\x18\x02 \x01(\x03R\x06queued\x12\x1c\n" +
+	"\texecuting\x18\x03 \x01(\x03R\texecuting\x12\x1a\n" +
+	"\bsiblings\x18\x04 \x01(\x03R\bsiblings\"\x84\x01\n" +
+	"\n" +
+	"WorkerLoad\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x18\n" +
+	"\arunning\x18\x03 \x01(\x05R\arunning\x12\x14\n" +
+	"\x05slots\x18\x04 \x01(\x05R\x05slots\x12\x18\n" +
+	"\apolling\x18\x05 \x01(\bR\apolling\"r\n" +
 	"\fQueueVerdict\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\beligible\x18\x02 \x01(\bR\beligible\x12\x16\n" +
@@ -1710,10 +2347,11 @@ const file_admin_v1_admin_proto_rawDesc = "" +
 	"\x17ExplainPlatformResponse\x125\n" +
 	"\x06queues\x18\x01 \x03(\v2\x1d.gantry.admin.v1.QueueVerdictR\x06queues\x128\n" +
 	"\aworkers\x18\x02 \x03(\v2\x1e.gantry.admin.v1.WorkerVerdictR\aworkers\x12\x18\n" +
-	"\ainvalid\x18\x03 \x01(\tR\ainvalid2\x95\n" +
-	"\n" +
+	"\ainvalid\x18\x03 \x01(\tR\ainvalid2\xf1\v\n" +
 	"\x05Admin\x12d\n" +
-	"\x0fExplainPlatform\x12'.gantry.admin.v1.ExplainPlatformRequest\x1a(.gantry.admin.v1.ExplainPlatformResponse\x12d\n" +
+	"\x0fExplainPlatform\x12'.gantry.admin.v1.ExplainPlatformRequest\x1a(.gantry.admin.v1.ExplainPlatformResponse\x12e\n" +
+	"\x13GetOperationDetails\x12+.gantry.admin.v1.GetOperationDetailsRequest\x1a!.gantry.admin.v1.OperationDetails\x12s\n" +
+	"\x14ListOperationDetails\x12,.gantry.admin.v1.ListOperationDetailsRequest\x1a-.gantry.admin.v1.ListOperationDetailsResponse\x12d\n" +
 	"\x0fListInvocations\x12'.gantry.admin.v1.ListInvocationsRequest\x1a(.gantry.admin.v1.ListInvocationsResponse\x12J\n" +
 	"\bGetQuota\x12 .gantry.admin.v1.GetQuotaRequest\x1a\x1c.gantry.admin.v1.QuotaStatus\x12O\n" +
 	"\bPutQuota\x12 .gantry.admin.v1.PutQuotaRequest\x1a!.gantry.admin.v1.PutQuotaResponse\x12X\n" +
@@ -1741,84 +2379,101 @@ func file_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_admin_v1_admin_proto_rawDescData
 }
 
-var file_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_admin_v1_admin_proto_goTypes = []any{
-	(*ListWorkersRequest)(nil),      // 0: gantry.admin.v1.ListWorkersRequest
-	(*WorkerLease)(nil),             // 1: gantry.admin.v1.WorkerLease
-	(*WorkerStatus)(nil),            // 2: gantry.admin.v1.WorkerStatus
-	(*ListWorkersResponse)(nil),     // 3: gantry.admin.v1.ListWorkersResponse
-	(*WorkerControlRequest)(nil),    // 4: gantry.admin.v1.WorkerControlRequest
-	(*WorkerControlResponse)(nil),   // 5: gantry.admin.v1.WorkerControlResponse
-	(*KillOperationRequest)(nil),    // 6: gantry.admin.v1.KillOperationRequest
-	(*KillOperationResponse)(nil),   // 7: gantry.admin.v1.KillOperationResponse
-	(*ReloadConfigRequest)(nil),     // 8: gantry.admin.v1.ReloadConfigRequest
-	(*ReloadConfigResponse)(nil),    // 9: gantry.admin.v1.ReloadConfigResponse
-	(*GetQuotaRequest)(nil),         // 10: gantry.admin.v1.GetQuotaRequest
-	(*PutQuotaRequest)(nil),         // 11: gantry.admin.v1.PutQuotaRequest
-	(*PutQuotaResponse)(nil),        // 12: gantry.admin.v1.PutQuotaResponse
-	(*DeleteQuotaRequest)(nil),      // 13: gantry.admin.v1.DeleteQuotaRequest
-	(*DeleteQuotaResponse)(nil),     // 14: gantry.admin.v1.DeleteQuotaResponse
-	(*ListQuotasRequest)(nil),       // 15: gantry.admin.v1.ListQuotasRequest
-	(*ListQuotasResponse)(nil),      // 16: gantry.admin.v1.ListQuotasResponse
-	(*QuotaStatus)(nil),             // 17: gantry.admin.v1.QuotaStatus
-	(*ListInvocationsRequest)(nil),  // 18: gantry.admin.v1.ListInvocationsRequest
-	(*Invocation)(nil),              // 19: gantry.admin.v1.Invocation
-	(*ListInvocationsResponse)(nil), // 20: gantry.admin.v1.ListInvocationsResponse
-	(*Property)(nil),                // 21: gantry.admin.v1.Property
-	(*ExplainPlatformRequest)(nil),  // 22: gantry.admin.v1.ExplainPlatformRequest
-	(*QueueVerdict)(nil),            // 23: gantry.admin.v1.QueueVerdict
-	(*WorkerVerdict)(nil),           // 24: gantry.admin.v1.WorkerVerdict
-	(*ExplainPlatformResponse)(nil), // 25: gantry.admin.v1.ExplainPlatformResponse
-	nil,                             // 26: gantry.admin.v1.WorkerStatus.ResourcesEntry
-	nil,                             // 27: gantry.admin.v1.WorkerStatus.ResourcesHeldEntry
-	nil,                             // 28: gantry.admin.v1.ListQuotasResponse.CohortSlotsEntry
+	(*ListWorkersRequest)(nil),           // 0: gantry.admin.v1.ListWorkersRequest
+	(*WorkerLease)(nil),                  // 1: gantry.admin.v1.WorkerLease
+	(*WorkerStatus)(nil),                 // 2: gantry.admin.v1.WorkerStatus
+	(*ListWorkersResponse)(nil),          // 3: gantry.admin.v1.ListWorkersResponse
+	(*WorkerControlRequest)(nil),         // 4: gantry.admin.v1.WorkerControlRequest
+	(*WorkerControlResponse)(nil),        // 5: gantry.admin.v1.WorkerControlResponse
+	(*KillOperationRequest)(nil),         // 6: gantry.admin.v1.KillOperationRequest
+	(*KillOperationResponse)(nil),        // 7: gantry.admin.v1.KillOperationResponse
+	(*ReloadConfigRequest)(nil),          // 8: gantry.admin.v1.ReloadConfigRequest
+	(*ReloadConfigResponse)(nil),         // 9: gantry.admin.v1.ReloadConfigResponse
+	(*GetQuotaRequest)(nil),              // 10: gantry.admin.v1.GetQuotaRequest
+	(*PutQuotaRequest)(nil),              // 11: gantry.admin.v1.PutQuotaRequest
+	(*PutQuotaResponse)(nil),             // 12: gantry.admin.v1.PutQuotaResponse
+	(*DeleteQuotaRequest)(nil),           // 13: gantry.admin.v1.DeleteQuotaRequest
+	(*DeleteQuotaResponse)(nil),          // 14: gantry.admin.v1.DeleteQuotaResponse
+	(*ListQuotasRequest)(nil),            // 15: gantry.admin.v1.ListQuotasRequest
+	(*ListQuotasResponse)(nil),           // 16: gantry.admin.v1.ListQuotasResponse
+	(*QuotaStatus)(nil),                  // 17: gantry.admin.v1.QuotaStatus
+	(*ListInvocationsRequest)(nil),       // 18: gantry.admin.v1.ListInvocationsRequest
+	(*Invocation)(nil),                   // 19: gantry.admin.v1.Invocation
+	(*ListInvocationsResponse)(nil),      // 20: gantry.admin.v1.ListInvocationsResponse
+	(*Property)(nil),                     // 21: gantry.admin.v1.Property
+	(*ExplainPlatformRequest)(nil),       // 22: gantry.admin.v1.ExplainPlatformRequest
+	(*GetOperationDetailsRequest)(nil),   // 23: gantry.admin.v1.GetOperationDetailsRequest
+	(*ListOperationDetailsRequest)(nil),  // 24: gantry.admin.v1.ListOperationDetailsRequest
+	(*ListOperationDetailsResponse)(nil), // 25: gantry.admin.v1.ListOperationDetailsResponse
+	(*OperationDetails)(nil),             // 26: gantry.admin.v1.OperationDetails
+	(*WhyQueued)(nil),                    // 27: gantry.admin.v1.WhyQueued
+	(*InvocationLevel)(nil),              // 28: gantry.admin.v1.InvocationLevel
+	(*WorkerLoad)(nil),                   // 29: gantry.admin.v1.WorkerLoad
+	(*QueueVerdict)(nil),                 // 30: gantry.admin.v1.QueueVerdict
+	(*WorkerVerdict)(nil),                // 31: gantry.admin.v1.WorkerVerdict
+	(*ExplainPlatformResponse)(nil),      // 32: gantry.admin.v1.ExplainPlatformResponse
+	nil,                                  // 33: gantry.admin.v1.WorkerStatus.ResourcesEntry
+	nil,                                  // 34: gantry.admin.v1.WorkerStatus.ResourcesHeldEntry
+	nil,                                  // 35: gantry.admin.v1.ListQuotasResponse.CohortSlotsEntry
 }
 var file_admin_v1_admin_proto_depIdxs = []int32{
-	26, // 0: gantry.admin.v1.WorkerStatus.resources:type_name -> gantry.admin.v1.WorkerStatus.ResourcesEntry
-	27, // 1: gantry.admin.v1.WorkerStatus.resources_held:type_name -> gantry.admin.v1.WorkerStatus.ResourcesHeldEntry
+	33, // 0: gantry.admin.v1.WorkerStatus.resources:type_name -> gantry.admin.v1.WorkerStatus.ResourcesEntry
+	34, // 1: gantry.admin.v1.WorkerStatus.resources_held:type_name -> gantry.admin.v1.WorkerStatus.ResourcesHeldEntry
 	1,  // 2: gantry.admin.v1.WorkerStatus.leases:type_name -> gantry.admin.v1.WorkerLease
 	2,  // 3: gantry.admin.v1.ListWorkersResponse.workers:type_name -> gantry.admin.v1.WorkerStatus
 	2,  // 4: gantry.admin.v1.WorkerControlResponse.worker:type_name -> gantry.admin.v1.WorkerStatus
 	17, // 5: gantry.admin.v1.PutQuotaResponse.quota:type_name -> gantry.admin.v1.QuotaStatus
 	17, // 6: gantry.admin.v1.ListQuotasResponse.quotas:type_name -> gantry.admin.v1.QuotaStatus
-	28, // 7: gantry.admin.v1.ListQuotasResponse.cohort_slots:type_name -> gantry.admin.v1.ListQuotasResponse.CohortSlotsEntry
+	35, // 7: gantry.admin.v1.ListQuotasResponse.cohort_slots:type_name -> gantry.admin.v1.ListQuotasResponse.CohortSlotsEntry
 	19, // 8: gantry.admin.v1.ListInvocationsResponse.invocations:type_name -> gantry.admin.v1.Invocation
 	21, // 9: gantry.admin.v1.ExplainPlatformRequest.properties:type_name -> gantry.admin.v1.Property
-	23, // 10: gantry.admin.v1.ExplainPlatformResponse.queues:type_name -> gantry.admin.v1.QueueVerdict
-	24, // 11: gantry.admin.v1.ExplainPlatformResponse.workers:type_name -> gantry.admin.v1.WorkerVerdict
-	22, // 12: gantry.admin.v1.Admin.ExplainPlatform:input_type -> gantry.admin.v1.ExplainPlatformRequest
-	18, // 13: gantry.admin.v1.Admin.ListInvocations:input_type -> gantry.admin.v1.ListInvocationsRequest
-	10, // 14: gantry.admin.v1.Admin.GetQuota:input_type -> gantry.admin.v1.GetQuotaRequest
-	11, // 15: gantry.admin.v1.Admin.PutQuota:input_type -> gantry.admin.v1.PutQuotaRequest
-	13, // 16: gantry.admin.v1.Admin.DeleteQuota:input_type -> gantry.admin.v1.DeleteQuotaRequest
-	15, // 17: gantry.admin.v1.Admin.ListQuotas:input_type -> gantry.admin.v1.ListQuotasRequest
-	0,  // 18: gantry.admin.v1.Admin.ListWorkers:input_type -> gantry.admin.v1.ListWorkersRequest
-	4,  // 19: gantry.admin.v1.Admin.DrainWorker:input_type -> gantry.admin.v1.WorkerControlRequest
-	4,  // 20: gantry.admin.v1.Admin.UndrainWorker:input_type -> gantry.admin.v1.WorkerControlRequest
-	4,  // 21: gantry.admin.v1.Admin.TerminateWorker:input_type -> gantry.admin.v1.WorkerControlRequest
-	4,  // 22: gantry.admin.v1.Admin.PauseWorker:input_type -> gantry.admin.v1.WorkerControlRequest
-	4,  // 23: gantry.admin.v1.Admin.ResumeWorker:input_type -> gantry.admin.v1.WorkerControlRequest
-	6,  // 24: gantry.admin.v1.Admin.KillOperation:input_type -> gantry.admin.v1.KillOperationRequest
-	8,  // 25: gantry.admin.v1.Admin.ReloadConfig:input_type -> gantry.admin.v1.ReloadConfigRequest
-	25, // 26: gantry.admin.v1.Admin.ExplainPlatform:output_type -> gantry.admin.v1.ExplainPlatformResponse
-	20, // 27: gantry.admin.v1.Admin.ListInvocations:output_type -> gantry.admin.v1.ListInvocationsResponse
-	17, // 28: gantry.admin.v1.Admin.GetQuota:output_type -> gantry.admin.v1.QuotaStatus
-	12, // 29: gantry.admin.v1.Admin.PutQuota:output_type -> gantry.admin.v1.PutQuotaResponse
-	14, // 30: gantry.admin.v1.Admin.DeleteQuota:output_type -> gantry.admin.v1.DeleteQuotaResponse
-	16, // 31: gantry.admin.v1.Admin.ListQuotas:output_type -> gantry.admin.v1.ListQuotasResponse
-	3,  // 32: gantry.admin.v1.Admin.ListWorkers:output_type -> gantry.admin.v1.ListWorkersResponse
-	5,  // 33: gantry.admin.v1.Admin.DrainWorker:output_type -> gantry.admin.v1.WorkerControlResponse
-	5,  // 34: gantry.admin.v1.Admin.UndrainWorker:output_type -> gantry.admin.v1.WorkerControlResponse
-	5,  // 35: gantry.admin.v1.Admin.TerminateWorker:output_type -> gantry.admin.v1.WorkerControlResponse
-	5,  // 36: gantry.admin.v1.Admin.PauseWorker:output_type -> gantry.admin.v1.WorkerControlResponse
-	5,  // 37: gantry.admin.v1.Admin.ResumeWorker:output_type -> gantry.admin.v1.WorkerControlResponse
-	7,  // 38: gantry.admin.v1.Admin.KillOperation:output_type -> gantry.admin.v1.KillOperationResponse
-	9,  // 39: gantry.admin.v1.Admin.ReloadConfig:output_type -> gantry.admin.v1.ReloadConfigResponse
-	26, // [26:40] is the sub-list for method output_type
-	12, // [12:26] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	26, // 10: gantry.admin.v1.ListOperationDetailsResponse.operations:type_name -> gantry.admin.v1.OperationDetails
+	27, // 11: gantry.admin.v1.OperationDetails.why_queued:type_name -> gantry.admin.v1.WhyQueued
+	28, // 12: gantry.admin.v1.WhyQueued.levels:type_name -> gantry.admin.v1.InvocationLevel
+	17, // 13: gantry.admin.v1.WhyQueued.quotas:type_name -> gantry.admin.v1.QuotaStatus
+	29, // 14: gantry.admin.v1.WhyQueued.able:type_name -> gantry.admin.v1.WorkerLoad
+	31, // 15: gantry.admin.v1.WhyQueued.unable:type_name -> gantry.admin.v1.WorkerVerdict
+	30, // 16: gantry.admin.v1.ExplainPlatformResponse.queues:type_name -> gantry.admin.v1.QueueVerdict
+	31, // 17: gantry.admin.v1.ExplainPlatformResponse.workers:type_name -> gantry.admin.v1.WorkerVerdict
+	22, // 18: gantry.admin.v1.Admin.ExplainPlatform:input_type -> gantry.admin.v1.ExplainPlatformRequest
+	23, // 19: gantry.admin.v1.Admin.GetOperationDetails:input_type -> gantry.admin.v1.GetOperationDetailsRequest
+	24, // 20: gantry.admin.v1.Admin.ListOperationDetails:input_type -> gantry.admin.v1.ListOperationDetailsRequest
+	18, // 21: gantry.admin.v1.Admin.ListInvocations:input_type -> gantry.admin.v1.ListInvocationsRequest
+	10, // 22: gantry.admin.v1.Admin.GetQuota:input_type -> gantry.admin.v1.GetQuotaRequest
+	11, // 23: gantry.admin.v1.Admin.PutQuota:input_type -> gantry.admin.v1.PutQuotaRequest
+	13, // 24: gantry.admin.v1.Admin.DeleteQuota:input_type -> gantry.admin.v1.DeleteQuotaRequest
+	15, // 25: gantry.admin.v1.Admin.ListQuotas:input_type -> gantry.admin.v1.ListQuotasRequest
+	0,  // 26: gantry.admin.v1.Admin.ListWorkers:input_type -> gantry.admin.v1.ListWorkersRequest
+	4,  // 27: gantry.admin.v1.Admin.DrainWorker:input_type -> gantry.admin.v1.WorkerControlRequest
+	4,  // 28: gantry.admin.v1.Admin.UndrainWorker:input_type -> gantry.admin.v1.WorkerControlRequest
+	4,  // 29: gantry.admin.v1.Admin.TerminateWorker:input_type -> gantry.admin.v1.WorkerControlRequest
+	4,  // 30: gantry.admin.v1.Admin.PauseWorker:input_type -> gantry.admin.v1.WorkerControlRequest
+	4,  // 31: gantry.admin.v1.Admin.ResumeWorker:input_type -> gantry.admin.v1.WorkerControlRequest
+	6,  // 32: gantry.admin.v1.Admin.KillOperation:input_type -> gantry.admin.v1.KillOperationRequest
+	8,  // 33: gantry.admin.v1.Admin.ReloadConfig:input_type -> gantry.admin.v1.ReloadConfigRequest
+	32, // 34: gantry.admin.v1.Admin.ExplainPlatform:output_type -> gantry.admin.v1.ExplainPlatformResponse
+	26, // 35: gantry.admin.v1.Admin.GetOperationDetails:output_type -> gantry.admin.v1.OperationDetails
+	25, // 36: gantry.admin.v1.Admin.ListOperationDetails:output_type -> gantry.admin.v1.ListOperationDetailsResponse
+	20, // 37: gantry.admin.v1.Admin.ListInvocations:output_type -> gantry.admin.v1.ListInvocationsResponse
+	17, // 38: gantry.admin.v1.Admin.GetQuota:output_type -> gantry.admin.v1.QuotaStatus
+	12, // 39: gantry.admin.v1.Admin.PutQuota:output_type -> gantry.admin.v1.PutQuotaResponse
+	14, // 40: gantry.admin.v1.Admin.DeleteQuota:output_type -> gantry.admin.v1.DeleteQuotaResponse
+	16, // 41: gantry.admin.v1.Admin.ListQuotas:output_type -> gantry.admin.v1.ListQuotasResponse
+	3,  // 42: gantry.admin.v1.Admin.ListWorkers:output_type -> gantry.admin.v1.ListWorkersResponse
+	5,  // 43: gantry.admin.v1.Admin.DrainWorker:output_type -> gantry.admin.v1.WorkerControlResponse
+	5,  // 44: gantry.admin.v1.Admin.UndrainWorker:output_type -> gantry.admin.v1.WorkerControlResponse
+	5,  // 45: gantry.admin.v1.Admin.TerminateWorker:output_type -> gantry.admin.v1.WorkerControlResponse
+	5,  // 46: gantry.admin.v1.Admin.PauseWorker:output_type -> gantry.admin.v1.WorkerControlResponse
+	5,  // 47: gantry.admin.v1.Admin.ResumeWorker:output_type -> gantry.admin.v1.WorkerControlResponse
+	7,  // 48: gantry.admin.v1.Admin.KillOperation:output_type -> gantry.admin.v1.KillOperationResponse
+	9,  // 49: gantry.admin.v1.Admin.ReloadConfig:output_type -> gantry.admin.v1.ReloadConfigResponse
+	34, // [34:50] is the sub-list for method output_type
+	18, // [18:34] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_admin_v1_admin_proto_init() }
@@ -1833,7 +2488,7 @@ func file_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_v1_admin_proto_rawDesc), len(file_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,20 +21,22 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Admin_ExplainPlatform_FullMethodName = "/gantry.admin.v1.Admin/ExplainPlatform"
-	Admin_ListInvocations_FullMethodName = "/gantry.admin.v1.Admin/ListInvocations"
-	Admin_GetQuota_FullMethodName        = "/gantry.admin.v1.Admin/GetQuota"
-	Admin_PutQuota_FullMethodName        = "/gantry.admin.v1.Admin/PutQuota"
-	Admin_DeleteQuota_FullMethodName     = "/gantry.admin.v1.Admin/DeleteQuota"
-	Admin_ListQuotas_FullMethodName      = "/gantry.admin.v1.Admin/ListQuotas"
-	Admin_ListWorkers_FullMethodName     = "/gantry.admin.v1.Admin/ListWorkers"
-	Admin_DrainWorker_FullMethodName     = "/gantry.admin.v1.Admin/DrainWorker"
-	Admin_UndrainWorker_FullMethodName   = "/gantry.admin.v1.Admin/UndrainWorker"
-	Admin_TerminateWorker_FullMethodName = "/gantry.admin.v1.Admin/TerminateWorker"
-	Admin_PauseWorker_FullMethodName     = "/gantry.admin.v1.Admin/PauseWorker"
-	Admin_ResumeWorker_FullMethodName    = "/gantry.admin.v1.Admin/ResumeWorker"
-	Admin_KillOperation_FullMethodName   = "/gantry.admin.v1.Admin/KillOperation"
-	Admin_ReloadConfig_FullMethodName    = "/gantry.admin.v1.Admin/ReloadConfig"
+	Admin_ExplainPlatform_FullMethodName      = "/gantry.admin.v1.Admin/ExplainPlatform"
+	Admin_GetOperationDetails_FullMethodName  = "/gantry.admin.v1.Admin/GetOperationDetails"
+	Admin_ListOperationDetails_FullMethodName = "/gantry.admin.v1.Admin/ListOperationDetails"
+	Admin_ListInvocations_FullMethodName      = "/gantry.admin.v1.Admin/ListInvocations"
+	Admin_GetQuota_FullMethodName             = "/gantry.admin.v1.Admin/GetQuota"
+	Admin_PutQuota_FullMethodName             = "/gantry.admin.v1.Admin/PutQuota"
+	Admin_DeleteQuota_FullMethodName          = "/gantry.admin.v1.Admin/DeleteQuota"
+	Admin_ListQuotas_FullMethodName           = "/gantry.admin.v1.Admin/ListQuotas"
+	Admin_ListWorkers_FullMethodName          = "/gantry.admin.v1.Admin/ListWorkers"
+	Admin_DrainWorker_FullMethodName          = "/gantry.admin.v1.Admin/DrainWorker"
+	Admin_UndrainWorker_FullMethodName        = "/gantry.admin.v1.Admin/UndrainWorker"
+	Admin_TerminateWorker_FullMethodName      = "/gantry.admin.v1.Admin/TerminateWorker"
+	Admin_PauseWorker_FullMethodName          = "/gantry.admin.v1.Admin/PauseWorker"
+	Admin_ResumeWorker_FullMethodName         = "/gantry.admin.v1.Admin/ResumeWorker"
+	Admin_KillOperation_FullMethodName        = "/gantry.admin.v1.Admin/KillOperation"
+	Admin_ReloadConfig_FullMethodName         = "/gantry.admin.v1.Admin/ReloadConfig"
 )
 
 // AdminClient is the client API for Admin service.
@@ -45,6 +47,16 @@ type AdminClient interface {
 	// properties would go: which provision queue takes it (or why none
 	// does), and which known workers could ever run it (or why not).
 	ExplainPlatform(ctx context.Context, in *ExplainPlatformRequest, opts ...grpc.CallOption) (*ExplainPlatformResponse, error)
+	// GetOperationDetails describes one operation the scheduler knows: its
+	// state, where it waits, and for a queued one why it has not started.
+	// Callers with the execute permission on the operation's instance may
+	// call it, not only admins.
+	GetOperationDetails(ctx context.Context, in *GetOperationDetailsRequest, opts ...grpc.CallOption) (*OperationDetails, error)
+	// ListOperationDetails lists the operations in progress (queued or
+	// executing) of one instance, oldest first, optionally of one
+	// invocation. Callers with the execute permission on the instance may
+	// call it.
+	ListOperationDetails(ctx context.Context, in *ListOperationDetailsRequest, opts ...grpc.CallOption) (*ListOperationDetailsResponse, error)
 	// ListInvocations returns the fairness trie: queued and executing
 	// counts per invocation, per level.
 	ListInvocations(ctx context.Context, in *ListInvocationsRequest, opts ...grpc.CallOption) (*ListInvocationsResponse, error)
@@ -89,6 +101,26 @@ func (c *adminClient) ExplainPlatform(ctx context.Context, in *ExplainPlatformRe
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ExplainPlatformResponse)
 	err := c.cc.Invoke(ctx, Admin_ExplainPlatform_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetOperationDetails(ctx context.Context, in *GetOperationDetailsRequest, opts ...grpc.CallOption) (*OperationDetails, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OperationDetails)
+	err := c.cc.Invoke(ctx, Admin_GetOperationDetails_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListOperationDetails(ctx context.Context, in *ListOperationDetailsRequest, opts ...grpc.CallOption) (*ListOperationDetailsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOperationDetailsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListOperationDetails_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -233,6 +265,16 @@ type AdminServer interface {
 	// properties would go: which provision queue takes it (or why none
 	// does), and which known workers could ever run it (or why not).
 	ExplainPlatform(context.Context, *ExplainPlatformRequest) (*ExplainPlatformResponse, error)
+	// GetOperationDetails describes one operation the scheduler knows: its
+	// state, where it waits, and for a queued one why it has not started.
+	// Callers with the execute permission on the operation's instance may
+	// call it, not only admins.
+	GetOperationDetails(context.Context, *GetOperationDetailsRequest) (*OperationDetails, error)
+	// ListOperationDetails lists the operations in progress (queued or
+	// executing) of one instance, oldest first, optionally of one
+	// invocation. Callers with the execute permission on the instance may
+	// call it.
+	ListOperationDetails(context.Context, *ListOperationDetailsRequest) (*ListOperationDetailsResponse, error)
 	// ListInvocations returns the fairness trie: queued and executing
 	// counts per invocation, per level.
 	ListInvocations(context.Context, *ListInvocationsRequest) (*ListInvocationsResponse, error)
@@ -275,6 +317,12 @@ type UnimplementedAdminServer struct{}
 
 func (UnimplementedAdminServer) ExplainPlatform(context.Context, *ExplainPlatformRequest) (*ExplainPlatformResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ExplainPlatform not implemented")
+}
+func (UnimplementedAdminServer) GetOperationDetails(context.Context, *GetOperationDetailsRequest) (*OperationDetails, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOperationDetails not implemented")
+}
+func (UnimplementedAdminServer) ListOperationDetails(context.Context, *ListOperationDetailsRequest) (*ListOperationDetailsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOperationDetails not implemented")
 }
 func (UnimplementedAdminServer) ListInvocations(context.Context, *ListInvocationsRequest) (*ListInvocationsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListInvocations not implemented")
@@ -350,6 +398,42 @@ func _Admin_ExplainPlatform_Handler(srv interface{}, ctx context.Context, dec fu
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServer).ExplainPlatform(ctx, req.(*ExplainPlatformRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetOperationDetails_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetOperationDetailsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetOperationDetails(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetOperationDetails_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetOperationDetails(ctx, req.(*GetOperationDetailsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListOperationDetails_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOperationDetailsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListOperationDetails(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListOperationDetails_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListOperationDetails(ctx, req.(*ListOperationDetailsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -598,6 +682,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ExplainPlatform",
 			Handler:    _Admin_ExplainPlatform_Handler,
+		},
+		{
+			MethodName: "GetOperationDetails",
+			Handler:    _Admin_GetOperationDetails_Handler,
+		},
+		{
+			MethodName: "ListOperationDetails",
+			Handler:    _Admin_ListOperationDetails_Handler,
 		},
 		{
 			MethodName: "ListInvocations",

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gantry-build/gantry/internal/auth/authtest"
+	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/platform"
+	"github.com/gantry-build/gantry/internal/scheduler"
+	"github.com/gantry-build/gantry/internal/server"
+)
+
+// A user with only the execute permission on their instance asks why
+// their operation is still queued (gantry operation show), lists their
+// instance's operations and explains a platform; another instance's and
+// the admin controls stay closed to them.
+func TestOperationShowAndListForUsers(t *testing.T) {
+	dir := t.TempDir()
+	ca := authtest.NewCA(t, "cli")
+	cert, key := ca.Server()
+	userTok := filepath.Join(dir, "user.token")
+	os.WriteFile(userTok, []byte("user-token-0123456789abcdef\n"), 0o600)
+	tokens := filepath.Join(dir, "tokens")
+	os.WriteFile(tokens, []byte("alice user-token-0123456789abcdef\n"), 0o600)
+	cfg := config.Default()
+	cfg.Listen, cfg.HTTPListen, cfg.Worker.Enabled, cfg.DataDir = "127.0.0.1:0", "", false, dir
+	cfg.TLS = config.TLSConfig{CertFile: cert, KeyFile: key}
+	cfg.Auth.Enabled = true
+	cfg.Auth.TokensFile = tokens
+	cfg.Auth.Policy = []config.PolicyRule{{Identities: []string{"alice"}, Instances: []string{"team-a"}, Permissions: []string{"execute"}}}
+	srv, err := server.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { srv.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	addr := srv.GRPCAddr()
+	t.Setenv("GANTRY_TLS_CA", ca.CertFile)
+	t.Setenv("GANTRY_TOKEN_FILE", userTok)
+
+	sched := srv.Scheduler()
+	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w-small", Platform: platform.Worker{Cores: 1}})
+	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w-any", Platform: platform.Worker{Cores: 2, AllowUnmatched: true}, Slots: 2})
+	var names []string
+	for i, inst := range []string{"team-a", "team-a", "team-b"} {
+		name, err := sched.Submit(scheduler.SubmitRequest{Instance: inst, ActionDigest: digest.Compute(digest.SHA256, []byte{byte(i)}),
+			Invocation: []string{inst, "build-1"}, Platform: platform.Properties{{Name: "pool", Value: "big"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+
+	out, err := run(t, "operation", "show", "--server", addr, names[1])
+	if err != nil {
+		t.Fatalf("show: %v\n%s", err, out)
+	}
+	for _, want := range []string{"why it is still queued", "1 of the 2 actions waiting", "invocation build-1: 2 queued",
+		"worker w-any could run it: active, 0 of 2 slots running", "worker w-small cannot:", "pool"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = run(t, "operation", "list", "--server", addr, "--instance", "team-a", "--invocation", "team-a/build-1")
+	if err != nil || !strings.Contains(out, names[0]) || !strings.Contains(out, names[1]) || strings.Contains(out, names[2]) {
+		t.Errorf("list: %v\n%s", err, out)
+	}
+	if out, err := run(t, "queues", "explain", "--server", addr, "--instance", "team-a", "--property", "pool=big"); err != nil || !strings.Contains(out, "worker w-any: can run it") {
+		t.Errorf("explain: %v\n%s", err, out)
+	}
+	// Not their instance, not their controls.
+	for _, args := range [][]string{
+		{"operation", "show", "--server", addr, names[2]},
+		{"operation", "list", "--server", addr, "--instance", "team-b"},
+		{"queues", "explain", "--server", addr, "--instance", "team-b", "--property", "pool=big"},
+		{"operation", "kill", "--server", addr, names[1]},
+	} {
+		if _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), "PermissionDenied") {
+			t.Errorf("%v: %v, want PermissionDenied", args, err)
+		}
+	}
+}
