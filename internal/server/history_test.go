@@ -110,7 +110,7 @@ func TestBuildHistorySurvivesRestart(t *testing.T) {
 		return err != nil
 	})
 	op := get(f, "/status/operation?name="+failing)
-	for _, want := range []string{"completed", "<tr><th>Exit code</th><td>3</td></tr>", "stderr", "/status/blob?"} {
+	for _, want := range []string{"completed", "<tr><th>Exit code</th><td>3</td></tr>", "stderr", "/status/blob?", `<pre class="stream">broken`} {
 		if !strings.Contains(op, want) {
 			t.Errorf("the failed operation's page after the restart lacks %q:\n%s", want, op)
 		}

@@ -367,6 +367,36 @@ type output struct {
 	Digest digest.Digest
 	Inline string
 	Link   string
+	// Head and Tail are the start and end of stdout or stderr read from
+	// the CAS (streamPeek bytes each), Omitted what lies between.
+	Head, Tail string
+	Omitted    int64
+}
+
+// streamPeek is how much of the start and of the end of stdout and
+// stderr an operation's page shows.
+const streamPeek = 64 << 10
+
+// peek reads the start and the end of the blob d for the page.
+func (h *Handler) peek(ctx context.Context, d digest.Digest) (head, tail string, omitted int64, err error) {
+	read := func(off, n int64) (string, error) {
+		rc, err := h.cas.Open(ctx, d, off)
+		if err != nil {
+			return "", err
+		}
+		defer rc.Close()
+		b, err := io.ReadAll(io.LimitReader(rc, n))
+		return string(b), err
+	}
+	if d.Size <= 2*streamPeek {
+		head, err = read(0, d.Size)
+		return head, "", 0, err
+	}
+	if head, err = read(0, streamPeek); err != nil {
+		return "", "", 0, err
+	}
+	tail, err = read(d.Size-streamPeek, streamPeek)
+	return head, tail, d.Size - 2*streamPeek, err
 }
 
 func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
@@ -440,6 +470,15 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 		}
 		addOut("stdout", result.GetStdoutRaw(), result.GetStdoutDigest())
 		addOut("stderr", result.GetStderrRaw(), result.GetStderrDigest())
+		// The streams are shown inline too, their start and end.
+		for i := range outs {
+			if o := &outs[i]; o.Link != "" && o.Digest.Size > 0 {
+				var err error
+				if o.Head, o.Tail, o.Omitted, err = h.peek(r.Context(), o.Digest); err != nil {
+					problems = append(problems, o.Name+": "+err.Error())
+				}
+			}
+		}
 		for _, f := range result.GetOutputFiles() {
 			addOut(f.Path, f.Contents, f.Digest)
 		}

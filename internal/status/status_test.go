@@ -282,3 +282,37 @@ func TestCharts(t *testing.T) {
 		t.Errorf("an unknown chart: %d", rec.Code)
 	}
 }
+
+// An operation's page shows stdout and stderr inline: all of a short
+// stream, the first and last 64 KiB of a long one, escaped.
+func TestStreamsInline(t *testing.T) {
+	sched := scheduler.New(scheduler.Config{}, nil)
+	keys := func() []string { return nil }
+	cas := blobstore.NewMemory(1 << 24)
+	hist, err := history.New(context.Background(), statestore.NewMemory(), history.Options{MaxOperations: 10, MaxBuilds: 10}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hist.Close()
+	put := func(b []byte) string {
+		d := digest.Compute(digest.SHA256, b)
+		if err := blobstore.Put(context.Background(), cas, d, b); err != nil {
+			t.Fatal(err)
+		}
+		return d.Hash + "/" + fmt.Sprint(d.Size)
+	}
+	long := []byte("<script>START" + strings.Repeat("x", 200<<10) + "END</script>")
+	now := time.Now()
+	hist.Record(history.Operation{Name: "op1", Action: put([]byte("action")), Function: digest.SHA256, Accepted: now, Finished: now, ExitCode: 1,
+		Stdout: put([]byte("hello <b>out</b>\n")), Stderr: put(long)})
+	h := New(sched, execution.NewAdminService(sched, keys, execution.InMemory{}, nil, nil), cas, hist, keys, nil, Options{})
+	body := get(h, "/status/operation?name=op1").Body.String()
+	for _, want := range []string{`<pre class="stream">hello &lt;b&gt;out&lt;/b&gt;`, `<pre class="stream">&lt;script&gt;START`, "END&lt;/script&gt;</pre>", "not shown: download it"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "<script>") || len(body) > 200<<10 {
+		t.Errorf("the page holds the raw stream or all of it (%d bytes)", len(body))
+	}
+}

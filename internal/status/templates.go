@@ -204,7 +204,9 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 <table id="result"><tr><th>Status</th><td>{{.Code}}</td></tr>{{if .Message}}<tr><th>Message</th><td>{{.Message}}</td></tr>{{end}}
 {{with .Result}}<tr><th>Exit code</th><td>{{.ExitCode}}</td></tr>{{end}}</table>
 {{if .Outputs}}<table id="outputs"><tr><th>Output</th><th>Size</th><th></th></tr>
-{{range .Outputs}}<tr><td>{{.Name}}</td><td>{{if .Link}}{{bytes .Digest.Size}}{{else}}{{len .Inline}} B inline{{end}}</td><td>{{if .Link}}<a href="{{.Link}}" download>download</a>{{else}}<pre>{{truncate .Inline 4096}}</pre>{{end}}</td></tr>{{end}}</table>{{end}}
+{{range .Outputs}}<tr><td>{{.Name}}</td><td>{{if .Link}}{{bytes .Digest.Size}}{{else}}{{len .Inline}} B inline{{end}}</td><td>{{if .Link}}<a href="{{.Link}}" download>download</a>{{else}}<pre>{{truncate .Inline 4096}}</pre>{{end}}{{if .Head}}<pre class="stream">{{.Head}}{{if .Omitted}}
+… {{bytes .Omitted}} not shown: download it …
+{{.Tail}}{{end}}</pre>{{end}}</td></tr>{{end}}</table>{{end}}
 {{end}}
 {{template "foot" .}}{{end}}
 `))
