@@ -109,6 +109,9 @@ func TestBuildHistorySurvivesRestart(t *testing.T) {
 		_, err := f.srv.Scheduler().Operation(failing)
 		return err != nil
 	})
+	if op := get(f, "/status/operation?name="+compile); !strings.Contains(op, "Output files: lib.o") || !strings.Contains(op, "<tr><td>lib.o</td>") {
+		t.Errorf("the compile's page after the restart lacks its output:\n%s", op)
+	}
 	op := get(f, "/status/operation?name="+failing)
 	for _, want := range []string{"completed", "<tr><th>Exit code</th><td>3</td></tr>", "stderr", "/status/blob?", `<pre class="stream">broken`} {
 		if !strings.Contains(op, want) {

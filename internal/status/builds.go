@@ -128,7 +128,12 @@ func (h *Handler) pastOperation(name string) (scheduler.OperationInfo, bool) {
 	}
 	res.StdoutDigest, res.StderrDigest = proto(o.Stdout), proto(o.Stderr)
 	for _, out := range o.Outputs {
-		if !out.Dir && out.Link == "" {
+		switch {
+		case out.Link != "":
+			res.OutputSymlinks = append(res.OutputSymlinks, &repb.OutputSymlink{Path: out.Path, Target: out.Link})
+		case out.Dir:
+			res.OutputDirectories = append(res.OutputDirectories, &repb.OutputDirectory{Path: out.Path, TreeDigest: proto(out.Digest)})
+		default:
 			res.OutputFiles = append(res.OutputFiles, &repb.OutputFile{Path: out.Path, Digest: proto(out.Digest)})
 		}
 	}

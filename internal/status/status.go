@@ -482,6 +482,12 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 		for _, f := range result.GetOutputFiles() {
 			addOut(f.Path, f.Contents, f.Digest)
 		}
+		for _, d := range result.GetOutputDirectories() {
+			addOut(d.Path+"/ (Tree)", nil, d.TreeDigest)
+		}
+		for _, l := range append(append(result.GetOutputSymlinks(), result.GetOutputFileSymlinks()...), result.GetOutputDirectorySymlinks()...) {
+			outs = append(outs, output{Name: l.Path + " → " + l.Target, Inline: "(symbolic link)"})
+		}
 	}
 	if info.Done {
 		timeline = append(timeline, stamp{"completed", info.DoneAt})

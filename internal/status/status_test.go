@@ -304,10 +304,11 @@ func TestStreamsInline(t *testing.T) {
 	long := []byte("<script>START" + strings.Repeat("x", 200<<10) + "END</script>")
 	now := time.Now()
 	hist.Record(history.Operation{Name: "op1", Action: put([]byte("action")), Function: digest.SHA256, Accepted: now, Finished: now, ExitCode: 1,
-		Stdout: put([]byte("hello <b>out</b>\n")), Stderr: put(long)})
+		Stdout: put([]byte("hello <b>out</b>\n")), Stderr: put(long),
+		Outputs: []history.Output{{Path: "gen", Digest: put([]byte("tree")), Dir: true}, {Path: "l", Link: "target"}}})
 	h := New(sched, execution.NewAdminService(sched, keys, execution.InMemory{}, nil, nil), cas, hist, keys, nil, Options{})
 	body := get(h, "/status/operation?name=op1").Body.String()
-	for _, want := range []string{`<pre class="stream">hello &lt;b&gt;out&lt;/b&gt;`, `<pre class="stream">&lt;script&gt;START`, "END&lt;/script&gt;</pre>", "not shown: download it"} {
+	for _, want := range []string{`<pre class="stream">hello &lt;b&gt;out&lt;/b&gt;`, `<pre class="stream">&lt;script&gt;START`, "END&lt;/script&gt;</pre>", "not shown: download it", "<td>gen/ (Tree)</td>", "<td>l → target</td>"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the page lacks %q", want)
 		}

@@ -193,7 +193,7 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 {{with .Command}}<pre id="command">{{join .Arguments " "}}</pre>
 {{if .WorkingDirectory}}<p>Working directory: {{.WorkingDirectory}}</p>{{end}}
 {{if .EnvironmentVariables}}<table><tr><th>Environment</th><th>Value</th></tr>{{range .EnvironmentVariables}}<tr><td>{{.Name}}</td><td>{{.Value}}</td></tr>{{end}}</table>{{end}}
-{{if .OutputPaths}}<p>Outputs: {{join .OutputPaths ", "}}</p>{{end}}{{end}}
+{{if .OutputPaths}}<p>Outputs: {{join .OutputPaths ", "}}</p>{{end}}{{if .OutputFiles}}<p>Output files: {{join .OutputFiles ", "}}</p>{{end}}{{if .OutputDirectories}}<p>Output directories: {{join .OutputDirectories ", "}}</p>{{end}}{{end}}
 <h2>Platform</h2>
 {{if .Op.Platform}}<table><tr><th>Property</th><th>Value</th></tr>{{range .Op.Platform}}<tr><td>{{.Name}}</td><td>{{.Value}}</td></tr>{{end}}</table>{{else}}<p class="muted">none</p>{{end}}
 {{with .Action}}<p>{{with .Timeout}}Timeout {{.AsDuration}} · {{end}}{{if .DoNotCache}}not cached · {{end}}input root {{with .InputRootDigest}}{{.Hash}}/{{.SizeBytes}}{{end}}</p>{{end}}
