@@ -187,6 +187,13 @@ type lease struct {
 	preempted bool
 }
 
+// executing reports whether the worker said it started the action: the
+// worker reports EXECUTING once the action holds its cores (internal/worker
+// toExecute), and the lease stays QUEUED while the worker fetches inputs
+// or waits for a free core. Counts of "executing" use this, never the
+// number of leases.
+func (l *lease) executing() bool { return l.stage >= repb.ExecutionStage_EXECUTING }
+
 // Operation is what a client sees: a name bound to a task.
 type Operation struct {
 	Name string
@@ -756,6 +763,13 @@ func (s *Scheduler) completeTaskLocked(t *Task, resp *repb.ExecuteResponse) {
 // Stats is a summary for metrics and status pages.
 type Stats struct {
 	Queued, Leased, Operations, Workers int
+	// Leased splits into Held and Executing (Leased = Held + Executing):
+	// Executing counts leases whose worker reported the action started
+	// (it holds its cores, or uploads its outputs after running); Held
+	// counts leases a worker has but has not started (fetching inputs or
+	// waiting for a free core), and restored leases until their worker
+	// reports them again.
+	Held, Executing int
 	Preemptions                         int64
 	// Suspended counts leases stopped for pre-emption now (suspend mode);
 	// SuspendExpired those cancelled after scheduler.max_suspend.
@@ -767,8 +781,15 @@ type Stats struct {
 func (s *Scheduler) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stats{Queued: s.queue.n, Leased: len(s.leases), Operations: len(s.ops), Workers: len(s.workers), Preemptions: s.preemptions,
+	st := Stats{Queued: s.queue.n, Leased: len(s.leases), Operations: len(s.ops), Workers: len(s.workers), Preemptions: s.preemptions,
 		Suspended: len(s.ten.suspended), SuspendExpired: s.ten.expired}
+	for _, l := range s.leases {
+		if l.executing() {
+			st.Executing++
+		}
+	}
+	st.Held = st.Leased - st.Executing
+	return st
 }
 
 func (s *Scheduler) String() string {
