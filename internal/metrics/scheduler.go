@@ -15,7 +15,7 @@ type Scheduler struct {
 	instances *Instances
 
 	queued, executing, held, workers, cores, busyCores *prometheus.Desc
-	dispatch, retries, gaveUp, lost              *prometheus.Desc
+	dispatch, retries, gaveUp, lost                    *prometheus.Desc
 
 	mu sync.Mutex
 	// seenQueued, seenExecuting and seenHeld are the label sets reported

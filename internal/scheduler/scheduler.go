@@ -770,7 +770,7 @@ type Stats struct {
 	// waiting for a free core), and restored leases until their worker
 	// reports them again.
 	Held, Executing int
-	Preemptions                         int64
+	Preemptions     int64
 	// Suspended counts leases stopped for pre-emption now (suspend mode);
 	// SuspendExpired those cancelled after scheduler.max_suspend.
 	Suspended      int
