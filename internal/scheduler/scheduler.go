@@ -198,6 +198,12 @@ func (l *lease) executing() bool { return l.stage >= repb.ExecutionStage_EXECUTI
 type Operation struct {
 	Name string
 	task *Task
+	// accepted is when the server took the request; invocation the
+	// submitter's invocation path (the task's may be a prefix of it after
+	// joins). Both are stored, for the completion log line after a
+	// restart.
+	accepted   time.Time
+	invocation []string
 
 	watchers  int
 	goneSince time.Time
@@ -224,6 +230,14 @@ type OperationState struct {
 	Response *repb.ExecuteResponse
 	// Queue is the provision queue of the operation's task.
 	Queue string
+	// Accepted is when the server took the request (zero when not known:
+	// restored from a record of an older Gantry whose task finished).
+	Accepted time.Time
+	// Invocation is the submitter's invocation path.
+	Invocation []string
+	// DoneAt is when the scheduler took the result (server clock); set
+	// when Done.
+	DoneAt time.Time
 }
 
 // Scheduler is safe for concurrent use. One mutex guards the state; every
@@ -407,6 +421,10 @@ type SubmitRequest struct {
 	// TraceParent links the task to the submitter's trace (see
 	// Scheduler.TraceParent); "" when tracing is off.
 	TraceParent string
+	// Accepted is when the server took the request (the start of the
+	// operation's duration accounting); zero means now. It is stored with
+	// the operation, so it survives a restart.
+	Accepted time.Time
 }
 
 // Submit creates an operation for the action. An identical cacheable
@@ -475,7 +493,11 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 		}
 		s.enqueueLocked(t)
 	}
-	op := &Operation{Name: name, task: t, goneSince: now}
+	accepted := req.Accepted
+	if accepted.IsZero() {
+		accepted = now
+	}
+	op := &Operation{Name: name, task: t, goneSince: now, accepted: accepted, invocation: req.Invocation}
 	s.unwatched.add(op)
 	t.ops = append(t.ops, op)
 	s.ops[op.Name] = op
@@ -575,7 +597,8 @@ func (s *Scheduler) Watch(name string) (OperationState, <-chan struct{}, error) 
 
 func (s *Scheduler) stateLocked(op *Operation) OperationState {
 	t := op.task
-	st := OperationState{Name: op.Name, Instance: t.Instance, ActionDigest: t.ActionDigest, Stage: t.stage, Queue: t.Queue}
+	st := OperationState{Name: op.Name, Instance: t.Instance, ActionDigest: t.ActionDigest, Stage: t.stage, Queue: t.Queue,
+		Accepted: op.accepted, Invocation: op.invocation}
 	if op.done && !s.storedLocked(op) {
 		if st.Stage == repb.ExecutionStage_COMPLETED {
 			st.Stage = repb.ExecutionStage_EXECUTING
@@ -583,7 +606,7 @@ func (s *Scheduler) stateLocked(op *Operation) OperationState {
 		return st
 	}
 	if op.done {
-		st.Done, st.Stage, st.Response = true, repb.ExecutionStage_COMPLETED, op.response
+		st.Done, st.Stage, st.Response, st.DoneAt = true, repb.ExecutionStage_COMPLETED, op.response, op.doneAt
 	}
 	return st
 }
