@@ -81,7 +81,7 @@ func TestOperationStagesAddUpAndAreNeverNegative(t *testing.T) {
 		{"worker far ahead", time.Hour, queued + 10*time.Millisecond, report - 10*time.Millisecond},
 		// Behind by more than the queue time (the log line of issue 21
 		// had queued_ms=-5053.94): queued is 0, report the rest.
-		{"worker far behind", -(queued + 53940 * time.Microsecond), 0, queued + report},
+		{"worker far behind", -(queued + 53940*time.Microsecond), 0, queued + report},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			md := workerRun(accepted.Add(queued+c.skew), fetch, wait, exec, upload)

@@ -298,7 +298,7 @@ func TestOperationCompletionLogLine(t *testing.T) {
 		t.Errorf("invocation = %v, want the request's keys", line["invocation"])
 	}
 	dur, _ := line["duration"].(map[string]any)
-	for _, k := range []string{"queued_ms", "input_fetch_ms", "execute_ms", "upload_ms", "total_ms"} {
+	for _, k := range []string{"queued_ms", "input_fetch_ms", "wait_core_ms", "execute_ms", "upload_ms", "report_ms", "total_ms"} {
 		if v, ok := dur[k].(float64); !ok || v < 0 {
 			t.Errorf("duration.%s = %v, want a duration in ms", k, dur[k])
 		}
