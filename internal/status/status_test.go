@@ -205,7 +205,7 @@ func TestOverviewSeparatesHeldFromExecuting(t *testing.T) {
 		t.Errorf("metrics: %d executing, %d held; want 2 and 2", sum(m.Executing), sum(m.Held))
 	}
 	body := get(h, "/status").Body.String()
-	for _, want := range []string{`>2 held</span>`, `>2 executing</span>`} {
+	for _, want := range []string{"0 queued · 2 held · 2 executing · 1 workers"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("overview lacks %q", want)
 		}

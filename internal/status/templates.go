@@ -119,7 +119,7 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 {{define "error"}}{{template "head" .}}<p>{{.Message}}</p><p><a href="/status">Back to the overview</a></p>{{template "foot" .}}{{end}}
 
 {{define "overview"}}{{template "head" .}}
-<p>{{.Stats.Queued}} queued · <span id="held" title="leased to a worker that has not started them: fetching inputs or waiting for a free core">{{.Stats.Held}} held</span> · <span id="executing">{{.Stats.Executing}} executing</span> · {{.Stats.Workers}} workers · {{.Stats.Operations}} operations known · {{.Stats.Preemptions}} pre-emptions{{if .Stats.Suspended}} ({{.Stats.Suspended}} suspended){{end}} · <a href="/status/failures">{{.Failed}} recent failures</a></p>
+<p id="counts">{{.Stats.Queued}} queued · {{.Stats.Held}} held · {{.Stats.Executing}} executing · {{.Stats.Workers}} workers · {{.Stats.Operations}} operations known · {{.Stats.Preemptions}} pre-emptions{{if .Stats.Suspended}} ({{.Stats.Suspended}} suspended){{end}} · <a href="/status/failures">{{.Failed}} recent failures</a></p>
 
 <h2>Queues</h2>
 <table><tr><th>Queue</th><th>Instance</th><th>Queued</th></tr>
