@@ -145,7 +145,7 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	if err != nil {
 		return err
 	}
-	sub.Name = name
+	sub.Name, sub.Accepted = name, accepted
 	sub.Invocation = s.invocationPath(ctx, req.InstanceName, sub.Platform)
 	if s.pending.cancelled(name) {
 		st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
@@ -166,7 +166,7 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	final, err := s.follow(ctx, name, ad.Function, stream)
 	if err == nil && final.Done {
 		s.finished(Finished{Name: name, Instance: req.InstanceName, ActionDigest: ad, Queue: final.Queue,
-			Invocation: sub.Invocation, Accepted: accepted, Response: final.Response,
+			Invocation: sub.Invocation, Accepted: accepted, ResultAt: final.DoneAt, Response: final.Response,
 			Metadata: requestMetadata(ctx), Command: cmd})
 		endExecuteSpan(span, final.Response)
 	}
@@ -303,7 +303,10 @@ func (s *Service) WaitExecution(req *repb.WaitExecutionRequest, stream repb.Exec
 	}
 	final, err := s.follow(stream.Context(), req.Name, st.ActionDigest.Function, stream)
 	if err == nil && final.Done {
-		s.finished(Finished{Name: req.Name, Instance: final.Instance, ActionDigest: final.ActionDigest, Queue: final.Queue, Response: final.Response})
+		// The scheduler keeps the operation's acceptance and invocation,
+		// also across a restart, so this line is as complete as Execute's.
+		s.finished(Finished{Name: req.Name, Instance: final.Instance, ActionDigest: final.ActionDigest, Queue: final.Queue,
+			Invocation: final.Invocation, Accepted: final.Accepted, ResultAt: final.DoneAt, Response: final.Response})
 	}
 	return err
 }

@@ -8,7 +8,6 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gantry-build/gantry/internal/digest"
 )
@@ -26,6 +25,9 @@ type Finished struct {
 	Invocation []string
 	// Accepted is when Execute took the action; zero when not known.
 	Accepted time.Time
+	// ResultAt is when the scheduler took the result (the server's
+	// clock); zero for a cache hit.
+	ResultAt time.Time
 	Response *repb.ExecuteResponse
 	// Metadata is the RequestMetadata the Execute call carried (nil
 	// without one, or for WaitExecution); Command the action's command
@@ -69,8 +71,14 @@ func (s *Service) finished(f Finished) {
 
 // finishedAttrs are the fields of an operation's completion line: who
 // asked (invocation keys), what ran where, how long each stage took
-// (milliseconds, from the result's ExecutedActionMetadata) and the result.
+// (milliseconds, contiguous stages that add up to total_ms: see
+// operationStages) and the result.
 func (s *Service) finishedAttrs(f Finished) []slog.Attr {
+	return s.finishedAttrsAt(f, time.Now())
+}
+
+// finishedAttrsAt is finishedAttrs with the operation ending at end.
+func (s *Service) finishedAttrsAt(f Finished, end time.Time) []slog.Attr {
 	resp := f.Response
 	md := resp.GetResult().GetExecutionMetadata()
 	attrs := []slog.Attr{
@@ -97,19 +105,23 @@ func (s *Service) finishedAttrs(f Finished) []slog.Attr {
 		attrs = append(attrs, slog.String("worker", w))
 	}
 	var stages []any
-	ms := func(name string, start, end *timestamppb.Timestamp) {
-		if start != nil && end != nil {
-			stages = append(stages, slog.Float64(name, float64(end.AsTime().Sub(start.AsTime()).Microseconds())/1000))
+	ms := func(name string, d time.Duration) {
+		stages = append(stages, slog.Float64(name, float64(d.Microseconds())/1000))
+	}
+	if resp.GetCachedResult() {
+		// The metadata is of the run that filled the cache, not of this
+		// operation: only its own total.
+		if !f.Accepted.IsZero() {
+			ms("total_ms", max(end.Sub(f.Accepted), 0).Truncate(time.Microsecond))
 		}
-	}
-	if !f.Accepted.IsZero() && md.GetWorkerStartTimestamp() != nil {
-		ms("queued_ms", timestamppb.New(f.Accepted), md.WorkerStartTimestamp)
-	}
-	ms("input_fetch_ms", md.GetInputFetchStartTimestamp(), md.GetInputFetchCompletedTimestamp())
-	ms("execute_ms", md.GetExecutionStartTimestamp(), md.GetExecutionCompletedTimestamp())
-	ms("upload_ms", md.GetOutputUploadStartTimestamp(), md.GetOutputUploadCompletedTimestamp())
-	if !f.Accepted.IsZero() {
-		stages = append(stages, slog.Float64("total_ms", float64(time.Since(f.Accepted).Microseconds())/1000))
+	} else {
+		cut, total, hasTotal := operationStages(stageTimes{Accepted: f.Accepted, ResultAt: f.ResultAt, End: end, Worker: md})
+		for _, st := range cut {
+			ms(st.name+"_ms", st.d)
+		}
+		if hasTotal {
+			ms("total_ms", total)
+		}
 	}
 	if len(stages) > 0 {
 		attrs = append(attrs, slog.Group("duration", stages...))

@@ -14,15 +14,15 @@ type Scheduler struct {
 	snap      func() scheduler.MetricsSnapshot
 	instances *Instances
 
-	queued, executing, workers, cores, busyCores *prometheus.Desc
-	dispatch, retries, gaveUp, lost              *prometheus.Desc
+	queued, executing, held, workers, cores, busyCores *prometheus.Desc
+	dispatch, retries, gaveUp, lost                    *prometheus.Desc
 
 	mu sync.Mutex
-	// seenQueued and seenExecuting are the label sets reported before:
-	// they are reported as 0 once empty, so that an autoscaler sees the
-	// queue drain rather than the series vanish. Bounded by queues x
-	// capped instances x cohorts.
-	seenQueued, seenExecuting map[[3]string]bool
+	// seenQueued, seenExecuting and seenHeld are the label sets reported
+	// before: they are reported as 0 once empty, so that an autoscaler
+	// sees the queue drain rather than the series vanish. Bounded by
+	// queues x capped instances x cohorts.
+	seenQueued, seenExecuting, seenHeld map[[3]string]bool
 }
 
 // NewScheduler registers the scheduler's metrics with reg.
@@ -33,7 +33,9 @@ func NewScheduler(reg prometheus.Registerer, snap func() scheduler.MetricsSnapsh
 		queued: prometheus.NewDesc("gantry_queue_length",
 			"Actions waiting for a worker, by provision queue, instance and the cohort that could run them (\"\": none registered). The autoscaling signal.", qic, nil),
 		executing: prometheus.NewDesc("gantry_executing_actions",
-			"Actions leased to workers, by provision queue, instance and the cohort of the worker holding them.", qic, nil),
+			"Actions their worker started executing (holding their cores, or uploading their outputs), by provision queue, instance and the cohort of the worker.", qic, nil),
+		held: prometheus.NewDesc("gantry_held_actions",
+			"Actions leased to a worker that has not started them yet (fetching inputs or waiting for a free core), by provision queue, instance and the cohort of the worker.", qic, nil),
 		workers:   prometheus.NewDesc("gantry_workers", "Registered workers by state (idle, busy, restored).", []string{"state"}, nil),
 		cores:     prometheus.NewDesc("gantry_worker_cores", "Execute cores of the registered workers.", nil, nil),
 		busyCores: prometheus.NewDesc("gantry_worker_busy_cores", "Cores the leased actions ask for.", nil, nil),
@@ -45,7 +47,7 @@ func NewScheduler(reg prometheus.Registerer, snap func() scheduler.MetricsSnapsh
 			"Actions the scheduler failed itself: their workers were lost too often, or no worker could ever run them.", nil, nil),
 		lost: prometheus.NewDesc("gantry_scheduler_lost_leases_total",
 			"Leases whose worker stopped reporting.", nil, nil),
-		seenQueued: map[[3]string]bool{}, seenExecuting: map[[3]string]bool{},
+		seenQueued: map[[3]string]bool{}, seenExecuting: map[[3]string]bool{}, seenHeld: map[[3]string]bool{},
 	}
 	reg.MustRegister(c)
 	return c
@@ -53,7 +55,7 @@ func NewScheduler(reg prometheus.Registerer, snap func() scheduler.MetricsSnapsh
 
 // Describe implements prometheus.Collector.
 func (c *Scheduler) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.queued, c.executing, c.workers, c.cores, c.busyCores, c.dispatch, c.retries, c.gaveUp, c.lost} {
+	for _, d := range []*prometheus.Desc{c.queued, c.executing, c.held, c.workers, c.cores, c.busyCores, c.dispatch, c.retries, c.gaveUp, c.lost} {
 		ch <- d
 	}
 }
@@ -64,6 +66,7 @@ func (c *Scheduler) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	c.gauges(ch, c.queued, m.Queued, c.seenQueued)
 	c.gauges(ch, c.executing, m.Executing, c.seenExecuting)
+	c.gauges(ch, c.held, m.Held, c.seenHeld)
 	c.mu.Unlock()
 	for state, n := range m.Workers {
 		ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(n), state)

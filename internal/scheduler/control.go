@@ -106,8 +106,34 @@ type LeaseStatus struct {
 	Operations   []string
 	Instance     string
 	ActionDigest digest.Digest
-	Stage        repb.ExecutionStage_Value
-	Started      time.Time
+	// Stage is QUEUED while the worker holds the lease but has not
+	// started the action (fetching inputs, waiting for a core), EXECUTING
+	// from the start of execution on.
+	Stage   repb.ExecutionStage_Value
+	Started time.Time
+}
+
+// Executing reports whether the worker started the action; otherwise the
+// lease is held: leased, not started yet.
+func (l LeaseStatus) Executing() bool { return l.Stage >= repb.ExecutionStage_EXECUTING }
+
+// LeaseCounts splits a worker's leases into held (not started: fetching
+// inputs or waiting for a free core) and executing.
+type LeaseCounts struct {
+	Held, Executing int
+}
+
+// Counts counts the worker's leases by whether they started.
+func (w WorkerStatus) Counts() LeaseCounts {
+	var c LeaseCounts
+	for _, l := range w.Leases {
+		if l.Executing() {
+			c.Executing++
+		} else {
+			c.Held++
+		}
+	}
+	return c
 }
 
 // WorkerStatus is a worker as status pages show it.

@@ -315,6 +315,10 @@ type opRecord struct {
 	Done     bool      `json:"done,omitempty"`
 	Response []byte    `json:"response,omitempty"`
 	DoneAt   time.Time `json:"done_at,omitzero"`
+	// Accepted and Invocation are the operation's own (SubmitRequest);
+	// records written before they were kept lack them.
+	Accepted   time.Time `json:"accepted,omitzero"`
+	Invocation []string  `json:"invocation,omitempty"`
 }
 
 type taskSnap struct {
@@ -364,7 +368,7 @@ func (s *Scheduler) snapOpLocked(op *Operation) opSnap {
 	if s.ops[op.Name] != op {
 		return opSnap{name: op.Name, delete: true}
 	}
-	o := opSnap{name: op.Name, rec: opRecord{Task: op.task.ID, Done: op.done, DoneAt: op.doneAt}}
+	o := opSnap{name: op.Name, rec: opRecord{Task: op.task.ID, Done: op.done, DoneAt: op.doneAt, Accepted: op.accepted, Invocation: op.invocation}}
 	if op.done {
 		o.resp = op.response // never changed once set
 	}
@@ -463,7 +467,7 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 		if err := r.unmarshal(value); err != nil {
 			return fmt.Errorf("operation record %s: %w", name, err)
 		}
-		op := &Operation{Name: name, goneSince: now}
+		op := &Operation{Name: name, goneSince: now, accepted: r.Accepted, invocation: r.Invocation}
 		if r.Done {
 			resp := &repb.ExecuteResponse{}
 			if err := proto.Unmarshal(r.Response, resp); err != nil {
@@ -484,6 +488,14 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 			op.task = t
 			t.ops = append(t.ops, op)
 			s.unwatched.add(op)
+			// A record written before operations kept their own
+			// acceptance and invocation: the task's are the best known.
+			if op.accepted.IsZero() {
+				op.accepted = t.queuedAt
+			}
+			if op.invocation == nil {
+				op.invocation = t.invPath
+			}
 		}
 		s.ops[name] = op
 		return nil

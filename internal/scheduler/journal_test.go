@@ -402,3 +402,114 @@ func TestStoredResultsStayVisibleAfterAFailure(t *testing.T) {
 		t.Errorf("result whose commit failed is shown: %+v", st)
 	}
 }
+
+// TestRestartKeepsAcceptedAndInvocation: an operation restored after a
+// restart keeps when it was accepted and its own invocation path (not
+// the task's, which a join from another invocation shortened), whether
+// it was queued, leased or finished; the held/executing split of a
+// restored lease starts as held until its worker reports it again.
+func TestRestartKeepsAcceptedAndInvocation(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			store, reopen := kind.open(t)
+			start := time.Unix(1_700_000_000, 0)
+			clk := &fakeClock{now: start}
+			s, stop := durableTest(t, store, clk)
+			register(s, "w1")
+			accepted := start.Add(-5 * time.Second) // before the submit: Execute's cache check, reading the action
+			opA := submit(t, s, "a", func(r *SubmitRequest) {
+				r.Invocation, r.Accepted = []string{"alice", "build-1"}, accepted
+			})
+			// bob's identical action joins a's task: the task's invocation
+			// becomes the common ancestor (the root), bob's stays his.
+			clk.Advance(time.Second)
+			opJ := submit(t, s, "a", func(r *SubmitRequest) { r.Invocation = []string{"bob", "build-2"} })
+			la := pollNow(t, s, "w1", 1)
+			clk.Advance(time.Second)
+			opD := submit(t, s, "done", func(r *SubmitRequest) { r.Invocation = []string{"dave", "build-4"} })
+			ld := pollNow(t, s, "w1", 1)
+			clk.Advance(time.Second)
+			if !s.Complete("w1", ld.LeaseID, okResponse()) {
+				t.Fatal("completion refused")
+			}
+			doneAt := clk.Now()
+			opQ := submit(t, s, "queued", func(r *SubmitRequest) { r.Invocation = []string{"carol", "build-3"} })
+			if _, err := s.Heartbeat("w1", []LeaseReport{{LeaseID: la.LeaseID, Stage: repb.ExecutionStage_EXECUTING}}); err != nil {
+				t.Fatal(err)
+			}
+			if st := s.Stats(); st.Executing != 1 || st.Held != 0 {
+				t.Fatalf("before the restart: %+v, want 1 executing", st)
+			}
+			stop()
+
+			store = reopen(store)
+			clk.Advance(time.Minute)
+			s2, stop2 := durableTest(t, store, clk)
+			defer stop2()
+			for _, c := range []struct {
+				op       string
+				accepted time.Time
+				inv      []string
+			}{
+				{opA, accepted, []string{"alice", "build-1"}},
+				{opJ, start.Add(time.Second), []string{"bob", "build-2"}},
+				{opD, start.Add(2 * time.Second), []string{"dave", "build-4"}},
+				{opQ, start.Add(3 * time.Second), []string{"carol", "build-3"}},
+			} {
+				st := state(t, s2, c.op)
+				if !st.Accepted.Equal(c.accepted) || fmt.Sprint(st.Invocation) != fmt.Sprint(c.inv) {
+					t.Errorf("%s after restart: accepted %v, invocation %q; want %v, %q", c.op, st.Accepted, st.Invocation, c.accepted, c.inv)
+				}
+			}
+			if st := state(t, s2, opD); !st.Done || !st.DoneAt.Equal(doneAt) {
+				t.Errorf("finished operation after restart: done %v at %v, want done at %v", st.Done, st.DoneAt, doneAt)
+			}
+			// Nobody knows whether the restored lease runs until its
+			// worker says so.
+			if st := s2.Stats(); st.Leased != 1 || st.Held != 1 || st.Executing != 0 {
+				t.Errorf("restored lease: %+v, want 1 leased, held", st)
+			}
+			register(s2, "w1")
+			if _, err := s2.Heartbeat("w1", []LeaseReport{{LeaseID: la.LeaseID, Stage: repb.ExecutionStage_EXECUTING}}); err != nil {
+				t.Fatal(err)
+			}
+			if st := s2.Stats(); st.Held != 0 || st.Executing != 1 {
+				t.Errorf("restored lease reported executing: %+v", st)
+			}
+		})
+	}
+}
+
+// An operation record written before operations kept their acceptance
+// and invocation (version 1) loads; a queued operation then takes its
+// task's queue time and invocation.
+func TestRestoreFromV1OperationRecords(t *testing.T) {
+	store := statestore.NewMemory()
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	ad := action("v1")
+	queuedAt := clk.now.Add(-time.Minute)
+	task := taskRecord{ID: "tq", Instance: "main", Function: int32(ad.Function), Hash: ad.Hash, Size: ad.Size, Cacheable: true, QueuedAt: queuedAt}
+	v1 := func(task string) []byte {
+		// task, done, response, done_at: the whole version 1 record.
+		w := recWriter{recordV1}
+		w.str(task)
+		w.bool(false)
+		w.bytes(nil)
+		w.time(time.Time{})
+		return w
+	}
+	st := taskStateRecord{Seq: 1, Invocation: []string{"alice"}}
+	if err := store.Apply(context.Background(), []statestore.Mutation{
+		{Kind: kindTask, Key: "tq", Value: task.marshal()},
+		{Kind: kindTaskState, Key: "tq", Value: st.marshal()},
+		{Kind: kindOp, Key: "op-v1", Value: v1("tq")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s, stop := durableTest(t, store, clk)
+	defer stop()
+	got := state(t, s, "op-v1")
+	if !got.Accepted.Equal(queuedAt) || fmt.Sprint(got.Invocation) != "[alice]" {
+		t.Errorf("operation from a version 1 record: accepted %v, invocation %q; want %v, [alice]", got.Accepted, got.Invocation, queuedAt)
+	}
+}

@@ -92,9 +92,11 @@ type MetricsSnapshot struct {
 	// could run them: the first configured cohort with a registered worker
 	// able to run the action, "" when none can (or no cohorts exist).
 	Queued []QueueCount
-	// Executing counts leased actions by queue, instance and the cohort
-	// of the worker holding them ("" for a worker in no cohort).
-	Executing []QueueCount
+	// Executing counts actions their worker started, by queue, instance
+	// and the cohort of the worker holding them ("" for a worker in no
+	// cohort); Held those leased but not started yet (fetching inputs,
+	// waiting for a free core), by the same labels.
+	Executing, Held []QueueCount
 	// Workers counts registered workers by state (WorkerIdle, ...).
 	Workers map[string]int
 	// Cores and BusyCores are the registered workers' execute cores and
@@ -148,9 +150,14 @@ func (s *Scheduler) MetricsSnapshot() MetricsSnapshot {
 		}
 		queued[[3]string{b.queue, b.instance, cohort}] += b.n
 	}
-	executing := map[[3]string]int{}
+	executing, held := map[[3]string]int{}, map[[3]string]int{}
 	for _, l := range s.leases {
-		executing[[3]string{l.task.Queue, l.task.Instance, l.cohort}]++
+		k := [3]string{l.task.Queue, l.task.Instance, l.cohort}
+		if l.executing() {
+			executing[k]++
+		} else {
+			held[k]++
+		}
 		out.BusyCores += max(l.task.Req.Cores, 1)
 	}
 	for _, w := range s.workers {
@@ -159,7 +166,7 @@ func (s *Scheduler) MetricsSnapshot() MetricsSnapshot {
 			out.Cores += max(w.info.Platform.Cores, 1)
 		}
 	}
-	out.Queued, out.Executing = counts(queued), counts(executing)
+	out.Queued, out.Executing, out.Held = counts(queued), counts(executing), counts(held)
 	return out
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 )
 
 func TestMetricsSnapshotCountsQueuesWorkersAndRetries(t *testing.T) {
@@ -57,8 +59,15 @@ func TestMetricsSnapshotCountsQueuesWorkersAndRetries(t *testing.T) {
 	if len(got) != len(want) || got["default/a/x86"] != want["default/a/x86"] || got["default/b/x86"] != want["default/b/x86"] {
 		t.Errorf("queued = %v, want %v", got, want)
 	}
-	if len(m.Executing) != 1 || m.Executing[0].Cohort != "x86" || m.Executing[0].Instance != a.Task.Instance || m.Executing[0].N != 1 {
-		t.Errorf("executing = %+v, want one action of %s on cohort x86", m.Executing, a.Task.Instance)
+	// Leased but not started: held, not executing.
+	if len(m.Executing) != 0 || len(m.Held) != 1 || m.Held[0].Cohort != "x86" || m.Held[0].Instance != a.Task.Instance || m.Held[0].N != 1 {
+		t.Errorf("executing = %+v, held = %+v; want one held action of %s on cohort x86", m.Executing, m.Held, a.Task.Instance)
+	}
+	if _, err := s.Heartbeat("w1", []LeaseReport{{LeaseID: a.LeaseID, Stage: repb.ExecutionStage_EXECUTING}}); err != nil {
+		t.Fatal(err)
+	}
+	if m := s.MetricsSnapshot(); len(m.Held) != 0 || len(m.Executing) != 1 || m.Executing[0].Cohort != "x86" || m.Executing[0].Instance != a.Task.Instance || m.Executing[0].N != 1 {
+		t.Errorf("once started: executing = %+v, held = %+v; want one executing action of %s on cohort x86", m.Executing, m.Held, a.Task.Instance)
 	}
 	d := m.Dispatch
 	if d.Count != 1 || d.Sum != 3 {

@@ -22,8 +22,17 @@ import (
 //	        queue, queued_at
 //	tstate: priority, seq, attempts, invocation (count, then each), lease,
 //	        worker
-//	op:     task, done (0/1), response, done_at
+//	op:     task, done (0/1), response, done_at, and from version 2 on
+//	        accepted, invocation (count, then each)
+//
+// Operation records are written as version 2 (recordOpV2); version 1
+// operation records, written by Gantry before it kept an operation's
+// acceptance time and invocation, still decode: without those fields.
 const recordV1 = 1
+
+// recordOpV2 is the version of operation records that carry the
+// operation's acceptance time and invocation path.
+const recordOpV2 = 2
 
 // errRecord is wrapped by every decoding error.
 var errRecord = errors.New("malformed scheduler record")
@@ -160,17 +169,26 @@ func (r *recReader) count(what string, min int) int {
 	return int(n)
 }
 
-// start checks the version byte; json reports an old JSON record.
+// start checks the version byte is recordV1; json reports an old JSON
+// record.
 func (r *recReader) start(what string) (json bool) {
+	json, _ = r.startUpTo(what, recordV1)
+	return json
+}
+
+// startUpTo checks the version byte is from recordV1 to newest and
+// returns it; json reports an old JSON record.
+func (r *recReader) startUpTo(what string, newest byte) (json bool, version byte) {
 	if len(r.b) > 0 && r.b[0] == '{' {
-		return true
+		return true, 0
 	}
-	if len(r.b) == 0 || r.b[0] != recordV1 {
+	if len(r.b) == 0 || r.b[0] < recordV1 || r.b[0] > newest {
 		r.err = fmt.Errorf("%w: %s record has an unknown version (written by a newer Gantry?)", errRecord, what)
-		return false
+		return false, 0
 	}
+	version = r.b[0]
 	r.b = r.b[1:]
-	return false
+	return false, version
 }
 
 func (r *recReader) end(what string) error {
@@ -264,23 +282,38 @@ func (rec *taskStateRecord) unmarshal(b []byte) error {
 }
 
 func (rec *opRecord) marshal() []byte {
-	w := make(recWriter, 0, 16+len(rec.Task)+len(rec.Response))
-	w = append(w, recordV1)
+	w := make(recWriter, 0, 32+len(rec.Task)+len(rec.Response))
+	w = append(w, recordOpV2)
 	w.str(rec.Task)
 	w.bool(rec.Done)
 	w.bytes(rec.Response)
 	w.time(rec.DoneAt)
+	w.time(rec.Accepted)
+	w.uint(uint64(len(rec.Invocation)))
+	for _, s := range rec.Invocation {
+		w.str(s)
+	}
 	return w
 }
 
 func (rec *opRecord) unmarshal(b []byte) error {
 	r := recReader{b: b}
-	if r.start("operation") {
+	isJSON, version := r.startUpTo("operation", recordOpV2)
+	if isJSON {
 		return json.Unmarshal(b, rec)
 	}
 	rec.Task = r.str("task")
 	rec.Done = r.bool("done")
 	rec.Response = r.bytes("response")
 	rec.DoneAt = r.time("done_at")
+	if version >= recordOpV2 {
+		rec.Accepted = r.time("accepted")
+		if n := r.count("invocation", 1); n > 0 {
+			rec.Invocation = make([]string, n)
+			for i := range rec.Invocation {
+				rec.Invocation[i] = r.str("invocation")
+			}
+		}
+	}
 	return r.end("operation")
 }

@@ -22,7 +22,7 @@ func sampleRecords() (taskRecord, taskStateRecord, opRecord) {
 			Platform: platform.Properties{{Name: "OSFamily", Value: "linux"}, {Name: "pool", Value: "*"}},
 			Action:   []byte{1, 2, 0, 3}, Command: []byte("cmd"), Cacheable: true, Queue: "q", QueuedAt: at},
 		taskStateRecord{Priority: -3, Seq: -7, Attempts: 2, Invocation: []string{"u", "inv"}, Lease: "l1", Worker: "w1"},
-		opRecord{Task: "t1", Done: true, Response: []byte{9, 9}, DoneAt: at.Add(time.Second)}
+		opRecord{Task: "t1", Done: true, Response: []byte{9, 9}, DoneAt: at.Add(time.Second), Accepted: at.Add(-time.Second), Invocation: []string{"u", "inv", "x"}}
 }
 
 func TestRecordsRoundTripBinaryAndJSON(t *testing.T) {
@@ -30,7 +30,7 @@ func TestRecordsRoundTripBinaryAndJSON(t *testing.T) {
 	empty := [3]any{&taskRecord{}, &taskStateRecord{}, &opRecord{}}
 	for i, rec := range []interface{ marshal() []byte }{&task, &st, &op} {
 		bin := rec.marshal()
-		if bin[0] != recordV1 {
+		if bin[0] != recordV1 && bin[0] != recordOpV2 {
 			t.Fatalf("%T: version byte %d", rec, bin[0])
 		}
 		js, err := json.Marshal(rec)
@@ -57,7 +57,7 @@ func TestRecordsRoundTripBinaryAndJSON(t *testing.T) {
 		if err := got.unmarshal(append(bin, 0)); !errors.Is(err, errRecord) {
 			t.Errorf("%T with a trailing byte: %v", rec, err)
 		}
-		bad := append([]byte{recordV1 + 1}, bin[1:]...)
+		bad := append([]byte{recordOpV2 + 1}, bin[1:]...)
 		if err := got.unmarshal(bad); !errors.Is(err, errRecord) {
 			t.Errorf("%T with version %d: %v", rec, bad[0], err)
 		}
@@ -74,7 +74,7 @@ func normTimes(v any) any {
 		return c
 	case *opRecord:
 		c := *r
-		c.DoneAt = c.DoneAt.UTC()
+		c.DoneAt, c.Accepted = c.DoneAt.UTC(), c.Accepted.UTC()
 		return c
 	case *taskStateRecord:
 		return *r
@@ -141,7 +141,7 @@ func FuzzSchedulerRecords(f *testing.F) {
 			marshal() []byte
 			unmarshal([]byte) error
 		}{&taskRecord{}, &taskStateRecord{}, &opRecord{}} {
-			if err := rec.unmarshal(b); err != nil || len(b) == 0 || b[0] != recordV1 {
+			if err := rec.unmarshal(b); err != nil || len(b) == 0 || (b[0] != recordV1 && b[0] != recordOpV2) {
 				continue
 			}
 			// What decodes encodes back to the same bytes, except a

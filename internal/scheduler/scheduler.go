@@ -187,10 +187,23 @@ type lease struct {
 	preempted bool
 }
 
+// executing reports whether the worker said it started the action: the
+// worker reports EXECUTING once the action holds its cores (internal/worker
+// toExecute), and the lease stays QUEUED while the worker fetches inputs
+// or waits for a free core. Counts of "executing" use this, never the
+// number of leases.
+func (l *lease) executing() bool { return l.stage >= repb.ExecutionStage_EXECUTING }
+
 // Operation is what a client sees: a name bound to a task.
 type Operation struct {
 	Name string
 	task *Task
+	// accepted is when the server took the request; invocation the
+	// submitter's invocation path (the task's may be a prefix of it after
+	// joins). Both are stored, for the completion log line after a
+	// restart.
+	accepted   time.Time
+	invocation []string
 
 	watchers  int
 	goneSince time.Time
@@ -217,6 +230,14 @@ type OperationState struct {
 	Response *repb.ExecuteResponse
 	// Queue is the provision queue of the operation's task.
 	Queue string
+	// Accepted is when the server took the request (zero when not known:
+	// restored from a record of an older Gantry whose task finished).
+	Accepted time.Time
+	// Invocation is the submitter's invocation path.
+	Invocation []string
+	// DoneAt is when the scheduler took the result (server clock); set
+	// when Done.
+	DoneAt time.Time
 }
 
 // Scheduler is safe for concurrent use. One mutex guards the state; every
@@ -400,6 +421,10 @@ type SubmitRequest struct {
 	// TraceParent links the task to the submitter's trace (see
 	// Scheduler.TraceParent); "" when tracing is off.
 	TraceParent string
+	// Accepted is when the server took the request (the start of the
+	// operation's duration accounting); zero means now. It is stored with
+	// the operation, so it survives a restart.
+	Accepted time.Time
 }
 
 // Submit creates an operation for the action. An identical cacheable
@@ -468,7 +493,11 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 		}
 		s.enqueueLocked(t)
 	}
-	op := &Operation{Name: name, task: t, goneSince: now}
+	accepted := req.Accepted
+	if accepted.IsZero() {
+		accepted = now
+	}
+	op := &Operation{Name: name, task: t, goneSince: now, accepted: accepted, invocation: req.Invocation}
 	s.unwatched.add(op)
 	t.ops = append(t.ops, op)
 	s.ops[op.Name] = op
@@ -568,7 +597,8 @@ func (s *Scheduler) Watch(name string) (OperationState, <-chan struct{}, error) 
 
 func (s *Scheduler) stateLocked(op *Operation) OperationState {
 	t := op.task
-	st := OperationState{Name: op.Name, Instance: t.Instance, ActionDigest: t.ActionDigest, Stage: t.stage, Queue: t.Queue}
+	st := OperationState{Name: op.Name, Instance: t.Instance, ActionDigest: t.ActionDigest, Stage: t.stage, Queue: t.Queue,
+		Accepted: op.accepted, Invocation: op.invocation}
 	if op.done && !s.storedLocked(op) {
 		if st.Stage == repb.ExecutionStage_COMPLETED {
 			st.Stage = repb.ExecutionStage_EXECUTING
@@ -576,7 +606,7 @@ func (s *Scheduler) stateLocked(op *Operation) OperationState {
 		return st
 	}
 	if op.done {
-		st.Done, st.Stage, st.Response = true, repb.ExecutionStage_COMPLETED, op.response
+		st.Done, st.Stage, st.Response, st.DoneAt = true, repb.ExecutionStage_COMPLETED, op.response, op.doneAt
 	}
 	return st
 }
@@ -756,7 +786,14 @@ func (s *Scheduler) completeTaskLocked(t *Task, resp *repb.ExecuteResponse) {
 // Stats is a summary for metrics and status pages.
 type Stats struct {
 	Queued, Leased, Operations, Workers int
-	Preemptions                         int64
+	// Leased splits into Held and Executing (Leased = Held + Executing):
+	// Executing counts leases whose worker reported the action started
+	// (it holds its cores, or uploads its outputs after running); Held
+	// counts leases a worker has but has not started (fetching inputs or
+	// waiting for a free core), and restored leases until their worker
+	// reports them again.
+	Held, Executing int
+	Preemptions     int64
 	// Suspended counts leases stopped for pre-emption now (suspend mode);
 	// SuspendExpired those cancelled after scheduler.max_suspend.
 	Suspended      int
@@ -767,8 +804,15 @@ type Stats struct {
 func (s *Scheduler) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stats{Queued: s.queue.n, Leased: len(s.leases), Operations: len(s.ops), Workers: len(s.workers), Preemptions: s.preemptions,
+	st := Stats{Queued: s.queue.n, Leased: len(s.leases), Operations: len(s.ops), Workers: len(s.workers), Preemptions: s.preemptions,
 		Suspended: len(s.ten.suspended), SuspendExpired: s.ten.expired}
+	for _, l := range s.leases {
+		if l.executing() {
+			st.Executing++
+		}
+	}
+	st.Held = st.Leased - st.Executing
+	return st
 }
 
 func (s *Scheduler) String() string {

@@ -88,7 +88,7 @@ func TestStatusPageInChromium(t *testing.T) {
 
 	// The overview, as a user reads it.
 	body := text("/status", "body")
-	for _, want := range []string{"1 queued · 1 executing · 1 workers", "1 recent failures", "w1", "active", s.running, s.queued, "Drain", "Pause", "Terminate", "Kill"} {
+	for _, want := range []string{"1 queued · 0 held · 1 executing · 1 workers", "1 recent failures", "w1", "active", s.running, s.queued, "Drain", "Pause", "Terminate", "Kill"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("overview lacks %q:\n%s", want, body)
 		}

@@ -257,7 +257,7 @@ func registerSchedulerMetrics(reg prometheus.Registerer, cfg config.Config, sche
 		get        func(scheduler.Stats) int
 	}{
 		{"gantry_scheduler_queued_actions", "Actions waiting for a worker.", func(s scheduler.Stats) int { return s.Queued }},
-		{"gantry_scheduler_leased_actions", "Actions held by workers.", func(s scheduler.Stats) int { return s.Leased }},
+		{"gantry_scheduler_leased_actions", "Actions leased to workers: gantry_held_actions (not started) plus gantry_executing_actions.", func(s scheduler.Stats) int { return s.Leased }},
 		{"gantry_scheduler_operations", "Operations known (running and recently finished).", func(s scheduler.Stats) int { return s.Operations }},
 		{"gantry_scheduler_workers", "Registered workers.", func(s scheduler.Stats) int { return s.Workers }},
 		{"gantry_scheduler_suspended_actions", "Actions stopped (SIGSTOP) for pre-emption now (scheduler.preemption: suspend).", func(s scheduler.Stats) int { return s.Suspended }},

@@ -298,7 +298,7 @@ func TestOperationCompletionLogLine(t *testing.T) {
 		t.Errorf("invocation = %v, want the request's keys", line["invocation"])
 	}
 	dur, _ := line["duration"].(map[string]any)
-	for _, k := range []string{"queued_ms", "input_fetch_ms", "execute_ms", "upload_ms", "total_ms"} {
+	for _, k := range []string{"queued_ms", "input_fetch_ms", "wait_core_ms", "execute_ms", "upload_ms", "report_ms", "total_ms"} {
 		if v, ok := dur[k].(float64); !ok || v < 0 {
 			t.Errorf("duration.%s = %v, want a duration in ms", k, dur[k])
 		}
@@ -511,7 +511,10 @@ func TestPreemptionMetric(t *testing.T) {
 	obsWaitFor(t, "the flood to fill the worker", func() bool {
 		st, err := admin.GetQuota(ctx, &adminpb.GetQuotaRequest{InstanceName: "flood", Cohort: "x86"})
 		m := scrape(t, addr)
-		return err == nil && st.Usage == 2 && st.Queued == 1 && sample(m, "gantry_executing_actions", "instance", "flood") == 2 &&
+		// One flood action runs on the core, one waits behind it on the
+		// worker: held, not executing.
+		return err == nil && st.Usage == 2 && st.Queued == 1 && sample(m, "gantry_executing_actions", "instance", "flood") == 1 &&
+			sample(m, "gantry_held_actions", "instance", "flood") == 1 &&
 			sample(m, "gantry_queue_length", "instance", "flood") == 1
 	})
 	checkMetrics(t, addr, metricWant{"gantry_scheduler_preemptions_total", nil, 0})

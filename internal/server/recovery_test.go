@@ -5,8 +5,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,12 +18,14 @@ import (
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/invocation"
 	"github.com/gantry-build/gantry/internal/statestore/pgtest"
 	"github.com/gantry-build/gantry/internal/worker"
 )
@@ -160,11 +165,16 @@ func TestRestartRequeuesEmbeddedWorkersLeaseAtOnce(t *testing.T) {
 	ad := f.put(&repb.Action{CommandDigest: f.put(cmd).Proto(), InputRootDigest: digest.Empty(digest.SHA256).Proto()})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	stream, err := repb.NewExecutionClient(f.conn).Execute(ctx, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
+	// The operation's invocation keys survive the restart, into its
+	// completion line.
+	rm, _ := proto.Marshal(&repb.RequestMetadata{ToolInvocationId: "inv-restart"})
+	ectx := metadata.AppendToOutgoingContext(ctx, invocation.RequestMetadataHeader, string(rm))
+	stream, err := repb.NewExecutionClient(f.conn).Execute(ectx, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	name := mustRecv(t, stream).Name
+	named := time.Now() // after the operation was accepted
 	waitForFile(t, ctx, marker)
 	f.stop()
 	stopping := logs1.String()
@@ -205,6 +215,31 @@ func TestRestartRequeuesEmbeddedWorkersLeaseAtOnce(t *testing.T) {
 	wantInLine(t, logLine(t, started, "scheduler state restored"), "operations=1", "queued=0", "running=1", "workers_to_return=1")
 	wantInLine(t, logLine(t, started, "restored leases wait for their worker"), "leases=1", name)
 	wantInLine(t, logLine(t, started, "leases lost with their worker"), "leases=1", "requeued=1", name, "registered again without them")
+	// The completion line (of the WaitExecution after the restart) has
+	// the operation's invocation keys, and its duration from the
+	// acceptance before the restart: stages that add up, none negative.
+	done := logLine(t, started, "operation finished")
+	wantInLine(t, done, name, "invocation.tool_invocation_id=inv-restart")
+	stages := map[string]float64{}
+	for _, m := range regexp.MustCompile(`duration\.(\w+)_ms=(\S+)`).FindAllStringSubmatch(done, -1) {
+		v, err := strconv.ParseFloat(m[2], 64)
+		if err != nil || v < 0 {
+			t.Errorf("duration.%s_ms=%s in %q", m[1], m[2], done)
+		}
+		stages[m[1]] = v
+	}
+	var sum float64
+	for _, k := range []string{"queued", "input_fetch", "wait_core", "execute", "upload", "report"} {
+		if _, ok := stages[k]; !ok {
+			t.Errorf("no duration.%s_ms in %q", k, done)
+		}
+		sum += stages[k]
+	}
+	// Accepted before named, finished after start: a restored operation
+	// that lost its acceptance would count from the restart only.
+	if total := stages["total"]; total < float64(start.Sub(named).Microseconds())/1000 || math.Abs(sum-total) > 0.01 {
+		t.Errorf("stages add up to %gms of total_ms=%g, want at least the %s from acceptance to restart: %q", sum, total, start.Sub(named), done)
+	}
 }
 
 // A leading scheduler node that stops logs what was queued and running:

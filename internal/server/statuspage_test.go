@@ -131,7 +131,7 @@ func TestStatusPages(t *testing.T) {
 	if code, _ := s.get(t, "/nothing-here"); code != 404 {
 		t.Fatalf("/nothing-here: %d, want 404", code)
 	}
-	contains(t, "overview", body, "1 queued · 1 executing · 1 workers", "1 recent failures", `data-worker="w1"`, s.running, s.queued, "EXECUTING", "QUEUED", ">active<")
+	contains(t, "overview", body, "1 queued · 0 held · 1 executing · 1 workers", "1 recent failures", `data-worker="w1"`, s.running, s.queued, "EXECUTING", "QUEUED", ">active<")
 	// Pagination of the operations in progress.
 	_, body = s.get(t, "/status?per=1&opage=2")
 	contains(t, "page 2", body, "Page 2 of 2 (2 in all)", "← previous", s.queued)

@@ -317,3 +317,60 @@ func TestStreamsInline(t *testing.T) {
 		t.Errorf("the page holds the raw stream or all of it (%d bytes)", len(body))
 	}
 }
+
+// TestOverviewSeparatesHeldFromExecuting: a worker holding four leases
+// of which it started two shows 2 held and 2 executing, on the overview's
+// summary line and in the worker's row, as the scheduler's counts and
+// metrics say.
+func TestOverviewSeparatesHeldFromExecuting(t *testing.T) {
+	h, sched := newHandler(t)
+	for i := 0; i < 4; i++ {
+		d := digest.Compute(digest.SHA256, []byte(fmt.Sprint("held", i)))
+		if _, err := sched.Submit(scheduler.SubmitRequest{ActionDigest: d}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w1", Platform: platform.Worker{Cores: 4, AllowUnmatched: true}})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	as, err := sched.PollMany(ctx, "w1", scheduler.Capacity{Cores: 4}, 4)
+	if err != nil || len(as) != 4 {
+		t.Fatalf("leased %d: %v", len(as), err)
+	}
+	// The worker started two; the other two fetch inputs or wait for a core.
+	reports := []scheduler.LeaseReport{
+		{LeaseID: as[0].LeaseID, Stage: repb.ExecutionStage_EXECUTING},
+		{LeaseID: as[1].LeaseID, Stage: repb.ExecutionStage_EXECUTING},
+		{LeaseID: as[2].LeaseID, Stage: repb.ExecutionStage_QUEUED},
+		{LeaseID: as[3].LeaseID, Stage: repb.ExecutionStage_QUEUED},
+	}
+	if _, err := sched.Heartbeat("w1", reports); err != nil {
+		t.Fatal(err)
+	}
+	if st := sched.Stats(); st.Leased != 4 || st.Held != 2 || st.Executing != 2 {
+		t.Errorf("stats: %d leased, %d held, %d executing; want 4, 2, 2", st.Leased, st.Held, st.Executing)
+	}
+	sum := func(qs []scheduler.QueueCount) (n int) {
+		for _, q := range qs {
+			n += q.N
+		}
+		return n
+	}
+	if m := sched.MetricsSnapshot(); sum(m.Executing) != 2 || sum(m.Held) != 2 {
+		t.Errorf("metrics: %d executing, %d held; want 2 and 2", sum(m.Executing), sum(m.Held))
+	}
+	body := get(h, "/status").Body.String()
+	for _, want := range []string{"0 queued · 2 held · 2 executing · 1 workers"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("overview lacks %q", want)
+		}
+	}
+	row := regexp.MustCompile(`(?s)<tr data-worker="w1">.*?</tr>`).FindString(body)
+	cells := regexp.MustCompile(`<td class="n held">(\d+)</td><td class="n executing">(\d+)</td>`).FindStringSubmatch(row)
+	if cells == nil || cells[1] != "2" || cells[2] != "2" {
+		t.Errorf("worker row: held/executing cells %q, want 2 and 2; row:\n%s", cells, row)
+	}
+	if n := strings.Count(row, "held (not started)"); n != 2 {
+		t.Errorf("worker row lists %d held leases, want 2", n)
+	}
+}

@@ -119,7 +119,7 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 {{define "error"}}{{template "head" .}}<p>{{.Message}}</p><p><a href="/status">Back to the overview</a></p>{{template "foot" .}}{{end}}
 
 {{define "overview"}}{{template "head" .}}
-<p>{{.Stats.Queued}} queued · {{.Stats.Leased}} executing · {{.Stats.Workers}} workers · {{.Stats.Operations}} operations known · {{.Stats.Preemptions}} pre-emptions{{if .Stats.Suspended}} ({{.Stats.Suspended}} suspended){{end}} · <a href="/status/failures">{{.Failed}} recent failures</a></p>
+<p id="counts">{{.Stats.Queued}} queued · {{.Stats.Held}} held · {{.Stats.Executing}} executing · {{.Stats.Workers}} workers · {{.Stats.Operations}} operations known · {{.Stats.Preemptions}} pre-emptions{{if .Stats.Suspended}} ({{.Stats.Suspended}} suspended){{end}} · <a href="/status/failures">{{.Failed}} recent failures</a></p>
 
 <h2>Queues</h2>
 <table><tr><th>Queue</th><th>Instance</th><th>Queued</th></tr>
@@ -134,11 +134,12 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 {{range .Warnings}}<p class="flash">{{.}}</p>{{end}}{{else}}<p class="muted">No quotas set.</p>{{end}}{{end}}
 
 <h2>Workers</h2>
-<table id="workers"><tr><th>Worker</th><th>State</th><th>Cores</th><th>Slots</th><th>Memory</th><th>Resources (held/total)</th><th>Cohort</th><th>Last seen</th><th>Running</th><th>Controls</th></tr>
+<table id="workers"><tr><th>Worker</th><th>State</th><th>Cores</th><th>Slots</th><th>Memory</th><th>Resources (held/total)</th><th>Cohort</th><th>Last seen</th><th title="leased, not started: fetching inputs or waiting for a free core">Held</th><th>Executing</th><th>Running</th><th>Controls</th></tr>
 {{$f := .}}{{range .Workers}}<tr data-worker="{{.Info.ID}}"><td>{{.Info.ID}}{{with .Info.Version}}<br><span class="muted">{{.}}</span>{{end}}</td>
 <td class="st-{{state .}}">{{state .}}</td><td class="n">{{.Info.Platform.Cores}}</td><td class="n">{{.Info.Slots}}</td><td class="n">{{bytes .Info.Platform.MemoryBytes}}</td>
 <td>{{resources .Info.Platform.Resources .Held}}</td><td>{{.Cohort}}</td><td>{{ago $f.Now .LastSeen}} ago</td>
-<td>{{range .Leases}}<div>{{range .Operations}}<a href="/status/operation?name={{.}}">{{truncate . 24}}</a> {{end}}<span class="muted">{{.Stage}}, {{ago $f.Now .Started}}</span></div>{{else}}<span class="muted">idle</span>{{end}}</td>
+{{with .Counts}}<td class="n held">{{.Held}}</td><td class="n executing">{{.Executing}}</td>{{end}}
+<td>{{range .Leases}}<div>{{range .Operations}}<a href="/status/operation?name={{.}}">{{truncate . 24}}</a> {{end}}<span class="muted">{{if .Executing}}executing{{else}}held (not started){{end}}, leased {{ago $f.Now .Started}} ago</span></div>{{else}}<span class="muted">idle</span>{{end}}</td>
 <td>{{$id := .Info.ID}}{{if $f.Admin}}
 {{if .Control.Drain}}<form class="inline" method="post" action="/status/worker"><input type="hidden" name="csrf" value="{{$f.Token}}"><input type="hidden" name="worker" value="{{$id}}"><button name="action" value="undrain">Undrain</button></form>
 {{else}}<form class="inline" method="post" action="/status/worker"><input type="hidden" name="csrf" value="{{$f.Token}}"><input type="hidden" name="worker" value="{{$id}}"><button name="action" value="drain">Drain</button></form>{{end}}
@@ -146,12 +147,12 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 {{if .Control.Pause}}<form class="inline" method="post" action="/status/worker"><input type="hidden" name="csrf" value="{{$f.Token}}"><input type="hidden" name="worker" value="{{$id}}"><button name="action" value="resume">Resume</button></form>
 {{else}}<form class="inline" method="post" action="/status/worker"><input type="hidden" name="csrf" value="{{$f.Token}}"><input type="hidden" name="worker" value="{{$id}}"><button name="action" value="pause">Pause</button></form>{{end}}
 {{else}}<span class="muted" title="the controls need the admin permission on every instance">admin only</span>{{end}}</td></tr>
-{{else}}<tr><td colspan="10" class="muted">no workers registered</td></tr>{{end}}</table>
+{{else}}<tr><td colspan="12" class="muted">no workers registered</td></tr>{{end}}</table>
 {{template "pager" .WorkerPage}}
 
 <h2>Operations in progress</h2>
 <table id="operations"><tr><th>Operation</th><th>Instance</th><th>Stage</th><th>Queue</th><th>Waiting</th><th>Worker</th><th>Kill</th></tr>
-{{range .Ops}}<tr><td><a href="/status/operation?name={{.Name}}">{{.Name}}</a></td><td>{{or .Instance "(default)"}}</td><td>{{.Stage}}</td><td>{{.Queue}}</td><td>{{ago $f.Now .QueuedAt}}</td><td>{{if not .LeasedAt.IsZero}}{{.Worker}}{{end}}</td>
+{{range .Ops}}<tr><td><a href="/status/operation?name={{.Name}}">{{.Name}}</a></td><td>{{or .Instance "(default)"}}</td><td>{{if and (not .LeasedAt.IsZero) (eq .Stage.String "QUEUED")}}held (not started){{else}}{{.Stage}}{{end}}</td><td>{{.Queue}}</td><td>{{ago $f.Now .QueuedAt}}</td><td>{{if not .LeasedAt.IsZero}}{{.Worker}}{{end}}</td>
 <td>{{if $f.AdminOn .Instance}}<form class="inline" method="post" action="/status/kill"><input type="hidden" name="csrf" value="{{$f.Token}}"><input type="hidden" name="name" value="{{.Name}}"><button>Kill</button></form>{{else}}<span class="muted" title="killing needs the admin permission on the operation's instance">admin only</span>{{end}}</td></tr>
 {{else}}<tr><td colspan="7" class="muted">none</td></tr>{{end}}</table>
 {{template "pager" .OpPage}}
