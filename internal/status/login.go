@@ -137,11 +137,10 @@ func (l *Login) logout(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }
 
-// maxAge is a cookie's Max-Age for a session that ends in d: whole
-// seconds, rounded down (the cookie may go before the session, never
-// after), and at least 1.
+// maxAge is a cookie's Max-Age for a session that ends in d: to the
+// nearest second (the server ends the session itself), at least 1.
 func maxAge(d time.Duration) int {
-	return max(1, int(d/time.Second))
+	return max(1, int(d.Round(time.Second)/time.Second))
 }
 
 // LocalPath returns next when it is a path on this server ("/status?x"),
