@@ -18,8 +18,9 @@ const SessionCookie = "gantry_session"
 const MaxSessions = 10000
 
 // Sessions are the browser sessions of the HTTP port's login form, kept
-// in memory: a random id maps to the identity that logged in. A restart
-// or a reload of the auth section ends them all.
+// in memory: a random id maps to the identity that logged in, and to the
+// token it logged in with, so that a reload can check the token again
+// (Recheck). A restart ends them all.
 type Sessions struct {
 	ttl time.Duration
 	max int
@@ -35,6 +36,8 @@ type Sessions struct {
 type session struct {
 	id      *Identity
 	expires time.Time
+	// cred is the token or JWT of the login; it never leaves the server.
+	cred string
 }
 
 // NewSessions returns an empty store whose sessions last ttl (capped by
@@ -47,10 +50,11 @@ func NewSessions(ttl time.Duration, max int, now func() time.Time) *Sessions {
 	return &Sessions{ttl: ttl, max: max, now: now, byHash: map[[32]byte]session{}}
 }
 
-// Create starts a session for id and returns its id (32 random bytes,
-// base64url) and when it expires: after the store's lifetime, or at
-// id.Expires when that is sooner.
-func (s *Sessions) Create(id *Identity) (sid string, expires time.Time) {
+// Create starts a session for id, who logged in with the token or JWT
+// cred, and returns its id (32 random bytes, base64url) and when it
+// expires: after the store's lifetime, or at id.Expires when that is
+// sooner.
+func (s *Sessions) Create(id *Identity, cred string) (sid string, expires time.Time) {
 	b := make([]byte, 32)
 	rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
 	sid = base64.RawURLEncoding.EncodeToString(b)
@@ -67,7 +71,7 @@ func (s *Sessions) Create(id *Identity) (sid string, expires time.Time) {
 	if len(s.byHash) >= s.max {
 		s.evictSoonest()
 	}
-	s.byHash[sha256.Sum256([]byte(sid))] = session{id: id, expires: expires}
+	s.byHash[sha256.Sum256([]byte(sid))] = session{id: id, expires: expires, cred: cred}
 	return sid, expires
 }
 
@@ -98,12 +102,38 @@ func (s *Sessions) Delete(sid string) {
 	s.mu.Unlock()
 }
 
-// Clear ends every session: a reload may have removed a token or key
-// that a session was opened with.
-func (s *Sessions) Clear() {
+// Recheck checks every session's token again with identify (after a
+// reload of the tokens, keys or policy): a session whose token identify
+// refuses ends, the others take the identity it returns now (groups may
+// have changed).
+func (s *Sessions) Recheck(identify func(cred string) (*Identity, error)) {
 	s.mu.Lock()
-	clear(s.byHash)
+	creds := make(map[[32]byte]string, len(s.byHash))
+	for k, e := range s.byHash {
+		creds[k] = e.cred
+	}
 	s.mu.Unlock()
+	// identify verifies signatures: not under the lock that every
+	// request's Lookup takes.
+	ids := make(map[[32]byte]*Identity, len(creds))
+	for k, c := range creds {
+		if id, err := identify(c); err == nil {
+			ids[k] = id
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, e := range s.byHash {
+		if _, old := creds[k]; !old {
+			continue // created meanwhile: its login checked it
+		}
+		if id, ok := ids[k]; ok {
+			e.id = id
+			s.byHash[k] = e
+		} else {
+			delete(s.byHash, k)
+		}
+	}
 }
 
 // Len is how many sessions are kept, expired ones not yet dropped

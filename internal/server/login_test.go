@@ -29,6 +29,9 @@ type loginFarm struct {
 	log    *testutil.SyncBuffer
 	tokens map[string]string
 	secret []byte
+	cfg    config.Config
+	// tokensFile is cfg's auth.tokens_file.
+	tokensFile string
 }
 
 func startLoginFarm(t *testing.T, sessionTTL time.Duration) *loginFarm {
@@ -58,6 +61,7 @@ func startLoginFarm(t *testing.T, sessionTTL time.Duration) *loginFarm {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	f.cfg, f.tokensFile = cfg, tokensFile
 	srv, err := New(cfg, slog.New(slog.NewJSONHandler(f.log, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -332,5 +336,31 @@ func TestLoginRedirectsBrowser(t *testing.T) {
 	}
 	if r := f.send(t, "GET", "/healthz", nil, nil); r.code != 200 {
 		t.Errorf("/healthz: %d", r.code)
+	}
+}
+
+// TestLoginSessionRecheckedOnReload: a reload (SIGHUP, the Reload
+// button) keeps the sessions whose token is still valid, and ends those
+// whose token was taken out of auth.tokens_file.
+func TestLoginSessionRecheckedOnReload(t *testing.T) {
+	f := startLoginFarm(t, 12*time.Hour)
+	c := f.login(t, f.tokens["viewer"], "/status").cookie()
+	if c == nil {
+		t.Fatal("login set no cookie")
+	}
+	if err := f.srv.Reload(f.cfg); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.send(t, "GET", "/status", nil, c); r.code != 200 {
+		t.Fatalf("/status after a reload that changed nothing: %d %s", r.code, r.body)
+	}
+	if err := os.WriteFile(f.tokensFile, []byte("viewer viewer-new-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.srv.Reload(f.cfg); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.send(t, "GET", "/status", nil, c); r.code != http.StatusUnauthorized {
+		t.Errorf("/status after the token was removed: %d %s", r.code, r.body)
 	}
 }

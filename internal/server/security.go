@@ -302,9 +302,9 @@ func (s *security) reload(cfg config.Config, log *slog.Logger) error {
 		}
 		s.authz.Update(st)
 		if s.sessions != nil {
-			// A session holds the identity its token named then; the
-			// token or key may be gone now.
-			s.sessions.Clear()
+			// A browser session's token or key may be gone now, or its
+			// groups changed.
+			s.sessions.Recheck(func(cred string) (*auth.Identity, error) { return s.authz.Login(cred, auth.PermStatus) })
 		}
 		log.Info("authentication reloaded", "tokens", st.Tokens.Len(), "policy_rules", len(cfg.Auth.Policy))
 	}

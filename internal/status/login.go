@@ -117,7 +117,7 @@ func (l *Login) login(w http.ResponseWriter, r *http.Request) {
 		l.render(w, code, page)
 		return
 	}
-	sid, expires := l.sessions.Create(id)
+	sid, expires := l.sessions.Create(id, tok)
 	http.SetCookie(w, &http.Cookie{Name: auth.SessionCookie, Value: sid, Path: "/", MaxAge: maxAge(time.Until(expires)),
 		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	l.log.Info("browser login", "identity", id.String(), "remote", r.RemoteAddr, "expires", expires.UTC().Format(time.RFC3339))
