@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"log/slog"
 	"net/http"
@@ -362,5 +364,56 @@ func TestLoginSessionRecheckedOnReload(t *testing.T) {
 	}
 	if r := f.send(t, "GET", "/status", nil, c); r.code != http.StatusUnauthorized {
 		t.Errorf("/status after the token was removed: %d %s", r.code, r.body)
+	}
+}
+
+// TestLoginSecureCookieUnderTLS: on a TLS port the session cookie is
+// Secure, and opens the pages over TLS.
+func TestLoginSecureCookieUnderTLS(t *testing.T) {
+	f := startSecureFarm(t, func(c *config.Config) { c.Worker.Enabled = false })
+	pem, err := os.ReadFile(f.ca.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}, Timeout: 30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	defer hc.CloseIdleConnections()
+	base := "https://" + f.srv.HTTPAddr()
+	do := func(req *http.Request) (*http.Response, string) {
+		t.Helper()
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	req, _ := http.NewRequest("GET", base+"/login", nil)
+	_, page := do(req)
+	m := csrfRE.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no login form over TLS:\n%s", page)
+	}
+	tok, _ := os.ReadFile(f.tokens["p-status"])
+	req, _ = http.NewRequest("POST", base+"/login", strings.NewReader(url.Values{"csrf": {m[1]}, "token": {string(tok)}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", base)
+	resp, body := do(req)
+	var c *http.Cookie
+	for _, k := range resp.Cookies() {
+		if k.Name == auth.SessionCookie {
+			c = k
+		}
+	}
+	if resp.StatusCode != http.StatusSeeOther || c == nil || !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
+		t.Fatalf("login over TLS: %d %v\n%s", resp.StatusCode, resp.Header.Values("Set-Cookie"), body)
+	}
+	req, _ = http.NewRequest("GET", base+"/metrics", nil)
+	req.AddCookie(&http.Cookie{Name: c.Name, Value: c.Value})
+	if resp, body := do(req); resp.StatusCode != 200 {
+		t.Errorf("/metrics with the cookie over TLS: %d %s", resp.StatusCode, body)
 	}
 }
