@@ -11,6 +11,7 @@ package auth
 import (
 	"context"
 	"slices"
+	"time"
 )
 
 // Source says how an identity was established.
@@ -50,6 +51,10 @@ type Identity struct {
 	// Groups come from the tokens file or the JWT's groups claim.
 	Groups []string
 	Source Source
+	// Expires is when the credential stops being valid (a JWT's exp);
+	// zero when it does not expire. A browser session ends then at the
+	// latest.
+	Expires time.Time
 }
 
 // Anonymous is the identity of a caller without credentials when

@@ -107,6 +107,9 @@ func (v *JWTVerifier) Verify(token string) (*Identity, error) {
 		return nil, fmt.Errorf("the JWT's subject: %v", err)
 	}
 	id := &Identity{Subject: sub, Names: []string{sub}, Source: SourceJWT}
+	if exp, err := claims.GetExpirationTime(); err == nil && exp != nil {
+		id.Expires = exp.Time
+	}
 	if v.opts.GroupsClaim != "" {
 		switch g := claims[v.opts.GroupsClaim].(type) {
 		case string:

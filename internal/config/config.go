@@ -264,7 +264,7 @@ func Default() Config {
 			MinFreeDisk:             1 << 30,
 		},
 		Log:     LogConfig{Level: "info", Format: "text"},
-		Auth:    AuthConfig{JWT: JWTConfig{SubjectClaim: "sub", RequireExpiry: true}, CertificateNames: []string{"cn"}},
+		Auth:    AuthConfig{JWT: JWTConfig{SubjectClaim: "sub", RequireExpiry: true}, CertificateNames: []string{"cn"}, HTTPSessionTTL: Duration(12 * time.Hour)},
 		Role:    RoleAll,
 		Cluster: defaultCluster(),
 	}

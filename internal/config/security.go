@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // TLSConfig turns on TLS for the gRPC and HTTP ports.
@@ -53,6 +54,9 @@ type AuthConfig struct {
 	// HTTPRequireToken makes the HTTP port (status, /metrics, pprof)
 	// require the status permission; /healthz stays open.
 	HTTPRequireToken bool `yaml:"http_require_token"`
+	// HTTPSessionTTL is how long a browser session of the HTTP port's
+	// login form lasts (a JWT's own expiry ends it sooner).
+	HTTPSessionTTL Duration `yaml:"http_session_ttl"`
 	// Policy grants permissions on instance-name patterns to identities.
 	Policy []PolicyRule `yaml:"policy"`
 }
@@ -124,6 +128,9 @@ func (c *Config) validateSecurity(bad func(path, format string, args ...any)) {
 	}
 	if t.Mode() != "none" && len(a.CertificateNames) == 0 && a.TokensFile == "" && !a.JWT.Enabled() {
 		bad("auth.certificate_names", "client certificates are verified but name nobody; list the fields that name a caller, e.g. [cn]")
+	}
+	if a.HTTPSessionTTL < Duration(time.Second) {
+		bad("auth.http_session_ttl", "%s is too short; give the browser session's lifetime, at least 1s (default 12h)", a.HTTPSessionTTL)
 	}
 	if a.JWT.Leeway < 0 {
 		bad("auth.jwt.leeway", "must not be negative")

@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSecurityConfig(t *testing.T) {
@@ -33,6 +34,9 @@ auth:
 	if err := Parse([]byte(good), &cfg); err != nil {
 		t.Fatal(err)
 	}
+	if cfg.Auth.HTTPSessionTTL.D() != 12*time.Hour {
+		t.Errorf("auth.http_session_ttl defaults to %s, want 12h", cfg.Auth.HTTPSessionTTL)
+	}
 	if cfg.TLS.Mode() != "optional" || !cfg.Auth.JWT.RequireExpiry || cfg.Auth.JWT.SubjectClaim != "sub" || cfg.Auth.Policy[0].Permissions[2] != "execute" {
 		t.Fatalf("parsed: %+v", cfg)
 	}
@@ -48,6 +52,7 @@ auth:
 		{"listen: 0.0.0.0:8980\nauth: {enabled: true, tokens_file: t, policy: [{identities: [a], instances: ['*'], permissions: [read]}]}", "plain text on 0.0.0.0:8980"},
 		{"http_listen: 0.0.0.0:9090\nauth: {enabled: true, http_require_token: true, tokens_file: t, policy: [{identities: [a], instances: ['*'], permissions: [read]}]}", "plain text on http_listen 0.0.0.0:9090"},
 		{"auth: {enabled: true, tokens_file: t, jwt: {hs256_secret_file: s, subject_claim: ''}}", "auth.jwt.subject_claim: must name a claim"},
+		{"auth: {enabled: true, tokens_file: t, http_session_ttl: 500ms, policy: [{identities: [a], instances: ['*'], permissions: [status]}]}", "auth.http_session_ttl: 500ms is too short"},
 		{"auth: {enabled: true, polcy: []}", "auth.polcy (line 1): unknown key"},
 	} {
 		cfg := Default()

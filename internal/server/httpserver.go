@@ -14,7 +14,7 @@ import (
 // /healthz (ok, then what health says, if anything), /debug/pprof/, and
 // the status pages when pages is not nil (roles that run a scheduler),
 // with TLS (on the listener, httpListener) and auth.http_require_token
-// applied.
+// applied, and then the browser login (/login, /logout).
 func newHTTPServer(reg *prometheus.Registry, health func() string, pages func() *statusPages, sec *security, log *slog.Logger) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -32,6 +32,6 @@ func newHTTPServer(reg *prometheus.Registry, health func() string, pages func() 
 	}
 	// The HTTP server's own errors (TLS handshakes, bad requests) go to
 	// the structured log, not the standard logger.
-	return &http.Server{Handler: sec.httpHandler(mux), ReadHeaderTimeout: 10 * time.Second,
+	return &http.Server{Handler: sec.browserHandler(mux, log.With("component", "http")), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn)}
 }

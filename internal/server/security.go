@@ -10,16 +10,18 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
+	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/gantry-build/gantry/internal/auth"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/status"
 )
 
 // security is the server's TLS and authentication, built from the tls
@@ -29,6 +31,9 @@ type security struct {
 	authz    *auth.Authorizer
 	internal *auth.InternalListener // the embedded worker's connection; nil when neither is on
 	httpAuth bool
+	// sessions are the browser sessions of the HTTP port's login form;
+	// nil unless httpAuth.
+	sessions *auth.Sessions
 	// trustsFrontends: this is a scheduler node, which frontends forward
 	// calls to.
 	trustsFrontends bool
@@ -52,6 +57,9 @@ func newSecurity(cfg config.Config, ops auth.Operations) (*security, error) {
 		}
 		s.authz = auth.New(st, ops)
 		s.httpAuth = cfg.Auth.HTTPRequireToken
+		if s.httpAuth {
+			s.sessions = auth.NewSessions(cfg.Auth.HTTPSessionTTL.D(), auth.MaxSessions, time.Now)
+		}
 	}
 	// The embedded worker's connection (roles all and frontend; a
 	// scheduler node has no worker).
@@ -187,7 +195,7 @@ func refuseForwarded(ctx context.Context) error {
 	if len(metadata.ValueFromIncomingContext(ctx, auth.ForwardedCallerHeader)) == 0 {
 		return nil
 	}
-	return status.Error(codes.FailedPrecondition, "a frontend with auth on forwarded this call, but this scheduler has auth.enabled: false and would not authorize it; give every scheduler the frontends' auth section and cluster.frontend_identities")
+	return grpcstatus.Error(codes.FailedPrecondition, "a frontend with auth on forwarded this call, but this scheduler has auth.enabled: false and would not authorize it; give every scheduler the frontends' auth section and cluster.frontend_identities")
 }
 
 // clusterSecurity is how a node connects to the other nodes
@@ -240,6 +248,20 @@ func (s *security) httpHandler(h http.Handler) http.Handler {
 	return s.authz.HTTPHandler(auth.PermStatus, h, "/healthz")
 }
 
+// browserHandler is httpHandler for `gantry serve`'s HTTP port, which
+// also has the login form: it serves /login and /logout on mux (open to
+// all), accepts the form's session cookie, and sends a browser without
+// credentials to /login.
+func (s *security) browserHandler(mux *http.ServeMux, log *slog.Logger) http.Handler {
+	if s.sessions == nil {
+		return s.httpHandler(mux)
+	}
+	login := status.NewLogin(s.authz, s.sessions, log)
+	mux.Handle("/login", login)
+	mux.Handle("/logout", login)
+	return s.authz.HTTPSessionHandler(auth.PermStatus, s.sessions, "/login", mux, "/healthz", "/login", "/logout")
+}
+
 // statusPolicy is what the status page checks its controls (admin) and
 // downloads (cas.read) against; nil, allowing all, unless the HTTP port
 // authenticates its callers.
@@ -279,6 +301,11 @@ func (s *security) reload(cfg config.Config, log *slog.Logger) error {
 			return err
 		}
 		s.authz.Update(st)
+		if s.sessions != nil {
+			// A browser session's token or key may be gone now, or its
+			// groups changed.
+			s.sessions.Recheck(func(cred string) (*auth.Identity, error) { return s.authz.Login(cred, auth.PermStatus) })
+		}
 		log.Info("authentication reloaded", "tokens", st.Tokens.Len(), "policy_rules", len(cfg.Auth.Policy))
 	}
 	return nil

@@ -167,12 +167,15 @@ type frame struct {
 	Token   string
 	Now     time.Time
 	Flash   string
+	// Session: the viewer logged in with the login form (Login); the
+	// pages offer a logout button.
+	Session bool
 	h       *Handler
 	r       *http.Request
 }
 
 func (h *Handler) frame(r *http.Request, title string, refresh bool) frame {
-	f := frame{Title: title, Token: h.token, Now: time.Now(), Flash: r.URL.Query().Get("flash"), h: h, r: r}
+	f := frame{Title: title, Token: h.token, Now: time.Now(), Flash: r.URL.Query().Get("flash"), Session: auth.ViaSession(r.Context()), h: h, r: r}
 	if refresh && h.opts.Refresh > 0 && r.URL.Query().Get("refresh") != "0" {
 		f.Refresh = max(1, int(h.opts.Refresh/time.Second))
 	}
@@ -641,9 +644,12 @@ func (h *Handler) post(f func(ctx context.Context, r *http.Request) (string, err
 	}
 }
 
-// checkOrigin refuses cross-site form posts: browsers send Origin (and
-// Sec-Fetch-Site) with them.
-func (h *Handler) checkOrigin(r *http.Request) error {
+// checkOrigin refuses cross-site form posts (CheckOrigin).
+func (h *Handler) checkOrigin(r *http.Request) error { return CheckOrigin(r) }
+
+// CheckOrigin refuses cross-site form posts: browsers send Origin (and
+// Sec-Fetch-Site) with them. The login form (Login) uses it too.
+func CheckOrigin(r *http.Request) error {
 	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" && s != "none" {
 		return fmt.Errorf("cross-site request refused (Sec-Fetch-Site: %s); use the buttons of the status page itself", s)
 	}
