@@ -22,7 +22,10 @@ func newRootCommand() *cobra.Command {
 		Short:         "Gantry: a remote build execution service for REAPI clients such as Bazel",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version prints what `gantry version` prints.
+		Version: version.String(),
 	}
+	root.SetVersionTemplate("{{.Version}}")
 	addClientSecurityFlags(root.PersistentFlags())
 	root.AddCommand(newServeCommand(), newWorkerCommand(), newBenchCommand(), newQueuesCommand(), newQuotaCommand(), newWorkersCommand(), newOperationCommand(), newReloadCommand(), newRunCommand(), newCCCommand(), newBatchCommand(), newVersionCommand())
 	return root
