@@ -84,7 +84,9 @@ Flags given on the command line override the config file.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			// The ports are bound: connections wait for Run to serve them.
+			fmt.Fprint(cmd.ErrOrStderr(), serveHint(cfg, node.GRPCAddr(), node.HTTPAddr()))
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			go reloadOnHangup(ctx, configPath, node, log)
 			return node.Run(ctx)
