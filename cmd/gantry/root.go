@@ -98,6 +98,10 @@ Flags given on the command line override the config file.`,
 	cmd.Flags().StringVar(&httpListen, "http-listen", def.HTTPListen, "HTTP listen address for /metrics and /healthz (empty: off)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", def.DataDir, "directory for stored data")
 	cmd.Flags().StringVar(&role, "role", def.Role, "all (one process), scheduler or frontend (several nodes sharing scheduler.store on PostgreSQL; see docs/OPERATIONS.md)")
+	// What shell completion offers for the flag values.
+	cmd.MarkFlagFilename("config", "yaml", "yml")
+	cmd.MarkFlagDirname("data-dir")
+	cmd.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]string{config.RoleAll, config.RoleScheduler, config.RoleFrontend}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 
