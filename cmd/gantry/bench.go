@@ -285,7 +285,11 @@ func runBench(ctx context.Context, plan *benchPlan, out, errOut io.Writer) error
 		return err
 	}
 	b := &bench{plan: plan, conn: conn, cas: cas}
-	stats := runLoad(loadCtx, plan, b.runAction, errOut)
+	prog := progress{stalled: func(ctx context.Context) string {
+		v, err := askWorkers(ctx, conn, plan.platform)
+		return stalledNote(v, err)
+	}}
+	stats := runLoad(loadCtx, plan, b.runAction, prog, errOut)
 	stopWorkers()
 	if err := stopProfile(); err != nil {
 		return err
@@ -493,8 +497,8 @@ func checkBenchResponse(resp *repb.ExecuteResponse, outputFile bool, id string, 
 
 // runLoad runs actions with plan.concurrency workers until plan.actions
 // have run, plan.duration has passed, or ctx ends. Actions cut short by
-// ctx's end are not counted.
-func runLoad(ctx context.Context, plan *benchPlan, run actionFunc, errOut io.Writer) *benchStats {
+// ctx's end are not counted. It reports progress on errOut as prog says.
+func runLoad(ctx context.Context, plan *benchPlan, run actionFunc, prog progress, errOut io.Writer) *benchStats {
 	// A fatal error (e.g. the server lacks the Execution service) would
 	// fail every other action the same way: it ends the run.
 	ctx, stop := context.WithCancel(ctx)
@@ -535,7 +539,11 @@ func runLoad(ctx context.Context, plan *benchPlan, run actionFunc, errOut io.Wri
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
-	tick := time.NewTicker(progressEvery)
+	every := prog.every
+	if every <= 0 {
+		every = progressEvery
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {
@@ -547,11 +555,23 @@ func runLoad(ctx context.Context, plan *benchPlan, run actionFunc, errOut io.Wri
 			ok, failed := rec.counts()
 			line := fmt.Sprintf("bench: %s: %d ok, %d failed, %d in flight", time.Since(start).Round(time.Second), ok, failed, inFlight.Load())
 			if ok+failed == 0 {
-				line += " (nothing has completed yet: are workers connected to the server?)"
+				note := "nothing has completed yet"
+				if prog.stalled != nil {
+					note = prog.stalled(ctx)
+				}
+				line += " (" + note + ")"
 			}
 			fmt.Fprintln(errOut, line)
 		}
 	}
+}
+
+// progress is how runLoad reports progress.
+type progress struct {
+	// every is the interval of the progress lines (0: progressEvery).
+	every time.Duration
+	// stalled says why no action has completed yet (nil: nothing more).
+	stalled func(context.Context) string
 }
 
 // fatal reports whether err will recur for every action.

@@ -305,7 +305,7 @@ func TestRunLoad(t *testing.T) {
 			return time.Duration(i), false, nil
 		}
 		var errOut bytes.Buffer
-		s := runLoad(context.Background(), &benchPlan{concurrency: 7, actions: 100}, run, &errOut)
+		s := runLoad(context.Background(), &benchPlan{concurrency: 7, actions: 100}, run, progress{}, &errOut)
 		if len(seen) != 100 {
 			t.Errorf("ran %d distinct actions, want 100", len(seen))
 		}
@@ -331,9 +331,31 @@ func TestRunLoad(t *testing.T) {
 			time.Sleep(time.Millisecond)
 			return time.Millisecond, false, nil
 		}
-		s := runLoad(context.Background(), &benchPlan{concurrency: 2, duration: 20 * time.Millisecond}, run, io.Discard)
+		s := runLoad(context.Background(), &benchPlan{concurrency: 2, duration: 20 * time.Millisecond}, run, progress{}, io.Discard)
 		if s.ok == 0 || int64(s.ok) != n.Load() {
 			t.Errorf("ok %d of %d run; want all of at least one", s.ok, n.Load())
+		}
+	})
+	t.Run("stalled", func(t *testing.T) {
+		// The one action completes only after a progress line asked
+		// why nothing has (or, if none does, after a while).
+		asked := make(chan struct{})
+		var once sync.Once
+		prog := progress{every: time.Millisecond, stalled: func(context.Context) string {
+			once.Do(func() { close(asked) })
+			return "NOTE"
+		}}
+		run := func(context.Context, int) (time.Duration, bool, error) {
+			select {
+			case <-asked:
+			case <-time.After(10 * time.Second): // the test fails below
+			}
+			return time.Millisecond, false, nil
+		}
+		var errOut lockedBuffer
+		s := runLoad(context.Background(), &benchPlan{concurrency: 1, actions: 1}, run, prog, &errOut)
+		if s.ok != 1 || !strings.Contains(errOut.String(), "0 ok, 0 failed, 1 in flight (NOTE)") {
+			t.Errorf("ok %d, stderr %q; want the stalled note on the progress line", s.ok, errOut.String())
 		}
 	})
 	t.Run("interrupted", func(t *testing.T) {
@@ -348,7 +370,7 @@ func TestRunLoad(t *testing.T) {
 			}
 			return time.Millisecond, false, nil
 		}
-		s := runLoad(ctx, &benchPlan{concurrency: 1, actions: 100}, run, io.Discard)
+		s := runLoad(ctx, &benchPlan{concurrency: 1, actions: 100}, run, progress{}, io.Discard)
 		if s.ok != 4 || s.failed != 0 || s.cancelled != 1 {
 			t.Errorf("ok %d failed %d cancelled %d; want 4, 0, 1 (the interrupted action is not a failure)", s.ok, s.failed, s.cancelled)
 		}

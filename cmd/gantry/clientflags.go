@@ -48,9 +48,13 @@ func applyClientConfig(fs *pflag.FlagSet, c config.ClientConfig) {
 	set("token-file", &clientSecurity.TokenFile, c.TokenFile)
 }
 
-// dialServer connects to a Gantry server with the client security flags.
+// dialServer connects to a Gantry server with the client security
+// flags. Calls that fail because addr does not speak gRPC (most often
+// Gantry's HTTP port given by mistake) say so and name the right address
+// (portCheck).
 func dialServer(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	return client.DialSecure(addr, clientSecurity, opts...)
+	check := newPortCheck(addr, clientSecurity)
+	return client.DialSecure(addr, clientSecurity, append(check.dialOptions(), opts...)...)
 }
 
 // builtinServer is the server address client commands use when neither
@@ -79,6 +83,9 @@ func addServerFlag(fs *pflag.FlagSet, p *string, name, usage string) {
 func unreachable(addr string, err error) error {
 	if status.Code(err) != codes.Unavailable {
 		return err
+	}
+	if wp := asWrongPort(err); wp != nil {
+		return wp // something answers at addr, and it says what to do
 	}
 	msg := err.Error()
 	var se interface{ GRPCStatus() *status.Status }

@@ -14,6 +14,9 @@ func main() {
 		if errors.As(err, &st) {
 			code, err = st.code, st.err
 		}
+		if wp := asWrongPort(err); wp != nil {
+			err = wp // says it all, without the commands' context
+		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "gantry:", err)
 		}

@@ -26,6 +26,19 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// TestVersionFlag: `gantry --version` prints exactly what `gantry version`
+// prints.
+func TestVersionFlag(t *testing.T) {
+	want, err := run(t, "version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := run(t, "--version")
+	if err != nil || got != want {
+		t.Fatalf("--version: %q, %v; want %q", got, err, want)
+	}
+}
+
 func TestServeRejectsBadConfigWithKeyPath(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "gantry.yaml")
 	if err := os.WriteFile(p, []byte("storage:\n  cas:\n    max_size: -5\n"), 0o644); err != nil {

@@ -22,7 +22,10 @@ func newRootCommand() *cobra.Command {
 		Short:         "Gantry: a remote build execution service for REAPI clients such as Bazel",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version prints what `gantry version` prints.
+		Version: version.String(),
 	}
+	root.SetVersionTemplate("{{.Version}}")
 	addClientSecurityFlags(root.PersistentFlags())
 	root.AddCommand(newServeCommand(), newWorkerCommand(), newBenchCommand(), newQueuesCommand(), newQuotaCommand(), newWorkersCommand(), newOperationCommand(), newReloadCommand(), newRunCommand(), newCCCommand(), newBatchCommand(), newVersionCommand())
 	return root
@@ -81,7 +84,9 @@ Flags given on the command line override the config file.`,
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			// The ports are bound: connections wait for Run to serve them.
+			fmt.Fprint(cmd.ErrOrStderr(), serveHint(cfg, node.GRPCAddr(), node.HTTPAddr()))
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			go reloadOnHangup(ctx, configPath, node, log)
 			return node.Run(ctx)
@@ -93,6 +98,10 @@ Flags given on the command line override the config file.`,
 	cmd.Flags().StringVar(&httpListen, "http-listen", def.HTTPListen, "HTTP listen address for /metrics and /healthz (empty: off)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", def.DataDir, "directory for stored data")
 	cmd.Flags().StringVar(&role, "role", def.Role, "all (one process), scheduler or frontend (several nodes sharing scheduler.store on PostgreSQL; see docs/OPERATIONS.md)")
+	// What shell completion offers for the flag values.
+	cmd.MarkFlagFilename("config", "yaml", "yml")
+	cmd.MarkFlagDirname("data-dir")
+	cmd.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]string{config.RoleAll, config.RoleScheduler, config.RoleFrontend}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
 

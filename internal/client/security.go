@@ -64,6 +64,10 @@ func (s Security) DialOptions(target string) ([]grpc.DialOption, error) {
 	return opts, nil
 }
 
+// TLSConfig is the TLS configuration of s, for speaking another protocol
+// to the same server (an HTTP request to its HTTP port).
+func (s Security) TLSConfig() (*tls.Config, error) { return s.tlsConfig() }
+
 func (s Security) tlsConfig() (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: s.ServerName}
 	if s.CAFile != "" {

@@ -136,6 +136,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (_ *Server, err er
 			pages = s.terms.pages
 		}
 		s.http = newHTTPServer(b.reg, s.health, pages, s.sec, log)
+		s.http.Handler = withGRPCAddr(s.http.Handler, s.GRPCAddr())
 	}
 	return s, nil
 }
