@@ -1,9 +1,6 @@
 package main
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +11,6 @@ import (
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/platform"
 	"github.com/gantry-build/gantry/internal/scheduler"
-	"github.com/gantry-build/gantry/internal/server"
 )
 
 // A user with only the execute permission on their instance asks why
@@ -29,20 +25,12 @@ func TestOperationShowAndListForUsers(t *testing.T) {
 	os.WriteFile(userTok, []byte("user-token-0123456789abcdef\n"), 0o600)
 	tokens := filepath.Join(dir, "tokens")
 	os.WriteFile(tokens, []byte("alice user-token-0123456789abcdef\n"), 0o600)
-	cfg := config.Default()
-	cfg.Listen, cfg.HTTPListen, cfg.Worker.Enabled, cfg.DataDir = "127.0.0.1:0", "", false, dir
-	cfg.TLS = config.TLSConfig{CertFile: cert, KeyFile: key}
-	cfg.Auth.Enabled = true
-	cfg.Auth.TokensFile = tokens
-	cfg.Auth.Policy = []config.PolicyRule{{Identities: []string{"alice"}, Instances: []string{"team-a"}, Permissions: []string{"execute"}}}
-	srv, err := server.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	srv := startServer(t, func(cfg *config.Config) {
+		cfg.TLS = config.TLSConfig{CertFile: cert, KeyFile: key}
+		cfg.Auth.Enabled = true
+		cfg.Auth.TokensFile = tokens
+		cfg.Auth.Policy = []config.PolicyRule{{Identities: []string{"alice"}, Instances: []string{"team-a"}, Permissions: []string{"execute"}}}
+	})
 	addr := srv.GRPCAddr()
 	t.Setenv("GANTRY_TLS_CA", ca.CertFile)
 	t.Setenv("GANTRY_TOKEN_FILE", userTok)

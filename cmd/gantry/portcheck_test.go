@@ -20,16 +20,7 @@ import (
 // instead of an HTTP/2 framing error; pointed at some other HTTP server,
 // they say the address does not speak gRPC.
 func TestClientAtHTTPPort(t *testing.T) {
-	cfg := config.Default()
-	cfg.Listen, cfg.HTTPListen, cfg.DataDir, cfg.Worker.Enabled = "127.0.0.1:0", "127.0.0.1:0", t.TempDir(), false
-	srv, err := server.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	srv := startServer(t, func(cfg *config.Config) { cfg.HTTPListen = "127.0.0.1:0" })
 	httpAddr, grpcAddr := srv.HTTPAddr(), srv.GRPCAddr()
 
 	want := fmt.Sprintf("%s is Gantry's HTTP port (status pages, metrics); the gRPC port is %s", httpAddr, grpcAddr)
@@ -49,7 +40,7 @@ func TestClientAtHTTPPort(t *testing.T) {
 	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "hello") }))
 	defer other.Close()
 	addr := other.Listener.Addr().String()
-	_, err = run(t, "queues", "show", "--server", addr)
+	_, err := run(t, "queues", "show", "--server", addr)
 	if wp := asWrongPort(err); wp == nil || !strings.HasPrefix(wp.Error(), addr+" does not speak gRPC") || !strings.Contains(wp.Error(), "GANTRY_SERVER") {
 		t.Errorf("gantry queues show at a plain HTTP server: %v", err)
 	}
