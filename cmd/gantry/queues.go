@@ -35,7 +35,7 @@ func newQueuesShowCommand() *cobra.Command {
 		Long: `Show the running server's invocation trie: for every invocation, level by
 level (as scheduler.fairness.keys configures them), how many actions are queued
 and executing in it, its share of its parent's executing actions, and how many
-workers ran its last action. The same table is at /status/invocations on the
+workers ran its last action. The same table is at /status/fairness on the
 HTTP port.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

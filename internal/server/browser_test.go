@@ -110,7 +110,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	shot("status-failures.png")
 
-	body = text("/status/invocations", "#invocations")
+	body = text("/status/fairness", "#invocations")
 	if !strings.Contains(body, "(all)") {
 		t.Errorf("invocations page:\n%s", body)
 	}

@@ -75,7 +75,7 @@ func TestBuildHistorySurvivesRestart(t *testing.T) {
 	}
 	check := func(f *farm, when string) {
 		t.Helper()
-		builds := get(f, "/status/builds")
+		builds := get(f, "/status/invocations")
 		for _, want := range []string{`href="/status/build?id=inv-A"`, `href="/status/build?id=inv-B"`, "bazel 4.2.3", "corr-1"} {
 			if !strings.Contains(builds, want) {
 				t.Errorf("%s: the builds page lacks %q:\n%s", when, want, builds)

@@ -30,15 +30,17 @@ type statusPages struct {
 }
 
 func (p *statusPages) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == "/status/invocations" {
+	if r.URL.Path == "/status/invocations" || r.URL.Path == "/status/fairness" {
 		p.serveInvocations(w, r)
 		return
 	}
 	p.page.ServeHTTP(w, r)
 }
 
-// serveInvocations shows the fairness trie: a text table, or JSON with
-// ?format=json (the HTML page for browsers).
+// serveInvocations shows the fairness trie to scripts: a text table, or
+// JSON with ?format=json, at /status/fairness and (as before the builds
+// took its page) /status/invocations. Browsers get the HTML pages: the
+// trie at /status/fairness, the builds at /status/invocations.
 func (p *statusPages) serveInvocations(w http.ResponseWriter, r *http.Request) {
 	if status.WantsHTML(r) {
 		p.page.ServeHTTP(w, r)

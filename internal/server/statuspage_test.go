@@ -154,7 +154,7 @@ func TestStatusPages(t *testing.T) {
 	}
 	_, body = s.get(t, "/status/failures")
 	contains(t, "failures", body, s.failed, ">3<", "w1")
-	_, body = s.get(t, "/status/invocations", "Accept", "text/html")
+	_, body = s.get(t, "/status/fairness", "Accept", "text/html")
 	contains(t, "invocations page", body, "<table id=\"invocations\"", "(all)", "build-9", "compile", "link")
 	if _, text := s.get(t, "/status/invocations"); strings.Contains(text, "<html") {
 		t.Error("/status/invocations without Accept: text/html is not text")
@@ -741,14 +741,14 @@ func TestStatusButtons(t *testing.T) {
 	if err := os.WriteFile(cfgFile, []byte("scheduler:\n  fairness:\n    keys: [tool_invocation_id]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, inv := s.get(t, "/status/invocations", "Accept", "text/html"); strings.Contains(inv, "Levels: tool_invocation_id.") {
+	if _, inv := s.get(t, "/status/fairness", "Accept", "text/html"); strings.Contains(inv, "Levels: tool_invocation_id.") {
 		t.Fatal("the fairness keys are already the file's")
 	}
 	page = s.press(t, page, "", "Reload configuration")
 	if f := flash(page); f != "configuration reloaded" {
 		t.Fatalf("after Reload: flash %q", f)
 	}
-	if _, inv := s.get(t, "/status/invocations", "Accept", "text/html"); !strings.Contains(inv, "Levels: tool_invocation_id.") {
+	if _, inv := s.get(t, "/status/fairness", "Accept", "text/html"); !strings.Contains(inv, "Levels: tool_invocation_id.") {
 		t.Errorf("the invocations page after the reload does not show the file's keys:\n%s", inv)
 	}
 	// A bad file: refused, and the page says why.
@@ -805,7 +805,7 @@ func TestStatusPagesWorkWithoutJavaScript(t *testing.T) {
 	defer s.finish(t, ctx)
 	scriptRE := regexp.MustCompile(`(?i)<script|javascript:|\son[a-z]+\s*=|<iframe|<object|<embed|\ssrc="https?:|<link\b`)
 	var overview string
-	for _, path := range []string{"/status", "/status/invocations", "/status/failures", "/status/operation?name=" + url.QueryEscape(s.failed),
+	for _, path := range []string{"/status", "/status/invocations", "/status/fairness", "/status/charts", "/status/failures", "/status/operation?name=" + url.QueryEscape(s.failed),
 		"/status/operation?name=" + url.QueryEscape(s.running), "/status/operation?name=nope", "/status?flash=%3Cscript%3Ealert(1)%3C/script%3E"} {
 		req, _ := http.NewRequest("GET", s.base+path, nil)
 		req.Header.Set("Accept", "text/html")

@@ -35,7 +35,7 @@ func (h *Handler) builds(w http.ResponseWriter, r *http.Request) {
 		InProgress map[string]int
 		Known      bool
 		Page       page
-	}{h.frame(r, "Builds", true), bs, counts, counts != nil, p})
+	}{h.frame(r, "Invocations", true), bs, counts, counts != nil, p})
 }
 
 // inProgress counts the queued and executing operations of each build,
@@ -172,7 +172,7 @@ var buildFuncs = template.FuncMap{
 func init() {
 	template.Must(templates.Funcs(buildFuncs).Parse(`
 {{define "builds"}}{{template "head" .}}
-<p>Builds are the operations sharing a client's tool_invocation_id (Bazel's --invocation_id), newest first; kept durably (status.history).</p>
+<p>Builds: the operations sharing a client's tool_invocation_id (Bazel's --invocation_id, new for every command), newest first, kept durably (status.history). How the workers are shared between invocations right now: <a href="/status/fairness">fairness</a>.</p>
 <table id="builds"><tr><th>Build</th><th>Tool</th><th>Instance</th><th>Started (UTC)</th><th>Duration</th><th>Executed</th><th>Cache hits</th><th>Failed</th><th>In progress</th><th>Queue p50</th><th>Queue p95</th><th>Output</th></tr>
 {{$f := .}}{{range .Builds}}<tr><td><a href="/status/build?id={{.ID}}">{{truncate .ID 40}}</a>{{with .Correlated}}<br><span class="muted">{{truncate . 40}}</span>{{end}}</td><td>{{.Tool}} {{.ToolVersion}}</td><td>{{or .Instance "(default)"}}</td><td>{{day .First}}</td><td>{{dur .Duration}}</td><td class="n">{{.Executed}}</td><td class="n">{{.CacheHits}}</td><td class="n">{{.Failed}}</td><td class="n">{{if $f.Known}}{{index $f.InProgress .ID}}{{else}}-{{end}}</td><td class="n">{{dur (.QueueQuantile 0.5)}}</td><td class="n">{{dur (.QueueQuantile 0.95)}}</td><td class="n">{{bytes .OutputBytes}}</td></tr>
 {{else}}<tr><td colspan="12" class="muted">no builds yet</td></tr>{{end}}</table>

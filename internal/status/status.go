@@ -82,10 +82,13 @@ func New(sched *scheduler.Scheduler, admin *execution.AdminService, cas blobstor
 	h := &Handler{sched: sched, admin: admin, cas: cas, hist: hist, keys: keys, policy: policy, opts: opts, token: hex.EncodeToString(b), mux: http.NewServeMux()}
 	h.mux.HandleFunc("GET /status", h.overview)
 	h.mux.HandleFunc("GET /status/{$}", h.overview)
-	h.mux.HandleFunc("GET /status/invocations", h.invocations)
+	h.mux.HandleFunc("GET /status/invocations", h.builds)
+	h.mux.HandleFunc("GET /status/fairness", h.fairness)
 	h.mux.HandleFunc("GET /status/operation", h.operation)
 	h.mux.HandleFunc("GET /status/failures", h.failures)
-	h.mux.HandleFunc("GET /status/builds", h.builds)
+	h.mux.HandleFunc("GET /status/builds", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/status/invocations", http.StatusMovedPermanently)
+	})
 	h.mux.HandleFunc("GET /status/build", h.build)
 	h.mux.HandleFunc("GET /status/charts", h.chartsPage)
 	h.mux.HandleFunc("GET /status/chart.svg", h.chartSVG)
@@ -104,8 +107,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// WantsHTML reports whether a request for /status/invocations comes from
-// a browser (the text and JSON forms stay for scripts).
+// WantsHTML reports whether a request for /status/invocations or
+// /status/fairness comes from a browser (the fairness trie's text and JSON
+// forms stay for scripts at both).
 func WantsHTML(r *http.Request) bool {
 	f := r.URL.Query().Get("format")
 	return f == "html" || (f == "" && strings.Contains(r.Header.Get("Accept"), "text/html"))
@@ -298,7 +302,9 @@ type invocation struct {
 	Share, FairShare float64
 }
 
-func (h *Handler) invocations(w http.ResponseWriter, r *http.Request) {
+// fairness shows the fairness trie: every invocation's queued and
+// executing actions and its share.
+func (h *Handler) fairness(w http.ResponseWriter, r *http.Request) {
 	stats := h.sched.Invocations()
 	rows := make([]invocation, len(stats))
 	parentExec := map[string]int{}
@@ -334,12 +340,12 @@ func (h *Handler) invocations(w http.ResponseWriter, r *http.Request) {
 	if h.keys != nil {
 		keys = h.keys()
 	}
-	h.render(w, "invocations", struct {
+	h.render(w, "fairness", struct {
 		frame
 		Keys []string
 		Rows []invocation
 		Page page
-	}{h.frame(r, "Invocations", true), keys, rows[min(p.Offset(), len(rows)):min(p.Offset()+p.Per, len(rows))], p})
+	}{h.frame(r, "Fairness", true), keys, rows[min(p.Offset(), len(rows)):min(p.Offset()+p.Per, len(rows))], p})
 }
 
 // pathKey is a map key for an invocation path ("" keys are common).
@@ -412,7 +418,7 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var ok bool
 		if info, ok = h.pastOperation(name); !ok {
-			h.fail(w, r, http.StatusNotFound, fmt.Sprintf("operation %q is not known: it never existed, or finished before the history (status.history) kept it or long enough ago to fall out", name))
+			h.fail(w, r, http.StatusNotFound, fmt.Sprintf("operation %q is not known: it never existed, or it finished longer ago than scheduler.retention and is not (or no longer) in the history (status.history)", name))
 			return
 		}
 	}

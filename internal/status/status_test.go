@@ -56,7 +56,7 @@ func TestInvocationShares(t *testing.T) {
 	if err != nil || len(as) != 4 {
 		t.Fatalf("leased %d: %v", len(as), err)
 	}
-	rec := get(h, "/status/invocations")
+	rec := get(h, "/status/fairness")
 	body := rec.Body.String()
 	// One row per invocation: key, queued, executing, self queued, self
 	// executing, workers, share, fair.
@@ -101,7 +101,7 @@ func FuzzPages(f *testing.F) {
 	}
 	h, sched := newHandler(f)
 	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w1", Platform: platform.Worker{Cores: 1}})
-	gets := []string{"/status", "/status/invocations", "/status/operation", "/status/failures", "/status/blob", "/status/builds", "/status/build"}
+	gets := []string{"/status", "/status/invocations", "/status/operation", "/status/failures", "/status/blob", "/status/builds", "/status/build", "/status/fairness", "/status/charts", "/status/chart.svg"}
 	posts := []string{"/status/worker", "/status/kill", "/status/reload"}
 	f.Fuzz(func(t *testing.T, query string, which uint8) {
 		if i := int(which) % (len(gets) + len(posts)); i < len(gets) {
@@ -169,7 +169,7 @@ func TestFinishedOperationShowsInvocation(t *testing.T) {
 // Without a history the builds pages say how to keep one.
 func TestBuildsWithoutHistory(t *testing.T) {
 	h, _ := newHandler(t)
-	for _, p := range []string{"/status/builds", "/status/build?id=x"} {
+	for _, p := range []string{"/status/invocations", "/status/build?id=x"} {
 		rec := get(h, p)
 		if rec.Code != http.StatusNotFound || !strings.Contains(rec.Body.String(), "status.history.max_operations") {
 			t.Errorf("%s: %d %s", p, rec.Code, rec.Body.String())
@@ -234,7 +234,7 @@ func TestBuildsInProgress(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	body := get(h, "/status/builds").Body.String()
+	body := get(h, "/status/invocations").Body.String()
 	if !strings.Contains(body, `<td class="n">0</td><td class="n">2</td>`) { // failed 0, in progress 2
 		t.Errorf("the builds page does not count 2 in progress:\n%s", body)
 	}

@@ -105,7 +105,7 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 .pager a{margin:0 .5em}
 </style></head><body>
 <header><strong>Gantry</strong> &nbsp;
-<a href="/status">Overview</a><a href="/status/builds">Builds</a><a href="/status/charts">Charts</a><a href="/status/invocations">Invocations</a><a href="/status/failures">Failures</a><a href="/metrics">Metrics</a>
+<a href="/status">Overview</a><a href="/status/invocations">Builds</a><a href="/status/charts">Charts</a><a href="/status/fairness">Fairness</a><a href="/status/failures">Failures</a><a href="/metrics">Metrics</a>
 <span class="muted" style="color:#9ab">{{when .Now}} UTC{{if .Refresh}} · refreshes every {{.Refresh}}s{{end}}</span>
 {{if .Session}}<form class="inline" method="post" action="/logout" style="float:right"><button id="logout">Log out</button></form>{{end}}</header>
 <main><h1>{{.Title}}</h1>
@@ -162,8 +162,8 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 <form method="post" action="/status/reload"><input type="hidden" name="csrf" value="{{.Token}}"><button>Reload configuration</button> <span class="muted">re-reads the config file, as SIGHUP does</span></form>{{end}}
 {{template "foot" .}}{{end}}
 
-{{define "invocations"}}{{template "head" .}}
-<p>Levels: {{if .Keys}}{{join .Keys " › "}}{{else}}none configured (scheduler.fairness.keys){{end}}. Share: the invocation's part of its parent's executing actions; fair: an even split among the siblings with work. Also as <a href="/status/invocations?format=text">text</a> and <a href="/status/invocations?format=json">JSON</a>.</p>
+{{define "fairness"}}{{template "head" .}}
+<p>Levels: {{if .Keys}}{{join .Keys " › "}}{{else}}none configured (scheduler.fairness.keys){{end}}. Share: the invocation's part of its parent's executing actions; fair: an even split among the siblings with work. Also as <a href="/status/fairness?format=text">text</a> and <a href="/status/fairness?format=json">JSON</a>.</p>
 <table id="invocations"><tr><th>Invocation</th><th>Queued</th><th>Executing</th><th>Self queued</th><th>Self executing</th><th>Workers</th><th>Share</th><th>Fair</th><th>Last start</th></tr>
 {{$f := .}}{{range .Rows}}<tr><td>{{indent .Depth}}{{.Key}}</td><td class="n">{{.Queued}}</td><td class="n">{{.Executing}}</td><td class="n">{{.SelfQueued}}</td><td class="n">{{.SelfExecuting}}</td><td class="n">{{.Workers}}</td><td class="n">{{pct .Share}}</td><td class="n">{{pct .FairShare}}</td><td>{{if not .LastStart.IsZero}}{{ago $f.Now .LastStart}} ago{{end}}</td></tr>{{end}}</table>
 {{template "pager" .Page}}

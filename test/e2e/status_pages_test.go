@@ -111,11 +111,11 @@ func TestStatusPagesAfterBazelBuild(t *testing.T) {
 
 	// The builds list and the build's page (the history is written in the
 	// background: wait for it).
-	builds := waitText("/status/builds", "#builds", failing)
+	builds := waitText("/status/invocations", "#builds", failing)
 	if !strings.Contains(builds, invocation) || !strings.Contains(builds, "bazel") {
 		t.Errorf("the builds page lacks the builds or the tool:\n%s", builds)
 	}
-	page("/status/builds", "#builds", "status-builds.png")
+	page("/status/invocations", "#builds", "status-builds.png")
 	build := page("/status/build?id="+invocation, "#build-operations", "status-build.png")
 	if !strings.Contains(build, "Executed") || strings.Contains(build, "none kept") || !strings.Contains(build, "greeting") {
 		t.Errorf("the build's page lacks its operations (labelled with the target or its output):\n%s", build)
