@@ -128,3 +128,23 @@ func workerBoundaries(md *repb.ExecutedActionMetadata) []time.Duration {
 	}
 	return out
 }
+
+// Stage is one interval of a finished operation's life, as the completion
+// line and the status pages show it.
+type Stage struct {
+	Name string
+	D    time.Duration
+}
+
+// Stages cuts a finished operation's life into the completion line's
+// contiguous stages (see operationStages): accepted and resultAt on the
+// server's clock (end, the moment it finished for its caller, too), md
+// from the worker. hasTotal is false when accepted is zero: then only the
+// worker's stages are given.
+func Stages(accepted, resultAt, end time.Time, md *repb.ExecutedActionMetadata) (stages []Stage, total time.Duration, hasTotal bool) {
+	st, total, hasTotal := operationStages(stageTimes{Accepted: accepted, ResultAt: resultAt, End: end, Worker: md})
+	for _, s := range st {
+		stages = append(stages, Stage{Name: s.name, D: s.d})
+	}
+	return stages, total, hasTotal
+}

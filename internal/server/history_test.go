@@ -113,7 +113,7 @@ func TestBuildHistorySurvivesRestart(t *testing.T) {
 		t.Errorf("the compile's page after the restart lacks its output:\n%s", op)
 	}
 	op := get(f, "/status/operation?name="+failing)
-	for _, want := range []string{"completed", "<tr><th>Exit code</th><td>3</td></tr>", "stderr", "/status/blob?", `<pre class="stream">broken`} {
+	for _, want := range []string{"completed", "<tr><th>Exit code</th><td>3</td></tr>", "stderr", "/status/blob?", `<pre class="stream">broken`, `<table id="stages">`, "<td>execute</td>", "<th>total</th>"} {
 		if !strings.Contains(op, want) {
 			t.Errorf("the failed operation's page after the restart lacks %q:\n%s", want, op)
 		}

@@ -138,7 +138,7 @@ func (h *Handler) pastOperation(name string) (scheduler.OperationInfo, bool) {
 		}
 	}
 	info := scheduler.OperationInfo{
-		OperationState: scheduler.OperationState{Name: o.Name, Instance: o.Instance, ActionDigest: ad, Stage: repb.ExecutionStage_COMPLETED, Done: true,
+		OperationState: scheduler.OperationState{Name: o.Name, Instance: o.Instance, ActionDigest: ad, Stage: repb.ExecutionStage_COMPLETED, Done: true, Accepted: o.Accepted,
 			Response: &repb.ExecuteResponse{Result: res, CachedResult: o.Cached, Status: status.New(o.Code, o.Message).Proto()}},
 		Queue: o.Queue, Worker: o.Worker, QueuedAt: o.Accepted, DoneAt: o.Finished, Invocation: o.Invocation,
 	}

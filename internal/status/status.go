@@ -506,6 +506,17 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 		st := status.FromProto(info.Response.Status)
 		code, message = st.Code().String(), st.Message()
 	}
+	// The stages as the completion line cuts them, adding up to the
+	// total (clock skew between worker and server clamped).
+	var stages []execution.Stage
+	var total time.Duration
+	if info.Done && info.Response != nil {
+		accepted := info.Accepted
+		if accepted.IsZero() {
+			accepted = info.QueuedAt
+		}
+		stages, total, _ = execution.Stages(accepted, info.DoneAt, info.DoneAt, info.Response.GetResult().GetExecutionMetadata())
+	}
 	var why *scheduler.QueuedAnalysis
 	if !info.Done {
 		if a, err := h.sched.WhyQueued(name); err == nil {
@@ -524,7 +535,9 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 		Message  string
 		Outputs  []output
 		Why      *scheduler.QueuedAnalysis
-	}{h.frame(r, "Operation "+name, !info.Done), info, &action, &command, problems, timeline, result, code, message, outs, why})
+		Stages   []execution.Stage
+		Total    time.Duration
+	}{h.frame(r, "Operation "+name, !info.Done), info, &action, &command, problems, timeline, result, code, message, outs, why, stages, total})
 }
 
 // blobLink downloads d, read under instance (the operation's: the

@@ -202,6 +202,9 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 <h2>Timeline</h2>
 <table id="timeline"><tr><th>Stage</th><th>At (UTC)</th><th>Since queued</th></tr>
 {{$q := .Op.QueuedAt}}{{range .Timeline}}<tr><td>{{.What}}</td><td>{{when .At}}</td><td>{{since $q .At}}</td></tr>{{end}}</table>
+{{if .Stages}}<table id="stages"><tr><th>Stage</th><th>Duration</th></tr>
+{{range .Stages}}<tr><td>{{.Name}}</td><td class="n">{{.D}}</td></tr>{{end}}
+{{if .Total}}<tr><th>total</th><th class="n">{{.Total}}</th></tr>{{end}}</table>{{end}}
 {{if .Op.Done}}<h2>Result</h2>
 <table id="result"><tr><th>Status</th><td>{{.Code}}</td></tr>{{if .Message}}<tr><th>Message</th><td>{{.Message}}</td></tr>{{end}}
 {{with .Result}}<tr><th>Exit code</th><td>{{.ExitCode}}</td></tr>{{end}}</table>
