@@ -29,6 +29,8 @@ type Build struct {
 	// buckets queueBounds ends (the last one open).
 	QueueHist   []int64 `json:"queue_hist,omitempty"`
 	OutputBytes int64   `json:"output_bytes,omitempty"`
+	// CPU sums the executed operations' CPU time (Operation.CPU).
+	CPU time.Duration `json:"cpu,omitempty"`
 }
 
 // queueBounds are the upper ends of the queue time histogram's buckets.
@@ -79,6 +81,7 @@ func (b *Build) add(op Operation) {
 		b.Failed++
 	}
 	b.OutputBytes += op.OutputBytes
+	b.CPU += op.CPU
 }
 
 // Duration is from the first operation's acceptance to the last one's

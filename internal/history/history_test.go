@@ -11,8 +11,10 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/execution"
 	"github.com/gantry-build/gantry/internal/statestore"
@@ -247,13 +249,14 @@ func TestFromFinished(t *testing.T) {
 			StderrDigest: &repb.Digest{Hash: "ee", SizeBytes: 5},
 			OutputFiles:  []*repb.OutputFile{{Path: "out/b.o", Digest: &repb.Digest{Hash: "bb", SizeBytes: 100}}, {Path: "out/a.o", Digest: &repb.Digest{Hash: "aa", SizeBytes: 7}}},
 			ExecutionMetadata: &repb.ExecutedActionMetadata{Worker: "w1", WorkerStartTimestamp: ts(20 * time.Millisecond),
-				ExecutionStartTimestamp: ts(30 * time.Millisecond), ExecutionCompletedTimestamp: ts(90 * time.Millisecond)},
+				ExecutionStartTimestamp: ts(30 * time.Millisecond), ExecutionCompletedTimestamp: ts(90 * time.Millisecond),
+				AuxiliaryMetadata: []*anypb.Any{usage(t, 3000, 1000)}},
 		}},
 		Metadata: &repb.RequestMetadata{ToolDetails: &repb.ToolDetails{ToolName: "bazel", ToolVersion: "4.2.3"}, ToolInvocationId: "inv", ActionMnemonic: "CppCompile"},
 		Command:  &repb.Command{Arguments: []string{"/usr/bin/gcc", "-c", "a.c"}, OutputFiles: []string{"out/a.o", "out/b.o"}},
 	}
 	o := FromFinished(f, at.Add(time.Second))
-	if o.Build != "inv" || o.Tool != "bazel" || o.Worker != "w1" || o.ExitCode != 2 || !o.Failed() || o.QueueTime() != 20*time.Millisecond {
+	if o.Build != "inv" || o.Tool != "bazel" || o.Worker != "w1" || o.ExitCode != 2 || !o.Failed() || o.QueueTime() != 20*time.Millisecond || o.CPU != 4*time.Millisecond {
 		t.Errorf("%+v", o)
 	}
 	if o.Label != "CppCompile: gcc → out/a.o" {
@@ -292,4 +295,13 @@ func TestSeries(t *testing.T) {
 	if p.Executed != 5 || p.CacheHits != 1 || p.Failed != 3 || p.QueueP50 != 5*time.Millisecond || p.Busy != 5*time.Second {
 		t.Errorf("the minute: %+v", p)
 	}
+}
+
+func usage(t *testing.T, userMicros, sysMicros int64) *anypb.Any {
+	t.Helper()
+	a, err := anypb.New(&workerpb.ResourceUsage{UserCpuMicros: userMicros, SystemCpuMicros: sysMicros})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }

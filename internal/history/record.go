@@ -11,6 +11,7 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc/codes"
 
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/execution"
 )
@@ -64,6 +65,10 @@ type Operation struct {
 	Outputs []Output `json:"outputs,omitempty"`
 	// OutputBytes is the size of every output file, stdout and stderr.
 	OutputBytes int64 `json:"output_bytes,omitempty"`
+	// CPU is the CPU time (user and system) of the action's processes,
+	// as a Gantry worker reports it (zero from other workers and for a
+	// cache hit).
+	CPU time.Duration `json:"cpu,omitempty"`
 }
 
 // Output is one output of an operation's result.
@@ -152,6 +157,14 @@ func FromFinished(f execution.Finished, now time.Time) Operation {
 		op.addOutput(Output{Path: l.Path, Link: l.Target})
 	}
 	sort.Slice(op.Outputs, func(i, j int) bool { return op.Outputs[i].Path < op.Outputs[j].Path })
+	if !op.Cached {
+		for _, a := range md.GetAuxiliaryMetadata() {
+			var u workerpb.ResourceUsage
+			if a.MessageIs(&u) && a.UnmarshalTo(&u) == nil {
+				op.CPU += time.Duration(u.UserCpuMicros+u.SystemCpuMicros) * time.Microsecond
+			}
+		}
+	}
 	op.Label = label(op, f.Command)
 	return op
 }

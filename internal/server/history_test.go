@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -49,14 +50,14 @@ func TestBuildHistorySurvivesRestart(t *testing.T) {
 	}
 	tool := &repb.ToolDetails{ToolName: "bazel", ToolVersion: "4.2.3"}
 	compile, _ := exec(withMD(&repb.RequestMetadata{ToolDetails: tool, ToolInvocationId: "inv-A", CorrelatedInvocationsId: "corr-1", TargetId: "//app:lib", ActionMnemonic: "CppCompile"}),
-		shCmd("echo obj > lib.o", "lib.o"))
+		shCmd("i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; echo obj > lib.o", "lib.o"))
 	failing, resp := exec(withMD(&repb.RequestMetadata{ToolDetails: tool, ToolInvocationId: "inv-A"}),
 		shCmd("echo broken >&2; exit 3", "never.o"))
 	if resp.GetResult().GetExitCode() != 3 {
 		t.Fatalf("the failing action: %v", resp)
 	}
 	// The same action again: a cache hit for build B.
-	exec(withMD(&repb.RequestMetadata{ToolDetails: tool, ToolInvocationId: "inv-B"}), shCmd("echo obj > lib.o", "lib.o"))
+	exec(withMD(&repb.RequestMetadata{ToolDetails: tool, ToolInvocationId: "inv-B"}), shCmd("i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; echo obj > lib.o", "lib.o"))
 
 	get := func(f *farm, path string) string {
 		t.Helper()
@@ -88,6 +89,10 @@ func TestBuildHistorySurvivesRestart(t *testing.T) {
 			t.Errorf("%s: build inv-A's row: %s", when, row)
 		}
 		build := get(f, "/status/build?id=inv-A")
+		// The worker reported the busy loop's CPU time.
+		if !regexp.MustCompile(`<tr><th>CPU time</th><td>[1-9][0-9.]*m?s `).MatchString(build) {
+			t.Errorf("%s: the build page shows no CPU time:\n%s", when, build)
+		}
 		for _, want := range []string{"//app:lib (CppCompile)", "sh → never.o", "exit 3", "/status/operation?name=" + failing, "/status/operation?name=" + compile} {
 			if !strings.Contains(build, want) {
 				t.Errorf("%s: the build page lacks %q:\n%s", when, want, build)

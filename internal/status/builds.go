@@ -192,6 +192,7 @@ func init() {
 <tr><th>In progress</th><td>{{if $.Known}}{{$.InProgress}}{{else}}unknown (tool_invocation_id is not a level of scheduler.fairness.keys){{end}}</td></tr>
 <tr><th>Queue time</th><td>p50 {{dur (.QueueQuantile 0.5)}}, p95 {{dur (.QueueQuantile 0.95)}} (upper bounds)</td></tr>
 <tr><th>Output</th><td>{{bytes .OutputBytes}}</td></tr>
+<tr><th>CPU time</th><td>{{dur .CPU}} <span class="muted">(of the executed actions, as Gantry workers report it)</span></td></tr>
 </table>{{end}}
 <h2>Operations</h2>
 <table id="build-operations"><tr><th>Action</th><th>Finished (UTC)</th><th>Result</th><th>Worker</th><th>Queued</th><th>Total</th></tr>

@@ -8,11 +8,13 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/worker/execroot"
 	"github.com/gantry-build/gantry/internal/worker/outputs"
+	"github.com/gantry-build/gantry/internal/worker/runner"
 )
 
 // reporter is the Report stage: it uploads an action's outputs, stdout
@@ -47,6 +49,7 @@ func (r *reporter) Report(ctx context.Context, j *job, root *execroot.Root, ex *
 		return nil, failf(codes.Internal, "uploading stdout/stderr of action %s failed: %v", j.ad, err)
 	}
 	ar.ExitCode = int32(ex.res.ExitCode)
+	noteUsage(j.md, ex.res)
 	if ex.res.TimedOut {
 		se := failf(codes.DeadlineExceeded, "action %s exceeded its timeout of %s and was killed; stdout and stderr so far are in the result", j.ad, ex.timeout)
 		return &outcome{req: se.request(), result: ar}, nil
@@ -108,4 +111,15 @@ func outputFailure(ad digest.Digest, err error) error {
 		return failf(codes.InvalidArgument, "action %s: %v", ad, err)
 	}
 	return failf(codes.Internal, "uploading the outputs of action %s failed: %v", ad, err)
+}
+
+// noteUsage adds what the action's processes used to its metadata
+// (auxiliary_metadata, a workerpb.ResourceUsage), for the status pages'
+// CPU time per build.
+func noteUsage(md *repb.ExecutedActionMetadata, res runner.Result) {
+	u, err := anypb.New(&workerpb.ResourceUsage{UserCpuMicros: res.UserTime.Microseconds(), SystemCpuMicros: res.SystemTime.Microseconds(),
+		MaxRssBytes: res.MaxRSS, SuspendedMicros: res.SuspendedTime.Microseconds()})
+	if err == nil {
+		md.AuxiliaryMetadata = append(md.AuxiliaryMetadata, u)
+	}
 }

@@ -1263,6 +1263,80 @@ func (x *CompleteResponse) GetAccepted() bool {
 	return false
 }
 
+// ResourceUsage is what an action's processes used, as getrusage reports
+// for the process and the descendants it waited for. A Gantry worker puts
+// it in the result's ExecutedActionMetadata.auxiliary_metadata.
+type ResourceUsage struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	UserCpuMicros   int64                  `protobuf:"varint,1,opt,name=user_cpu_micros,json=userCpuMicros,proto3" json:"user_cpu_micros,omitempty"`
+	SystemCpuMicros int64                  `protobuf:"varint,2,opt,name=system_cpu_micros,json=systemCpuMicros,proto3" json:"system_cpu_micros,omitempty"`
+	// The peak resident set size of the largest of the processes.
+	MaxRssBytes int64 `protobuf:"varint,3,opt,name=max_rss_bytes,json=maxRssBytes,proto3" json:"max_rss_bytes,omitempty"`
+	// Time the action spent suspended (SIGSTOP by a pre-emption or an
+	// operator), not counted against its timeout.
+	SuspendedMicros int64 `protobuf:"varint,4,opt,name=suspended_micros,json=suspendedMicros,proto3" json:"suspended_micros,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ResourceUsage) Reset() {
+	*x = ResourceUsage{}
+	mi := &file_worker_v1_worker_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResourceUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResourceUsage) ProtoMessage() {}
+
+func (x *ResourceUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_worker_v1_worker_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResourceUsage.ProtoReflect.Descriptor instead.
+func (*ResourceUsage) Descriptor() ([]byte, []int) {
+	return file_worker_v1_worker_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ResourceUsage) GetUserCpuMicros() int64 {
+	if x != nil {
+		return x.UserCpuMicros
+	}
+	return 0
+}
+
+func (x *ResourceUsage) GetSystemCpuMicros() int64 {
+	if x != nil {
+		return x.SystemCpuMicros
+	}
+	return 0
+}
+
+func (x *ResourceUsage) GetMaxRssBytes() int64 {
+	if x != nil {
+		return x.MaxRssBytes
+	}
+	return 0
+}
+
+func (x *ResourceUsage) GetSuspendedMicros() int64 {
+	if x != nil {
+		return x.SuspendedMicros
+	}
+	return 0
+}
+
 var File_worker_v1_worker_proto protoreflect.FileDescriptor
 
 const file_worker_v1_worker_proto_rawDesc = "" +
@@ -1369,7 +1443,12 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"\amessage\x18\a \x01(\tR\amessage\x12.\n" +
 	"\x13update_action_cache\x18\b \x01(\bR\x11updateActionCache\".\n" +
 	"\x10CompleteResponse\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\bR\baccepted*M\n" +
+	"\baccepted\x18\x01 \x01(\bR\baccepted\"\xb2\x01\n" +
+	"\rResourceUsage\x12&\n" +
+	"\x0fuser_cpu_micros\x18\x01 \x01(\x03R\ruserCpuMicros\x12*\n" +
+	"\x11system_cpu_micros\x18\x02 \x01(\x03R\x0fsystemCpuMicros\x12\"\n" +
+	"\rmax_rss_bytes\x18\x03 \x01(\x03R\vmaxRssBytes\x12)\n" +
+	"\x10suspended_micros\x18\x04 \x01(\x03R\x0fsuspendedMicros*M\n" +
 	"\x05Stage\x12\x15\n" +
 	"\x11STAGE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vINPUT_FETCH\x10\x01\x12\r\n" +
@@ -1402,7 +1481,7 @@ func file_worker_v1_worker_proto_rawDescGZIP() []byte {
 }
 
 var file_worker_v1_worker_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_worker_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_worker_v1_worker_proto_goTypes = []any{
 	(Stage)(0),                // 0: gantry.worker.v1.Stage
 	(Command)(0),              // 1: gantry.worker.v1.Command
@@ -1421,13 +1500,14 @@ var file_worker_v1_worker_proto_goTypes = []any{
 	(*HeartbeatResponse)(nil), // 14: gantry.worker.v1.HeartbeatResponse
 	(*CompleteRequest)(nil),   // 15: gantry.worker.v1.CompleteRequest
 	(*CompleteResponse)(nil),  // 16: gantry.worker.v1.CompleteResponse
-	nil,                       // 17: gantry.worker.v1.RegisterRequest.ResourcesEntry
-	nil,                       // 18: gantry.worker.v1.PollRequest.FreeResourcesEntry
+	(*ResourceUsage)(nil),     // 17: gantry.worker.v1.ResourceUsage
+	nil,                       // 18: gantry.worker.v1.RegisterRequest.ResourcesEntry
+	nil,                       // 19: gantry.worker.v1.PollRequest.FreeResourcesEntry
 }
 var file_worker_v1_worker_proto_depIdxs = []int32{
 	2,  // 0: gantry.worker.v1.RegisterRequest.properties:type_name -> gantry.worker.v1.Property
-	17, // 1: gantry.worker.v1.RegisterRequest.resources:type_name -> gantry.worker.v1.RegisterRequest.ResourcesEntry
-	18, // 2: gantry.worker.v1.PollRequest.free_resources:type_name -> gantry.worker.v1.PollRequest.FreeResourcesEntry
+	18, // 1: gantry.worker.v1.RegisterRequest.resources:type_name -> gantry.worker.v1.RegisterRequest.ResourcesEntry
+	19, // 2: gantry.worker.v1.PollRequest.free_resources:type_name -> gantry.worker.v1.PollRequest.FreeResourcesEntry
 	15, // 3: gantry.worker.v1.PollRequest.completions:type_name -> gantry.worker.v1.CompleteRequest
 	10, // 4: gantry.worker.v1.PollResponse.assignment:type_name -> gantry.worker.v1.Assignment
 	10, // 5: gantry.worker.v1.PollResponse.more_assignments:type_name -> gantry.worker.v1.Assignment
@@ -1464,7 +1544,7 @@ func file_worker_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_worker_v1_worker_proto_rawDesc), len(file_worker_v1_worker_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
