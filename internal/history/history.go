@@ -58,8 +58,8 @@ type Recorder struct {
 	log   *slog.Logger
 
 	mu     sync.Mutex
-	ops    []entry // oldest first
-	names  map[string]bool
+	ops    []entry           // oldest first
+	names  map[string]string // operation name -> its key in ops
 	builds map[string]*Build
 	// pending are the operation puts and deletes not yet written;
 	// dirty the builds whose record changed.
@@ -94,7 +94,7 @@ func New(ctx context.Context, store statestore.Store, opts Options, log *slog.Lo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Recorder{store: store, opts: opts, log: log, names: map[string]bool{}, builds: map[string]*Build{}, dirty: map[string]bool{},
+	r := &Recorder{store: store, opts: opts, log: log, names: map[string]string{}, builds: map[string]*Build{}, dirty: map[string]bool{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	r.saved = sync.NewCond(&r.mu)
 	damaged := 0
@@ -106,7 +106,7 @@ func New(ctx context.Context, store statestore.Store, opts Options, log *slog.Lo
 			return nil
 		}
 		r.ops = append(r.ops, entry{key: key, op: op})
-		r.names[op.Name] = true
+		r.names[op.Name] = key
 		return nil
 	})
 	if err != nil {
@@ -148,7 +148,7 @@ func (r *Recorder) Record(op Operation) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.names[op.Name] {
+	if _, ok := r.names[op.Name]; ok {
 		return
 	}
 	key := fmt.Sprintf("%016x/%s", op.Finished.UnixNano(), op.Name)
@@ -158,7 +158,7 @@ func (r *Recorder) Record(op Operation) {
 	r.ops = append(r.ops, entry{})
 	copy(r.ops[i+1:], r.ops[i:])
 	r.ops[i] = entry{key: key, op: op}
-	r.names[op.Name] = true
+	r.names[op.Name] = key
 	r.pending = append(r.pending, statestore.Mutation{Kind: kindOp, Key: key, Value: data})
 	if op.Build != "" {
 		b := r.builds[op.Build]
@@ -365,15 +365,12 @@ func (r *Recorder) Operations(build string, offset, limit int) (ops []Operation,
 func (r *Recorder) Operation(name string) (Operation, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.names[name] {
+	key, ok := r.names[name]
+	if !ok {
 		return Operation{}, false
 	}
-	for i := len(r.ops) - 1; i >= 0; i-- {
-		if r.ops[i].op.Name == name {
-			return r.ops[i].op, true
-		}
-	}
-	return Operation{}, false
+	i := sort.Search(len(r.ops), func(i int) bool { return r.ops[i].key >= key })
+	return r.ops[i].op, true
 }
 
 // Builds returns the builds, the most recently started first: total is

@@ -468,35 +468,9 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		}
-		addOut := func(n string, raw []byte, d *repb.Digest) {
-			if len(raw) > 0 {
-				outs = append(outs, output{Name: n, Inline: string(raw)})
-			} else if d != nil {
-				if dd, err := digest.FromProto(fn, d); err == nil {
-					outs = append(outs, output{Name: n, Digest: dd, Link: blobLink(dd, n, info.Instance)})
-				}
-			}
-		}
-		addOut("stdout", result.GetStdoutRaw(), result.GetStdoutDigest())
-		addOut("stderr", result.GetStderrRaw(), result.GetStderrDigest())
-		// The streams are shown inline too, their start and end.
-		for i := range outs {
-			if o := &outs[i]; o.Link != "" && o.Digest.Size > 0 {
-				var err error
-				if o.Head, o.Tail, o.Omitted, err = h.peek(r.Context(), o.Digest); err != nil {
-					problems = append(problems, o.Name+": "+err.Error())
-				}
-			}
-		}
-		for _, f := range result.GetOutputFiles() {
-			addOut(f.Path, f.Contents, f.Digest)
-		}
-		for _, d := range result.GetOutputDirectories() {
-			addOut(d.Path+"/ (Tree)", nil, d.TreeDigest)
-		}
-		for _, l := range append(append(result.GetOutputSymlinks(), result.GetOutputFileSymlinks()...), result.GetOutputDirectorySymlinks()...) {
-			outs = append(outs, output{Name: l.Path + " → " + l.Target, Inline: "(symbolic link)"})
-		}
+		var streamProblems []string
+		outs, streamProblems = h.resultOutputs(r.Context(), fn, info.Instance, result)
+		problems = append(problems, streamProblems...)
 	}
 	if info.Done {
 		timeline = append(timeline, stamp{"completed", info.DoneAt})
@@ -506,17 +480,7 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 		st := status.FromProto(info.Response.Status)
 		code, message = st.Code().String(), st.Message()
 	}
-	// The stages as the completion line cuts them, adding up to the
-	// total (clock skew between worker and server clamped).
-	var stages []execution.Stage
-	var total time.Duration
-	if info.Done && info.Response != nil {
-		accepted := info.Accepted
-		if accepted.IsZero() {
-			accepted = info.QueuedAt
-		}
-		stages, total, _ = execution.Stages(accepted, info.DoneAt, info.DoneAt, info.Response.GetResult().GetExecutionMetadata())
-	}
+	stages, total := finishedStages(info)
 	var why *scheduler.QueuedAnalysis
 	if !info.Done {
 		if a, err := h.sched.WhyQueued(name); err == nil {
@@ -538,6 +502,57 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 		Stages   []execution.Stage
 		Total    time.Duration
 	}{h.frame(r, "Operation "+name, !info.Done), info, &action, &command, problems, timeline, result, code, message, outs, why, stages, total})
+}
+
+// resultOutputs are a result's stdout and stderr (inline or linked, and
+// then their start and end read from the CAS) and its outputs, with what
+// could not be read.
+func (h *Handler) resultOutputs(ctx context.Context, fn digest.Function, instance string, result *repb.ActionResult) (outs []output, problems []string) {
+	addOut := func(n string, raw []byte, d *repb.Digest) {
+		if len(raw) > 0 {
+			outs = append(outs, output{Name: n, Inline: string(raw)})
+		} else if d != nil {
+			if dd, err := digest.FromProto(fn, d); err == nil {
+				outs = append(outs, output{Name: n, Digest: dd, Link: blobLink(dd, n, instance)})
+			}
+		}
+	}
+	addOut("stdout", result.GetStdoutRaw(), result.GetStdoutDigest())
+	addOut("stderr", result.GetStderrRaw(), result.GetStderrDigest())
+	// The streams are shown inline too, their start and end.
+	for i := range outs {
+		if o := &outs[i]; o.Link != "" && o.Digest.Size > 0 {
+			var err error
+			if o.Head, o.Tail, o.Omitted, err = h.peek(ctx, o.Digest); err != nil {
+				problems = append(problems, o.Name+": "+err.Error())
+			}
+		}
+	}
+	for _, f := range result.GetOutputFiles() {
+		addOut(f.Path, f.Contents, f.Digest)
+	}
+	for _, d := range result.GetOutputDirectories() {
+		addOut(d.Path+"/ (Tree)", nil, d.TreeDigest)
+	}
+	for _, l := range append(append(result.GetOutputSymlinks(), result.GetOutputFileSymlinks()...), result.GetOutputDirectorySymlinks()...) {
+		outs = append(outs, output{Name: l.Path + " → " + l.Target, Inline: "(symbolic link)"})
+	}
+	return outs, problems
+}
+
+// finishedStages are a finished operation's stages as the completion line
+// cuts them, adding up to the total (clock skew between worker and server
+// clamped); none while it runs.
+func finishedStages(info scheduler.OperationInfo) ([]execution.Stage, time.Duration) {
+	if !info.Done || info.Response == nil {
+		return nil, 0
+	}
+	accepted := info.Accepted
+	if accepted.IsZero() {
+		accepted = info.QueuedAt
+	}
+	stages, total, _ := execution.Stages(accepted, info.DoneAt, info.DoneAt, info.Response.GetResult().GetExecutionMetadata())
+	return stages, total
 }
 
 // blobLink downloads d, read under instance (the operation's: the
