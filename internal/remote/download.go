@@ -259,6 +259,9 @@ func (c *Client) writeFiles(ctx context.Context, files []wantFile, stats *Downlo
 				return fetched, err
 			}
 			stats.Written++
+			if f.inline != nil {
+				stats.Inlined++
+			}
 		case f.d.Size > client.SmallBlobLimit:
 			if err := c.streamTo(ctx, f); err != nil {
 				return fetched, err

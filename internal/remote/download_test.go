@@ -62,6 +62,33 @@ head -c 2000000 /dev/zero | tr '\0' 'o'`),
 	}
 }
 
+// TestCacheHitInlinesMissingOutputs: a cache hit whose small output file
+// is missing locally gets it inside the ActionResult (no second call),
+// and a file that is present is not sent again.
+func TestCacheHitInlinesMissingOutputs(t *testing.T) {
+	c, _ := newClient(t)
+	root := t.TempDir()
+	spec := Spec{
+		Args:        sh(`echo one > a.o; echo two > b.o`),
+		Env:         []string{"PATH=/usr/bin:/bin"},
+		LocalRoot:   root,
+		OutputFiles: []string{"a.o", "b.o"},
+	}
+	if code, _, _, info := runSpec(t, c, spec); code != 0 || info.Lookup.Hit || info.Download.Inlined != 0 {
+		t.Fatalf("first run: code %d, %+v", code, info)
+	}
+	if err := os.Remove(filepath.Join(root, "a.o")); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, info := runSpec(t, c, spec)
+	if !info.Lookup.Hit || info.Download.Written != 1 || info.Download.Inlined != 1 || info.Download.Unchanged != 1 {
+		t.Errorf("cache hit with a.o removed: %+v, want a.o written from the inlined result and b.o unchanged", info.Download)
+	}
+	if got := readFile(t, filepath.Join(root, "a.o")); got != "one\n" {
+		t.Errorf("a.o = %q", got)
+	}
+}
+
 // TestConcurrentRuns: many jobs share one Client (as gantry batch does):
 // each gets its own result, and a header they all read is hashed once.
 func TestConcurrentRuns(t *testing.T) {

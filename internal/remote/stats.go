@@ -57,6 +57,9 @@ type DownloadStats struct {
 	Files     int
 	Written   int
 	Unchanged int
+	// Inlined is how many of the written files came inside the
+	// ActionResult (no call to the CAS).
+	Inlined int
 	// DownloadedBytes counts the bytes fetched from the CAS (outputs,
 	// Trees, stdout and stderr that were not inlined).
 	DownloadedBytes int64
