@@ -46,6 +46,12 @@ type Scanner struct {
 	// the directories whose listing holds for the run.
 	files    map[string]os.FileInfo
 	verified map[string]string // as named -> clean
+	// Per run only: what each header a source includes brings in (see
+	// closure), and every path element of every directive's name, which
+	// says whether a file the run writes can change a closure.
+	closures   map[closureKey]*closure
+	closureGen uint64
+	names      map[string]bool
 }
 
 type parsedFile struct {
@@ -68,6 +74,7 @@ func NewScanner(dir string, perRun bool) *Scanner {
 	sc := &Scanner{dir: dir, perRun: perRun, parsed: map[sumKey]parsedFile{}, systems: map[string]systemResult{}, dirs: map[string]*dirListing{}}
 	if perRun {
 		sc.files, sc.verified = map[string]os.FileInfo{}, map[string]string{}
+		sc.closures, sc.names = map[closureKey]*closure{}, map[string]bool{}
 	}
 	return sc
 }
@@ -83,6 +90,13 @@ func (sc *Scanner) Forget(p string) {
 	defer sc.mu.Unlock()
 	delete(sc.files, p)
 	sc.forgetDirs(func(d string) bool { return d == p || d == "/" || strings.HasPrefix(p, d+"/") })
+	// A search for a name probes paths ending in the name, so a new
+	// file (or directory) can change where a name resolves only if its
+	// own name is an element of some directive's name. Object files
+	// (the usual outputs) are not.
+	if sc.names[filepath.Base(p)] {
+		sc.dropClosures()
+	}
 }
 
 // ForgetTree is Forget for a directory the run wrote anything under.
@@ -103,6 +117,7 @@ func (sc *Scanner) ForgetTree(p string) {
 	sc.forgetDirs(func(d string) bool {
 		return d == p || d == "/" || strings.HasPrefix(p, d+"/") || strings.HasPrefix(d, prefix)
 	})
+	sc.dropClosures()
 }
 
 // forgetDirs drops the verified directories that match; they are named
@@ -125,6 +140,7 @@ func (sc *Scanner) ForgetAll() {
 	sc.mu.Lock()
 	clear(sc.files)
 	clear(sc.verified)
+	sc.dropClosures()
 	sc.mu.Unlock()
 }
 
@@ -191,15 +207,17 @@ func (sc *Scanner) scan(ctx context.Context, c *Compile, id *Identity, env []str
 	if err != nil {
 		return nil, err
 	}
+	chain := buildChain(c.Cwd, quote, bracket, isystem, defaults, after)
 	w := &walk{
 		sc:      sc,
 		cwd:     c.Cwd,
-		chain:   buildChain(c.Cwd, quote, bracket, isystem, defaults, after),
-		visited: make(map[visitKey]bool, 128),
-		listed:  make(map[string]bool, 128),
-		memo:    make(map[resolveKey]resolved, 256),
-		stats:   make(map[string]os.FileInfo, 256),
-		checked: make(map[string]*dirListing, 64),
+		chain:   chain,
+		chainID: chain.id(c.Cwd),
+		visited: make(map[visitKey]bool, 64),
+		listed:  make(map[string]bool, 64),
+		memo:    make(map[resolveKey]resolved, 32),
+		stats:   make(map[string]os.FileInfo, 64),
+		checked: make(map[string]*dirListing, 16),
 	}
 	if err := w.file(c.Source, foundNoDir, 0); err != nil {
 		return nil, err
@@ -297,6 +315,13 @@ func (sc *Scanner) directives(p, open string, st os.FileInfo) ([]directive, erro
 	}
 	sc.mu.Lock()
 	sc.parsed[key] = parsedFile{dirs, err}
+	if sc.perRun {
+		for _, d := range dirs {
+			for _, e := range strings.Split(d.name, "/") {
+				sc.names[e] = true
+			}
+		}
+	}
 	sc.mu.Unlock()
 	return dirs, err
 }
@@ -306,9 +331,14 @@ type walk struct {
 	sc      *Scanner
 	cwd     string
 	chain   searchChain
+	chainID string
+	// sub: this walk computes a closure (no closures used inside it).
+	sub     bool
 	visited map[visitKey]bool
 	listed  map[string]bool
 	order   []string
+	// trail is what the walk listed, in order, with how: a closure.
+	trail   []closureEntry
 	memo    map[resolveKey]resolved
 	pending []pendingFile
 	// stats are the files this scan looked at (nil: not a file), by the
@@ -372,7 +402,11 @@ func (w *walk) file(p string, at, depth int) error {
 	if depth > maxIncludeDepth {
 		return unscannable("#include nested too deeply at %s", p)
 	}
+	if depth == 1 && w.sc.perRun && !w.sub {
+		return w.merge(p, at)
+	}
 	w.list(p)
+	w.trail = append(w.trail, closureEntry{path: p, at: at})
 	w.pending = append(w.pending, pendingFile{p, at, depth})
 	return nil
 }
@@ -412,6 +446,7 @@ func (w *walk) walkPending() error {
 				continue // missing: a dead branch, or the compiler reports it
 			case d.only:
 				w.list(r.path)
+				w.trail = append(w.trail, closureEntry{path: r.path, only: true})
 				continue
 			}
 			if err := w.file(r.path, r.at, f.depth+1); err != nil {

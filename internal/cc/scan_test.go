@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -118,36 +119,57 @@ func TestScanGeneratedProject(t *testing.T) {
 		want[src] = strings.Join(scanned, " ")
 	}
 	// Concurrent scans sharing the caches (as gantry batch's jobs do)
-	// find the same.
+	// find the same; a per-run Scanner (which reuses what each header
+	// brings in) finds the same files, perhaps in another order.
 	id, err := NewIdentities("").Get(context.Background(), "gcc")
 	if err != nil {
 		t.Fatal(err)
 	}
-	shared := NewScanner("", false)
-	var wg sync.WaitGroup
-	errs := make(chan string, 4*len(p.Sources))
-	for g := 0; g < 4; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for _, src := range p.Sources {
-				argv := cproject.CompileArgs("gcc", src)
-				c, err := Parse(argv[0], argv[1:], p.Dir)
-				if err != nil {
-					errs <- err.Error()
-					continue
-				}
-				got, err := listedOf(shared.scan(context.Background(), c, id, os.Environ()))
-				if err != nil || strings.Join(got, " ") != want[src] {
-					errs <- fmt.Sprintf("%s: concurrent scan %q, %v", src, got, err)
-				}
+	files := func(listed []string) string {
+		var abs []string
+		for _, l := range listed {
+			if !filepath.IsAbs(l) {
+				l = filepath.Join(p.Dir, l)
 			}
-		}()
+			abs = append(abs, filepath.Clean(l))
+		}
+		return strings.Join(slices.Compact(slices.Sorted(slices.Values(abs))), " ")
 	}
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		t.Error(e)
+	for _, perRun := range []bool{false, true} {
+		shared := NewScanner("", perRun)
+		var wg sync.WaitGroup
+		errs := make(chan string, 4*len(p.Sources))
+		for g := 0; g < 4; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for _, src := range p.Sources {
+					argv := cproject.CompileArgs("gcc", src)
+					c, err := Parse(argv[0], argv[1:], p.Dir)
+					if err != nil {
+						errs <- err.Error()
+						continue
+					}
+					got, err := listedOf(shared.scan(context.Background(), c, id, os.Environ()))
+					switch {
+					case err != nil:
+						errs <- fmt.Sprintf("%s: concurrent scan (per run %v): %v", src, perRun, err)
+					case perRun && (got[0] != src || files(got) != files(strings.Fields(want[src]))):
+						errs <- fmt.Sprintf("%s: per-run scan %q, want the files of %q", src, got, want[src])
+					case !perRun && strings.Join(got, " ") != want[src]:
+						errs <- fmt.Sprintf("%s: concurrent scan %q", src, got)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for e := range errs {
+			t.Error(e)
+		}
+		if perRun && len(shared.closures) == 0 {
+			t.Error("the per-run Scanner remembered no closure")
+		}
 	}
 	// Byte-identical objects for a few of them.
 	o := scanOptions(t, nil)
@@ -331,20 +353,29 @@ func TestScanRelist(t *testing.T) {
 // time per op is per source. BenchmarkListProject runs the compiler's
 // dependency listing (gcc -M) on the same sources, for comparison.
 func BenchmarkScanProject(b *testing.B) {
-	benchProject(b, func(ctx context.Context, sc *Scanner, c *Compile, id *Identity) error {
+	benchProject(b, false, func(ctx context.Context, sc *Scanner, c *Compile, id *Identity) error {
+		_, err := sc.scan(ctx, c, id, os.Environ())
+		return err
+	})
+}
+
+// BenchmarkScanProjectPerRun is gantry batch's case: one Scanner for the
+// run, which remembers what each header brings in.
+func BenchmarkScanProjectPerRun(b *testing.B) {
+	benchProject(b, true, func(ctx context.Context, sc *Scanner, c *Compile, id *Identity) error {
 		_, err := sc.scan(ctx, c, id, os.Environ())
 		return err
 	})
 }
 
 func BenchmarkListProject(b *testing.B) {
-	benchProject(b, func(ctx context.Context, _ *Scanner, c *Compile, _ *Identity) error {
+	benchProject(b, false, func(ctx context.Context, _ *Scanner, c *Compile, _ *Identity) error {
 		_, err := c.listDeps(ctx, os.Environ())
 		return err
 	})
 }
 
-func benchProject(b *testing.B, find func(context.Context, *Scanner, *Compile, *Identity) error) {
+func benchProject(b *testing.B, perRun bool, find func(context.Context, *Scanner, *Compile, *Identity) error) {
 	if _, err := os.Stat("/usr/bin/gcc"); err != nil {
 		b.Skip("gcc is not installed")
 	}
@@ -366,7 +397,7 @@ func benchProject(b *testing.B, find func(context.Context, *Scanner, *Compile, *
 	if err != nil {
 		b.Fatal(err)
 	}
-	sc := NewScanner("", false)
+	sc := NewScanner("", perRun)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if err := find(ctx, sc, compiles[i%len(compiles)], id); err != nil {
@@ -658,4 +689,55 @@ func listedOf(r *depsResult, err error) ([]string, error) {
 		return nil, err
 	}
 	return r.Listed, nil
+}
+
+// TestScanPerRunClosures: a per-run Scanner reuses what a header brings
+// in across compiles; a file the run writes drops that only when its name
+// can appear in a directive, so a header generated mid-run deep below an
+// included header is seen, and an object file costs nothing.
+func TestScanPerRunClosures(t *testing.T) {
+	needGCC(t)
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{
+		"a.c":         "#include \"top.h\"\n",
+		"b.c":         "#include \"top.h\"\n",
+		"inc/top.h":   "#include \"mid.h\"\n",
+		"inc/mid.h":   "#if 0\n#include <gen/deep.h>\n#endif\n",
+		"out/.keep":   "",
+		"inc/gen/.ke": "",
+	})
+	sc := NewScanner("", true)
+	id, err := NewIdentities("").Get(context.Background(), "gcc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scan := func(src string) []string {
+		t.Helper()
+		c, err := Parse("gcc", []string{"-Iinc", "-c", src, "-o", "out/" + src + ".o"}, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := listedOf(sc.scan(context.Background(), c, id, os.Environ()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := scan("a.c"); !slicesContain(got, "inc/mid.h") || slicesContain(got, "inc/gen/deep.h") {
+		t.Fatalf("a.c: %q", got)
+	}
+	if len(sc.closures) == 0 {
+		t.Fatal("no closure remembered for top.h")
+	}
+	writeTree(t, dir, map[string]string{"out/a.c.o": "object"})
+	sc.Forget(filepath.Join(dir, "out/a.c.o"))
+	if len(sc.closures) == 0 {
+		t.Error("forgetting an object file dropped the closures")
+	}
+	writeTree(t, dir, map[string]string{"inc/gen/deep.h": "#include \"deeper.h\"\n", "inc/gen/deeper.h": "\n"})
+	sc.Forget(filepath.Join(dir, "inc/gen/deep.h"))
+	sc.Forget(filepath.Join(dir, "inc/gen/deeper.h"))
+	if got := scan("b.c"); !slicesContain(got, "inc/gen/deep.h") || !slicesContain(got, "inc/gen/deeper.h") {
+		t.Fatalf("b.c after deep.h was written and forgotten: %q", got)
+	}
 }
