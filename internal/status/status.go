@@ -501,7 +501,8 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 		Why      *scheduler.QueuedAnalysis
 		Stages   []execution.Stage
 		Total    time.Duration
-	}{h.frame(r, "Operation "+name, !info.Done), info, &action, &command, problems, timeline, result, code, message, outs, why, stages, total})
+		Input    *inputRoot
+	}{h.frame(r, "Operation "+name, !info.Done), info, &action, &command, problems, timeline, result, code, message, outs, why, stages, total, inputRootOf(result)})
 }
 
 // resultOutputs are a result's stdout and stderr (inline or linked, and
