@@ -203,8 +203,8 @@ func init() {
 <tr><th>In progress</th><td>{{if $.Known}}{{$.InProgress}}{{else}}unknown (tool_invocation_id is not a level of scheduler.fairness.keys){{end}}</td></tr>
 <tr><th>Queue time</th><td>p50 {{dur (.QueueQuantile 0.5)}}, p95 {{dur (.QueueQuantile 0.95)}} (upper bounds)</td></tr>
 <tr><th>Output</th><td>{{bytes .OutputBytes}}</td></tr>
-<tr><th>Uploaded</th><td id="bytes-up">{{bytes .BytesUp}} <span class="muted">(to the CAS: ByteStream and batch uploads)</span></td></tr>
-<tr><th>Downloaded</th><td id="bytes-down">{{bytes .BytesDown}} <span class="muted">(from the CAS and inlined in cached results)</span></td></tr>
+<tr><th>Uploaded</th><td id="bytes-up" title="{{.BytesUp}} bytes">{{bytes .BytesUp}} <span class="muted">(to the CAS: ByteStream and batch uploads)</span></td></tr>
+<tr><th>Downloaded</th><td id="bytes-down" title="{{.BytesDown}} bytes">{{bytes .BytesDown}} <span class="muted">(from the CAS and inlined in cached results)</span></td></tr>
 <tr><th>CPU time</th><td>{{dur .CPU}} <span class="muted">(of the executed actions, as Gantry workers report it)</span></td></tr>
 </table>{{end}}
 <h2>Operations</h2>

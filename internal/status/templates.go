@@ -187,7 +187,7 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 <tr><th>Invocation</th><td>{{path .Op.Invocation}}</td></tr>
 <tr><th>Attempts</th><td>{{.Op.Attempts}}</td></tr>
 <tr><th>Worker</th><td>{{.Op.Worker}}</td></tr>
-<tr><th>Input root</th><td id="input-root">{{with .Input}}{{.Files}} files, {{bytes .Bytes}}{{else}}<span class="muted">not known yet (a Gantry worker reports it with the result)</span>{{end}}</td></tr>
+<tr><th>Input root</th><td id="input-root">{{with .Input}}<span title="{{.Bytes}} bytes">{{.Files}} files, {{bytes .Bytes}}</span>{{else}}<span class="muted">not known yet (a Gantry worker reports it with the result)</span>{{end}}</td></tr>
 </table>
 {{if and (not .Op.Done) (.AdminOn .Op.Instance)}}<form method="post" action="/status/kill"><input type="hidden" name="csrf" value="{{.Token}}"><input type="hidden" name="name" value="{{.Op.Name}}"><input type="hidden" name="back" value="/status/operation?name={{.Op.Name}}"><button>Kill this operation</button></form>{{end}}
 {{range .Problems}}<p class="flash">{{.}}</p>{{end}}
