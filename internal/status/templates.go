@@ -107,7 +107,7 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 <header><strong>Gantry</strong> &nbsp;
 <a href="/status">Overview</a><a href="/status/invocations">Builds</a><a href="/status/charts">Charts</a><a href="/status/fairness">Fairness</a><a href="/status/failures">Failures</a><a href="/metrics">Metrics</a>
 <span class="muted" style="color:#9ab">{{when .Now}} UTC{{if .Refresh}} · refreshes every {{.Refresh}}s{{end}}</span>
-{{if .Session}}<form class="inline" method="post" action="/logout" style="float:right"><button id="logout">Log out</button></form>{{end}}</header>
+{{if .Session}}<form class="inline" method="post" action="/logout" style="float:right"><input type="hidden" name="logout_token" value="{{.LogoutToken}}"><button id="logout">Log out</button></form>{{end}}</header>
 <main><h1>{{.Title}}</h1>
 {{if .Flash}}<p class="flash" role="status">{{.Flash}}</p>{{end}}
 {{end}}
