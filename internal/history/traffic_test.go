@@ -1,6 +1,8 @@
 package history
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -100,4 +102,47 @@ func TestRetriesAndInputRootKept(t *testing.T) {
 		o.Retries[1].Kind != "pre-empted" || o.Retries[1].Reason != "min_quota of small" {
 		t.Errorf("retries %+v", o.Retries)
 	}
+}
+
+// Calls of many goroutines lose no bytes while the writing loop folds
+// them in and operations are recorded.
+func TestTrafficConcurrent(t *testing.T) {
+	r := open(t, statestore.NewMemory(), Options{FlushEvery: time.Millisecond})
+	c := newClock()
+	r.Record(op("a1", "A", c.Now(), time.Millisecond, false, 0))
+	const goroutines, calls = 8, 2000
+	done := make(chan struct{})
+	for g := range goroutines {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range calls {
+				r.AddTraffic("A", 1, 2)
+				if i%500 == 0 {
+					r.Record(op(fmt.Sprintf("g%d-%d", g, i), "A", c.Now(), time.Millisecond, false, 0))
+				}
+			}
+		}()
+	}
+	for range goroutines {
+		<-done
+	}
+	flush(t, r)
+	if b, _ := r.Build("A"); b.BytesUp != goroutines*calls || b.BytesDown != 2*goroutines*calls {
+		t.Fatalf("up %d down %d, want %d and %d", b.BytesUp, b.BytesDown, goroutines*calls, 2*goroutines*calls)
+	}
+}
+
+// BenchmarkAddTraffic is the cost a storage call of a build adds to the
+// history, from parallel callers.
+func BenchmarkAddTraffic(b *testing.B) {
+	r, err := New(context.Background(), statestore.NewMemory(), Options{MaxOperations: 10, MaxBuilds: 10}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r.AddTraffic("build-1", 4096, 0)
+		}
+	})
 }

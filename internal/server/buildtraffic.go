@@ -7,7 +7,7 @@ import (
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/gantry-build/gantry/internal/history"
 	"github.com/gantry-build/gantry/internal/invocation"
@@ -34,17 +34,43 @@ const (
 )
 
 // buildOf is the tool_invocation_id of the call's RequestMetadata, or "".
+// It reads that one field off the wire (the last one wins, as in a
+// decode) instead of decoding the message: this runs for every storage
+// call, and costs a header lookup without a RequestMetadata.
 func buildOf(ctx context.Context) string {
-	md, _ := metadata.FromIncomingContext(ctx)
-	vs := md.Get(invocation.RequestMetadataHeader)
+	vs := metadata.ValueFromIncomingContext(ctx, invocation.RequestMetadataHeader)
 	if len(vs) == 0 {
 		return ""
 	}
-	var m repb.RequestMetadata
-	if proto.Unmarshal([]byte(vs[0]), &m) != nil {
-		return ""
+	return toolInvocationID(vs[0])
+}
+
+// toolInvocationID is field 3 (tool_invocation_id) of an encoded
+// RequestMetadata, or "" when absent or malformed.
+func toolInvocationID(s string) string {
+	b := []byte(s)
+	id := ""
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return ""
+		}
+		b = b[n:]
+		if num == 3 && typ == protowire.BytesType {
+			v, m := protowire.ConsumeString(b)
+			if m < 0 {
+				return ""
+			}
+			id, b = v, b[m:]
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return ""
+		}
+		b = b[m:]
 	}
-	return m.ToolInvocationId
+	return id
 }
 
 // unary counts the batch calls and GetActionResult's inlined outputs.
