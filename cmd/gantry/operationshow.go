@@ -110,6 +110,12 @@ func writeOperationDetails(out io.Writer, d *adminpb.OperationDetails, now time.
 		row("exit code", fmt.Sprint(d.ExitCode))
 	}
 	tw.Flush()
+	if len(d.Retries) > 0 {
+		fmt.Fprintln(out, "\nretries and pre-emptions:")
+		for _, r := range d.Retries {
+			fmt.Fprintf(out, "  %s  %s on %s: %s\n", time.UnixMilli(r.UnixMs).UTC().Format("15:04:05.000"), r.Kind, r.Worker, r.Reason)
+		}
+	}
 	w := d.WhyQueued
 	if w == nil {
 		return

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,5 +76,32 @@ func TestOperationShowAndListForUsers(t *testing.T) {
 		if _, err := run(t, args...); err == nil || !strings.Contains(err.Error(), "PermissionDenied") {
 			t.Errorf("%v: %v, want PermissionDenied", args, err)
 		}
+	}
+}
+
+// gantry operation show lists the times the action was taken from a
+// worker, with the worker and the reason: here its worker registered
+// again without it (its process restarted).
+func TestOperationShowListsRetries(t *testing.T) {
+	srv := startServer(t, nil)
+	sched := srv.Scheduler()
+	w := scheduler.WorkerInfo{ID: "w-restarts", Platform: platform.Worker{Cores: 1, AllowUnmatched: true}}
+	sched.RegisterWorker(w)
+	name, err := sched.Submit(scheduler.SubmitRequest{ActionDigest: digest.Compute(digest.SHA256, []byte("retried"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // take what is queued, do not wait
+	if a, err := sched.Poll(ctx, w.ID, scheduler.Capacity{Cores: 1}); err != nil || a == nil {
+		t.Fatalf("poll: %v, %v", a, err)
+	}
+	sched.RegisterWorkerHolding(w, nil)
+	out, err := run(t, "operation", "show", "--server", srv.GRPCAddr(), name)
+	if err != nil {
+		t.Fatalf("show: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "retries and pre-emptions:") || !strings.Contains(out, "worker lost on w-restarts: the worker registered again without them") {
+		t.Errorf("show lacks the retry:\n%s", out)
 	}
 }

@@ -17,6 +17,12 @@ const SessionCookie = "gantry_session"
 // beyond it ends the session closest to its expiry.
 const MaxSessions = 10000
 
+// MaxSessionsPerIdentity bounds the sessions of one identity: its login
+// beyond it ends its own session closest to expiry (its oldest), so that
+// one identity (a leaked token in a loop) cannot push everyone else's
+// sessions out of the MaxSessions.
+const MaxSessionsPerIdentity = 100
+
 // Sessions are the browser sessions of the HTTP port's login form, kept
 // in memory: a random id maps to the identity that logged in, and to the
 // token it logged in with, so that a reload can check the token again
@@ -34,7 +40,10 @@ type Sessions struct {
 }
 
 type session struct {
-	id      *Identity
+	id *Identity
+	// who is id's name at login (Identity.String), what
+	// MaxSessionsPerIdentity counts.
+	who     string
 	expires time.Time
 	// cred is the token or JWT of the login; it never leaves the server.
 	cred string
@@ -68,10 +77,10 @@ func (s *Sessions) Create(id *Identity, cred string) (sid string, expires time.T
 	if len(s.byHash) >= s.max || now.Sub(s.lastSweep) > time.Minute {
 		s.sweep(now)
 	}
-	if len(s.byHash) >= s.max {
-		s.evictSoonest()
-	}
-	s.byHash[sha256.Sum256([]byte(sid))] = session{id: id, expires: expires, cred: cred}
+	who := id.String()
+	s.evictSoonest(func(e session) bool { return e.who == who }, MaxSessionsPerIdentity)
+	s.evictSoonest(func(session) bool { return true }, s.max)
+	s.byHash[sha256.Sum256([]byte(sid))] = session{id: id, who: who, expires: expires, cred: cred}
 	return sid, expires
 }
 
@@ -154,16 +163,25 @@ func (s *Sessions) sweep(now time.Time) {
 	}
 }
 
-// evictSoonest ends the session closest to its expiry; s.mu is held.
-func (s *Sessions) evictSoonest() {
+// evictSoonest ends the session closest to its expiry among those that
+// match when limit or more of them are kept, making room for one more;
+// s.mu is held. A login is rare: a scan of the sessions is cheap.
+func (s *Sessions) evictSoonest(match func(session) bool, limit int) {
+	n := 0
 	var victim [32]byte
 	var soonest time.Time
 	for k, e := range s.byHash {
+		if !match(e) {
+			continue
+		}
+		n++
 		if soonest.IsZero() || e.expires.Before(soonest) {
 			victim, soonest = k, e.expires
 		}
 	}
-	delete(s.byHash, victim)
+	if n >= limit {
+		delete(s.byHash, victim)
+	}
 }
 
 type sessionKey struct{}

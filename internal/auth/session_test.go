@@ -72,6 +72,32 @@ func TestSessionsBounded(t *testing.T) {
 	}
 }
 
+// TestSessionsPerIdentityBounded: one identity's logins beyond
+// MaxSessionsPerIdentity end its own oldest session, never another's.
+func TestSessionsPerIdentityBounded(t *testing.T) {
+	c := &fakeClock{time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)}
+	s := NewSessions(time.Hour, 0, c.now)
+	bob, _ := s.Create(&Identity{Subject: "bob", Source: SourceToken}, "bob-token")
+	alice := &Identity{Subject: "alice", Source: SourceToken}
+	var sids []string
+	for range MaxSessionsPerIdentity + 5 {
+		c.t = c.t.Add(time.Second)
+		sid, _ := s.Create(alice, "alice-token")
+		sids = append(sids, sid)
+	}
+	if s.Len() != MaxSessionsPerIdentity+1 {
+		t.Fatalf("%d sessions kept, want alice's %d and bob's", s.Len(), MaxSessionsPerIdentity)
+	}
+	if s.Lookup(bob) == nil {
+		t.Error("alice's logins ended bob's session")
+	}
+	for i, sid := range sids {
+		if kept := s.Lookup(sid) != nil; kept != (i >= 5) {
+			t.Errorf("alice's login %d kept %v, want only the newest %d kept", i, kept, MaxSessionsPerIdentity)
+		}
+	}
+}
+
 // TestSessionsRecheck: after a reload a session whose token is refused
 // now ends, and the others take the identity their token names now.
 func TestSessionsRecheck(t *testing.T) {

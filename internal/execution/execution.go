@@ -167,7 +167,7 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	if err == nil && final.Done {
 		s.finished(Finished{Name: name, Instance: req.InstanceName, ActionDigest: ad, Queue: final.Queue,
 			Invocation: sub.Invocation, Accepted: accepted, ResultAt: final.DoneAt, Response: final.Response,
-			Metadata: requestMetadata(ctx), Command: cmd})
+			Metadata: requestMetadata(ctx), Command: cmd, Retries: final.Retries})
 		endExecuteSpan(span, final.Response)
 	}
 	return err
@@ -306,7 +306,7 @@ func (s *Service) WaitExecution(req *repb.WaitExecutionRequest, stream repb.Exec
 		// The scheduler keeps the operation's acceptance and invocation,
 		// also across a restart, so this line is as complete as Execute's.
 		s.finished(Finished{Name: req.Name, Instance: final.Instance, ActionDigest: final.ActionDigest, Queue: final.Queue,
-			Invocation: final.Invocation, Accepted: final.Accepted, ResultAt: final.DoneAt, Response: final.Response})
+			Invocation: final.Invocation, Accepted: final.Accepted, ResultAt: final.DoneAt, Response: final.Response, Retries: final.Retries})
 	}
 	return err
 }

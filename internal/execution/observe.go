@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
 // Finished describes an operation a caller saw finish, for logs and
@@ -34,6 +35,9 @@ type Finished struct {
 	// when Execute read it (not for a cache hit).
 	Metadata *repb.RequestMetadata
 	Command  *repb.Command
+	// Retries are the times the action was taken from a worker (lost,
+	// pre-empted, suspended), oldest first.
+	Retries []scheduler.Retry
 }
 
 // Observer is told what the Execution and worker services do (the

@@ -55,6 +55,9 @@ func (s *AdminService) details(info scheduler.OperationInfo) *adminpb.OperationD
 	d := &adminpb.OperationDetails{Name: info.Name, InstanceName: info.Instance, ActionDigest: info.ActionDigest.String(),
 		Stage: info.Stage.String(), Done: info.Done, Queue: info.Queue, Invocation: info.Invocation, Attempts: int32(info.Attempts),
 		Worker: info.Worker, QueuedUnixMs: unixMs(info.QueuedAt), LeasedUnixMs: unixMs(info.LeasedAt), DoneUnixMs: unixMs(info.DoneAt)}
+	for _, r := range info.Retries {
+		d.Retries = append(d.Retries, &adminpb.OperationRetry{UnixMs: unixMs(r.At), Worker: r.Worker, Kind: string(r.Kind), Reason: r.Reason})
+	}
 	if info.Done && info.Response != nil {
 		st := status.FromProto(info.Response.Status)
 		d.Status, d.Message, d.ExitCode = st.Code().String(), st.Message(), info.Response.GetResult().GetExitCode()

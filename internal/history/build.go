@@ -31,6 +31,12 @@ type Build struct {
 	OutputBytes int64   `json:"output_bytes,omitempty"`
 	// CPU sums the executed operations' CPU time (Operation.CPU).
 	CPU time.Duration `json:"cpu,omitempty"`
+	// BytesUp and BytesDown are the blob bytes the build's client
+	// uploaded to the CAS and downloaded from it (ByteStream, the batch
+	// calls, and outputs inlined in GetActionResult), as sent: compressed
+	// transfers count compressed (Recorder.AddTraffic).
+	BytesUp   int64 `json:"bytes_up,omitempty"`
+	BytesDown int64 `json:"bytes_down,omitempty"`
 }
 
 // queueBounds are the upper ends of the queue time histogram's buckets.

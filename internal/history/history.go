@@ -68,6 +68,10 @@ type Recorder struct {
 	// seq counts recorded changes; savedSeq those written.
 	seq, savedSeq uint64
 	saved         *sync.Cond
+	// traffic gathers the builds' CAS bytes (AddTraffic); unattached
+	// holds those of builds not in the history yet.
+	traffic    traffic
+	unattached map[string]*flow
 
 	kick chan struct{}
 	stop chan struct{}
@@ -94,7 +98,7 @@ func New(ctx context.Context, store statestore.Store, opts Options, log *slog.Lo
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Recorder{store: store, opts: opts, log: log, names: map[string]string{}, builds: map[string]*Build{}, dirty: map[string]bool{},
+	r := &Recorder{store: store, opts: opts, log: log, names: map[string]string{}, builds: map[string]*Build{}, dirty: map[string]bool{}, unattached: map[string]*flow{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	r.saved = sync.NewCond(&r.mu)
 	damaged := 0
@@ -165,6 +169,10 @@ func (r *Recorder) Record(op Operation) {
 		if b == nil {
 			b = &Build{ID: op.Build}
 			r.builds[op.Build] = b
+			if f := r.unattached[op.Build]; f != nil {
+				b.BytesUp, b.BytesDown = f.up, f.down
+				delete(r.unattached, op.Build)
+			}
 		}
 		b.add(op)
 		r.dirty[op.Build] = true
@@ -227,9 +235,11 @@ func (r *Recorder) loop() {
 	for {
 		select {
 		case <-r.stop:
+			r.foldTraffic()
 			r.write()
 			return
 		case <-t.C:
+			r.foldTraffic()
 			r.mu.Lock()
 			r.pruneLocked() // age, also while nothing finishes
 			if len(r.pending) > 0 {
@@ -291,8 +301,10 @@ func (r *Recorder) write() {
 	r.saved.Broadcast()
 }
 
-// Flush waits until everything recorded before the call is stored.
+// Flush waits until everything recorded before the call (the builds'
+// traffic included) is stored.
 func (r *Recorder) Flush(ctx context.Context) error {
+	r.foldTraffic()
 	r.mu.Lock()
 	want := r.seq
 	r.mu.Unlock()

@@ -69,6 +69,23 @@ type Operation struct {
 	// as a Gantry worker reports it (zero from other workers and for a
 	// cache hit).
 	CPU time.Duration `json:"cpu,omitempty"`
+	// InputFiles and InputBytes size the action's input root, as a
+	// Gantry worker reports it (zero from other workers and for a cache
+	// hit).
+	InputFiles int64 `json:"input_files,omitempty"`
+	InputBytes int64 `json:"input_bytes,omitempty"`
+	// Retries are the times the action was taken from a worker (lost,
+	// pre-empted, suspended), oldest first.
+	Retries []Retry `json:"retries,omitempty"`
+}
+
+// Retry is one time an operation's action was taken from (or stopped
+// on) its worker: scheduler.Retry as the history stores it.
+type Retry struct {
+	At     time.Time `json:"at"`
+	Worker string    `json:"worker,omitempty"`
+	Kind   string    `json:"kind"`
+	Reason string    `json:"reason,omitempty"`
 }
 
 // Output is one output of an operation's result.
@@ -162,8 +179,13 @@ func FromFinished(f execution.Finished, now time.Time) Operation {
 			var u workerpb.ResourceUsage
 			if a.MessageIs(&u) && a.UnmarshalTo(&u) == nil {
 				op.CPU += time.Duration(u.UserCpuMicros+u.SystemCpuMicros) * time.Microsecond
+				op.InputFiles += u.InputFiles
+				op.InputBytes += u.InputBytes
 			}
 		}
+	}
+	for _, r := range f.Retries {
+		op.Retries = append(op.Retries, Retry{At: r.At, Worker: r.Worker, Kind: string(r.Kind), Reason: r.Reason})
 	}
 	op.Label = label(op, f.Command)
 	return op

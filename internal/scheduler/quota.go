@@ -469,6 +469,7 @@ func (s *Scheduler) preemptLocked(now time.Time) {
 func (s *Scheduler) moveHeldLocked(h *lease) {
 	reason := fmt.Sprintf("taken back: worker %s cannot start it and nothing running there may be pre-empted; it runs on another worker", h.worker.info.ID)
 	s.emit(Event{Kind: EventRequeued, Task: h.task.ID, Worker: h.worker.info.ID, Reason: reason})
+	s.noteRetryLocked(h.task, h.worker.info.ID, RetryTakenBack, reason)
 	s.takeBackLocked(h, reason)
 	s.ten.avoid[h.task] = h.worker
 }
@@ -613,6 +614,7 @@ func (s *Scheduler) chooseVictimsLocked(k quotaKey, n int, fits func(*lease) boo
 func (s *Scheduler) preemptLeaseLocked(l *lease, reason string) {
 	s.preemptions++
 	s.emit(Event{Kind: EventPreempted, Task: l.task.ID, Worker: l.worker.info.ID, Reason: reason})
+	s.noteRetryLocked(l.task, l.worker.info.ID, RetryPreempted, reason)
 	s.takeBackLocked(l, reason)
 }
 

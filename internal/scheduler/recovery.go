@@ -84,6 +84,7 @@ func (s *Scheduler) loseLeasesLocked(w *worker, ls []*lease, why string) {
 		ops = append(ops, openOperations(t)...)
 		s.dropLeaseLocked(l)
 		s.emit(Event{Kind: EventWorkerLost, Task: t.ID, Worker: w.info.ID, Reason: why})
+		s.noteRetryLocked(t, w.info.ID, RetryWorkerLost, why)
 		s.counters.workersLost++
 		if t.attempts >= s.cfg.MaxAttempts {
 			msg := fmt.Sprintf("the action was started %d times and each time its worker stopped responding (last: %s); giving up. Check the workers' health, or retry the build", t.attempts, w.info.ID)

@@ -149,6 +149,9 @@ type Task struct {
 	dedupKey   dedupKey
 	dedupNext  *Task
 	lastWorker string
+	// retries are the times it was taken from a worker, oldest first
+	// (noteRetryLocked).
+	retries []Retry
 	// inv is the task's invocation: the lowest common ancestor of the
 	// invocations of every operation that joined it.
 	inv *inode
@@ -238,6 +241,9 @@ type OperationState struct {
 	// DoneAt is when the scheduler took the result (server clock); set
 	// when Done.
 	DoneAt time.Time
+	// Retries are the times its action was taken from a worker (lost,
+	// pre-empted, suspended), oldest first; shared, not to be changed.
+	Retries []Retry
 }
 
 // Scheduler is safe for concurrent use. One mutex guards the state; every
@@ -598,7 +604,7 @@ func (s *Scheduler) Watch(name string) (OperationState, <-chan struct{}, error) 
 func (s *Scheduler) stateLocked(op *Operation) OperationState {
 	t := op.task
 	st := OperationState{Name: op.Name, Instance: t.Instance, ActionDigest: t.ActionDigest, Stage: t.stage, Queue: t.Queue,
-		Accepted: op.accepted, Invocation: op.invocation}
+		Accepted: op.accepted, Invocation: op.invocation, Retries: t.retries}
 	if op.done && !s.storedLocked(op) {
 		if st.Stage == repb.ExecutionStage_COMPLETED {
 			st.Stage = repb.ExecutionStage_EXECUTING

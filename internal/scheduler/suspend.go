@@ -70,6 +70,7 @@ func (s *Scheduler) stopVictimLocked(l *lease, reason string) {
 	l.worker.commands = append(l.worker.commands, LeaseCommand{LeaseID: l.id, Kind: CommandSuspend, Reason: reason})
 	s.preemptions++
 	s.emit(Event{Kind: EventPreempted, Task: l.task.ID, Worker: l.worker.info.ID, Reason: reason + " (suspended)"})
+	s.noteRetryLocked(l.task, l.worker.info.ID, RetrySuspended, reason)
 }
 
 // resumeLocked runs in Tick: it resumes suspended leases whose workers
@@ -102,6 +103,7 @@ func (s *Scheduler) resumeLocked(now time.Time) {
 			s.ten.expired++
 			reason := fmt.Sprintf("suspended for pre-emption longer than scheduler.max_suspend (%s): cancelled and queued again", s.ten.maxSuspend)
 			s.emit(Event{Kind: EventRequeued, Task: l.task.ID, Worker: l.worker.info.ID, Reason: reason})
+			s.noteRetryLocked(l.task, l.worker.info.ID, RetrySuspendExpired, reason)
 			s.takeBackLocked(l, reason) // its usage went when it stopped
 			continue
 		}

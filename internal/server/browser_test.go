@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/gantry-build/gantry/internal/testutil/cspwatch"
 )
 
 // chromiumPath finds headless Chromium; under CI=true its absence fails
@@ -54,6 +56,10 @@ func TestStatusPageInChromium(t *testing.T) {
 	defer acancel()
 	bctx, bcancel := chromedp.NewContext(actx)
 	defer bcancel()
+	csp, err := cspwatch.Start(bctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	update := os.Getenv("GANTRY_UPDATE_SCREENSHOTS") == "1"
 	shot := func(name string) {
@@ -83,6 +89,7 @@ func TestStatusPageInChromium(t *testing.T) {
 		if err != nil {
 			t.Fatalf("reading %s %s: %v", path, sel, err)
 		}
+		csp.Check(bctx, t, path)
 		return txt
 	}
 
@@ -116,6 +123,13 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	shot("status-invocations.png")
 
+	// Every page, for what the browser reports: no CSP violation, no
+	// exception.
+	for _, path := range []string{"/status", "/status/invocations", "/status/build?id=test", "/status/fairness", "/status/failures", "/status/charts",
+		"/status/operation?name=" + url.QueryEscape(s.failed), "/status/operation?name=" + url.QueryEscape(s.running), "/status/operation?name=" + url.QueryEscape(s.queued)} {
+		text(path, "main")
+	}
+
 	// Drain the worker with its button.
 	if err := chromedp.Do(bctx,
 		chromedp.Navigate(s.base+"/status"),
@@ -124,6 +138,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	); err != nil {
 		t.Fatalf("draining with the button: %v", err)
 	}
+	csp.Check(bctx, t, "the page after the drain button")
 	flash, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`.flash`)))
 	if err != nil {
 		t.Fatal(err)

@@ -90,7 +90,11 @@ func newLocalScheduler(b *builder, storage *localStorage, grpcAddr string, reloa
 	return &localScheduler{log: log, term: t, lost: lost, embedded: embedded}, nil
 }
 
-func (s *localScheduler) serverOptions() []grpc.ServerOption { return nil }
+// serverOptions count the builds' CAS bytes into the history (after
+// authorization: refused calls move no blobs).
+func (s *localScheduler) serverOptions() []grpc.ServerOption {
+	return buildTraffic{hist: s.term.hist}.serverOptions()
+}
 
 func (s *localScheduler) register(g *grpc.Server) {
 	registerSchedulerServices(g, s.term.exec, s.term.ws, s.term.admin)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/gantry-build/gantry/internal/testutil/cspwatch"
 )
 
 // TestLoginInChromium logs in with the form in headless Chromium as an
@@ -36,6 +38,10 @@ func TestLoginInChromium(t *testing.T) {
 	defer acancel()
 	bctx, bcancel := chromedp.NewContext(actx)
 	defer bcancel()
+	csp, err := cspwatch.Start(bctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	location := func() string {
 		t.Helper()
 		loc, err := chromedp.Run(bctx, chromedp.Location())
@@ -52,6 +58,7 @@ func TestLoginInChromium(t *testing.T) {
 	if loc := location(); !strings.HasPrefix(loc, f.base+"/login?next=") {
 		t.Fatalf("without credentials the browser is at %s, not the login form", loc)
 	}
+	csp.Check(bctx, t, "the login form")
 
 	// A wrong token: the form again, with the reason.
 	if err := chromedp.Do(bctx,
@@ -68,6 +75,7 @@ func TestLoginInChromium(t *testing.T) {
 	if !strings.Contains(msg, "not known to this server") {
 		t.Errorf("the error for a wrong token: %q", msg)
 	}
+	csp.Check(bctx, t, "the login form with its error")
 	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +99,7 @@ func TestLoginInChromium(t *testing.T) {
 	if loc := location(); loc != f.base+"/status/failures" {
 		t.Errorf("after logging in the browser is at %s, want /status/failures", loc)
 	}
+	csp.Check(bctx, t, "/status/failures after logging in")
 	cookies, err := chromedp.Run(bctx, chromedp.Evaluate[string]("document.cookie"))
 	if err != nil {
 		t.Fatal(err)
@@ -108,4 +117,5 @@ func TestLoginInChromium(t *testing.T) {
 	); err != nil {
 		t.Fatalf("logging out: %v", err)
 	}
+	csp.Check(bctx, t, "the login form after logging out")
 }

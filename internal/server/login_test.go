@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -239,7 +240,21 @@ func TestLogoutEndsSession(t *testing.T) {
 	if r := f.send(t, "POST", "/logout", url.Values{}, c, "Origin", "http://evil.example"); r.code != http.StatusForbidden {
 		t.Errorf("cross-origin logout: %d", r.code)
 	}
-	r := f.send(t, "POST", "/logout", url.Values{}, c, "Origin", f.base)
+	// Without the button's token (a form on another page of this
+	// origin, or a stale one): refused, the session lives on.
+	for _, form := range []url.Values{{}, {"logout_token": {"0123456789abcdef0123456789abcdef"}}} {
+		if r := f.send(t, "POST", "/logout", form, c, "Origin", f.base); r.code != http.StatusForbidden {
+			t.Errorf("logout with %v: %d, want 403", form, r.code)
+		}
+	}
+	if r := f.send(t, "GET", "/status", nil, c); r.code != 200 {
+		t.Fatalf("/status after refused logouts: %d", r.code)
+	}
+	m := regexp.MustCompile(`name="logout_token" value="([0-9a-f]+)"`).FindStringSubmatch(f.send(t, "GET", "/status", nil, c, "Accept", "text/html").body)
+	if m == nil {
+		t.Fatal("the logout button's form carries no token")
+	}
+	r := f.send(t, "POST", "/logout", url.Values{"logout_token": {m[1]}}, c, "Origin", f.base)
 	if r.code != http.StatusSeeOther || r.location() != "/login" {
 		t.Fatalf("logout: %d to %q", r.code, r.location())
 	}

@@ -8,8 +8,10 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/auth"
 	"github.com/gantry-build/gantry/internal/history"
 	"github.com/gantry-build/gantry/internal/scheduler"
@@ -113,12 +115,18 @@ func (h *Handler) pastOperation(name string) (scheduler.OperationInfo, bool) {
 		}
 		return timestamppb.New(t)
 	}
-	res := &repb.ActionResult{ExitCode: o.ExitCode, ExecutionMetadata: &repb.ExecutedActionMetadata{
+	md := &repb.ExecutedActionMetadata{
 		Worker: o.Worker, WorkerStartTimestamp: ts(o.WorkerStart), WorkerCompletedTimestamp: ts(o.WorkerEnd),
 		InputFetchStartTimestamp: ts(o.FetchStart), InputFetchCompletedTimestamp: ts(o.FetchEnd),
 		ExecutionStartTimestamp: ts(o.ExecStart), ExecutionCompletedTimestamp: ts(o.ExecEnd),
 		OutputUploadStartTimestamp: ts(o.UploadStart), OutputUploadCompletedTimestamp: ts(o.UploadEnd),
-	}}
+	}
+	if o.InputFiles > 0 || o.InputBytes > 0 {
+		if u, err := anypb.New(&workerpb.ResourceUsage{InputFiles: o.InputFiles, InputBytes: o.InputBytes}); err == nil {
+			md.AuxiliaryMetadata = append(md.AuxiliaryMetadata, u)
+		}
+	}
+	res := &repb.ActionResult{ExitCode: o.ExitCode, ExecutionMetadata: md}
 	proto := func(s string) *repb.Digest {
 		d, err := history.ParseDigest(ad.Function, s)
 		if err != nil {
@@ -141,6 +149,9 @@ func (h *Handler) pastOperation(name string) (scheduler.OperationInfo, bool) {
 		OperationState: scheduler.OperationState{Name: o.Name, Instance: o.Instance, ActionDigest: ad, Stage: repb.ExecutionStage_COMPLETED, Done: true, Accepted: o.Accepted,
 			Response: &repb.ExecuteResponse{Result: res, CachedResult: o.Cached, Status: status.New(o.Code, o.Message).Proto()}},
 		Queue: o.Queue, Worker: o.Worker, QueuedAt: o.Accepted, DoneAt: o.Finished, Invocation: o.Invocation,
+	}
+	for _, x := range o.Retries {
+		info.Retries = append(info.Retries, scheduler.Retry{At: x.At, Worker: x.Worker, Kind: scheduler.RetryKind(x.Kind), Reason: x.Reason})
 	}
 	return info, true
 }
@@ -173,9 +184,9 @@ func init() {
 	template.Must(templates.Funcs(buildFuncs).Parse(`
 {{define "builds"}}{{template "head" .}}
 <p>Builds: the operations sharing a client's tool_invocation_id (Bazel's --invocation_id, new for every command), newest first, kept durably (status.history). How the workers are shared between invocations right now: <a href="/status/fairness">fairness</a>.</p>
-<table id="builds"><tr><th>Build</th><th>Tool</th><th>Instance</th><th>Started (UTC)</th><th>Duration</th><th>Executed</th><th>Cache hits</th><th>Failed</th><th>In progress</th><th>Queue p50</th><th>Queue p95</th><th>Output</th></tr>
-{{$f := .}}{{range .Builds}}<tr><td><a href="/status/build?id={{.ID}}">{{truncate .ID 40}}</a>{{with .Correlated}}<br><span class="muted">{{truncate . 40}}</span>{{end}}</td><td>{{.Tool}} {{.ToolVersion}}</td><td>{{or .Instance "(default)"}}</td><td>{{day .First}}</td><td>{{dur .Duration}}</td><td class="n">{{.Executed}}</td><td class="n">{{.CacheHits}}</td><td class="n">{{.Failed}}</td><td class="n">{{if $f.Known}}{{index $f.InProgress .ID}}{{else}}-{{end}}</td><td class="n">{{dur (.QueueQuantile 0.5)}}</td><td class="n">{{dur (.QueueQuantile 0.95)}}</td><td class="n">{{bytes .OutputBytes}}</td></tr>
-{{else}}<tr><td colspan="12" class="muted">no builds yet</td></tr>{{end}}</table>
+<table id="builds"><tr><th>Build</th><th>Tool</th><th>Instance</th><th>Started (UTC)</th><th>Duration</th><th>Executed</th><th>Cache hits</th><th>Failed</th><th>In progress</th><th>Queue p50</th><th>Queue p95</th><th>Output</th><th>Up</th><th>Down</th></tr>
+{{$f := .}}{{range .Builds}}<tr><td><a href="/status/build?id={{.ID}}">{{truncate .ID 40}}</a>{{with .Correlated}}<br><span class="muted">{{truncate . 40}}</span>{{end}}</td><td>{{.Tool}} {{.ToolVersion}}</td><td>{{or .Instance "(default)"}}</td><td>{{day .First}}</td><td>{{dur .Duration}}</td><td class="n">{{.Executed}}</td><td class="n">{{.CacheHits}}</td><td class="n">{{.Failed}}</td><td class="n">{{if $f.Known}}{{index $f.InProgress .ID}}{{else}}-{{end}}</td><td class="n">{{dur (.QueueQuantile 0.5)}}</td><td class="n">{{dur (.QueueQuantile 0.95)}}</td><td class="n">{{bytes .OutputBytes}}</td><td class="n">{{bytes .BytesUp}}</td><td class="n">{{bytes .BytesDown}}</td></tr>
+{{else}}<tr><td colspan="14" class="muted">no builds yet</td></tr>{{end}}</table>
 {{template "pager" .Page}}
 {{template "foot" .}}{{end}}
 
@@ -192,6 +203,8 @@ func init() {
 <tr><th>In progress</th><td>{{if $.Known}}{{$.InProgress}}{{else}}unknown (tool_invocation_id is not a level of scheduler.fairness.keys){{end}}</td></tr>
 <tr><th>Queue time</th><td>p50 {{dur (.QueueQuantile 0.5)}}, p95 {{dur (.QueueQuantile 0.95)}} (upper bounds)</td></tr>
 <tr><th>Output</th><td>{{bytes .OutputBytes}}</td></tr>
+<tr><th>Uploaded</th><td id="bytes-up" title="{{.BytesUp}} bytes">{{bytes .BytesUp}} <span class="muted">(to the CAS: ByteStream and batch uploads)</span></td></tr>
+<tr><th>Downloaded</th><td id="bytes-down" title="{{.BytesDown}} bytes">{{bytes .BytesDown}} <span class="muted">(from the CAS and inlined in cached results)</span></td></tr>
 <tr><th>CPU time</th><td>{{dur .CPU}} <span class="muted">(of the executed actions, as Gantry workers report it)</span></td></tr>
 </table>{{end}}
 <h2>Operations</h2>

@@ -2,6 +2,7 @@ package status
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
 	"html/template"
@@ -129,12 +130,28 @@ func (l *Login) logout(w http.ResponseWriter, r *http.Request) {
 		l.render(w, http.StatusForbidden, loginPage{Error: err.Error()})
 		return
 	}
-	if c, err := r.Cookie(auth.SessionCookie); err == nil {
+	if c, err := r.Cookie(auth.SessionCookie); err == nil && c.Value != "" {
+		// The button's form carries the session's logout token, as the
+		// other forms carry theirs: a page elsewhere cannot end it.
+		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+		r.ParseForm()
+		if subtle.ConstantTimeCompare([]byte(r.PostFormValue("logout_token")), []byte(LogoutToken(c.Value))) != 1 {
+			l.render(w, http.StatusForbidden, loginPage{Error: "the logout form's token is missing or does not match this session; log out with the button of a status page"})
+			return
+		}
 		l.sessions.Delete(c.Value)
 	}
 	http.SetCookie(w, &http.Cookie{Name: auth.SessionCookie, Value: "", Path: "/", MaxAge: -1,
 		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+// LogoutToken is the token the logout button's form carries for the
+// session sid: derived from the session id, which only the browser that
+// holds the cookie (HttpOnly) and the server know.
+func LogoutToken(sid string) string {
+	sum := sha256.Sum256([]byte("gantry logout\x00" + sid))
+	return hex.EncodeToString(sum[:16])
 }
 
 // maxAge is a cookie's Max-Age for a session that ends in d: to the

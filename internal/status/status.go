@@ -174,12 +174,17 @@ type frame struct {
 	// Session: the viewer logged in with the login form (Login); the
 	// pages offer a logout button.
 	Session bool
-	h       *Handler
-	r       *http.Request
+	// LogoutToken is what the logout button's form carries (LogoutToken).
+	LogoutToken string
+	h           *Handler
+	r           *http.Request
 }
 
 func (h *Handler) frame(r *http.Request, title string, refresh bool) frame {
 	f := frame{Title: title, Token: h.token, Now: time.Now(), Flash: r.URL.Query().Get("flash"), Session: auth.ViaSession(r.Context()), h: h, r: r}
+	if c, err := r.Cookie(auth.SessionCookie); err == nil && f.Session {
+		f.LogoutToken = LogoutToken(c.Value)
+	}
 	if refresh && h.opts.Refresh > 0 && r.URL.Query().Get("refresh") != "0" {
 		f.Refresh = max(1, int(h.opts.Refresh/time.Second))
 	}
@@ -501,7 +506,8 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 		Why      *scheduler.QueuedAnalysis
 		Stages   []execution.Stage
 		Total    time.Duration
-	}{h.frame(r, "Operation "+name, !info.Done), info, &action, &command, problems, timeline, result, code, message, outs, why, stages, total})
+		Input    *inputRoot
+	}{h.frame(r, "Operation "+name, !info.Done), info, &action, &command, problems, timeline, result, code, message, outs, why, stages, total, inputRootOf(result)})
 }
 
 // resultOutputs are a result's stdout and stderr (inline or linked, and

@@ -107,7 +107,7 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 <header><strong>Gantry</strong> &nbsp;
 <a href="/status">Overview</a><a href="/status/invocations">Builds</a><a href="/status/charts">Charts</a><a href="/status/fairness">Fairness</a><a href="/status/failures">Failures</a><a href="/metrics">Metrics</a>
 <span class="muted" style="color:#9ab">{{when .Now}} UTC{{if .Refresh}} · refreshes every {{.Refresh}}s{{end}}</span>
-{{if .Session}}<form class="inline" method="post" action="/logout" style="float:right"><button id="logout">Log out</button></form>{{end}}</header>
+{{if .Session}}<form class="inline" method="post" action="/logout" style="float:right"><input type="hidden" name="logout_token" value="{{.LogoutToken}}"><button id="logout">Log out</button></form>{{end}}</header>
 <main><h1>{{.Title}}</h1>
 {{if .Flash}}<p class="flash" role="status">{{.Flash}}</p>{{end}}
 {{end}}
@@ -187,6 +187,7 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 <tr><th>Invocation</th><td>{{path .Op.Invocation}}</td></tr>
 <tr><th>Attempts</th><td>{{.Op.Attempts}}</td></tr>
 <tr><th>Worker</th><td>{{.Op.Worker}}</td></tr>
+<tr><th>Input root</th><td id="input-root">{{with .Input}}<span title="{{.Bytes}} bytes">{{.Files}} files, {{bytes .Bytes}}</span>{{else}}<span class="muted">not known yet (a Gantry worker reports it with the result)</span>{{end}}</td></tr>
 </table>
 {{if and (not .Op.Done) (.AdminOn .Op.Instance)}}<form method="post" action="/status/kill"><input type="hidden" name="csrf" value="{{.Token}}"><input type="hidden" name="name" value="{{.Op.Name}}"><input type="hidden" name="back" value="/status/operation?name={{.Op.Name}}"><button>Kill this operation</button></form>{{end}}
 {{range .Problems}}<p class="flash">{{.}}</p>{{end}}
@@ -199,6 +200,9 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 <h2>Platform</h2>
 {{if .Op.Platform}}<table><tr><th>Property</th><th>Value</th></tr>{{range .Op.Platform}}<tr><td>{{.Name}}</td><td>{{.Value}}</td></tr>{{end}}</table>{{else}}<p class="muted">none</p>{{end}}
 {{with .Action}}<p>{{with .Timeout}}Timeout {{.AsDuration}} · {{end}}{{if .DoNotCache}}not cached · {{end}}input root {{with .InputRootDigest}}{{.Hash}}/{{.SizeBytes}}{{end}}</p>{{end}}
+{{with .Op.Retries}}<h2>Retries and pre-emptions</h2>
+<table id="retries"><tr><th>At (UTC)</th><th>Worker</th><th>What</th><th>Why</th></tr>
+{{range .}}<tr><td>{{when .At}}</td><td>{{.Worker}}</td><td>{{.Kind}}</td><td>{{.Reason}}</td></tr>{{end}}</table>{{end}}
 <h2>Timeline</h2>
 <table id="timeline"><tr><th>Stage</th><th>At (UTC)</th><th>Since queued</th></tr>
 {{$q := .Op.QueuedAt}}{{range .Timeline}}<tr><td>{{.What}}</td><td>{{when .At}}</td><td>{{since $q .At}}</td></tr>{{end}}</table>

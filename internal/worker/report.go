@@ -49,7 +49,7 @@ func (r *reporter) Report(ctx context.Context, j *job, root *execroot.Root, ex *
 		return nil, failf(codes.Internal, "uploading stdout/stderr of action %s failed: %v", j.ad, err)
 	}
 	ar.ExitCode = int32(ex.res.ExitCode)
-	noteUsage(j.md, ex.res)
+	noteUsage(j.md, ex.res, root)
 	if ex.res.TimedOut {
 		se := failf(codes.DeadlineExceeded, "action %s exceeded its timeout of %s and was killed; stdout and stderr so far are in the result", j.ad, ex.timeout)
 		return &outcome{req: se.request(), result: ar}, nil
@@ -113,12 +113,16 @@ func outputFailure(ad digest.Digest, err error) error {
 	return failf(codes.Internal, "uploading the outputs of action %s failed: %v", ad, err)
 }
 
-// noteUsage adds what the action's processes used to its metadata
-// (auxiliary_metadata, a workerpb.ResourceUsage), for the status pages'
-// CPU time per build.
-func noteUsage(md *repb.ExecutedActionMetadata, res runner.Result) {
+// noteUsage adds what the action's processes used and the size of its
+// input root to its metadata (auxiliary_metadata, a
+// workerpb.ResourceUsage), for the status pages' CPU time per build and
+// operation page. The worker counted the input root as it laid it out:
+// reporting it costs nothing, where the server would have to read the
+// whole tree from the CAS again.
+func noteUsage(md *repb.ExecutedActionMetadata, res runner.Result, root *execroot.Root) {
 	u, err := anypb.New(&workerpb.ResourceUsage{UserCpuMicros: res.UserTime.Microseconds(), SystemCpuMicros: res.SystemTime.Microseconds(),
-		MaxRssBytes: res.MaxRSS, SuspendedMicros: res.SuspendedTime.Microseconds()})
+		MaxRssBytes: res.MaxRSS, SuspendedMicros: res.SuspendedTime.Microseconds(),
+		InputFiles: int64(root.Files), InputBytes: root.FileBytes})
 	if err == nil {
 		md.AuxiliaryMetadata = append(md.AuxiliaryMetadata, u)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/testutil/cspwatch"
 )
 
 // TestStatusPagesAfterBazelBuild reads the status pages in headless
@@ -73,6 +74,11 @@ func TestStatusPagesAfterBazelBuild(t *testing.T) {
 
 	bctx, stop := browserContext(t, ctx, browser)
 	defer stop()
+	// Every page the test opens must keep to its CSP and throw nothing.
+	csp, err := cspwatch.Start(bctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	base := "http://" + g.HTTPAddr
 	update := os.Getenv("GANTRY_UPDATE_SCREENSHOTS") == "1"
 	page := func(path, sel, shot string) string {
@@ -86,6 +92,7 @@ func TestStatusPagesAfterBazelBuild(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
+		csp.Check(bctx, t, path)
 		if update && shot != "" {
 			png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
 			if err != nil {
@@ -119,6 +126,11 @@ func TestStatusPagesAfterBazelBuild(t *testing.T) {
 	build := page("/status/build?id="+invocation, "#build-operations", "status-build.png")
 	if !strings.Contains(build, "Executed") || strings.Contains(build, "none kept") || !strings.Contains(build, "greeting") {
 		t.Errorf("the build's page lacks its operations (labelled with the target or its output):\n%s", build)
+	}
+	// Bazel uploaded the inputs and downloaded the outputs, with its
+	// invocation id on each call.
+	if !strings.Contains(build, "Uploaded\t") || strings.Contains(build, "Uploaded\t0 B") || strings.Contains(build, "Downloaded\t0 B") {
+		t.Errorf("the build's page does not count its bytes up and down:\n%s", build)
 	}
 	fail := page("/status/build?id="+failing, "#build-operations", "")
 	if !strings.Contains(fail, "exit 1") {

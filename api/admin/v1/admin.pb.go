@@ -1596,7 +1596,10 @@ type OperationDetails struct {
 	Message  string `protobuf:"bytes,14,opt,name=message,proto3" json:"message,omitempty"`
 	ExitCode int32  `protobuf:"varint,15,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
 	// Set for a queued operation.
-	WhyQueued     *WhyQueued `protobuf:"bytes,16,opt,name=why_queued,json=whyQueued,proto3" json:"why_queued,omitempty"`
+	WhyQueued *WhyQueued `protobuf:"bytes,16,opt,name=why_queued,json=whyQueued,proto3" json:"why_queued,omitempty"`
+	// The times its action was taken from a worker (lost, pre-empted,
+	// suspended), oldest first.
+	Retries       []*OperationRetry `protobuf:"bytes,17,rep,name=retries,proto3" json:"retries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1743,6 +1746,85 @@ func (x *OperationDetails) GetWhyQueued() *WhyQueued {
 	return nil
 }
 
+func (x *OperationDetails) GetRetries() []*OperationRetry {
+	if x != nil {
+		return x.Retries
+	}
+	return nil
+}
+
+// OperationRetry is one time an operation's action was taken from (or
+// stopped on) the worker running it.
+type OperationRetry struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	UnixMs int64                  `protobuf:"varint,1,opt,name=unix_ms,json=unixMs,proto3" json:"unix_ms,omitempty"`
+	Worker string                 `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	// "worker lost", "pre-empted", "suspended", "suspension expired" or
+	// "taken back".
+	Kind          string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OperationRetry) Reset() {
+	*x = OperationRetry{}
+	mi := &file_admin_v1_admin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OperationRetry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OperationRetry) ProtoMessage() {}
+
+func (x *OperationRetry) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_v1_admin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OperationRetry.ProtoReflect.Descriptor instead.
+func (*OperationRetry) Descriptor() ([]byte, []int) {
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *OperationRetry) GetUnixMs() int64 {
+	if x != nil {
+		return x.UnixMs
+	}
+	return 0
+}
+
+func (x *OperationRetry) GetWorker() string {
+	if x != nil {
+		return x.Worker
+	}
+	return ""
+}
+
+func (x *OperationRetry) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *OperationRetry) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type WhyQueued struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Ahead of the waiting actions of the same queue, instance and
@@ -1764,7 +1846,7 @@ type WhyQueued struct {
 
 func (x *WhyQueued) Reset() {
 	*x = WhyQueued{}
-	mi := &file_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_admin_v1_admin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +1858,7 @@ func (x *WhyQueued) String() string {
 func (*WhyQueued) ProtoMessage() {}
 
 func (x *WhyQueued) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[27]
+	mi := &file_admin_v1_admin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +1871,7 @@ func (x *WhyQueued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhyQueued.ProtoReflect.Descriptor instead.
 func (*WhyQueued) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{27}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WhyQueued) GetAhead() int32 {
@@ -1854,7 +1936,7 @@ type InvocationLevel struct {
 
 func (x *InvocationLevel) Reset() {
 	*x = InvocationLevel{}
-	mi := &file_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_admin_v1_admin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +1948,7 @@ func (x *InvocationLevel) String() string {
 func (*InvocationLevel) ProtoMessage() {}
 
 func (x *InvocationLevel) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[28]
+	mi := &file_admin_v1_admin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +1961,7 @@ func (x *InvocationLevel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvocationLevel.ProtoReflect.Descriptor instead.
 func (*InvocationLevel) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{28}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *InvocationLevel) GetKey() string {
@@ -1923,7 +2005,7 @@ type WorkerLoad struct {
 
 func (x *WorkerLoad) Reset() {
 	*x = WorkerLoad{}
-	mi := &file_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_admin_v1_admin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2017,7 @@ func (x *WorkerLoad) String() string {
 func (*WorkerLoad) ProtoMessage() {}
 
 func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[29]
+	mi := &file_admin_v1_admin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2030,7 @@ func (x *WorkerLoad) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerLoad.ProtoReflect.Descriptor instead.
 func (*WorkerLoad) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{29}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WorkerLoad) GetWorker() string {
@@ -1998,7 +2080,7 @@ type QueueVerdict struct {
 
 func (x *QueueVerdict) Reset() {
 	*x = QueueVerdict{}
-	mi := &file_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_admin_v1_admin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2092,7 @@ func (x *QueueVerdict) String() string {
 func (*QueueVerdict) ProtoMessage() {}
 
 func (x *QueueVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[30]
+	mi := &file_admin_v1_admin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2105,7 @@ func (x *QueueVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueVerdict.ProtoReflect.Descriptor instead.
 func (*QueueVerdict) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{30}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *QueueVerdict) GetQueue() string {
@@ -2065,7 +2147,7 @@ type WorkerVerdict struct {
 
 func (x *WorkerVerdict) Reset() {
 	*x = WorkerVerdict{}
-	mi := &file_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_admin_v1_admin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2077,7 +2159,7 @@ func (x *WorkerVerdict) String() string {
 func (*WorkerVerdict) ProtoMessage() {}
 
 func (x *WorkerVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[31]
+	mi := &file_admin_v1_admin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2090,7 +2172,7 @@ func (x *WorkerVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerVerdict.ProtoReflect.Descriptor instead.
 func (*WorkerVerdict) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{31}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WorkerVerdict) GetWorker() string {
@@ -2119,7 +2201,7 @@ type ExplainPlatformResponse struct {
 
 func (x *ExplainPlatformResponse) Reset() {
 	*x = ExplainPlatformResponse{}
-	mi := &file_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_admin_v1_admin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2213,7 @@ func (x *ExplainPlatformResponse) String() string {
 func (*ExplainPlatformResponse) ProtoMessage() {}
 
 func (x *ExplainPlatformResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_v1_admin_proto_msgTypes[32]
+	mi := &file_admin_v1_admin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2226,7 @@ func (x *ExplainPlatformResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPlatformResponse.ProtoReflect.Descriptor instead.
 func (*ExplainPlatformResponse) Descriptor() ([]byte, []int) {
-	return file_admin_v1_admin_proto_rawDescGZIP(), []int{32}
+	return file_admin_v1_admin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ExplainPlatformResponse) GetQueues() []*QueueVerdict {
@@ -2293,7 +2375,7 @@ const file_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"operations\x18\x01 \x03(\v2!.gantry.admin.v1.OperationDetailsR\n" +
 	"operations\x12\x14\n" +
-	"\x05total\x18\x02 \x01(\x05R\x05total\"\xfc\x03\n" +
+	"\x05total\x18\x02 \x01(\x05R\x05total\"\xb7\x04\n" +
 	"\x10OperationDetails\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
 	"\rinstance_name\x18\x02 \x01(\tR\finstanceName\x12#\n" +
@@ -2315,7 +2397,13 @@ const file_admin_v1_admin_proto_rawDesc = "" +
 	"\amessage\x18\x0e \x01(\tR\amessage\x12\x1b\n" +
 	"\texit_code\x18\x0f \x01(\x05R\bexitCode\x129\n" +
 	"\n" +
-	"why_queued\x18\x10 \x01(\v2\x1a.gantry.admin.v1.WhyQueuedR\twhyQueued\"\xbd\x02\n" +
+	"why_queued\x18\x10 \x01(\v2\x1a.gantry.admin.v1.WhyQueuedR\twhyQueued\x129\n" +
+	"\aretries\x18\x11 \x03(\v2\x1f.gantry.admin.v1.OperationRetryR\aretries\"m\n" +
+	"\x0eOperationRetry\x12\x17\n" +
+	"\aunix_ms\x18\x01 \x01(\x03R\x06unixMs\x12\x16\n" +
+	"\x06worker\x18\x02 \x01(\tR\x06worker\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xbd\x02\n" +
 	"\tWhyQueued\x12\x14\n" +
 	"\x05ahead\x18\x01 \x01(\x05R\x05ahead\x12\x18\n" +
 	"\awaiting\x18\x02 \x01(\x05R\awaiting\x128\n" +
@@ -2379,7 +2467,7 @@ func file_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_admin_v1_admin_proto_rawDescData
 }
 
-var file_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_admin_v1_admin_proto_goTypes = []any{
 	(*ListWorkersRequest)(nil),           // 0: gantry.admin.v1.ListWorkersRequest
 	(*WorkerLease)(nil),                  // 1: gantry.admin.v1.WorkerLease
@@ -2408,72 +2496,74 @@ var file_admin_v1_admin_proto_goTypes = []any{
 	(*ListOperationDetailsRequest)(nil),  // 24: gantry.admin.v1.ListOperationDetailsRequest
 	(*ListOperationDetailsResponse)(nil), // 25: gantry.admin.v1.ListOperationDetailsResponse
 	(*OperationDetails)(nil),             // 26: gantry.admin.v1.OperationDetails
-	(*WhyQueued)(nil),                    // 27: gantry.admin.v1.WhyQueued
-	(*InvocationLevel)(nil),              // 28: gantry.admin.v1.InvocationLevel
-	(*WorkerLoad)(nil),                   // 29: gantry.admin.v1.WorkerLoad
-	(*QueueVerdict)(nil),                 // 30: gantry.admin.v1.QueueVerdict
-	(*WorkerVerdict)(nil),                // 31: gantry.admin.v1.WorkerVerdict
-	(*ExplainPlatformResponse)(nil),      // 32: gantry.admin.v1.ExplainPlatformResponse
-	nil,                                  // 33: gantry.admin.v1.WorkerStatus.ResourcesEntry
-	nil,                                  // 34: gantry.admin.v1.WorkerStatus.ResourcesHeldEntry
-	nil,                                  // 35: gantry.admin.v1.ListQuotasResponse.CohortSlotsEntry
+	(*OperationRetry)(nil),               // 27: gantry.admin.v1.OperationRetry
+	(*WhyQueued)(nil),                    // 28: gantry.admin.v1.WhyQueued
+	(*InvocationLevel)(nil),              // 29: gantry.admin.v1.InvocationLevel
+	(*WorkerLoad)(nil),                   // 30: gantry.admin.v1.WorkerLoad
+	(*QueueVerdict)(nil),                 // 31: gantry.admin.v1.QueueVerdict
+	(*WorkerVerdict)(nil),                // 32: gantry.admin.v1.WorkerVerdict
+	(*ExplainPlatformResponse)(nil),      // 33: gantry.admin.v1.ExplainPlatformResponse
+	nil,                                  // 34: gantry.admin.v1.WorkerStatus.ResourcesEntry
+	nil,                                  // 35: gantry.admin.v1.WorkerStatus.ResourcesHeldEntry
+	nil,                                  // 36: gantry.admin.v1.ListQuotasResponse.CohortSlotsEntry
 }
 var file_admin_v1_admin_proto_depIdxs = []int32{
-	33, // 0: gantry.admin.v1.WorkerStatus.resources:type_name -> gantry.admin.v1.WorkerStatus.ResourcesEntry
-	34, // 1: gantry.admin.v1.WorkerStatus.resources_held:type_name -> gantry.admin.v1.WorkerStatus.ResourcesHeldEntry
+	34, // 0: gantry.admin.v1.WorkerStatus.resources:type_name -> gantry.admin.v1.WorkerStatus.ResourcesEntry
+	35, // 1: gantry.admin.v1.WorkerStatus.resources_held:type_name -> gantry.admin.v1.WorkerStatus.ResourcesHeldEntry
 	1,  // 2: gantry.admin.v1.WorkerStatus.leases:type_name -> gantry.admin.v1.WorkerLease
 	2,  // 3: gantry.admin.v1.ListWorkersResponse.workers:type_name -> gantry.admin.v1.WorkerStatus
 	2,  // 4: gantry.admin.v1.WorkerControlResponse.worker:type_name -> gantry.admin.v1.WorkerStatus
 	17, // 5: gantry.admin.v1.PutQuotaResponse.quota:type_name -> gantry.admin.v1.QuotaStatus
 	17, // 6: gantry.admin.v1.ListQuotasResponse.quotas:type_name -> gantry.admin.v1.QuotaStatus
-	35, // 7: gantry.admin.v1.ListQuotasResponse.cohort_slots:type_name -> gantry.admin.v1.ListQuotasResponse.CohortSlotsEntry
+	36, // 7: gantry.admin.v1.ListQuotasResponse.cohort_slots:type_name -> gantry.admin.v1.ListQuotasResponse.CohortSlotsEntry
 	19, // 8: gantry.admin.v1.ListInvocationsResponse.invocations:type_name -> gantry.admin.v1.Invocation
 	21, // 9: gantry.admin.v1.ExplainPlatformRequest.properties:type_name -> gantry.admin.v1.Property
 	26, // 10: gantry.admin.v1.ListOperationDetailsResponse.operations:type_name -> gantry.admin.v1.OperationDetails
-	27, // 11: gantry.admin.v1.OperationDetails.why_queued:type_name -> gantry.admin.v1.WhyQueued
-	28, // 12: gantry.admin.v1.WhyQueued.levels:type_name -> gantry.admin.v1.InvocationLevel
-	17, // 13: gantry.admin.v1.WhyQueued.quotas:type_name -> gantry.admin.v1.QuotaStatus
-	29, // 14: gantry.admin.v1.WhyQueued.able:type_name -> gantry.admin.v1.WorkerLoad
-	31, // 15: gantry.admin.v1.WhyQueued.unable:type_name -> gantry.admin.v1.WorkerVerdict
-	30, // 16: gantry.admin.v1.ExplainPlatformResponse.queues:type_name -> gantry.admin.v1.QueueVerdict
-	31, // 17: gantry.admin.v1.ExplainPlatformResponse.workers:type_name -> gantry.admin.v1.WorkerVerdict
-	22, // 18: gantry.admin.v1.Admin.ExplainPlatform:input_type -> gantry.admin.v1.ExplainPlatformRequest
-	23, // 19: gantry.admin.v1.Admin.GetOperationDetails:input_type -> gantry.admin.v1.GetOperationDetailsRequest
-	24, // 20: gantry.admin.v1.Admin.ListOperationDetails:input_type -> gantry.admin.v1.ListOperationDetailsRequest
-	18, // 21: gantry.admin.v1.Admin.ListInvocations:input_type -> gantry.admin.v1.ListInvocationsRequest
-	10, // 22: gantry.admin.v1.Admin.GetQuota:input_type -> gantry.admin.v1.GetQuotaRequest
-	11, // 23: gantry.admin.v1.Admin.PutQuota:input_type -> gantry.admin.v1.PutQuotaRequest
-	13, // 24: gantry.admin.v1.Admin.DeleteQuota:input_type -> gantry.admin.v1.DeleteQuotaRequest
-	15, // 25: gantry.admin.v1.Admin.ListQuotas:input_type -> gantry.admin.v1.ListQuotasRequest
-	0,  // 26: gantry.admin.v1.Admin.ListWorkers:input_type -> gantry.admin.v1.ListWorkersRequest
-	4,  // 27: gantry.admin.v1.Admin.DrainWorker:input_type -> gantry.admin.v1.WorkerControlRequest
-	4,  // 28: gantry.admin.v1.Admin.UndrainWorker:input_type -> gantry.admin.v1.WorkerControlRequest
-	4,  // 29: gantry.admin.v1.Admin.TerminateWorker:input_type -> gantry.admin.v1.WorkerControlRequest
-	4,  // 30: gantry.admin.v1.Admin.PauseWorker:input_type -> gantry.admin.v1.WorkerControlRequest
-	4,  // 31: gantry.admin.v1.Admin.ResumeWorker:input_type -> gantry.admin.v1.WorkerControlRequest
-	6,  // 32: gantry.admin.v1.Admin.KillOperation:input_type -> gantry.admin.v1.KillOperationRequest
-	8,  // 33: gantry.admin.v1.Admin.ReloadConfig:input_type -> gantry.admin.v1.ReloadConfigRequest
-	32, // 34: gantry.admin.v1.Admin.ExplainPlatform:output_type -> gantry.admin.v1.ExplainPlatformResponse
-	26, // 35: gantry.admin.v1.Admin.GetOperationDetails:output_type -> gantry.admin.v1.OperationDetails
-	25, // 36: gantry.admin.v1.Admin.ListOperationDetails:output_type -> gantry.admin.v1.ListOperationDetailsResponse
-	20, // 37: gantry.admin.v1.Admin.ListInvocations:output_type -> gantry.admin.v1.ListInvocationsResponse
-	17, // 38: gantry.admin.v1.Admin.GetQuota:output_type -> gantry.admin.v1.QuotaStatus
-	12, // 39: gantry.admin.v1.Admin.PutQuota:output_type -> gantry.admin.v1.PutQuotaResponse
-	14, // 40: gantry.admin.v1.Admin.DeleteQuota:output_type -> gantry.admin.v1.DeleteQuotaResponse
-	16, // 41: gantry.admin.v1.Admin.ListQuotas:output_type -> gantry.admin.v1.ListQuotasResponse
-	3,  // 42: gantry.admin.v1.Admin.ListWorkers:output_type -> gantry.admin.v1.ListWorkersResponse
-	5,  // 43: gantry.admin.v1.Admin.DrainWorker:output_type -> gantry.admin.v1.WorkerControlResponse
-	5,  // 44: gantry.admin.v1.Admin.UndrainWorker:output_type -> gantry.admin.v1.WorkerControlResponse
-	5,  // 45: gantry.admin.v1.Admin.TerminateWorker:output_type -> gantry.admin.v1.WorkerControlResponse
-	5,  // 46: gantry.admin.v1.Admin.PauseWorker:output_type -> gantry.admin.v1.WorkerControlResponse
-	5,  // 47: gantry.admin.v1.Admin.ResumeWorker:output_type -> gantry.admin.v1.WorkerControlResponse
-	7,  // 48: gantry.admin.v1.Admin.KillOperation:output_type -> gantry.admin.v1.KillOperationResponse
-	9,  // 49: gantry.admin.v1.Admin.ReloadConfig:output_type -> gantry.admin.v1.ReloadConfigResponse
-	34, // [34:50] is the sub-list for method output_type
-	18, // [18:34] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	28, // 11: gantry.admin.v1.OperationDetails.why_queued:type_name -> gantry.admin.v1.WhyQueued
+	27, // 12: gantry.admin.v1.OperationDetails.retries:type_name -> gantry.admin.v1.OperationRetry
+	29, // 13: gantry.admin.v1.WhyQueued.levels:type_name -> gantry.admin.v1.InvocationLevel
+	17, // 14: gantry.admin.v1.WhyQueued.quotas:type_name -> gantry.admin.v1.QuotaStatus
+	30, // 15: gantry.admin.v1.WhyQueued.able:type_name -> gantry.admin.v1.WorkerLoad
+	32, // 16: gantry.admin.v1.WhyQueued.unable:type_name -> gantry.admin.v1.WorkerVerdict
+	31, // 17: gantry.admin.v1.ExplainPlatformResponse.queues:type_name -> gantry.admin.v1.QueueVerdict
+	32, // 18: gantry.admin.v1.ExplainPlatformResponse.workers:type_name -> gantry.admin.v1.WorkerVerdict
+	22, // 19: gantry.admin.v1.Admin.ExplainPlatform:input_type -> gantry.admin.v1.ExplainPlatformRequest
+	23, // 20: gantry.admin.v1.Admin.GetOperationDetails:input_type -> gantry.admin.v1.GetOperationDetailsRequest
+	24, // 21: gantry.admin.v1.Admin.ListOperationDetails:input_type -> gantry.admin.v1.ListOperationDetailsRequest
+	18, // 22: gantry.admin.v1.Admin.ListInvocations:input_type -> gantry.admin.v1.ListInvocationsRequest
+	10, // 23: gantry.admin.v1.Admin.GetQuota:input_type -> gantry.admin.v1.GetQuotaRequest
+	11, // 24: gantry.admin.v1.Admin.PutQuota:input_type -> gantry.admin.v1.PutQuotaRequest
+	13, // 25: gantry.admin.v1.Admin.DeleteQuota:input_type -> gantry.admin.v1.DeleteQuotaRequest
+	15, // 26: gantry.admin.v1.Admin.ListQuotas:input_type -> gantry.admin.v1.ListQuotasRequest
+	0,  // 27: gantry.admin.v1.Admin.ListWorkers:input_type -> gantry.admin.v1.ListWorkersRequest
+	4,  // 28: gantry.admin.v1.Admin.DrainWorker:input_type -> gantry.admin.v1.WorkerControlRequest
+	4,  // 29: gantry.admin.v1.Admin.UndrainWorker:input_type -> gantry.admin.v1.WorkerControlRequest
+	4,  // 30: gantry.admin.v1.Admin.TerminateWorker:input_type -> gantry.admin.v1.WorkerControlRequest
+	4,  // 31: gantry.admin.v1.Admin.PauseWorker:input_type -> gantry.admin.v1.WorkerControlRequest
+	4,  // 32: gantry.admin.v1.Admin.ResumeWorker:input_type -> gantry.admin.v1.WorkerControlRequest
+	6,  // 33: gantry.admin.v1.Admin.KillOperation:input_type -> gantry.admin.v1.KillOperationRequest
+	8,  // 34: gantry.admin.v1.Admin.ReloadConfig:input_type -> gantry.admin.v1.ReloadConfigRequest
+	33, // 35: gantry.admin.v1.Admin.ExplainPlatform:output_type -> gantry.admin.v1.ExplainPlatformResponse
+	26, // 36: gantry.admin.v1.Admin.GetOperationDetails:output_type -> gantry.admin.v1.OperationDetails
+	25, // 37: gantry.admin.v1.Admin.ListOperationDetails:output_type -> gantry.admin.v1.ListOperationDetailsResponse
+	20, // 38: gantry.admin.v1.Admin.ListInvocations:output_type -> gantry.admin.v1.ListInvocationsResponse
+	17, // 39: gantry.admin.v1.Admin.GetQuota:output_type -> gantry.admin.v1.QuotaStatus
+	12, // 40: gantry.admin.v1.Admin.PutQuota:output_type -> gantry.admin.v1.PutQuotaResponse
+	14, // 41: gantry.admin.v1.Admin.DeleteQuota:output_type -> gantry.admin.v1.DeleteQuotaResponse
+	16, // 42: gantry.admin.v1.Admin.ListQuotas:output_type -> gantry.admin.v1.ListQuotasResponse
+	3,  // 43: gantry.admin.v1.Admin.ListWorkers:output_type -> gantry.admin.v1.ListWorkersResponse
+	5,  // 44: gantry.admin.v1.Admin.DrainWorker:output_type -> gantry.admin.v1.WorkerControlResponse
+	5,  // 45: gantry.admin.v1.Admin.UndrainWorker:output_type -> gantry.admin.v1.WorkerControlResponse
+	5,  // 46: gantry.admin.v1.Admin.TerminateWorker:output_type -> gantry.admin.v1.WorkerControlResponse
+	5,  // 47: gantry.admin.v1.Admin.PauseWorker:output_type -> gantry.admin.v1.WorkerControlResponse
+	5,  // 48: gantry.admin.v1.Admin.ResumeWorker:output_type -> gantry.admin.v1.WorkerControlResponse
+	7,  // 49: gantry.admin.v1.Admin.KillOperation:output_type -> gantry.admin.v1.KillOperationResponse
+	9,  // 50: gantry.admin.v1.Admin.ReloadConfig:output_type -> gantry.admin.v1.ReloadConfigResponse
+	35, // [35:51] is the sub-list for method output_type
+	19, // [19:35] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_admin_v1_admin_proto_init() }
@@ -2488,7 +2578,7 @@ func file_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_v1_admin_proto_rawDesc), len(file_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

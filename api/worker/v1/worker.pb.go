@@ -1275,8 +1275,13 @@ type ResourceUsage struct {
 	// Time the action spent suspended (SIGSTOP by a pre-emption or an
 	// operator), not counted against its timeout.
 	SuspendedMicros int64 `protobuf:"varint,4,opt,name=suspended_micros,json=suspendedMicros,proto3" json:"suspended_micros,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The action's input root as the worker laid it out: its files (a
+	// subdirectory shared by several parents counted in each place) and
+	// their total size.
+	InputFiles    int64 `protobuf:"varint,5,opt,name=input_files,json=inputFiles,proto3" json:"input_files,omitempty"`
+	InputBytes    int64 `protobuf:"varint,6,opt,name=input_bytes,json=inputBytes,proto3" json:"input_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResourceUsage) Reset() {
@@ -1333,6 +1338,20 @@ func (x *ResourceUsage) GetMaxRssBytes() int64 {
 func (x *ResourceUsage) GetSuspendedMicros() int64 {
 	if x != nil {
 		return x.SuspendedMicros
+	}
+	return 0
+}
+
+func (x *ResourceUsage) GetInputFiles() int64 {
+	if x != nil {
+		return x.InputFiles
+	}
+	return 0
+}
+
+func (x *ResourceUsage) GetInputBytes() int64 {
+	if x != nil {
+		return x.InputBytes
 	}
 	return 0
 }
@@ -1443,12 +1462,16 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"\amessage\x18\a \x01(\tR\amessage\x12.\n" +
 	"\x13update_action_cache\x18\b \x01(\bR\x11updateActionCache\".\n" +
 	"\x10CompleteResponse\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\bR\baccepted\"\xb2\x01\n" +
+	"\baccepted\x18\x01 \x01(\bR\baccepted\"\xf4\x01\n" +
 	"\rResourceUsage\x12&\n" +
 	"\x0fuser_cpu_micros\x18\x01 \x01(\x03R\ruserCpuMicros\x12*\n" +
 	"\x11system_cpu_micros\x18\x02 \x01(\x03R\x0fsystemCpuMicros\x12\"\n" +
 	"\rmax_rss_bytes\x18\x03 \x01(\x03R\vmaxRssBytes\x12)\n" +
-	"\x10suspended_micros\x18\x04 \x01(\x03R\x0fsuspendedMicros*M\n" +
+	"\x10suspended_micros\x18\x04 \x01(\x03R\x0fsuspendedMicros\x12\x1f\n" +
+	"\vinput_files\x18\x05 \x01(\x03R\n" +
+	"inputFiles\x12\x1f\n" +
+	"\vinput_bytes\x18\x06 \x01(\x03R\n" +
+	"inputBytes*M\n" +
 	"\x05Stage\x12\x15\n" +
 	"\x11STAGE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vINPUT_FETCH\x10\x01\x12\r\n" +

@@ -64,6 +64,8 @@ type Root struct {
 	// placed, directories reused from a recycled root included (the root
 	// itself and output parents are not counted).
 	Files, Directories, Symlinks int
+	// FileBytes is the size of the Files, summed as they are placed.
+	FileBytes int64
 
 	mu        sync.Mutex
 	releases  []func()
@@ -643,6 +645,9 @@ func (b *builder) materialize(ctx context.Context, r *Root, root *dirInfo, skel 
 		return err
 	}
 	r.Files = len(links)
+	for _, l := range links {
+		r.FileBytes += l.d.Size
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

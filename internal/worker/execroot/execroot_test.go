@@ -140,6 +140,11 @@ func TestBuildMaterializesTree(t *testing.T) {
 	if r.Files != 7 || r.Directories != 4 || r.Symlinks != 4 {
 		t.Errorf("counts files=%d dirs=%d symlinks=%d, want 7, 4, 4", r.Files, r.Directories, r.Symlinks)
 	}
+	// hello twice in each of sub and sub2 and at the top, deep twice, the
+	// script once: sizes as placed, shared subdirectories in each place.
+	if want := int64(3*len("hello") + 2*len("deep") + len("#!/bin/sh\necho hi\n")); r.FileBytes != want {
+		t.Errorf("FileBytes = %d, want %d", r.FileBytes, want)
+	}
 	files := []struct {
 		path, content string
 		mode          os.FileMode
