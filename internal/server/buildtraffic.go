@@ -7,7 +7,6 @@ import (
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/gantry-build/gantry/internal/history"
 	"github.com/gantry-build/gantry/internal/invocation"
@@ -42,35 +41,7 @@ func buildOf(ctx context.Context) string {
 	if len(vs) == 0 {
 		return ""
 	}
-	return toolInvocationID(vs[0])
-}
-
-// toolInvocationID is field 3 (tool_invocation_id) of an encoded
-// RequestMetadata, or "" when absent or malformed.
-func toolInvocationID(s string) string {
-	b := []byte(s)
-	id := ""
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return ""
-		}
-		b = b[n:]
-		if num == 3 && typ == protowire.BytesType {
-			v, m := protowire.ConsumeString(b)
-			if m < 0 {
-				return ""
-			}
-			id, b = v, b[m:]
-			continue
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b)
-		if m < 0 {
-			return ""
-		}
-		b = b[m:]
-	}
-	return id
+	return invocation.ToolInvocationIDOf(vs[0])
 }
 
 // unary counts the batch calls and GetActionResult's inlined outputs.

@@ -45,22 +45,3 @@ func BenchmarkBuildTraffic(b *testing.B) {
 		})
 	}
 }
-
-// toolInvocationID reads the field as a decode of the message does,
-// whatever else the message holds, and gives "" for a malformed one.
-func TestToolInvocationID(t *testing.T) {
-	for _, m := range []*repb.RequestMetadata{
-		{},
-		{ToolInvocationId: "inv-1"},
-		{ToolDetails: &repb.ToolDetails{ToolName: "bazel", ToolVersion: "7.4.1"}, ActionId: "a", ToolInvocationId: "inv-2", CorrelatedInvocationsId: "c", ActionMnemonic: "CppCompile", TargetId: "//x", ConfigurationId: "k"},
-	} {
-		b, _ := proto.Marshal(m)
-		if got := toolInvocationID(string(b)); got != m.ToolInvocationId {
-			t.Errorf("%v: %q, want %q", m, got, m.ToolInvocationId)
-		}
-	}
-	b, _ := proto.Marshal(&repb.RequestMetadata{ToolInvocationId: "inv-3"})
-	if got := toolInvocationID(string(b[:len(b)-2])); got != "" {
-		t.Errorf("a truncated message: %q, want \"\"", got)
-	}
-}
