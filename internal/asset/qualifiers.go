@@ -1,0 +1,208 @@
+// Package asset serves the Remote Asset API (build.bazel.remote.asset.v1):
+// Fetch downloads a URI into the CAS (a file, or an archive unpacked into
+// a Directory tree) and Push records where content came from, so that a
+// farm downloads each dependency once and keeps serving it when the
+// origin is down. The index of what was fetched lives in the ActionCache's
+// store (index.go); the HTTP client guards against server-side request
+// forgery (fetcher.go, guard.go).
+package asset
+
+import (
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"net/http"
+	"net/textproto"
+	"sort"
+	"strconv"
+	"strings"
+
+	rapb "github.com/bazelbuild/remote-apis/build/bazel/remote/asset/v1"
+)
+
+// Qualifier names Gantry understands.
+const (
+	qChecksumSRI  = "checksum.sri"
+	qCanonicalID  = "bazel.canonical_id"
+	qAuthHeaders  = "bazel.auth_headers"
+	qResourceType = "resource_type"
+	qHeader       = "http_header:"     // http_header:NAME
+	qHeaderURL    = "http_header_url:" // http_header_url:INDEX:NAME
+)
+
+// Checksum is one checksum of a checksum.sri qualifier.
+type Checksum struct {
+	// Algo is sha256, sha384 or sha512.
+	Algo string
+	// Sum is the raw digest.
+	Sum []byte
+}
+
+// String is the checksum in SRI form ("sha256-BASE64").
+func (c Checksum) String() string { return c.Algo + "-" + base64.StdEncoding.EncodeToString(c.Sum) }
+
+// Hex is the checksum in hex, as WORKSPACE files write sha256.
+func (c Checksum) Hex() string { return hex.EncodeToString(c.Sum) }
+
+func (c Checksum) newHash() hash.Hash {
+	switch c.Algo {
+	case "sha384":
+		return sha512.New384()
+	case "sha512":
+		return sha512.New()
+	}
+	return sha256.New()
+}
+
+// header is a header to send to the origin: to every URI (uri -1) or to
+// the URI of that index.
+type header struct {
+	uri         int
+	name, value string
+}
+
+// Qualifiers are a request's qualifiers, parsed. The identifying ones
+// (everything but credentials) key the index; headers go to the origin
+// only and are never stored or logged.
+type Qualifiers struct {
+	// Checksums: content must match at least one (the spec's rule for
+	// several checksums in one checksum.sri).
+	Checksums []Checksum
+	// ResourceType is the resource_type qualifier (a media type), which
+	// can choose the archive format of FetchDirectory.
+	ResourceType string
+	headers      []header
+	authJSON     map[string]map[string]string
+	identifying  []*rapb.Qualifier
+}
+
+// UnsupportedError reports qualifiers Gantry does not understand; the
+// service answers INVALID_ARGUMENT with a BadRequest naming each.
+type UnsupportedError struct{ Names []string }
+
+func (e *UnsupportedError) Error() string {
+	return fmt.Sprintf("qualifier %q not supported; Gantry supports checksum.sri, bazel.canonical_id, bazel.auth_headers, resource_type, http_header:NAME and http_header_url:INDEX:NAME", strings.Join(e.Names, `", "`))
+}
+
+// InvalidError reports a supported qualifier with a value that does not
+// parse.
+type InvalidError struct{ Name, Msg string }
+
+func (e *InvalidError) Error() string { return fmt.Sprintf("qualifier %q: %s", e.Name, e.Msg) }
+
+// ParseQualifiers checks qs for a request of nURIs URIs.
+func ParseQualifiers(qs []*rapb.Qualifier, nURIs int) (Qualifiers, error) {
+	var out Qualifiers
+	var unsupported []string
+	seen := map[string]bool{}
+	for _, q := range qs {
+		name := q.GetName()
+		if seen[name] {
+			return Qualifiers{}, &InvalidError{name, "given twice; give each qualifier once"}
+		}
+		seen[name] = true
+		switch {
+		case name == qChecksumSRI:
+			sums, err := parseSRI(q.GetValue())
+			if err != nil {
+				return Qualifiers{}, &InvalidError{name, err.Error()}
+			}
+			out.Checksums = sums
+		case name == qCanonicalID:
+		case name == qResourceType:
+			out.ResourceType = q.GetValue()
+		case name == qAuthHeaders:
+			m := map[string]map[string]string{}
+			if err := json.Unmarshal([]byte(q.GetValue()), &m); err != nil {
+				return Qualifiers{}, &InvalidError{name, "not a JSON object of URI to header name to value"}
+			}
+			out.authJSON = m
+			continue // credentials: not identifying
+		case strings.HasPrefix(name, qHeader):
+			h := strings.TrimPrefix(name, qHeader)
+			if !validHeaderName(h) {
+				return Qualifiers{}, &InvalidError{name, "not a valid HTTP header name"}
+			}
+			out.headers = append(out.headers, header{uri: -1, name: h, value: q.GetValue()})
+			continue
+		case strings.HasPrefix(name, qHeaderURL):
+			idx, h, ok := strings.Cut(strings.TrimPrefix(name, qHeaderURL), ":")
+			i, err := strconv.Atoi(idx)
+			if !ok || err != nil || i < 0 || i >= nURIs {
+				return Qualifiers{}, &InvalidError{name, fmt.Sprintf("the index must be that of one of the %d URIs (from 0)", nURIs)}
+			}
+			if !validHeaderName(h) {
+				return Qualifiers{}, &InvalidError{name, "not a valid HTTP header name"}
+			}
+			out.headers = append(out.headers, header{uri: i, name: h, value: q.GetValue()})
+			continue
+		default:
+			unsupported = append(unsupported, name)
+			continue
+		}
+		out.identifying = append(out.identifying, &rapb.Qualifier{Name: name, Value: q.GetValue()})
+	}
+	if len(unsupported) > 0 {
+		return Qualifiers{}, &UnsupportedError{Names: unsupported}
+	}
+	sort.Slice(out.identifying, func(i, j int) bool { return out.identifying[i].Name < out.identifying[j].Name })
+	return out, nil
+}
+
+// Identifying are the qualifiers that, with the URI, identify an asset in
+// the index, sorted by name. Credentials are not among them.
+func (q Qualifiers) Identifying() []*rapb.Qualifier { return q.identifying }
+
+// Header returns the headers to send with the request for uris[i] (uri
+// being its text), for the origin only.
+func (q Qualifiers) Header(i int, uri string) http.Header {
+	h := http.Header{}
+	for name, v := range q.authJSON[uri] {
+		h.Set(name, v)
+	}
+	for _, hd := range q.headers {
+		if hd.uri == -1 || hd.uri == i {
+			h.Set(hd.name, hd.value)
+		}
+	}
+	return h
+}
+
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r > 0x7e || r <= ' ' || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r) {
+			return false
+		}
+	}
+	return textproto.CanonicalMIMEHeaderKey(s) != ""
+}
+
+// parseSRI parses a Subresource Integrity value: whitespace-separated
+// ALGO-BASE64 entries, options after '?' ignored.
+func parseSRI(v string) ([]Checksum, error) {
+	var out []Checksum
+	for _, f := range strings.Fields(v) {
+		f, _, _ = strings.Cut(f, "?")
+		algo, b64, ok := strings.Cut(f, "-")
+		want := map[string]int{"sha256": 32, "sha384": 48, "sha512": 64}[algo]
+		if !ok || want == 0 {
+			return nil, fmt.Errorf("%q is not sha256-, sha384- or sha512- followed by base64", f)
+		}
+		sum, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil || len(sum) != want {
+			return nil, fmt.Errorf("%q: the base64 part is not a %s digest (%d bytes)", f, algo, want)
+		}
+		out = append(out, Checksum{Algo: algo, Sum: sum})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("empty; give at least one checksum such as sha256-BASE64")
+	}
+	return out, nil
+}
