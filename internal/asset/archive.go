@@ -98,6 +98,10 @@ func Unpack(ctx context.Context, r io.ReaderAt, size int64, format Format, limit
 	var err error
 	if format == Zip {
 		err = u.zip(r, size)
+	} else if format == TarXz {
+		if err = checkXZDict(r); err == nil {
+			err = u.tar(io.NewSectionReader(r, 0, size), format)
+		}
 	} else {
 		err = u.tar(io.NewSectionReader(r, 0, size), format)
 	}
@@ -123,7 +127,7 @@ func (u *unpacker) tar(r io.Reader, format Format) error {
 		}
 		r = x
 	case TarZst:
-		z, err := zstd.NewReader(r, zstd.WithDecoderMaxMemory(256<<20), zstd.WithDecoderConcurrency(1))
+		z, err := zstd.NewReader(r, zstd.WithDecoderMaxMemory(maxXZDict), zstd.WithDecoderMaxWindow(maxXZDict), zstd.WithDecoderConcurrency(1))
 		if err != nil {
 			return &ArchiveError{"", "not zstd data: " + err.Error()}
 		}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -110,7 +111,7 @@ func newFixture(t *testing.T, mod func(*FetcherConfig)) *fixture {
 		t.Fatal(err)
 	}
 	fx := &fixture{cas: &evictable{Store: blobstore.NewMemory(0), evicted: map[digest.Digest]bool{}}, ac: actioncache.NewMemory(0), clock: &clock{t: time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)}}
-	fx.svc = New(fx.cas, fx.ac, f, Options{Archive: Limits{MaxExpandedSize: 1 << 20, MaxEntries: 1000}, DefaultTimeout: 30 * time.Second, Now: fx.clock.Now, TempDir: t.TempDir()})
+	fx.svc = New(fx.cas, fx.ac, f, Options{Archive: Limits{MaxExpandedSize: 1 << 20, MaxEntries: 1000}, DefaultTimeout: 30 * time.Second, Now: fx.clock.Now, TempDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return fx
 }
 
