@@ -30,10 +30,16 @@ type entry struct {
 	mode             int64
 }
 
-func file(name, body string) entry  { return entry{name: name, body: body, kind: tar.TypeReg, mode: 0o644} }
-func exe(name, body string) entry   { return entry{name: name, body: body, kind: tar.TypeReg, mode: 0o755} }
-func dir(name string) entry         { return entry{name: name, kind: tar.TypeDir, mode: 0o755} }
-func symlink(name, to string) entry { return entry{name: name, link: to, kind: tar.TypeSymlink, mode: 0o777} }
+func file(name, body string) entry {
+	return entry{name: name, body: body, kind: tar.TypeReg, mode: 0o644}
+}
+func exe(name, body string) entry {
+	return entry{name: name, body: body, kind: tar.TypeReg, mode: 0o755}
+}
+func dir(name string) entry { return entry{name: name, kind: tar.TypeDir, mode: 0o755} }
+func symlink(name, to string) entry {
+	return entry{name: name, link: to, kind: tar.TypeSymlink, mode: 0o777}
+}
 func hardlink(name, to string) entry {
 	return entry{name: name, link: to, kind: tar.TypeLink, mode: 0o644}
 }
