@@ -209,14 +209,7 @@ func (s *Service) fetch(ctx context.Context, r request, kind Kind) (string, Entr
 		start := time.Now()
 		d, n, err := s.download(ctx, r, i, kind)
 		if err != nil {
-			var fe *FetchError
-			code := codes.Internal
-			if errors.As(err, &fe) {
-				code = fe.Code
-			} else if st, ok := status.FromError(err); ok {
-				code = st.Code()
-			}
-			s.observe(kind, codeLabel(code), n, time.Since(start))
+			s.observe(kind, resultLabel(err), n, time.Since(start))
 			s.opts.Logger.Warn("remote asset fetch failed", "instance", r.instance, "kind", kind.String(), "err", err)
 			errs = append(errs, err)
 			continue
@@ -245,7 +238,10 @@ func fetchFailed(errs []error) error {
 	last := errs[len(errs)-1]
 	code := codes.Unavailable
 	var fe *FetchError
-	if errors.As(last, &fe) {
+	var ce *ChecksumError
+	if errors.As(last, &ce) {
+		code = ce.Code
+	} else if errors.As(last, &fe) {
 		code = fe.Code
 	} else if st, ok := status.FromError(last); ok {
 		code = st.Code()
@@ -264,19 +260,29 @@ func fetchFailed(errs []error) error {
 	return status.Error(code, msg)
 }
 
-func codeLabel(c codes.Code) string {
-	switch c {
+// resultLabel names why a fetch failed, for the metrics.
+func resultLabel(err error) string {
+	var ce *ChecksumError
+	var fe *FetchError
+	code := status.Code(err)
+	switch {
+	case errors.As(err, &ce):
+		return "checksum_mismatch"
+	case errors.As(err, &fe):
+		code = fe.Code
+	}
+	switch code {
 	case codes.NotFound:
 		return "not_found"
 	case codes.PermissionDenied:
 		return "permission_denied"
 	case codes.DeadlineExceeded:
 		return "deadline_exceeded"
-	case codes.Aborted:
-		return "checksum_mismatch"
 	case codes.ResourceExhausted:
 		return "too_large"
-	case codes.InvalidArgument, codes.FailedPrecondition:
+	case codes.FailedPrecondition:
+		return "bad_archive"
+	case codes.InvalidArgument:
 		return "invalid"
 	}
 	return "unavailable"
@@ -345,5 +351,11 @@ func verify(uri string, want []Checksum, got []hash.Hash) error {
 	for _, c := range want {
 		wantSRI = append(wantSRI, fmt.Sprintf("%s (hex %s)", c, c.Hex()))
 	}
-	return &FetchError{URI: uri, Code: codes.Aborted, Msg: fmt.Sprintf("checksum mismatch: expected %v, the download has %v; nothing was stored. Fix the checksum (sha256 in the WORKSPACE) or the URL", wantSRI, gotSRI)}
+	return &ChecksumError{FetchError{URI: uri, Code: codes.FailedPrecondition, Msg: fmt.Sprintf("checksum mismatch: expected %v, the download has %v; nothing was stored. Fix the checksum (sha256 in the WORKSPACE) or the URL", wantSRI, gotSRI)}}
 }
+
+// ChecksumError is a download whose content matches none of the
+// checksums asked for. Its code is FAILED_PRECONDITION rather than the
+// ABORTED the spec suggests for the response's status field: as an RPC
+// error, ABORTED makes Bazel retry a download that cannot change.
+type ChecksumError struct{ FetchError }

@@ -47,7 +47,7 @@ func TestFetchBlobChecksumMismatch(t *testing.T) {
 	fx := newFixture(t, nil)
 	wrong := sri([]byte("what the WORKSPACE expects"))
 	_, err := fx.fetchBlob([]string{o.URL + "/f"}, q("checksum.sri", wrong))
-	msg := wantCode(t, err, codes.Aborted)
+	msg := wantCode(t, err, codes.FailedPrecondition)
 	for _, want := range []string{wrong, sri(body), o.URL + "/f", "checksum mismatch"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("message %q does not contain %q", msg, want)

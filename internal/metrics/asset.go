@@ -24,7 +24,7 @@ func NewAsset(reg prometheus.Registerer) *Asset {
 	m := &Asset{
 		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gantry_remote_asset_fetches_total",
-			Help: "Remote Asset fetches by kind (blob, directory) and result: cached (answered from the index, no origin contacted), fetched (downloaded), or the failure (not_found, permission_denied, deadline_exceeded, checksum_mismatch, too_large, invalid, unavailable). A request trying several URIs counts once per URI tried.",
+			Help: "Remote Asset fetches by kind (blob, directory) and result: cached (answered from the index, no origin contacted), fetched (downloaded), or the failure (not_found, permission_denied, deadline_exceeded, checksum_mismatch, too_large, bad_archive, invalid, unavailable). A request trying several URIs counts once per URI tried.",
 		}, []string{"kind", "result"}),
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gantry_remote_asset_downloaded_bytes_total",
