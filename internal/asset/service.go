@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"hash"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	rapb "github.com/bazelbuild/remote-apis/build/bazel/remote/asset/v1"
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"golang.org/x/sync/singleflight"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -55,6 +57,10 @@ type Service struct {
 	index   *Index
 	fetcher *Fetcher
 	opts    Options
+	flight  singleflight.Group
+	// attached counts callers attached to a download, their own or a
+	// shared one (for tests).
+	attached atomic.Int64
 }
 
 var (
@@ -206,15 +212,11 @@ func (s *Service) fetch(ctx context.Context, r request, kind Kind) (string, Entr
 	}
 	var errs []error
 	for i, u := range r.uris {
-		start := time.Now()
-		d, n, err := s.download(ctx, r, i, kind)
+		d, err := s.downloadShared(ctx, r, i, kind)
 		if err != nil {
-			s.observe(kind, resultLabel(err), n, time.Since(start))
-			s.opts.Logger.Warn("remote asset fetch failed", "instance", r.instance, "kind", kind.String(), "err", err)
 			errs = append(errs, err)
 			continue
 		}
-		s.observe(kind, "fetched", n, time.Since(start))
 		e := Entry{Digest: d, Fetched: s.opts.Now()}
 		// With a verified checksum every URI is a mirror of the same
 		// content; without, only the one that answered is known.
@@ -291,6 +293,42 @@ func resultLabel(err error) string {
 func (s *Service) observe(kind Kind, result string, n int64, d time.Duration) {
 	if s.opts.Observer != nil {
 		s.opts.Observer.Fetched(kind, result, n, d)
+	}
+}
+
+// downloadShared is download, shared by the callers asking for the same
+// asset at the same time: one download from the origin, whose result each
+// would get from the index right after anyway. The download runs on even
+// if the caller that started it goes away, until the caller's deadline.
+func (s *Service) downloadShared(ctx context.Context, r request, i int, kind Kind) (digest.Digest, error) {
+	k := key(kind, r.fn, r.uris[i], r.q.Identifying())
+	flightKey := r.instance + "\x00" + k.Hash
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(s.opts.DefaultTimeout)
+	}
+	ch := s.flight.DoChan(flightKey, func() (any, error) {
+		dctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		defer cancel()
+		start := time.Now()
+		d, n, err := s.download(dctx, r, i, kind)
+		if err != nil {
+			s.observe(kind, resultLabel(err), n, time.Since(start))
+			s.opts.Logger.Warn("remote asset fetch failed", "instance", r.instance, "kind", kind.String(), "err", err)
+			return nil, err
+		}
+		s.observe(kind, "fetched", n, time.Since(start))
+		return d, nil
+	})
+	s.attached.Add(1)
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return digest.Digest{}, res.Err
+		}
+		return res.Val.(digest.Digest), nil
+	case <-ctx.Done():
+		return digest.Digest{}, status.FromContextError(ctx.Err()).Err()
 	}
 }
 

@@ -369,3 +369,44 @@ func TestFetchOverTLSWithConfiguredCA(t *testing.T) {
 		t.Fatalf("with remote_asset.tls_ca_file: %v", err)
 	}
 }
+
+// TestConcurrentFetchesShareOneDownload: callers asking for the same
+// asset while it downloads wait for that download instead of starting
+// their own.
+func TestConcurrentFetchesShareOneDownload(t *testing.T) {
+	release := make(chan struct{})
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		w.Write([]byte("popular"))
+	})
+	fx := newFixture(t, nil)
+	const n = 5
+	results := make(chan *rapb.FetchBlobResponse, n)
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			resp, err := fx.fetchBlob([]string{o.URL + "/dep"})
+			results <- resp
+			errs <- err
+		}()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for fx.svc.attached.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d callers attached", fx.svc.attached.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(release)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		if r := <-results; r.BlobDigest.Hash != digest.Compute(digest.SHA256, []byte("popular")).Hash {
+			t.Fatalf("digest %v", r.BlobDigest)
+		}
+	}
+	if o.hits.Load() != 1 {
+		t.Fatalf("origin hit %d times, want 1", o.hits.Load())
+	}
+}
