@@ -76,7 +76,7 @@ type Qualifiers struct {
 	// can choose the archive format of FetchDirectory.
 	ResourceType string
 	headers      []header
-	authJSON     map[string]map[string]string
+	authJSON     map[string]http.Header
 	identifying  []*rapb.Qualifier
 }
 
@@ -116,9 +116,9 @@ func ParseQualifiers(qs []*rapb.Qualifier, nURIs int) (Qualifiers, error) {
 		case name == qResourceType:
 			out.ResourceType = q.GetValue()
 		case name == qAuthHeaders:
-			m := map[string]map[string]string{}
-			if err := json.Unmarshal([]byte(q.GetValue()), &m); err != nil {
-				return Qualifiers{}, &InvalidError{name, "not a JSON object of URI to header name to value"}
+			m, err := parseAuthHeaders(q.GetValue())
+			if err != nil {
+				return Qualifiers{}, &InvalidError{name, err.Error()}
 			}
 			out.authJSON = m
 			continue // credentials: not identifying
@@ -161,8 +161,10 @@ func (q Qualifiers) Identifying() []*rapb.Qualifier { return q.identifying }
 // being its text), for the origin only.
 func (q Qualifiers) Header(i int, uri string) http.Header {
 	h := http.Header{}
-	for name, v := range q.authJSON[uri] {
-		h.Set(name, v)
+	for name, vs := range q.authJSON[uri] {
+		for _, v := range vs {
+			h.Add(name, v)
+		}
 	}
 	for _, hd := range q.headers {
 		if hd.uri == -1 || hd.uri == i {
@@ -170,6 +172,39 @@ func (q Qualifiers) Header(i int, uri string) http.Header {
 		}
 	}
 	return h
+}
+
+// parseAuthHeaders parses bazel.auth_headers: a JSON object of URI to an
+// object of header name to a value, or to a list of values (later Bazel
+// versions).
+func parseAuthHeaders(v string) (map[string]http.Header, error) {
+	var raw map[string]map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(v), &raw); err != nil {
+		return nil, fmt.Errorf("not a JSON object of URI to header name to value")
+	}
+	out := map[string]http.Header{}
+	for uri, hs := range raw {
+		h := http.Header{}
+		for name, rv := range hs {
+			if !validHeaderName(name) {
+				return nil, fmt.Errorf("%q is not a valid HTTP header name", name)
+			}
+			var one string
+			var many []string
+			switch {
+			case json.Unmarshal(rv, &one) == nil:
+				h.Add(name, one)
+			case json.Unmarshal(rv, &many) == nil:
+				for _, m := range many {
+					h.Add(name, m)
+				}
+			default:
+				return nil, fmt.Errorf("header %q: the value is neither a string nor a list of strings", name)
+			}
+		}
+		out[uri] = h
+	}
+	return out, nil
 }
 
 func validHeaderName(s string) bool {

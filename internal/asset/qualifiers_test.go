@@ -51,6 +51,13 @@ func TestParseQualifiers(t *testing.T) {
 			t.Errorf("%v: got %v, want %q", c.q, err, c.want)
 		}
 	}
+	qs, err = ParseQualifiers([]*rapb.Qualifier{q("bazel.auth_headers", `{"u": {"Authorization": "Basic x", "X-Multi": ["a", "b"]}}`)}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := qs.Header(0, "u"); h.Get("Authorization") != "Basic x" || len(h.Values("X-Multi")) != 2 || len(qs.Header(0, "other")) != 0 {
+		t.Fatalf("auth headers %v", h)
+	}
 	_, err = ParseQualifiers([]*rapb.Qualifier{q("a", ""), q("b", "")}, 1)
 	var ue *UnsupportedError
 	if !errors.As(err, &ue) || len(ue.Names) != 2 {

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -408,5 +409,32 @@ func TestConcurrentFetchesShareOneDownload(t *testing.T) {
 	}
 	if o.hits.Load() != 1 {
 		t.Fatalf("origin hit %d times, want 1", o.hits.Load())
+	}
+}
+
+// TestFetchThroughProxy: behind a proxy the dial goes to the proxy (trusted,
+// though on loopback), and the guard checks the target's own address.
+func TestFetchThroughProxy(t *testing.T) {
+	proxy := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		// A forward proxy gets the absolute URL; answer for it.
+		w.Write([]byte("via proxy for " + r.URL.Host))
+	})
+	proxyURL, _ := url.Parse(proxy.URL)
+	fx := newFixture(t, func(c *FetcherConfig) {
+		c.Guard = nil // the default: nothing private allowed
+		c.Proxy = func(*http.Request) (*url.URL, error) { return proxyURL, nil }
+	})
+	resp, err := fx.fetchBlob([]string{"http://93.184.216.34/dep"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := digest.FromProto(digest.SHA256, resp.BlobDigest)
+	if got := string(mustGet(t, fx.cas, d)); got != "via proxy for 93.184.216.34" {
+		t.Fatalf("got %q", got)
+	}
+	_, err = fx.fetchBlob([]string{"http://10.0.0.1/internal"})
+	wantCode(t, err, codes.PermissionDenied)
+	if proxy.hits.Load() != 1 {
+		t.Fatalf("proxy hit %d times, want 1 (the private target refused before it)", proxy.hits.Load())
 	}
 }
