@@ -8,13 +8,8 @@
 package asset
 
 import (
-	"crypto/sha256"
-	"crypto/sha512"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"hash"
 	"net/http"
 	"net/textproto"
 	"sort"
@@ -33,30 +28,6 @@ const (
 	qHeader       = "http_header:"     // http_header:NAME
 	qHeaderURL    = "http_header_url:" // http_header_url:INDEX:NAME
 )
-
-// Checksum is one checksum of a checksum.sri qualifier.
-type Checksum struct {
-	// Algo is sha256, sha384 or sha512.
-	Algo string
-	// Sum is the raw digest.
-	Sum []byte
-}
-
-// String is the checksum in SRI form ("sha256-BASE64").
-func (c Checksum) String() string { return c.Algo + "-" + base64.StdEncoding.EncodeToString(c.Sum) }
-
-// Hex is the checksum in hex, as WORKSPACE files write sha256.
-func (c Checksum) Hex() string { return hex.EncodeToString(c.Sum) }
-
-func (c Checksum) newHash() hash.Hash {
-	switch c.Algo {
-	case "sha384":
-		return sha512.New384()
-	case "sha512":
-		return sha512.New()
-	}
-	return sha256.New()
-}
 
 // header is a header to send to the origin: to every URI (uri -1) or to
 // the URI of that index.
@@ -217,27 +188,4 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return textproto.CanonicalMIMEHeaderKey(s) != ""
-}
-
-// parseSRI parses a Subresource Integrity value: whitespace-separated
-// ALGO-BASE64 entries, options after '?' ignored.
-func parseSRI(v string) ([]Checksum, error) {
-	var out []Checksum
-	for _, f := range strings.Fields(v) {
-		f, _, _ = strings.Cut(f, "?")
-		algo, b64, ok := strings.Cut(f, "-")
-		want := map[string]int{"sha256": 32, "sha384": 48, "sha512": 64}[algo]
-		if !ok || want == 0 {
-			return nil, fmt.Errorf("%q is not sha256-, sha384- or sha512- followed by base64", f)
-		}
-		sum, err := base64.StdEncoding.DecodeString(b64)
-		if err != nil || len(sum) != want {
-			return nil, fmt.Errorf("%q: the base64 part is not a %s digest (%d bytes)", f, algo, want)
-		}
-		out = append(out, Checksum{Algo: algo, Sum: sum})
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("empty; give at least one checksum such as sha256-BASE64")
-	}
-	return out, nil
 }

@@ -370,30 +370,3 @@ func (s *Service) download(ctx context.Context, r request, i int, kind Kind) (di
 	}
 	return d, n, nil
 }
-
-// verify checks the content against the checksums: one match satisfies
-// the qualifier (the SRI rule).
-func verify(uri string, want []Checksum, got []hash.Hash) error {
-	if len(want) == 0 {
-		return nil
-	}
-	var gotSRI []string
-	for j, c := range want {
-		sum := Checksum{Algo: c.Algo, Sum: got[j].Sum(nil)}
-		if string(sum.Sum) == string(c.Sum) {
-			return nil
-		}
-		gotSRI = append(gotSRI, fmt.Sprintf("%s (hex %s)", sum, sum.Hex()))
-	}
-	var wantSRI []string
-	for _, c := range want {
-		wantSRI = append(wantSRI, fmt.Sprintf("%s (hex %s)", c, c.Hex()))
-	}
-	return &ChecksumError{FetchError{URI: uri, Code: codes.FailedPrecondition, Msg: fmt.Sprintf("checksum mismatch: expected %v, the download has %v; nothing was stored. Fix the checksum (sha256 in the WORKSPACE) or the URL", wantSRI, gotSRI)}}
-}
-
-// ChecksumError is a download whose content matches none of the
-// checksums asked for. Its code is FAILED_PRECONDITION rather than the
-// ABORTED the spec suggests for the response's status field: as an RPC
-// error, ABORTED makes Bazel retry a download that cannot change.
-type ChecksumError struct{ FetchError }
