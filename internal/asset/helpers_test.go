@@ -100,7 +100,7 @@ func testFetcherConfig() FetcherConfig {
 	return FetcherConfig{ConnectTimeout: 5 * time.Second, HeaderTimeout: 5 * time.Second, IdleTimeout: 5 * time.Second, MaxRedirects: 5, MaxSize: 1 << 20, PerHostConcurrency: 4, Guard: g}
 }
 
-func newFixture(t *testing.T, mod func(*FetcherConfig)) *fixture {
+func newFixture(t testing.TB, mod func(*FetcherConfig)) *fixture {
 	t.Helper()
 	cfg := testFetcherConfig()
 	if mod != nil {
@@ -121,7 +121,7 @@ type origin struct {
 	hits atomic.Int64
 }
 
-func newOrigin(t *testing.T, h http.HandlerFunc) *origin {
+func newOrigin(t testing.TB, h http.HandlerFunc) *origin {
 	o := &origin{}
 	o.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		o.hits.Add(1)
