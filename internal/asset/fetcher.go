@@ -189,12 +189,22 @@ func (f *Fetcher) acquire(ctx context.Context, host string) (func(), error) {
 	}
 }
 
+// redact hides a password in uri (https://user:pass@host/...) for
+// messages, logs and the index, which must not hold credentials.
+func redact(uri string) string {
+	u, err := url.Parse(uri)
+	if err != nil {
+		return "(a URI that does not parse)"
+	}
+	return u.Redacted()
+}
+
 // Fetch downloads uri into w, sending header, and returns the bytes
 // written. Failures are *FetchError.
 func (f *Fetcher) Fetch(ctx context.Context, uri string, header http.Header, w io.Writer) (int64, error) {
 	u, err := url.Parse(uri)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return 0, &FetchError{uri, codes.InvalidArgument, "not an http or https URL; Gantry fetches only those"}
+		return 0, &FetchError{redact(uri), codes.InvalidArgument, "not an http or https URL; Gantry fetches only those"}
 	}
 	fail := func(code codes.Code, format string, args ...any) (int64, error) {
 		return 0, &FetchError{u.Redacted(), code, fmt.Sprintf(format, args...)}

@@ -120,9 +120,9 @@ func (x *Index) Record(ctx context.Context, instance string, kind Kind, uri stri
 	}
 	var msg proto.Message
 	if kind == Directory {
-		msg = &rapb.PushDirectoryRequest{InstanceName: instance, Uris: []string{uri}, Qualifiers: qs, ExpireAt: expire, RootDirectoryDigest: e.Digest.Proto(), DigestFunction: e.Digest.Function}
+		msg = &rapb.PushDirectoryRequest{InstanceName: instance, Uris: []string{redact(uri)}, Qualifiers: qs, ExpireAt: expire, RootDirectoryDigest: e.Digest.Proto(), DigestFunction: e.Digest.Function}
 	} else {
-		msg = &rapb.PushBlobRequest{InstanceName: instance, Uris: []string{uri}, Qualifiers: qs, ExpireAt: expire, BlobDigest: e.Digest.Proto(), DigestFunction: e.Digest.Function}
+		msg = &rapb.PushBlobRequest{InstanceName: instance, Uris: []string{redact(uri)}, Qualifiers: qs, ExpireAt: expire, BlobDigest: e.Digest.Proto(), DigestFunction: e.Digest.Function}
 	}
 	a, err := anypb.New(msg)
 	if err != nil {

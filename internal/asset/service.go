@@ -346,13 +346,13 @@ func (s *Service) download(ctx context.Context, r request, i int, kind Kind) (di
 	if err != nil {
 		return digest.Digest{}, n, err
 	}
-	if err := verify(uri, r.q.Checksums, hashes); err != nil {
+	if err := verify(redact(uri), r.q.Checksums, hashes); err != nil {
 		return digest.Digest{}, n, err
 	}
 	if kind == Blob {
 		d, err := sp.Store(ctx, s.cas)
 		if err != nil {
-			return digest.Digest{}, n, status.Errorf(codes.Unavailable, "storing %s in the CAS: %v", uri, err)
+			return digest.Digest{}, n, status.Errorf(codes.Unavailable, "storing %s in the CAS: %v", redact(uri), err)
 		}
 		return d, n, nil
 	}
@@ -364,9 +364,9 @@ func (s *Service) download(ctx context.Context, r request, i int, kind Kind) (di
 	var ae *ArchiveError
 	switch {
 	case errors.As(err, &ae):
-		return digest.Digest{}, n, status.Errorf(codes.FailedPrecondition, "%s: %v", uri, ae)
+		return digest.Digest{}, n, status.Errorf(codes.FailedPrecondition, "%s: %v", redact(uri), ae)
 	case err != nil:
-		return digest.Digest{}, n, status.Errorf(codes.Unavailable, "unpacking %s into the CAS: %v", uri, err)
+		return digest.Digest{}, n, status.Errorf(codes.Unavailable, "unpacking %s into the CAS: %v", redact(uri), err)
 	}
 	return d, n, nil
 }

@@ -438,3 +438,31 @@ func TestFetchThroughProxy(t *testing.T) {
 		t.Fatalf("proxy hit %d times, want 1 (the private target refused before it)", proxy.hits.Load())
 	}
 }
+
+// TestPasswordInURINotStoredNorShown: a password in the URI's userinfo is
+// sent (basic auth) but appears in no message and no index entry.
+func TestPasswordInURINotStoredNorShown(t *testing.T) {
+	o := newOrigin(t, func(w http.ResponseWriter, r *http.Request) {
+		if _, pass, _ := r.BasicAuth(); pass != "hunter2" {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		w.Write([]byte("private"))
+	})
+	fx := newFixture(t, nil)
+	uri := strings.Replace(o.URL, "http://", "http://user:hunter2@", 1) + "/dep"
+	if _, err := fx.fetchBlob([]string{uri}); err != nil {
+		t.Fatal(err)
+	}
+	ar, err := fx.ac.Get(context.Background(), indexInstance(""), key(Blob, digest.SHA256, uri, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := proto.Marshal(ar); bytes.Contains(raw, []byte("hunter2")) {
+		t.Fatal("the index entry holds the password")
+	}
+	_, err = fx.fetchBlob([]string{uri}, q("checksum.sri", sri([]byte("other"))))
+	if msg := wantCode(t, err, codes.FailedPrecondition); strings.Contains(msg, "hunter2") || !strings.Contains(msg, "checksum mismatch") {
+		t.Fatalf("message %q", msg)
+	}
+}
