@@ -209,6 +209,11 @@ func TestFetchBlobRefusesPrivateAddressesByDefault(t *testing.T) {
 	if msg := wantCode(t, err, codes.PermissionDenied); !strings.Contains(msg, "remote_asset.allow_hosts") {
 		t.Fatalf("message %q", msg)
 	}
+	// A name that resolves to loopback is refused the same way: the
+	// check is on the address dialled, after DNS.
+	_, port, _ := strings.Cut(strings.TrimPrefix(o.URL, "http://"), ":")
+	_, err = fx.fetchBlob([]string{"http://localhost:" + port + "/admin"})
+	wantCode(t, err, codes.PermissionDenied)
 	if o.hits.Load() != 0 {
 		t.Fatal("the origin was contacted")
 	}
@@ -219,7 +224,7 @@ func TestFetchBlobRefusesPrivateAddressesByDefault(t *testing.T) {
 	})
 	g, _ := NewGuard([]string{"localhost"})
 	fx = newFixture(t, func(c *FetcherConfig) { c.Guard = g })
-	_, port, _ := strings.Cut(strings.TrimPrefix(allowed.URL, "http://"), ":")
+	_, port, _ = strings.Cut(strings.TrimPrefix(allowed.URL, "http://"), ":")
 	_, err = fx.fetchBlob([]string{"http://localhost:" + port + "/go"})
 	wantCode(t, err, codes.PermissionDenied)
 	if allowed.hits.Load() != 1 || o.hits.Load() != 0 {
