@@ -25,9 +25,10 @@ import (
 
 // Observer is told about every fetch from an origin, for metrics.
 type Observer interface {
-	// Fetched reports one fetch: result is "cached", "fetched" or a
-	// failure's gRPC code in lower case; bytes and the origin's latency
-	// are those of the download (0 for cached answers).
+	// Fetched reports one answer from the index (result "cached") or one
+	// download from an origin ("fetched", or why it failed: see
+	// resultLabel), with its bytes and duration. Callers that joined a
+	// download in progress are not counted again.
 	Fetched(kind Kind, result string, bytes int64, latency time.Duration)
 }
 
