@@ -41,6 +41,7 @@ const (
 	operations  = "/google.longrunning.Operations/"
 	workersSvc  = "/gantry.worker.v1.Workers/"
 	adminPrefix = "/gantry.admin.v1.Admin/"
+	asset       = "/build.bazel.remote.asset.v1."
 )
 
 // methods maps every gRPC method Gantry serves to the permission it needs.
@@ -83,6 +84,11 @@ var methods = map[string]method{
 	adminPrefix + "GetOperationDetails":  {PermAdmin | PermExecute, fromOperation},
 	adminPrefix + "ListOperationDetails": {PermAdmin | PermExecute, fromField},
 	adminPrefix + "ExplainPlatform":      {PermAdmin | PermExecute, fromField},
+
+	asset + "Fetch/FetchBlob":      {PermAssetFetch, fromField},
+	asset + "Fetch/FetchDirectory": {PermAssetFetch, fromField},
+	asset + "Push/PushBlob":        {PermAssetPush, fromField},
+	asset + "Push/PushDirectory":   {PermAssetPush, fromField},
 
 	workersSvc + "Register":  {PermWorker, fromWorkerInstances},
 	workersSvc + "Poll":      {PermWorker, fromAny},

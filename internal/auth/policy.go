@@ -19,6 +19,9 @@ const (
 	PermAdmin                     // every method of the gantry.admin.v1.Admin service, ListOperations
 	PermWorker                    // the gantry.worker.v1.Workers service (register, poll, complete)
 	PermStatus                    // the HTTP port (status pages, /metrics, pprof) when it requires a token
+
+	PermAssetFetch // Remote Asset Fetch (the server downloads URLs into the CAS)
+	PermAssetPush  // Remote Asset Push (record where content came from)
 	permEnd
 )
 
@@ -38,6 +41,9 @@ var permNames = map[string]Perm{
 	"worker":    PermWorker,
 	"status":    PermStatus,
 	"*":         PermAll,
+
+	"asset.fetch": PermAssetFetch,
+	"asset.push":  PermAssetPush,
 }
 
 // PermNames lists the permission spellings, for messages and docs.
@@ -53,7 +59,7 @@ func PermNames() []string {
 // String names the single permissions in p.
 func (p Perm) String() string {
 	var parts []string
-	for _, n := range []string{"cas.read", "ac.read", "cas.write", "ac.write", "execute", "admin", "worker", "status"} {
+	for _, n := range []string{"cas.read", "ac.read", "cas.write", "ac.write", "execute", "admin", "worker", "status", "asset.fetch", "asset.push"} {
 		if p&permNames[n] != 0 {
 			parts = append(parts, n)
 		}

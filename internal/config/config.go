@@ -41,6 +41,8 @@ type Config struct {
 	Cluster ClusterConfig `yaml:"cluster"`
 	Metrics MetricsConfig `yaml:"metrics"`
 	Tracing TracingConfig `yaml:"tracing"`
+	// RemoteAsset: see remoteasset.go.
+	RemoteAsset RemoteAssetConfig `yaml:"remote_asset"`
 }
 
 // SchedulerConfig tunes the scheduler.
@@ -267,6 +269,8 @@ func Default() Config {
 		Auth:    AuthConfig{JWT: JWTConfig{SubjectClaim: "sub", RequireExpiry: true}, CertificateNames: []string{"cn"}, HTTPSessionTTL: Duration(12 * time.Hour)},
 		Role:    RoleAll,
 		Cluster: defaultCluster(),
+
+		RemoteAsset: defaultRemoteAsset(),
 	}
 }
 
@@ -425,6 +429,7 @@ func (c *Config) Validate() error {
 		validateS3(c.Storage.S3, bad)
 	}
 	validateStatus(c.Status, bad)
+	validateRemoteAsset(c.RemoteAsset, bad)
 	if c.Storage.CAS.PackThreshold > 1<<20 {
 		bad("storage.cas.pack_threshold", "at most 1MiB; larger blobs are better off in their own files")
 	}

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/gantry-build/gantry/internal/actioncache"
+	"github.com/gantry-build/gantry/internal/asset"
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/frontend"
@@ -21,8 +22,9 @@ import (
 // bucket shared with other frontends.
 type localStorage struct {
 	passive
-	cas blobstore.Store
-	fe  *frontend.Server
+	cas   blobstore.Store
+	fe    *frontend.Server
+	asset *asset.Service // nil: remote_asset.enabled is off
 }
 
 // newLocalStorage opens the stores of b.cfg and exports their metrics.
@@ -56,10 +58,19 @@ func newLocalStorage(b *builder) (*localStorage, error) {
 		ExecEnabled:       true,
 		Logger:            b.log,
 	})
-	return &localStorage{cas: cas.serve, fe: fe}, nil
+	ra, err := newRemoteAsset(b, cas.serve, ac)
+	if err != nil {
+		return nil, err
+	}
+	return &localStorage{cas: cas.serve, fe: fe, asset: ra}, nil
 }
 
-func (s *localStorage) register(g *grpc.Server) { s.fe.Register(g) }
+func (s *localStorage) register(g *grpc.Server) {
+	s.fe.Register(g)
+	if s.asset != nil {
+		s.asset.Register(g)
+	}
+}
 
 // casStores is the CAS a frontend serves, and the store in this process
 // whose size is bounded (the whole CAS, or the disk tier in front of a

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	rapb "github.com/bazelbuild/remote-apis/build/bazel/remote/asset/v1"
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/genproto/googleapis/bytestream"
@@ -51,7 +52,7 @@ type secureFarm struct {
 
 // perms are the single permissions; identity "p-NAME" holds only NAME,
 // on instance "inst" (admin, worker and status on every instance).
-var perms = []string{"cas.read", "ac.read", "cas.write", "ac.write", "execute", "admin", "worker", "status"}
+var perms = []string{"cas.read", "ac.read", "cas.write", "ac.write", "execute", "admin", "worker", "status", "asset.fetch", "asset.push"}
 
 func startSecureFarm(t *testing.T, mod func(*config.Config)) *secureFarm {
 	t.Helper()
@@ -248,6 +249,15 @@ var calls = []struct {
 	}},
 	{"ListOperations", []string{"admin"}, func(ctx context.Context, c *grpc.ClientConn) error {
 		_, err := longrunningpb.NewOperationsClient(c).ListOperations(ctx, &longrunningpb.ListOperationsRequest{})
+		return err
+	}},
+	{"FetchBlob", []string{"asset.fetch"}, func(ctx context.Context, c *grpc.ClientConn) error {
+		// An unsupported qualifier: INVALID_ARGUMENT once authorized, no download.
+		_, err := rapb.NewFetchClient(c).FetchBlob(ctx, &rapb.FetchBlobRequest{InstanceName: "inst", Uris: []string{"https://example.com/x"}, Qualifiers: []*rapb.Qualifier{{Name: "unsupported"}}})
+		return err
+	}},
+	{"PushBlob", []string{"asset.push"}, func(ctx context.Context, c *grpc.ClientConn) error {
+		_, err := rapb.NewPushClient(c).PushBlob(ctx, &rapb.PushBlobRequest{InstanceName: "inst", Uris: []string{"https://example.com/x"}, BlobDigest: emptyDigest.Proto()})
 		return err
 	}},
 	{"Workers.Register", []string{"worker"}, func(ctx context.Context, c *grpc.ClientConn) error {
