@@ -48,6 +48,9 @@ type Options struct {
 	Observer Observer
 	// Logger logs failed fetches (never headers).
 	Logger *slog.Logger
+	// Failures keeps the recent failed fetches for the status pages
+	// (nil: none).
+	Failures *FailureLog
 }
 
 // Service implements the Fetch and Push services of the Remote Asset API.
@@ -316,6 +319,9 @@ func (s *Service) downloadShared(ctx context.Context, r request, i int, kind Kin
 		if err != nil {
 			s.observe(kind, resultLabel(err), n, time.Since(start))
 			s.opts.Logger.Warn("remote asset fetch failed", "instance", r.instance, "kind", kind.String(), "err", err)
+			if s.opts.Failures != nil {
+				s.opts.Failures.Add(Failure{At: time.Now(), Instance: r.instance, Kind: kind.String(), URI: redact(r.uris[i]), Err: err.Error()})
+			}
 			return nil, err
 		}
 		s.observe(kind, "fetched", n, time.Since(start))

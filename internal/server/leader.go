@@ -139,6 +139,7 @@ func (l *leader) lead(ctx context.Context, number int64, lost <-chan struct{}) e
 		// again with the next leader.
 		admin:  pgAdminStore{quotas: quotaState{store: l.store}},
 		reload: l.reload, obs: l.b.obs, policy: l.b.sec.statusPolicy(), state: l.store,
+		downloads: l.b.downloads,
 	})
 	if err != nil {
 		return err

@@ -75,7 +75,7 @@ func newLocalScheduler(b *builder, storage *localStorage, grpcAddr string, reloa
 	t, err := newTerm(cfg, log, sched, 0, termDeps{
 		cas: storage.cas, lookup: storage.fe.LookupActionResult, results: storage.fe.StoreActionResult,
 		admin: adminStore{quotas: quotaState{store: state}, controls: cf}, reload: reload,
-		obs: b.obs, policy: b.sec.statusPolicy(), state: state,
+		obs: b.obs, policy: b.sec.statusPolicy(), state: state, downloads: b.downloads,
 	})
 	if err != nil {
 		return nil, err

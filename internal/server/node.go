@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/gantry-build/gantry/internal/asset"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/frontend"
 	"github.com/gantry-build/gantry/internal/invocation"
@@ -59,6 +60,9 @@ type builder struct {
 	obs     *observability
 	terms   *terms
 	closers *closers
+	// downloads are the Remote Asset API's recent failed fetches, shown
+	// by the status pages of this process.
+	downloads *asset.FailureLog
 }
 
 // openClusterStore checks cluster.client (how this node reaches the
@@ -162,7 +166,7 @@ func (s *Server) newBuilder() (*builder, error) {
 	if runsScheduler(cfg) {
 		registerSchedulerMetrics(reg, cfg, s.terms.forMetrics)
 	}
-	return &builder{cfg: cfg, log: s.log, reg: reg, sec: sec, obs: s.obs, terms: s.terms, closers: s.closers}, nil
+	return &builder{cfg: cfg, log: s.log, reg: reg, sec: sec, obs: s.obs, terms: s.terms, closers: s.closers, downloads: asset.NewFailureLog(downloadFailuresKept)}, nil
 }
 
 // listen binds the gRPC port and, if configured, the HTTP port.

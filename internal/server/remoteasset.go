@@ -9,6 +9,9 @@ import (
 	"github.com/gantry-build/gantry/internal/metrics"
 )
 
+// downloadFailuresKept is how many failed fetches the status pages list.
+const downloadFailuresKept = 200
+
 // newRemoteAsset builds the Remote Asset API's Fetch and Push over the
 // stores this process serves (remote_asset.*), or nil when it is off.
 func newRemoteAsset(b *builder, cas blobstore.Store, ac actioncache.Store) (*asset.Service, error) {
@@ -41,5 +44,6 @@ func newRemoteAsset(b *builder, cas blobstore.Store, ac actioncache.Store) (*ass
 		TempDir:        c.TempDir,
 		Observer:       metrics.NewAsset(b.reg),
 		Logger:         b.log,
+		Failures:       b.downloads,
 	}), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -47,5 +48,37 @@ func TestRemoteAssetFetchThroughServer(t *testing.T) {
 	}
 	if again.BlobDigest.Hash != resp.BlobDigest.Hash || hits.Load() != 1 {
 		t.Fatalf("digest %v, origin hits %d", again.BlobDigest, hits.Load())
+	}
+}
+
+// TestRemoteAssetFailuresOnStatusPage: a fetch that fails (the origin
+// answers 404) is listed on the status pages' failures page with its URI,
+// without the URI's password, and the error.
+func TestRemoteAssetFailuresOnStatusPage(t *testing.T) {
+	origin := httptest.NewServer(http.NotFoundHandler())
+	defer origin.Close()
+	f := startFarm(t, func(c *config.Config) {
+		c.HTTPListen = "127.0.0.1:0"
+		c.Worker.Enabled = false
+		c.RemoteAsset.AllowHosts = []string{"127.0.0.1"}
+	})
+	page := "http://" + f.srv.HTTPAddr() + "/status/failures"
+	if code, body := httpGet(t, page); code != http.StatusOK || !strings.Contains(body, "no failed downloads") {
+		t.Fatalf("before any fetch: %d %s", code, body)
+	}
+	uri := strings.Replace(origin.URL, "http://", "http://someone:s3cret@", 1) + "/missing.tar.gz"
+	_, err := rapb.NewFetchClient(f.conn).FetchBlob(context.Background(), &rapb.FetchBlobRequest{InstanceName: "main", Uris: []string{uri}})
+	if err == nil {
+		t.Fatal("a fetch of a missing file succeeded")
+	}
+	_, body := httpGet(t, page)
+	table := body[strings.Index(body, `id="download-failures"`):]
+	for _, want := range []string{"main", "/missing.tar.gz", "404"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the failed downloads table lacks %q:\n%s", want, table)
+		}
+	}
+	if strings.Contains(body, "s3cret") {
+		t.Error("the page shows the URI's password")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gantry-build/gantry/internal/asset"
 	"github.com/gantry-build/gantry/internal/auth"
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/config"
@@ -48,6 +49,8 @@ type termDeps struct {
 	policy func() *auth.Policy
 	// state is the scheduler's state store, where the history is kept.
 	state statestore.Store
+	// downloads are this process's failed Remote Asset fetches.
+	downloads *asset.FailureLog
 }
 
 // newTerm builds the services of sched: Execution and Operations, the
@@ -73,7 +76,7 @@ func newTerm(cfg config.Config, log *slog.Logger, sched *scheduler.Scheduler, nu
 	ws := execution.NewWorkerService(sched, d.results, obs)
 	admin := execution.NewAdminService(sched, exec.KeyNames, d.admin, d.reload, log)
 	pages := &statusPages{sched: sched, keys: exec.KeyNames,
-		page: status.New(sched, admin, d.cas, hist, exec.KeyNames, d.policy, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log})}
+		page: status.New(sched, admin, d.cas, hist, exec.KeyNames, d.policy, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log, Downloads: d.downloads})}
 	return &term{sched: sched, exec: exec, ws: ws, admin: admin, pages: pages, hist: hist, number: number}, nil
 }
 

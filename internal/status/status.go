@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	adminpb "github.com/gantry-build/gantry/api/admin/v1"
+	"github.com/gantry-build/gantry/internal/asset"
 	"github.com/gantry-build/gantry/internal/auth"
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
@@ -48,6 +49,9 @@ type Options struct {
 	// Refresh is the meta refresh interval of the list pages; 0 is off.
 	Refresh time.Duration
 	Logger  *slog.Logger
+	// Downloads are the Remote Asset API's recent failed fetches, listed
+	// on the failures page (nil: none served here).
+	Downloads *asset.FailureLog
 }
 
 // Handler serves the status pages.
@@ -362,11 +366,17 @@ func (h *Handler) failures(w http.ResponseWriter, r *http.Request) {
 	p := readPage(r, "page")
 	fs, total := h.sched.Failures(p.Offset(), p.Per)
 	p.Total = total
+	var downloads []asset.Failure
+	if h.opts.Downloads != nil {
+		downloads = h.opts.Downloads.Recent()
+	}
 	h.render(w, "failures", struct {
 		frame
-		Failures []scheduler.FailedOperation
-		Page     page
-	}{h.frame(r, "Recent failures", true), fs, p})
+		Failures  []scheduler.FailedOperation
+		Page      page
+		Downloads []asset.Failure
+		Served    bool
+	}{h.frame(r, "Recent failures", true), fs, p, downloads, h.opts.Downloads != nil})
 }
 
 // stamp is one step of an operation's timeline.

@@ -175,6 +175,11 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 {{range .Failures}}<tr><td>{{when .At}}</td><td><a href="/status/operation?name={{.Name}}">{{.Name}}</a></td><td>{{or .Instance "(default)"}}</td><td>{{.Worker}}</td><td>{{.Code}}</td><td class="n">{{.ExitCode}}</td><td>{{truncate .Message 200}}</td></tr>
 {{else}}<tr><td colspan="7" class="muted">no failures</td></tr>{{end}}</table>
 {{template "pager" .Page}}
+{{if .Served}}<h2>Failed downloads</h2>
+<p>Fetches from origins for the Remote Asset API (Bazel's remote downloader) that failed, newest first; the last 200 are kept in memory.</p>
+<table id="download-failures"><tr><th>When (UTC)</th><th>Instance</th><th>Kind</th><th>URI</th><th>Error</th></tr>
+{{range .Downloads}}<tr><td>{{when .At}}</td><td>{{or .Instance "(default)"}}</td><td>{{.Kind}}</td><td>{{truncate .URI 200}}</td><td>{{truncate .Err 300}}</td></tr>
+{{else}}<tr><td colspan="5" class="muted">no failed downloads</td></tr>{{end}}</table>{{end}}
 {{template "foot" .}}{{end}}
 
 {{define "operation"}}{{template "head" .}}
