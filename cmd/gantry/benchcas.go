@@ -49,9 +49,9 @@ type casPlan struct {
 	perCall    int   // small blobs per batch call
 	inFlight   int   // batch calls at once
 	runs       int
-	window     int32 // the client's flow-control window; 0: grpc-go's default
-	serverPID  int   // report this process's CPU per run; 0: none
-	compressor bool  // batch-read: accept zstd
+	window     int32  // the client's flow-control window; 0: grpc-go's default
+	serverPID  int    // report this process's CPU per run; 0: none
+	compressor bool   // batch-read: accept zstd
 	cpuProfile string // write this process's CPU profile here
 }
 
