@@ -143,6 +143,7 @@ Gantry server: other REAPI servers have their own worker protocols.`,
 	fl.IntVar(&f.noopSlots, "noop-slots", defaultNoopSlots, "actions each no-op worker holds at once")
 	fl.BoolVar(&f.findMissing, "find-missing", false, "call FindMissingBlobs before uploading each action's Command and Action")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the load generator (read it with go tool pprof)")
+	cmd.AddCommand(newBenchCASCommand())
 	return cmd
 }
 

@@ -74,6 +74,10 @@ Flags given on the command line override the config file.`,
 			}
 			log := newLogger(cfg.Log)
 			gctune.Floor(gctune.DefaultHeadroom)
+			if cfg.Storage.CAS.Backend == "memory" {
+				// The CAS is most of the heap: keep garbage from doubling it.
+				gctune.LimitHeld(int64(cfg.Storage.CAS.MaxSize))
+			}
 			var opts []server.Option
 			if configPath != "" {
 				// The admin ReloadConfig control (and the status page's

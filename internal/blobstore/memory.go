@@ -1,7 +1,6 @@
 package blobstore
 
 import (
-	"bytes"
 	"container/list"
 	"context"
 	"io"
@@ -21,8 +20,26 @@ type Memory struct {
 }
 
 type memEntry struct {
-	d    digest.Digest
-	data []byte
+	d      digest.Digest
+	chunks memChunks
+}
+
+// memChunkSize is the size of the pieces a blob is held in. A blob is
+// never one large slice: its writer allocates each piece once, as the
+// bytes arrive (the digest gives the size, so nothing is ever grown and
+// copied), and no allocation is larger than this, so a big blob costs
+// neither a large contiguous span nor a copy, and its memory is what it
+// holds, not a doubling buffer's slack.
+const memChunkSize = 1 << 20
+
+// memChunks is a blob's bytes: every piece memChunkSize long but the last.
+type memChunks [][]byte
+
+func (c memChunks) size() int64 {
+	if len(c) == 0 {
+		return 0
+	}
+	return int64(len(c)-1)*memChunkSize + int64(len(c[len(c)-1]))
 }
 
 var _ Store = (*Memory)(nil)
@@ -65,34 +82,95 @@ func (m *Memory) Open(_ context.Context, d digest.Digest, offset int64) (io.Read
 	if offset < 0 {
 		return nil, negativeOffset(d, offset)
 	}
-	data := e.Value.(*memEntry).data
-	if offset > int64(len(data)) {
-		offset = int64(len(data))
-	}
-	return io.NopCloser(bytes.NewReader(data[offset:])), nil
+	chunks := e.Value.(*memEntry).chunks
+	offset = min(offset, chunks.size())
+	return &memReader{chunks: chunks, i: int(offset / memChunkSize), off: int(offset % memChunkSize)}, nil
 }
+
+// memReader streams a blob's chunks without copying them into one.
+type memReader struct {
+	chunks memChunks
+	i, off int // the next byte is chunks[i][off]
+}
+
+func (r *memReader) next() []byte {
+	for r.i < len(r.chunks) && r.off == len(r.chunks[r.i]) {
+		r.i, r.off = r.i+1, 0
+	}
+	if r.i == len(r.chunks) {
+		return nil
+	}
+	return r.chunks[r.i][r.off:]
+}
+
+func (r *memReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		c := r.next()
+		if c == nil {
+			break
+		}
+		k := copy(p[n:], c)
+		n += k
+		r.off += k
+	}
+	if n == 0 && len(p) > 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// WriteTo hands w the chunks themselves, which w must not keep or change
+// (the io.Writer contract).
+func (r *memReader) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for c := r.next(); c != nil; c = r.next() {
+		n, err := w.Write(c)
+		total += int64(n)
+		r.off += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+func (r *memReader) Close() error { r.chunks = nil; return nil }
 
 // Create implements Store.
 func (m *Memory) Create(_ context.Context, d digest.Digest) (Writer, error) {
-	return &memWriter{m: m, v: newVerifier(d), buf: make([]byte, 0, min(d.Size, 1<<20))}, nil
+	return &memWriter{m: m, v: newVerifier(d)}, nil
 }
 
 type memWriter struct {
-	m    *Memory
-	v    verifier
-	buf  []byte
-	done bool // committed or closed
+	m      *Memory
+	v      verifier
+	chunks memChunks // the last one may have room left
+	done   bool      // committed or closed
 }
 
 func (w *memWriter) Write(p []byte) (int, error) {
 	if w.done {
 		return 0, errWriterDone
 	}
+	// The verifier refuses bytes beyond the digest's size, so the chunks
+	// allocated below never add up to more than the blob.
 	if err := w.v.write(p); err != nil {
 		return 0, err
 	}
-	w.buf = append(w.buf, p...)
-	return len(p), nil
+	n := len(p)
+	for len(p) > 0 {
+		last := len(w.chunks) - 1
+		if last < 0 || len(w.chunks[last]) == cap(w.chunks[last]) {
+			held := int64(len(w.chunks)) * memChunkSize
+			w.chunks = append(w.chunks, make([]byte, 0, min(memChunkSize, w.v.want.Size-held)))
+			last++
+		}
+		c := w.chunks[last]
+		k := copy(c[len(c):cap(c)], p)
+		w.chunks[last], p = c[:len(c)+k], p[k:]
+	}
+	return n, nil
 }
 
 func (w *memWriter) Written() int64 { return w.v.n }
@@ -104,14 +182,14 @@ func (w *memWriter) Commit() error {
 	if err := w.v.check(); err != nil {
 		return err
 	}
-	w.m.insert(w.v.want, w.buf)
-	w.buf, w.done = nil, true
+	w.m.insert(w.v.want, w.chunks)
+	w.chunks, w.done = nil, true
 	return nil
 }
 
-func (w *memWriter) Close() error { w.buf, w.done = nil, true; return nil }
+func (w *memWriter) Close() error { w.chunks, w.done = nil, true; return nil }
 
-func (m *Memory) insert(d digest.Digest, data []byte) {
+func (m *Memory) insert(d digest.Digest, chunks memChunks) {
 	if d.IsEmpty() {
 		return
 	}
@@ -121,14 +199,14 @@ func (m *Memory) insert(d digest.Digest, data []byte) {
 		m.lru.MoveToFront(e)
 		return
 	}
-	m.index[d] = m.lru.PushFront(&memEntry{d: d, data: data})
-	m.total += int64(len(data))
+	m.index[d] = m.lru.PushFront(&memEntry{d: d, chunks: chunks})
+	m.total += chunks.size()
 	for m.maxBytes > 0 && m.total > m.maxBytes && m.lru.Len() > 1 {
 		back := m.lru.Back()
 		ent := back.Value.(*memEntry)
 		m.lru.Remove(back)
 		delete(m.index, ent.d)
-		m.total -= int64(len(ent.data))
+		m.total -= ent.chunks.size()
 	}
 }
 

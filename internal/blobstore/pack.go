@@ -195,11 +195,17 @@ func (packFormat) Verify(rec []byte) bool {
 	return crc32.Checksum(rec[hdrLen:], castagnoli) == binary.LittleEndian.Uint32(rec[12:])
 }
 
-// checkRecord reports whether rec is an intact record of d.
+// checkRecord reports whether rec is an intact record of d. It allocates
+// nothing (BatchReadBlobs checks a record per blob): the header's hash is
+// compared with d's in hex on the stack.
 func checkRecord(rec []byte, d digest.Digest) bool {
-	got, crc, hdrLen, ok := parseHeader(rec)
-	return ok && got == d && int64(len(rec)) == int64(hdrLen)+d.Size &&
-		crc32.Checksum(rec[hdrLen:], castagnoli) == crc
+	hdrLen, size, ok := frameHeader(rec)
+	if !ok || digest.Function(rec[4]) != d.Function || size != d.Size || int64(len(rec)) != int64(hdrLen)+d.Size {
+		return false
+	}
+	var hx [2 * maxHashBytes]byte
+	n := hex.Encode(hx[:], rec[recFixedHdr:hdrLen-4])
+	return string(hx[:n]) == d.Hash && crc32.Checksum(rec[hdrLen:], castagnoli) == binary.LittleEndian.Uint32(rec[12:])
 }
 
 // packedRecord is a record found by the start-up scan.

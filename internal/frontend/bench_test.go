@@ -270,6 +270,48 @@ func BenchmarkBatchUpdateBlobs10k1KiB(b *testing.B) {
 	cpu.report(b)
 }
 
+// BenchmarkBatchReadBlobs10k1KiB reads 10,000 stored 1 KiB blobs per
+// iteration, 1,000 per BatchReadBlobs call, one call at a time (as the
+// outside figures of issue 23 were taken), and reports blobs/s.
+func BenchmarkBatchReadBlobs10k1KiB(b *testing.B) {
+	const n, size, perCall = 10000, 1 << 10, 1000
+	e := benchEnv(b)
+	blobs := make([][]byte, n)
+	ds := make([]digest.Digest, n)
+	for j := range blobs {
+		blobs[j] = randomBlob(fmt.Sprint("batchread", j), size)
+		ds[j] = digest.Compute(digest.SHA256, blobs[j])
+	}
+	for _, req := range batches(blobs, ds, int(defaultOptions().MaxBatchSize)) {
+		if _, err := e.cas.BatchUpdateBlobs(context.Background(), req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var reqs []*repb.BatchReadBlobsRequest
+	for j := 0; j < n; j += perCall {
+		reqs = append(reqs, &repb.BatchReadBlobsRequest{Digests: protos(ds[j : j+perCall]...)})
+	}
+	var cpu cpuMeter
+	b.ResetTimer()
+	cpu.start()
+	for i := 0; i < b.N; i++ {
+		for _, req := range reqs {
+			resp, err := e.cas.BatchReadBlobs(context.Background(), req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, r := range resp.Responses {
+				if r.Status.GetCode() != 0 || len(r.Data) != size {
+					b.Fatalf("blob %v: %v, %d bytes", r.Digest, r.Status, len(r.Data))
+				}
+			}
+		}
+	}
+	cpu.stop()
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "blobs/s")
+	cpu.report(b)
+}
+
 // BenchmarkFindMissingBlobs10k asks about 10,000 digests per call, half of
 // them present, and reports digests/s: one call at a time, and with as
 // many calls in flight as there are cores, as a build client issuing them

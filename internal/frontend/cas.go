@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/klauspost/compress/zstd"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/genproto/googleapis/rpc/code"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
@@ -232,31 +233,50 @@ func (s *Server) BatchReadBlobs(ctx context.Context, req *repb.BatchReadBlobsReq
 			zstdOK = true
 		}
 	}
+	// The store reads the blobs all at once (see blobstore.GetBatch), and
+	// the responses are allocated together: a batch of small blobs costs
+	// little more than its bytes.
+	data, errs := blobstore.GetBatch(ctx, s.cas, ds)
 	resp := &repb.BatchReadBlobsResponse{Responses: make([]*repb.BatchReadBlobsResponse_Response, len(ds))}
-	// The blobs are read batchReaders at a time: from a bucket each is a
-	// round trip, which one after another would add up.
-	var g errgroup.Group
-	g.SetLimit(batchReaders)
-	for i, d := range ds {
-		g.Go(func() error {
-			r := &repb.BatchReadBlobsResponse_Response{Digest: req.Digests[i]}
-			data, err := blobstore.Get(ctx, s.cas, d)
-			if err == nil && zstdOK && len(data) > 0 {
-				r.Compressor = repb.Compressor_ZSTD
-				data = zstdEncoder.EncodeAll(data, nil)
-			}
-			r.Data = data
-			r.Status = rpcStatus(storeError(err, "blob "+d.String()))
-			resp.Responses[i] = r
-			return nil
-		})
+	rs := make([]repb.BatchReadBlobsResponse_Response, len(ds))
+	ok := rpcStatus(nil) // shared: responses are only marshalled
+	for i := range rs {
+		r := &rs[i]
+		r.Digest, r.Data, r.Status = req.Digests[i], data[i], ok
+		if errs[i] != nil {
+			r.Data, r.Status = nil, rpcStatus(storeError(errs[i], "blob "+ds[i].String()))
+		}
+		resp.Responses[i] = r
 	}
-	g.Wait()
+	if zstdOK {
+		compressAll(rs)
+	}
 	return resp, nil
 }
 
-// batchReaders bounds the blobs one BatchReadBlobs call reads at once.
-const batchReaders = 16
+// compressAll compresses the blobs of rs with zstd, on every core, and
+// keeps each compressed copy only if it is smaller (IDENTITY is always
+// acceptable, and tiny or random blobs only grow).
+func compressAll(rs []repb.BatchReadBlobsResponse_Response) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(rs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(rs); i = int(next.Add(1) - 1) {
+				r := &rs[i]
+				if len(r.Data) == 0 {
+					continue
+				}
+				if z := zstdEncoder.EncodeAll(r.Data, nil); len(z) < len(r.Data) {
+					r.Data, r.Compressor = z, repb.Compressor_ZSTD
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
 
 // maxTreePage bounds the directories returned per GetTree response.
 const maxTreePage = 1000

@@ -355,6 +355,27 @@ func TestBatchReadBlobs(t *testing.T) {
 	}
 }
 
+// TestBatchReadBlobsCompressesOnlyWhatShrinks: with zstd acceptable, a
+// compressible blob comes back compressed and one that zstd would make
+// larger (a few bytes: zstd's frame alone is bigger) comes back as it is.
+func TestBatchReadBlobsCompressesOnlyWhatShrinks(t *testing.T) {
+	e := newEnv(t, nil, defaultOptions())
+	small := e.put(t, digest.SHA256, []byte("blob a"))
+	big := e.put(t, digest.SHA256, bytes.Repeat([]byte("b"), 10000))
+	resp, err := e.cas.BatchReadBlobs(testCtx(t), &repb.BatchReadBlobsRequest{
+		Digests: protos(small, big), AcceptableCompressors: []repb.Compressor_Value{repb.Compressor_ZSTD},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := resp.Responses[0].Compressor; c != repb.Compressor_IDENTITY || string(resp.Responses[0].Data) != "blob a" {
+		t.Errorf("6-byte blob: compressor %v, data %q; want it as it is", c, resp.Responses[0].Data)
+	}
+	if r := resp.Responses[1]; r.Compressor != repb.Compressor_ZSTD || len(r.Data) >= 10000 {
+		t.Errorf("10,000 repeated bytes: compressor %v, %d bytes; want zstd, smaller", r.Compressor, len(r.Data))
+	}
+}
+
 // tree is a 3-level directory tree:
 //
 //	root/{a/{c/}, b/{c/, f}, m -> missing}

@@ -77,11 +77,15 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 		if bs, ok := encodeBatchUpdateResponse(m); ok {
 			return bs, nil
 		}
+	case *repb.BatchReadBlobsResponse:
+		if bs, ok := encodeBatchReadResponse(m); ok {
+			return bs, nil
+		}
 	}
 	return c.std.Marshal(v)
 }
 
-// The responses to FindMissingBlobs and BatchUpdateBlobs hold thousands
+// The responses to FindMissingBlobs, BatchUpdateBlobs and BatchReadBlobs hold thousands
 // of small messages; proto.Marshal walks them through reflection tables
 // twice (size, then bytes). These encoders write the same bytes directly,
 // for the responses the handlers build: no unknown fields, no nil
@@ -190,6 +194,75 @@ func encodeBatchUpdateResponse(m *repb.BatchUpdateBlobsResponse) (mem.BufferSlic
 	return wrapEncoded(b), true
 }
 
+// encodeBatchReadResponse writes a BatchReadBlobsResponse as
+// proto.Marshal would (fields in number order: digest, data, status,
+// compressor), straight into one pooled buffer.
+func encodeBatchReadResponse(m *repb.BatchReadBlobsResponse) (mem.BufferSlice, bool) {
+	if len(m.ProtoReflect().GetUnknown()) != 0 {
+		return nil, false
+	}
+	n := 0
+	for _, r := range m.Responses {
+		if r == nil || len(r.ProtoReflect().GetUnknown()) != 0 || (r.Digest != nil && !plainDigest(r.Digest)) {
+			return nil, false
+		}
+		n += 1 + protowire.SizeBytes(readResponseLen(r))
+	}
+	b := encodedBuffer(n)
+	for _, r := range m.Responses {
+		b = append(b, tagBytes1)
+		b = protowire.AppendVarint(b, uint64(readResponseLen(r)))
+		if r.Digest != nil {
+			b = append(b, tagBytes1)
+			b = protowire.AppendVarint(b, uint64(digestLen(r.Digest)))
+			b = appendDigest(b, r.Digest)
+		}
+		if len(r.Data) > 0 {
+			b = append(b, tagBytes2)
+			b = protowire.AppendBytes(b, r.Data)
+		}
+		if r.Status != nil {
+			b = append(b, tagBytes3)
+			if okStatus(r.Status) {
+				b = append(b, 0)
+			} else {
+				b = protowire.AppendVarint(b, uint64(proto.Size(r.Status)))
+				var err error
+				if b, err = (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(b, r.Status); err != nil {
+					return nil, false
+				}
+			}
+		}
+		if r.Compressor != 0 {
+			b = append(b, tagVarint4)
+			b = protowire.AppendVarint(b, uint64(r.Compressor))
+		}
+	}
+	return wrapEncoded(b), true
+}
+
+// readResponseLen is the encoded length of r (see encodeBatchReadResponse).
+func readResponseLen(r *repb.BatchReadBlobsResponse_Response) int {
+	n := 0
+	if r.Digest != nil {
+		n += 1 + protowire.SizeBytes(digestLen(r.Digest))
+	}
+	if len(r.Data) > 0 {
+		n += 1 + protowire.SizeBytes(len(r.Data))
+	}
+	if r.Status != nil {
+		k := 0
+		if !okStatus(r.Status) {
+			k = proto.Size(r.Status)
+		}
+		n += 1 + protowire.SizeBytes(k)
+	}
+	if r.Compressor != 0 {
+		n += 1 + protowire.SizeVarint(uint64(r.Compressor))
+	}
+	return n
+}
+
 // okStatus reports whether st is a plain OK status: it encodes to nothing.
 func okStatus(st *rpcstatus.Status) bool {
 	return st.Code == 0 && st.Message == "" && len(st.Details) == 0 && len(st.ProtoReflect().GetUnknown()) == 0
@@ -240,6 +313,8 @@ const (
 	tagBytes1  = 1<<3 | 2
 	tagBytes2  = 2<<3 | 2
 	tagVarint2 = 2<<3 | 0
+	tagBytes3  = 3<<3 | 2
+	tagVarint4 = 4<<3 | 0
 	tagVarint3 = 3<<3 | 0
 	tagVarint5 = 5<<3 | 0
 	tagBytes10 = 10<<3 | 2

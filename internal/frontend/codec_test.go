@@ -37,6 +37,7 @@ func TestCodecMatchesProto(t *testing.T) {
 	h := strings.Repeat("cd", 32)
 	fm := &repb.FindMissingBlobsResponse{}
 	bu := &repb.BatchUpdateBlobsResponse{}
+	br := &repb.BatchReadBlobsResponse{}
 	for i := range 3000 {
 		fm.MissingBlobDigests = append(fm.MissingBlobDigests, &repb.Digest{Hash: h[:i%65], SizeBytes: int64(i*i*i) - 5})
 		r := &repb.BatchUpdateBlobsResponse_Response{Digest: &repb.Digest{Hash: h, SizeBytes: int64(i)}, Status: &rpcstatus.Status{}}
@@ -53,11 +54,22 @@ func TestCodecMatchesProto(t *testing.T) {
 			r.Digest = &repb.Digest{}
 		}
 		bu.Responses = append(bu.Responses, r)
+		rr := &repb.BatchReadBlobsResponse_Response{Digest: r.Digest, Status: r.Status, Data: randomBlob(fmt.Sprint("br", i), i%200*(i%3))}
+		switch i % 5 {
+		case 1:
+			rr.Compressor = repb.Compressor_ZSTD
+		case 2:
+			rr.Compressor = -3
+		}
+		br.Responses = append(br.Responses, rr)
 	}
 	odd := &repb.Digest{Hash: "x"}
 	odd.ProtoReflect().SetUnknown([]byte{0x18, 0x01})
 	withDetails, _ := status.New(codes.Internal, "x").WithDetails(&repb.Digest{Hash: "y"})
-	msgs = append(msgs, fm, bu,
+	msgs = append(msgs, fm, bu, br,
+		&repb.BatchReadBlobsResponse{},
+		&repb.BatchReadBlobsResponse{Responses: []*repb.BatchReadBlobsResponse_Response{{Digest: odd}}},
+		&repb.BatchReadBlobsResponse{Responses: []*repb.BatchReadBlobsResponse_Response{{Status: withDetails.Proto(), Data: []byte("x")}}},
 		&repb.FindMissingBlobsResponse{},
 		&repb.BatchUpdateBlobsResponse{},
 		&repb.FindMissingBlobsResponse{MissingBlobDigests: []*repb.Digest{odd}},
