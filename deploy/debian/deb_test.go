@@ -175,15 +175,15 @@ func TestDebianPackage(t *testing.T) {
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)
 	}
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
+	exited := make(chan struct{})
+	go func() {
 		serve.Wait()
 		logFile.Close()
+		close(exited)
+	}()
+	stop := func() {
+		cancel()
+		<-exited
 	}
 	t.Cleanup(func() {
 		stop()
@@ -201,10 +201,14 @@ func TestDebianPackage(t *testing.T) {
 				break
 			}
 		}
-		if serve.ProcessState != nil || time.Now().After(deadline) {
+		if time.Now().After(deadline) {
 			t.Fatalf("the packaged gantry serve did not become healthy within 60s: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-exited:
+			t.Fatalf("the packaged gantry serve exited: %v", serve.ProcessState)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 
 	runCtx, runCancel := context.WithTimeout(context.Background(), 2*time.Minute)
