@@ -72,7 +72,8 @@ func TestImageRunsInPodman(t *testing.T) {
 	// Host networking: the CI machine has no CNI bridge set up, and the
 	// ports stay on loopback. The image's default command listens on
 	// 0.0.0.0:8980; here the ports are the test's.
-	args := append([]string{"run", "--detach", "--rm", "--name", name, "--network=host"}, ulimitArgs(t)...)
+	// No --rm: the cleanup removes it, after reading its log on failure.
+	args := append([]string{"run", "--detach", "--name", name, "--network=host"}, ulimitArgs(t)...)
 	args = append(args, ref, "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", grpcPort), "--http-listen", fmt.Sprintf("127.0.0.1:%d", httpPort), "--data-dir", DataDir)
 	if out, err := podman(t, args...); err != nil {
 		t.Fatalf("podman run: %v\n%s", err, out)
@@ -97,6 +98,9 @@ func TestImageRunsInPodman(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the container's %s did not answer ok within 60s: %v", healthz, err)
+		}
+		if state, _ := podman(t, "inspect", "--format", "{{.State.Status}}", name); strings.TrimSpace(state) == "exited" {
+			t.Fatalf("the container exited before it served %s", healthz)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
