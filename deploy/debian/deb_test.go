@@ -63,7 +63,8 @@ func unitKeys(t *testing.T, path string) map[string][]string {
 // checks its files, the gantry user and the conffile, verifies the units
 // with systemd-analyze, then starts gantry-serve@all's command line with the
 // packaged configuration as the packaged user and runs one action on its
-// embedded worker. It purges the package at the end.
+// embedded worker, and one on gantry-worker's command line started the same
+// way. It purges the package at the end.
 func TestDebianPackage(t *testing.T) {
 	deb := deploytest.Dist(t, "gantry_*_amd64.deb")
 	deploytest.RequireRoot(t, "dpkg -i installs system-wide")
@@ -225,6 +226,59 @@ func TestDebianPackage(t *testing.T) {
 	if len(lines) != 2 || lines[0] != "gantry" || !strings.HasPrefix(lines[1], "/var/lib/gantry/worker/") {
 		t.Fatalf("the action printed %q; want the gantry user and an exec root under /var/lib/gantry/worker", out)
 	}
+	// gantry-worker's command line against that server, with the unit's
+	// environment (GANTRY_SERVER, GANTRY_WORKER_ARGS as
+	// /etc/default/gantry-worker would set them); an action pinned to it
+	// runs there, not on the embedded worker.
+	wkeys := unitKeys(t, "/lib/systemd/system/gantry-worker.service")
+	var wargv []string
+	for _, f := range strings.Fields(wkeys["ExecStart"][0]) {
+		if f == "$GANTRY_WORKER_ARGS" {
+			wargv = append(wargv, "--id", "deb-test-worker")
+			continue
+		}
+		wargv = append(wargv, f)
+	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	worker := exec.CommandContext(wctx, "setpriv", append([]string{"--reuid", "gantry", "--regid", "gantry", "--init-groups", "--"}, wargv...)...)
+	worker.Dir = wkeys["WorkingDirectory"][0]
+	worker.Env = []string{"PATH=/usr/bin:/bin", "GANTRY_SERVER=" + grpcAddr}
+	var wlog strings.Builder
+	worker.Stdout, worker.Stderr = &wlog, &wlog
+	worker.Cancel = func() error { return worker.Process.Signal(syscall.SIGTERM) }
+	worker.WaitDelay = 20 * time.Second
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	wexited := make(chan struct{})
+	go func() {
+		worker.Wait()
+		close(wexited)
+	}()
+	defer func() {
+		wcancel()
+		<-wexited
+		if t.Failed() {
+			t.Logf("gantry worker's log:\n%s", wlog.String())
+		}
+	}()
+	pinned := exec.CommandContext(runCtx, "/usr/bin/gantry", "run", "--no-cache", "--server", grpcAddr, "--platform", "Worker=deb-test-worker", "--", "/bin/sh", "-c", "id -un; pwd")
+	pinned.Dir = t.TempDir()
+	out, err = pinned.CombinedOutput()
+	if err != nil {
+		t.Fatalf("gantry run on the packaged gantry-worker: %v\n%s", err, out)
+	}
+	lines = strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 2 || lines[0] != "gantry" || !strings.HasPrefix(lines[1], "/var/lib/gantry/standalone-worker/") {
+		t.Fatalf("the pinned action printed %q; want the gantry user and an exec root under /var/lib/gantry/standalone-worker", out)
+	}
+	wcancel()
+	<-wexited
+	if !worker.ProcessState.Success() {
+		t.Errorf("gantry worker did not stop cleanly on SIGTERM: %v", worker.ProcessState)
+	}
+
 	stop()
 	if !serve.ProcessState.Success() {
 		t.Errorf("gantry serve did not stop cleanly on SIGTERM: %v", serve.ProcessState)
