@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/gantry-build/gantry v0.0.0-00010101000000-000000000000
 	github.com/google/go-containerregistry v0.22.1
+	golang.org/x/mod v0.42.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	sigs.k8s.io/yaml v1.6.0
