@@ -8,6 +8,8 @@
 #   deploy/image   the image's config; podman runs it and one action
 #   deploy/helm    helm lint, helm template with each value set, the objects
 #                  decoded strictly into k8s.io/api types
+#   deploy/goinstall  go install .../cmd/gantry@latest from a local proxy;
+#                  gantry version names the version and commit
 # scripts/test.sh runs it after the main suite. Under CI=true a missing tool
 # (helm, nfpm, podman, runc, systemd-analyze) or not being root fails.
 set -euo pipefail
