@@ -7,9 +7,10 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gantry-build/gantry/deploy/internal/deploytest"
 )
@@ -25,13 +26,13 @@ var podmanArgs = []string{"--cgroup-manager=cgroupfs", "--storage-driver=vfs", "
 // (podman's default asks for 1Mi open files), and podman lowers its own
 // RLIMIT_NPROC to 32768 before starting the runtime.
 func ulimitArgs(t *testing.T) []string {
-	var nofile syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile); err != nil {
+	var nofile unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile); err != nil {
 		t.Fatal(err)
 	}
 	nproc := uint64(32768)
-	var cur syscall.Rlimit
-	if err := syscall.Getrlimit(6 /* RLIMIT_NPROC */, &cur); err == nil && cur.Cur < nproc {
+	var cur unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NPROC, &cur); err == nil && cur.Cur < nproc {
 		nproc = cur.Cur
 	}
 	return []string{fmt.Sprintf("--ulimit=nofile=%d:%d", nofile.Cur, nofile.Cur), fmt.Sprintf("--ulimit=nproc=%d:%d", nproc, nproc)}
