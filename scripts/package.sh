@@ -62,7 +62,7 @@ build_deb() {
 
 build_image() {
   [ -x "$DIST/gantry" ] || build_binary
-  (cd deploy && go run ./cmd/gantry-image --binary "$DIST/gantry" --version "$GANTRY_VERSION" \
+  (cd deploy && go run -mod=mod ./cmd/gantry-image --binary "$DIST/gantry" --version "$GANTRY_VERSION" \
     --revision "$COMMIT" --out "$DIST/gantry-image.tar")
 }
 

@@ -27,6 +27,9 @@ echo "deploy: packaging took $((SECONDS - start))s"
 echo "== deploy: go vet, go test (deploy module)"
 start=$SECONDS
 cd deploy
+# -mod=mod: when the main module gains dependencies that internal/config
+# imports, this module's go.mod and go.sum follow without a manual tidy.
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod"
 go vet ./...
 GANTRY_DIST="$DIST" go test -count=1 -timeout 20m "$@" ./...
 echo "deploy: tests took $((SECONDS - start))s"
