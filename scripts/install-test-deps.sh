@@ -5,6 +5,8 @@
 #   - protobuf-compiler, bubblewrap, postgresql (server binaries), chromium (headless),
 #     haproxy (the load balancer of the multi-node test)
 #   - MinIO server (built with `go install` into $REPO/.tools/bin, about 5 minutes)
+#   - helm and nfpm (pinned, built with `go install` into $REPO/.tools/bin) and
+#     podman, runc and systemd (systemd-analyze) for the deployment tests
 #
 # Idempotent and non-interactive: it installs only what is missing, so a second run
 # returns in well under a second. Runs as root (as CI does), or through sudo when not
@@ -63,6 +65,19 @@ for tool in cmake make gcc; do
   fi
 done
 
+# podman and runc: the OCI image's run test (deploy/image); crun, podman's
+# default runtime, refuses the CI machines' hybrid cgroups. systemd:
+# systemd-analyze verify of the Debian package's units.
+if ! command -v podman >/dev/null 2>&1; then
+  missing+=(podman)
+fi
+if ! command -v runc >/dev/null 2>&1; then
+  missing+=(runc)
+fi
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  missing+=(systemd)
+fi
+
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   "${SUDO[@]}" apt-get update -q
@@ -111,10 +126,34 @@ else
   log "MinIO present"
 fi
 
+# --- helm and nfpm ----------------------------------------------------------------
+# Pinned; built from the Go module proxy into .tools/bin (helm about 4 minutes of
+# CPU, nfpm about 1), reused from $(go env GOPATH)/bin when that one is the
+# pinned version. scripts/package.sh and the deploy/ tests look in .tools/bin.
+go_tool() { # name module version
+  local name="$1" module="$2" version="$3" bin="$REPO/.tools/bin/$1"
+  local pkg="$module/cmd/$name" modpath="${module}"
+  if [ -x "$bin" ] && go version -m "$bin" 2>/dev/null | grep -q "mod[[:space:]]*$modpath[[:space:]]*$version"; then
+    log "$name $version present"
+    return
+  fi
+  mkdir -p "$REPO/.tools/bin"
+  local gp
+  gp="$(go env GOPATH | cut -d: -f1)/bin/$name"
+  if [ -x "$gp" ] && go version -m "$gp" 2>/dev/null | grep -q "mod[[:space:]]*$modpath[[:space:]]*$version"; then
+    cp "$gp" "$bin.tmp" && mv "$bin.tmp" "$bin"
+    return
+  fi
+  log "building $name $version into $REPO/.tools/bin"
+  GOBIN="$REPO/.tools/bin" go install "$pkg@$version" </dev/null
+}
+go_tool helm helm.sh/helm/v3 v3.22.0
+go_tool nfpm github.com/goreleaser/nfpm/v2 v2.45.2
+
 # --- .gitignore ------------------------------------------------------------------
 GI="$REPO/.gitignore"
 touch "$GI"
-for line in '.tools/' 'gantry-data/' 'bazel-*'; do
+for line in '.tools/' 'gantry-data/' 'bazel-*' 'dist/'; do
   grep -qxF -- "$line" "$GI" || echo "$line" >>"$GI"
 done
 
