@@ -53,6 +53,7 @@ type benchFlags struct {
 	platform        []string
 	skipCacheLookup bool
 	noopWorkers     int
+	workersOnly     bool
 	noopSlots       int
 	findMissing     bool
 	cpuProfile      string
@@ -69,6 +70,7 @@ type benchPlan struct {
 	platform        *repb.Platform // nil when no --platform was given
 	skipCacheLookup bool
 	noopWorkers     int
+	workersOnly     bool
 	noopSlots       int
 	findMissing     bool
 	cpuProfile      string // write the load generator's CPU profile here
@@ -113,10 +115,15 @@ protocol and complete every action instantly without running anything, to
 measure the scheduler and Execute path alone. Each holds up to --noop-slots
 actions: one Poll delivers the results of the previous batch and asks for
 as many new actions as it has slots. This works only against a
-Gantry server: other REAPI servers have their own worker protocols.`,
+Gantry server: other REAPI servers have their own worker protocols.
+With --workers-only the workers run alone (no load) until --duration ends
+or an interrupt, so that load, workers and server can each have a process
+of their own, as an outside measurement needs.`,
 		Example: `  gantry bench --actions 5000 --concurrency 32
   gantry bench --server buildbarn:8980 --instance fuse --platform OSFamily=Linux --duration 1m
-  gantry bench --noop-workers 16 --output-file=false --duration 30s`,
+  gantry bench --noop-workers 16 --output-file=false --duration 30s
+  gantry bench --workers-only --noop-workers 8 --noop-slots 1 --duration 2m &
+  gantry bench --concurrency 64 --output-file=false --duration 1m`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -141,6 +148,7 @@ Gantry server: other REAPI servers have their own worker protocols.`,
 	fl.BoolVar(&f.skipCacheLookup, "skip-cache-lookup", false, "set skip_cache_lookup in every ExecuteRequest")
 	fl.IntVar(&f.noopWorkers, "noop-workers", 0, "start this many in-process no-op workers (Gantry servers only)")
 	fl.IntVar(&f.noopSlots, "noop-slots", defaultNoopSlots, "actions each no-op worker holds at once")
+	fl.BoolVar(&f.workersOnly, "workers-only", false, "run only the --noop-workers (no load) until --duration ends or Ctrl-C, for a load generator in another process")
 	fl.BoolVar(&f.findMissing, "find-missing", false, "call FindMissingBlobs before uploading each action's Command and Action")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the load generator (read it with go tool pprof)")
 	cmd.AddCommand(newBenchCASCommand())
@@ -157,6 +165,7 @@ func (f *benchFlags) plan(actionsSet, durationSet bool) (*benchPlan, error) {
 		outputFile:      f.outputFile,
 		skipCacheLookup: f.skipCacheLookup,
 		noopWorkers:     f.noopWorkers,
+		workersOnly:     f.workersOnly,
 		noopSlots:       f.noopSlots,
 		findMissing:     f.findMissing,
 		cpuProfile:      f.cpuProfile,
@@ -189,6 +198,15 @@ func (f *benchFlags) plan(actionsSet, durationSet bool) (*benchPlan, error) {
 	}
 	if p.noopSlots < 1 {
 		return nil, fmt.Errorf("--noop-slots %d: it must be at least 1", p.noopSlots)
+	}
+	if p.workersOnly {
+		if p.noopWorkers < 1 {
+			return nil, errors.New("--workers-only runs no-op workers and nothing else; give their number with --noop-workers N")
+		}
+		if actionsSet {
+			return nil, errors.New("--workers-only sends no actions; drop --actions (give --duration to stop the workers after a while, or interrupt them)")
+		}
+		p.actions = 0
 	}
 	var err error
 	if p.platform, err = parsePlatform(f.platform); err != nil {
@@ -271,6 +289,9 @@ func runBench(ctx context.Context, plan *benchPlan, out, errOut io.Writer) error
 		return err
 	}
 	cas := client.NewCAS(conn, plan.instance, digest.SHA256, batchLimit)
+	if plan.workersOnly {
+		return serveNoopWorkers(ctx, plan, out, errOut)
+	}
 
 	loadCtx, stopLoad := context.WithCancelCause(ctx)
 	defer stopLoad(nil)
@@ -305,6 +326,39 @@ func runBench(ctx context.Context, plan *benchPlan, out, errOut io.Writer) error
 	}
 	if stats.failed > 0 {
 		return fmt.Errorf("%d of %d actions failed; the first: %v", stats.failed, stats.ok+stats.failed, stats.firstErr)
+	}
+	return nil
+}
+
+// serveNoopWorkers is --workers-only: the no-op workers serve a server
+// whose load comes from elsewhere (another gantry bench, a real client),
+// so that workers, load and server each run in a process of their own.
+// It ends with --duration or an interrupt and reports the actions the
+// workers finished.
+func serveNoopWorkers(ctx context.Context, plan *benchPlan, out, errOut io.Writer) error {
+	if plan.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, plan.duration)
+		defer cancel()
+	}
+	runCtx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	workers, stop, err := startWorkers(runCtx, plan, fail, errOut)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "gantry bench: %d no-op workers with %d slots each serving %s; interrupt to stop\n", plan.noopWorkers, plan.noopSlots, plan.server)
+	<-runCtx.Done()
+	stop()
+	var finished, accepted int64
+	for _, w := range workers {
+		finished, accepted = finished+w.Finished(), accepted+w.Completed()
+	}
+	// The last results go with a Poll the interrupt cuts short, so fewer
+	// may be accepted than finished.
+	fmt.Fprintf(out, "RESULT workers=%d finished=%d accepted=%d\n", len(workers), finished, accepted)
+	if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		return cause // a no-op worker failed
 	}
 	return nil
 }
@@ -359,9 +413,15 @@ func startNoopWorkers(ctx context.Context, plan *benchPlan, fail context.CancelC
 	if plan.noopWorkers == 0 {
 		return func() {}, nil
 	}
+	_, stop, err = startWorkers(ctx, plan, fail, errOut)
+	return stop, err
+}
+
+// startWorkers is startNoopWorkers, also returning the workers.
+func startWorkers(ctx context.Context, plan *benchPlan, fail context.CancelCauseFunc, errOut io.Writer) (workers []*client.NoopWorker, stop func(), err error) {
 	conn, err := dialServer(plan.server)
 	if err != nil {
-		return nil, fmt.Errorf("--server: %w", err)
+		return nil, nil, fmt.Errorf("--server: %w", err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	prefix := "bench-noop-" + client.NewUUID()[:8]
@@ -369,6 +429,7 @@ func startNoopWorkers(ctx context.Context, plan *benchPlan, fail context.CancelC
 	for i := range plan.noopWorkers {
 		w := client.NewNoopWorker(conn, fmt.Sprintf("%s-%d", prefix, i))
 		w.Slots = plan.noopSlots
+		workers = append(workers, w)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -378,7 +439,7 @@ func startNoopWorkers(ctx context.Context, plan *benchPlan, fail context.CancelC
 		}()
 	}
 	fmt.Fprintf(errOut, "bench: started %d no-op workers %s-*\n", plan.noopWorkers, prefix)
-	return func() {
+	return workers, func() {
 		cancel()
 		wg.Wait()
 		conn.Close()

@@ -747,6 +747,44 @@ func TestBenchWithNoopWorkers(t *testing.T) {
 	}
 }
 
+// --workers-only runs the no-op workers alone: a second bench without
+// workers (another process, in real use) gets its actions run by them, and
+// the workers report what they completed when interrupted.
+func TestBenchWorkersOnly(t *testing.T) {
+	fake := &fakeGantry{queue: make(chan *workerpb.Assignment, 100), results: map[string]chan *workerpb.CompleteRequest{},
+		workers: map[string]bool{}, completed: map[string]string{}}
+	addr := serve(t, true, func(g *grpc.Server, cas blobstore.Store) {
+		fake.cas = cas
+		repb.RegisterExecutionServer(g, fake)
+		workerpb.RegisterWorkersServer(g, fake)
+	})
+	plan, err := parseFlags(t, "--server", addr, "--workers-only", "--noop-workers", "2", "--noop-slots", "1", "--output-file=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out bytes.Buffer
+	errc := make(chan error, 1)
+	go func() { errc <- runBench(ctx, plan, &out, io.Discard) }()
+	stdout, stderr, result, err := runBenchCommand(t, "--server", addr, "--actions", "20", "--concurrency", "4", "--output-file=false")
+	if err != nil || result["actions"] != "20" || result["errors"] != "0" {
+		t.Fatalf("the load without workers: %v, RESULT %v\nstdout:\n%s\nstderr:\n%s", err, result, stdout, stderr)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("--workers-only after an interrupt: %v", err)
+	}
+	if !strings.Contains(out.String(), "RESULT workers=2 finished=20 ") {
+		t.Errorf("--workers-only report:\n%s\nwant the 2 workers and the 20 actions they finished", out.String())
+	}
+	for _, args := range [][]string{{"--workers-only"}, {"--workers-only", "--noop-workers", "1", "--actions", "5"}} {
+		if _, err := parseFlags(t, args...); err == nil {
+			t.Errorf("bench %q: no error", args)
+		}
+	}
+}
+
 // Interrupting stops the run and reports it as an error, not as failures.
 func TestBenchInterrupted(t *testing.T) {
 	exec := &blockingExecutor{started: make(chan struct{}, 100)}

@@ -54,6 +54,7 @@ type NoopWorker struct {
 	Logger *slog.Logger
 
 	client     workerpb.WorkersClient
+	finished   atomic.Int64
 	completed  atomic.Int64
 	rejected   atomic.Int64
 	heartbeats atomic.Int64
@@ -69,6 +70,11 @@ type NoopWorker struct {
 func NewNoopWorker(conn grpc.ClientConnInterface, id string) *NoopWorker {
 	return &NoopWorker{ID: id, client: workerpb.NewWorkersClient(conn)}
 }
+
+// Finished is the number of assignments the worker has finished: their
+// results are sent with its next Poll (Completed counts them once the
+// scheduler has accepted them).
+func (w *NoopWorker) Finished() int64 { return w.finished.Load() }
 
 // Completed is the number of results the scheduler accepted.
 func (w *NoopWorker) Completed() int64 { return w.completed.Load() }
@@ -161,6 +167,7 @@ func (w *NoopWorker) Run(ctx context.Context) error {
 			}
 			w.addLease(a.LeaseId)
 			pending = append(pending, c)
+			w.finished.Add(1)
 		}
 	}
 	return nil
