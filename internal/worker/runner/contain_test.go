@@ -442,7 +442,7 @@ func TestReaperLeavesExitStatusesAlone(t *testing.T) {
 						return
 					}
 					eventually(t, "the child to exit", func() bool { st, _, ok := procState(cmd.Process.Pid); return st == 'Z' || !ok })
-					reapOnce()
+					reapOnce(ownChildren)
 					err := cmd.Wait()
 					if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != i+1 {
 						errs <- fmt.Sprintf("exec.Command %d: %v", i+1, err)
