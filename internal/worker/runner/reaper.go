@@ -76,13 +76,14 @@ func kickReaper() {
 // reapLoop reaps adopted zombies whenever a child dies, and every few
 // seconds in case a SIGCHLD was merged with another.
 //
-// A SIGCHLD looks only at the main thread's children: the kernel gives an
-// adopted orphan to the subreaper's thread-group leader (the main thread,
-// which a Go program never ends), while the other threads' children are
+// A SIGCHLD or a kick looks only at the main thread's children: the
+// kernel gives an adopted orphan to the subreaper's thread-group leader
+// (the main thread, which a Go program never ends; see
+// TestOrphansGoToTheMainThread), while the other threads' children are
 // the actions' main processes, which their exec.Cmd reaps. Listing every
-// thread's children on each SIGCHLD cost ~30 reads of /proc per action
-// exit (14% of the server's CPU running trivial actions); the full list
-// is read on a kick and on the ticker, in case.
+// thread's children on each of those cost ~60 reads of /proc per action
+// (14% of the server's CPU running trivial actions); the full list is
+// read on the ticker, in case.
 func reapLoop(sigchld <-chan os.Signal) {
 	t := time.NewTicker(5 * time.Second)
 	for {
@@ -90,7 +91,7 @@ func reapLoop(sigchld <-chan os.Signal) {
 		case <-sigchld:
 			reapOnce(leaderChildren)
 		case <-host.kick:
-			reapOnce(ownChildren)
+			reapOnce(leaderChildren)
 		case <-t.C:
 			reapOnce(ownChildren)
 		}
