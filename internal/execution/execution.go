@@ -124,7 +124,9 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 			s.obs.CacheLookup(true)
 			st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
 			st.Response = &repb.ExecuteResponse{Result: ar, CachedResult: true, Status: status.New(codes.OK, "").Proto()}
-			if err := stream.Send(operation(name, st, ad.Function)); err != nil {
+			sent := st
+			sent.Response = s.withInlineOutputs(ctx, st.Response, ad.Function)
+			if err := stream.Send(operation(name, sent, ad.Function)); err != nil {
 				return err
 			}
 			var inv []string // for the log line only: not worked out when it is off
@@ -279,7 +281,11 @@ func (s *Service) follow(ctx context.Context, name string, fn digest.Function, s
 			return st, status.Errorf(codes.NotFound, "operation %s is no longer known; call Execute again", name)
 		}
 		if st.Stage != lastStage || st.Done {
-			if err := stream.Send(operation(name, st, fn)); err != nil {
+			sent := st
+			if st.Done {
+				sent.Response = s.withInlineOutputs(ctx, st.Response, fn)
+			}
+			if err := stream.Send(operation(name, sent, fn)); err != nil {
 				return st, err
 			}
 			lastStage = st.Stage

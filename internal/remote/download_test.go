@@ -62,6 +62,30 @@ head -c 2000000 /dev/zero | tr '\0' 'o'`),
 	}
 }
 
+// TestExecuteInlinesOutputs: an executed action's small output file
+// comes inside Execute's result (Gantry's client asks with a header), so
+// Download writes it without a call to the CAS.
+func TestExecuteInlinesOutputs(t *testing.T) {
+	c, _ := newClient(t)
+	root := t.TempDir()
+	spec := Spec{
+		Args:        sh(`echo compiled > a.o`),
+		Env:         []string{"PATH=/usr/bin:/bin"},
+		LocalRoot:   root,
+		OutputFiles: []string{"a.o"},
+	}
+	code, _, _, info := runSpec(t, c, spec)
+	if code != 0 || info.Lookup.Hit || info.Exec.OperationName == "" {
+		t.Fatalf("code %d, %+v: want an executed action", code, info)
+	}
+	if info.Download.Written != 1 || info.Download.Inlined != 1 {
+		t.Errorf("download %+v: want a.o written from the inlined result", info.Download)
+	}
+	if got := readFile(t, filepath.Join(root, "a.o")); got != "compiled\n" {
+		t.Errorf("a.o = %q", got)
+	}
+}
+
 // TestCacheHitInlinesMissingOutputs: a cache hit whose small output file
 // is missing locally gets it inside the ActionResult (no second call),
 // and a file that is present is not sent again.
@@ -74,7 +98,7 @@ func TestCacheHitInlinesMissingOutputs(t *testing.T) {
 		LocalRoot:   root,
 		OutputFiles: []string{"a.o", "b.o"},
 	}
-	if code, _, _, info := runSpec(t, c, spec); code != 0 || info.Lookup.Hit || info.Download.Inlined != 0 {
+	if code, _, _, info := runSpec(t, c, spec); code != 0 || info.Lookup.Hit {
 		t.Fatalf("first run: code %d, %+v", code, info)
 	}
 	if err := os.Remove(filepath.Join(root, "a.o")); err != nil {

@@ -1,0 +1,58 @@
+package execution
+
+import (
+	"context"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/digest"
+)
+
+// InlineOutputsHeader is the request header with which a client asks
+// Execute (and WaitExecution) to carry the output files' contents in the
+// final ExecuteResponse, as GetActionResult does with inline_output_files:
+// Gantry's own client sends it to save the call that would fetch a
+// compile's object file. REAPI has no such field for Execute and says a
+// server should not inline unasked, so other clients (Bazel) never get
+// contents they did not ask for.
+const InlineOutputsHeader = "gantry-inline-outputs"
+
+// executeInlineLimit bounds the bytes of output files one ExecuteResponse
+// carries inline, well below gRPC's default 4 MiB message limit.
+const executeInlineLimit = 1 << 20
+
+// wantsInline reports whether the caller asked for inlined outputs.
+func wantsInline(ctx context.Context) bool {
+	return len(metadata.ValueFromIncomingContext(ctx, InlineOutputsHeader)) > 0
+}
+
+// withInlineOutputs returns resp with the contents of its result's output
+// files filled in from the CAS, up to executeInlineLimit, if the caller
+// asked for them; resp itself (the scheduler's) is never changed. A file
+// that cannot be read is left for the client to fetch.
+func (s *Service) withInlineOutputs(ctx context.Context, resp *repb.ExecuteResponse, fn digest.Function) *repb.ExecuteResponse {
+	if resp == nil || len(resp.GetResult().GetOutputFiles()) == 0 || s.cas == nil || !wantsInline(ctx) {
+		return resp
+	}
+	out := proto.Clone(resp).(*repb.ExecuteResponse)
+	budget := int64(executeInlineLimit)
+	for _, f := range out.Result.OutputFiles {
+		if f.Digest == nil || f.Digest.SizeBytes == 0 || f.Digest.SizeBytes > budget || len(f.Contents) > 0 {
+			continue
+		}
+		d, err := digest.FromProto(fn, f.Digest)
+		if err != nil {
+			continue
+		}
+		data, err := blobstore.Get(ctx, s.cas, d)
+		if err != nil {
+			continue
+		}
+		f.Contents = data
+		budget -= int64(len(data))
+	}
+	return out
+}
