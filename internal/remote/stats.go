@@ -60,8 +60,9 @@ type DownloadStats struct {
 	// Inlined is how many of the written files came inside the
 	// ActionResult (no call to the CAS).
 	Inlined int
-	// DownloadedBytes counts the bytes fetched from the CAS (outputs,
-	// Trees, stdout and stderr that were not inlined).
+	// DownloadedBytes counts the output bytes that came from the server
+	// (inlined in the result or fetched from the CAS), Trees, and stdout
+	// and stderr that were not inlined.
 	DownloadedBytes int64
 	Duration        time.Duration
 }
