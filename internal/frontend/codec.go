@@ -173,22 +173,10 @@ func encodeBatchUpdateResponse(m *repb.BatchUpdateBlobsResponse) (mem.BufferSlic
 	for _, r := range m.Responses {
 		b = append(b, tagBytes1)
 		b = protowire.AppendVarint(b, uint64(responseLen(r)))
-		if r.Digest != nil {
-			b = append(b, tagBytes1)
-			b = protowire.AppendVarint(b, uint64(digestLen(r.Digest)))
-			b = appendDigest(b, r.Digest)
-		}
-		if r.Status != nil {
-			b = append(b, tagBytes2)
-			if okStatus(r.Status) {
-				b = append(b, 0)
-			} else {
-				b = protowire.AppendVarint(b, uint64(proto.Size(r.Status)))
-				var err error
-				if b, err = (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(b, r.Status); err != nil {
-					return nil, false
-				}
-			}
+		b = appendDigestField(b, r.Digest)
+		var ok bool
+		if b, ok = appendStatusField(b, tagBytes2, r.Status); !ok {
+			return nil, false
 		}
 	}
 	return wrapEncoded(b), true
@@ -212,26 +200,14 @@ func encodeBatchReadResponse(m *repb.BatchReadBlobsResponse) (mem.BufferSlice, b
 	for _, r := range m.Responses {
 		b = append(b, tagBytes1)
 		b = protowire.AppendVarint(b, uint64(readResponseLen(r)))
-		if r.Digest != nil {
-			b = append(b, tagBytes1)
-			b = protowire.AppendVarint(b, uint64(digestLen(r.Digest)))
-			b = appendDigest(b, r.Digest)
-		}
+		b = appendDigestField(b, r.Digest)
 		if len(r.Data) > 0 {
 			b = append(b, tagBytes2)
 			b = protowire.AppendBytes(b, r.Data)
 		}
-		if r.Status != nil {
-			b = append(b, tagBytes3)
-			if okStatus(r.Status) {
-				b = append(b, 0)
-			} else {
-				b = protowire.AppendVarint(b, uint64(proto.Size(r.Status)))
-				var err error
-				if b, err = (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(b, r.Status); err != nil {
-					return nil, false
-				}
-			}
+		var ok bool
+		if b, ok = appendStatusField(b, tagBytes3, r.Status); !ok {
+			return nil, false
 		}
 		if r.Compressor != 0 {
 			b = append(b, tagVarint4)
@@ -243,19 +219,9 @@ func encodeBatchReadResponse(m *repb.BatchReadBlobsResponse) (mem.BufferSlice, b
 
 // readResponseLen is the encoded length of r (see encodeBatchReadResponse).
 func readResponseLen(r *repb.BatchReadBlobsResponse_Response) int {
-	n := 0
-	if r.Digest != nil {
-		n += 1 + protowire.SizeBytes(digestLen(r.Digest))
-	}
+	n := digestFieldLen(r.Digest) + statusFieldLen(r.Status)
 	if len(r.Data) > 0 {
 		n += 1 + protowire.SizeBytes(len(r.Data))
-	}
-	if r.Status != nil {
-		k := 0
-		if !okStatus(r.Status) {
-			k = proto.Size(r.Status)
-		}
-		n += 1 + protowire.SizeBytes(k)
 	}
 	if r.Compressor != 0 {
 		n += 1 + protowire.SizeVarint(uint64(r.Compressor))
@@ -269,18 +235,54 @@ func okStatus(st *rpcstatus.Status) bool {
 }
 
 func responseLen(r *repb.BatchUpdateBlobsResponse_Response) int {
-	n := 0
-	if r.Digest != nil {
-		n += 1 + protowire.SizeBytes(digestLen(r.Digest))
+	return digestFieldLen(r.Digest) + statusFieldLen(r.Status)
+}
+
+// digestFieldLen is the encoded length of a response's digest field
+// (number 1), 0 when absent.
+func digestFieldLen(d *repb.Digest) int {
+	if d == nil {
+		return 0
 	}
-	if r.Status != nil {
-		k := 0
-		if !okStatus(r.Status) {
-			k = proto.Size(r.Status)
-		}
-		n += 1 + protowire.SizeBytes(k)
+	return 1 + protowire.SizeBytes(digestLen(d))
+}
+
+// appendDigestField appends a response's digest field (number 1), if any.
+func appendDigestField(b []byte, d *repb.Digest) []byte {
+	if d == nil {
+		return b
 	}
-	return n
+	b = append(b, tagBytes1)
+	b = protowire.AppendVarint(b, uint64(digestLen(d)))
+	return appendDigest(b, d)
+}
+
+// statusFieldLen is the encoded length of a response's status field, 0
+// when absent (a plain OK encodes as an empty message).
+func statusFieldLen(st *rpcstatus.Status) int {
+	if st == nil {
+		return 0
+	}
+	k := 0
+	if !okStatus(st) {
+		k = proto.Size(st)
+	}
+	return 1 + protowire.SizeBytes(k)
+}
+
+// appendStatusField appends a response's status field under tag, if any;
+// false if the status cannot be marshalled.
+func appendStatusField(b []byte, tag byte, st *rpcstatus.Status) ([]byte, bool) {
+	if st == nil {
+		return b, true
+	}
+	b = append(b, tag)
+	if okStatus(st) {
+		return append(b, 0), true
+	}
+	b = protowire.AppendVarint(b, uint64(proto.Size(st)))
+	b, err := (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(b, st)
+	return b, err == nil
 }
 
 // dataHeader is the tag and length of a ReadResponse.data field of n bytes.
