@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/actioncache"
 	"github.com/gantry-build/gantry/internal/digest"
 )
 
@@ -38,21 +38,7 @@ func (s *Service) withInlineOutputs(ctx context.Context, resp *repb.ExecuteRespo
 		return resp
 	}
 	out := proto.Clone(resp).(*repb.ExecuteResponse)
-	budget := int64(executeInlineLimit)
-	for _, f := range out.Result.OutputFiles {
-		if f.Digest == nil || f.Digest.SizeBytes == 0 || f.Digest.SizeBytes > budget || len(f.Contents) > 0 {
-			continue
-		}
-		d, err := digest.FromProto(fn, f.Digest)
-		if err != nil {
-			continue
-		}
-		data, err := blobstore.Get(ctx, s.cas, d)
-		if err != nil {
-			continue
-		}
-		f.Contents = data
-		budget -= int64(len(data))
-	}
+	actioncache.Inline(ctx, s.cas, fn, out.Result, actioncache.Inlining{
+		Files: func(string) bool { return true }, Budget: executeInlineLimit})
 	return out
 }

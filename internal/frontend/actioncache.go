@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc/codes"
@@ -34,7 +35,12 @@ func (s *Server) GetActionResult(ctx context.Context, req *repb.GetActionResultR
 	if err != nil {
 		return nil, err
 	}
-	s.inline(ctx, ad.Function, ar, req.InlineStdout, req.InlineStderr, req.InlineOutputFiles)
+	var files func(string) bool
+	if len(req.InlineOutputFiles) > 0 {
+		files = func(p string) bool { return slices.Contains(req.InlineOutputFiles, p) }
+	}
+	actioncache.Inline(ctx, s.cas, ad.Function, ar, actioncache.Inlining{
+		Stdout: req.InlineStdout, Stderr: req.InlineStderr, Files: files, Budget: s.opts.InlineLimit})
 	return ar, nil
 }
 
@@ -108,43 +114,6 @@ func (s *Server) missingOutputs(ctx context.Context, fn digest.Function, ar *rep
 		return nil, storeError(err, "checking outputs")
 	}
 	return append(missing, more...), nil
-}
-
-// inline fills raw contents the client asked for, within the inline budget.
-func (s *Server) inline(ctx context.Context, fn digest.Function, ar *repb.ActionResult, stdout, stderr bool, files []string) {
-	budget := s.opts.InlineLimit
-	fetch := func(pd *repb.Digest) []byte {
-		if pd == nil || pd.SizeBytes > budget {
-			return nil
-		}
-		d, err := digest.FromProto(fn, pd)
-		if err != nil {
-			return nil
-		}
-		data, err := blobstore.Get(ctx, s.cas, d)
-		if err != nil {
-			return nil
-		}
-		budget -= int64(len(data))
-		return data
-	}
-	if stdout && len(ar.StdoutRaw) == 0 {
-		ar.StdoutRaw = fetch(ar.StdoutDigest)
-	}
-	if stderr && len(ar.StderrRaw) == 0 {
-		ar.StderrRaw = fetch(ar.StderrDigest)
-	}
-	if len(files) > 0 {
-		want := make(map[string]bool, len(files))
-		for _, f := range files {
-			want[f] = true
-		}
-		for _, f := range ar.OutputFiles {
-			if want[f.Path] && len(f.Contents) == 0 {
-				f.Contents = fetch(f.Digest)
-			}
-		}
-	}
 }
 
 // UpdateActionResult implements REAPI ActionCache. Inline contents the
