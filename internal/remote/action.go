@@ -52,6 +52,12 @@ func (a *Action) Command() *repb.Command { return a.command }
 // Proto is the action's Action message. Callers must not modify it.
 func (a *Action) Proto() *repb.Action { return a.action }
 
+// localWorkDir is the local directory the action's working directory
+// stands for: outputs are relative to it.
+func (a *Action) localWorkDir() string {
+	return filepath.Join(a.spec.LocalRoot, filepath.FromSlash(a.command.WorkingDirectory))
+}
+
 // Stats describes the Prepare step.
 func (a *Action) Stats() PrepareStats { return a.stats }
 

@@ -49,7 +49,7 @@ func (c *Client) Download(ctx context.Context, a *Action, result *repb.ActionRes
 	start := time.Now()
 	var stats DownloadStats
 	out := Output{ExitCode: int(result.ExitCode)}
-	base := filepath.Join(a.spec.LocalRoot, filepath.FromSlash(a.command.WorkingDirectory))
+	base := a.localWorkDir()
 
 	var files []wantFile
 	for _, f := range result.OutputFiles {

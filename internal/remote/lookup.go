@@ -47,7 +47,7 @@ func (c *Client) Lookup(ctx context.Context, a *Action) (*repb.ActionResult, Loo
 // missingOutputs are a's output files (as the Command names them,
 // relative to the working directory) that do not exist locally.
 func missingOutputs(a *Action) []string {
-	base := filepath.Join(a.spec.LocalRoot, filepath.FromSlash(a.command.WorkingDirectory))
+	base := a.localWorkDir()
 	var missing []string
 	for _, f := range a.command.OutputFiles {
 		if _, err := os.Lstat(filepath.Join(base, filepath.FromSlash(f))); errors.Is(err, fs.ErrNotExist) {
