@@ -295,7 +295,7 @@ func runBench(ctx context.Context, plan *benchPlan, out, errOut io.Writer) error
 
 	loadCtx, stopLoad := context.WithCancelCause(ctx)
 	defer stopLoad(nil)
-	stopWorkers, err := startNoopWorkers(loadCtx, plan, stopLoad, errOut)
+	_, stopWorkers, err := startNoopWorkers(loadCtx, plan, stopLoad, errOut)
 	if err != nil {
 		return err
 	}
@@ -343,7 +343,7 @@ func serveNoopWorkers(ctx context.Context, plan *benchPlan, out, errOut io.Write
 	}
 	runCtx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
-	workers, stop, err := startWorkers(runCtx, plan, fail, errOut)
+	workers, stop, err := startNoopWorkers(runCtx, plan, fail, errOut)
 	if err != nil {
 		return err
 	}
@@ -409,16 +409,10 @@ func checkServer(ctx context.Context, conn *grpc.ClientConn, plan *benchPlan) (i
 // startNoopWorkers starts plan.noopWorkers no-op workers on their own
 // connection. A worker that fails calls fail with its error. The returned
 // function stops them and waits for them.
-func startNoopWorkers(ctx context.Context, plan *benchPlan, fail context.CancelCauseFunc, errOut io.Writer) (stop func(), err error) {
+func startNoopWorkers(ctx context.Context, plan *benchPlan, fail context.CancelCauseFunc, errOut io.Writer) (workers []*client.NoopWorker, stop func(), err error) {
 	if plan.noopWorkers == 0 {
-		return func() {}, nil
+		return nil, func() {}, nil
 	}
-	_, stop, err = startWorkers(ctx, plan, fail, errOut)
-	return stop, err
-}
-
-// startWorkers is startNoopWorkers, also returning the workers.
-func startWorkers(ctx context.Context, plan *benchPlan, fail context.CancelCauseFunc, errOut io.Writer) (workers []*client.NoopWorker, stop func(), err error) {
 	conn, err := dialServer(plan.server)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--server: %w", err)
