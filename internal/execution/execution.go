@@ -111,13 +111,14 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	ctx, span := startExecuteSpan(ctx, name, req.InstanceName, ad)
 	defer span.End()
 	st := scheduler.OperationState{Name: name, Instance: req.InstanceName, ActionDigest: ad, Stage: repb.ExecutionStage_CACHE_CHECK}
+	// From the first message on the client knows the name: until the
+	// scheduler does too, a CancelOperation for it is kept in s.pending
+	// (added before the send, or a cancel could arrive first).
+	s.pending.add(name)
+	defer s.pending.remove(name)
 	if err := stream.Send(operation(name, st, ad.Function)); err != nil {
 		return err
 	}
-	// From here the client knows the name: until the scheduler does too,
-	// a CancelOperation for it is kept in s.pending.
-	s.pending.add(name)
-	defer s.pending.remove(name)
 	if !req.SkipCacheLookup {
 		ar, err := s.lookup(ctx, req.InstanceName, ad)
 		if err == nil {
