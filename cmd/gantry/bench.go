@@ -515,6 +515,10 @@ func buildAction(plan *benchPlan, id string) (*repb.Command, *repb.Action) {
 	}
 	if plan.outputFile {
 		cmd.Arguments = []string{"/bin/sh", "-c", "echo " + id + " > " + benchOutput}
+		// output_paths is what servers of REAPI 2.1 and later read (they
+		// ignore output_files once it is set); output_files is what 2.0
+		// servers read. Setting both serves either kind.
+		cmd.OutputPaths = []string{benchOutput}
 		cmd.OutputFiles = []string{benchOutput}
 	} else {
 		cmd.Arguments = []string{"true"}

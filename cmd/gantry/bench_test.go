@@ -229,6 +229,10 @@ func TestBuildAction(t *testing.T) {
 			if fmt.Sprint(cmd.OutputFiles) != fmt.Sprint(tt.wantFiles) {
 				t.Errorf("output files %v, want %v", cmd.OutputFiles, tt.wantFiles)
 			}
+			// A server of REAPI 2.1 or later reads only output_paths.
+			if fmt.Sprint(cmd.OutputPaths) != fmt.Sprint(tt.wantFiles) {
+				t.Errorf("output paths %v, want %v", cmd.OutputPaths, tt.wantFiles)
+			}
 			env := cmd.EnvironmentVariables
 			if len(env) == 0 || env[0].Name != benchIDVar || env[0].Value != "ID" {
 				t.Errorf("environment %v does not start with %s=ID", env, benchIDVar)
@@ -412,14 +416,15 @@ func (f *fakeExecutor) Execute(req *repb.ExecuteRequest, stream repb.Execution_E
 	res := &repb.ActionResult{}
 	if f.failEvery > 0 && n%f.failEvery == 0 {
 		res.ExitCode, res.StderrRaw = 1, []byte("boom")
-	} else if len(cmd.OutputFiles) > 0 {
-		// Arguments are ["/bin/sh", "-c", "echo <id> > out"].
+	} else if len(cmd.OutputPaths) > 0 {
+		// Like a server of REAPI 2.1 or later, the fake reads only
+		// output_paths. Arguments are ["/bin/sh", "-c", "echo <id> > out"].
 		data := []byte(strings.Fields(cmd.Arguments[2])[1] + "\n")
 		d := digest.Compute(digest.SHA256, data)
 		if err := blobstore.Put(ctx, f.cas, d, data); err != nil {
 			return err
 		}
-		res.OutputFiles = []*repb.OutputFile{{Path: cmd.OutputFiles[0], Digest: d.Proto()}}
+		res.OutputFiles = []*repb.OutputFile{{Path: cmd.OutputPaths[0], Digest: d.Proto()}}
 	}
 	return sendDone(stream, name, res)
 }
