@@ -196,6 +196,8 @@ type batchSteps struct {
 	cancelled atomic.Int64
 	// dirs holds the output directories made (or found) so far.
 	dirs sync.Map
+	// lookups decides whether a job asks the ActionCache before Execute.
+	lookups lookupGate
 }
 
 // jobState is what one job's steps hand each other (batch.Task.Data).
@@ -203,6 +205,9 @@ type jobState struct {
 	compile *cc.Compile // nil for a Command job
 	action  *remote.Action
 	result  *repb.ActionResult
+	// lookedUp is set when the job asked the ActionCache before Execute
+	// (so Execute's answer is not a second outcome for lookupGate).
+	lookedUp bool
 }
 
 func (b *batchSteps) steps() batch.Steps {
@@ -310,10 +315,16 @@ func (b *batchSteps) infraFailure(ctx context.Context, t *batch.Task, err error)
 
 func (b *batchSteps) cache(ctx context.Context, t *batch.Task) batch.Result {
 	st := state(t)
+	if !b.lookups.ask() {
+		// Execute checks the cache too; see lookupGate.
+		return batch.Result{}
+	}
 	res, stats, err := b.client.Lookup(ctx, st.action)
 	if err != nil {
 		return b.infraFailure(ctx, t, err)
 	}
+	st.lookedUp = true
+	b.lookups.record(stats.Hit)
 	if !stats.Hit {
 		return batch.Result{}
 	}
@@ -360,6 +371,9 @@ func (b *batchSteps) execute(ctx context.Context, t *batch.Task) batch.Result {
 		return b.infraFailure(ctx, t, err)
 	}
 	st.result = res
+	if !st.lookedUp {
+		b.lookups.record(info.Cached)
+	}
 	return batch.Result{Stats: batch.Stats{CacheHit: info.Cached}}
 }
 

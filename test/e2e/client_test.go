@@ -172,6 +172,7 @@ func (g *gantryProc) counter(t *testing.T, series string) float64 {
 const (
 	executedSeries = `gantry_operations_total{code="OK",result="success"}`
 	acHitSeries    = `gantry_action_cache_lookups_total{result="hit",source="get_action_result"}`
+	acMissSeries   = `gantry_action_cache_lookups_total{result="miss",source="get_action_result"}`
 )
 
 // TestClientMake builds a generated C project locally and with `make
@@ -285,6 +286,7 @@ func TestClientBatch(t *testing.T) {
 
 	env := clientEnv(t, g)
 	executed := g.counter(t, executedSeries)
+	missed := g.counter(t, acMissSeries)
 	cold := parseSummary(t, mustRunCmd(t, p.Dir, env, 15*time.Minute, bin, "batch", "--json", "compile_commands.json"))
 	sameObjects(t, "gantry batch", local, readObjects(t, p))
 	if cold.Total != n || cold.Succeeded != n || cold.Local != 0 || cold.CacheHits != 0 || cold.BytesUp == 0 {
@@ -293,13 +295,22 @@ func TestClientBatch(t *testing.T) {
 	if ran := g.counter(t, executedSeries) - executed; ran != float64(n) {
 		t.Errorf("the server executed %v actions for %d compiles", ran, n)
 	}
+	// Once the first jobs all miss, the client stops asking the cache
+	// before Execute (which checks it anyway).
+	if asked := g.counter(t, acMissSeries) - missed; asked == 0 || asked > float64(n/2) {
+		t.Errorf("the cold batch made %v GetActionResult calls for %d jobs; want a few at the start, then none", asked, n)
+	}
 
 	cleanBuild(t, p)
-	executed = g.counter(t, executedSeries)
+	executed, hits := g.counter(t, executedSeries), g.counter(t, acHitSeries)
 	warm := parseSummary(t, mustRunCmd(t, p.Dir, env, 10*time.Minute, bin, "batch", "--json", "compile_commands.json"))
 	sameObjects(t, "gantry batch, cached", local, readObjects(t, p))
 	if warm.Succeeded != n || warm.CacheHits != n || warm.BytesUp != 0 {
 		t.Errorf("cached batch summary %+v; want all %d jobs cache hits with nothing uploaded", warm, n)
+	}
+	// A run starts by asking the cache, and keeps asking while it hits.
+	if hit := g.counter(t, acHitSeries) - hits; hit != float64(n) {
+		t.Errorf("the cached batch had %v GetActionResult hits; want all %d", hit, n)
 	}
 	if ran := g.counter(t, executedSeries) - executed; ran != 0 {
 		t.Errorf("the cached batch executed %v actions", ran)
