@@ -637,21 +637,43 @@ func (c *CAS) GetMany(ctx context.Context, ds []digest.Digest) (map[digest.Diges
 }
 
 // batchRead reads blobs ds (which must fit one batch) with BatchReadBlobs.
+// Any blob not read makes it fail.
 func (c *CAS) batchRead(ctx context.Context, ds []digest.Digest) (map[digest.Digest][]byte, error) {
+	got, errs, err := c.batchReadEach(ctx, ds)
+	if err != nil {
+		return nil, err
+	}
+	err = batchErrors("read", ds, func(d digest.Digest) error {
+		if _, ok := got[d]; ok {
+			return nil
+		}
+		return errs[d]
+	})
+	if err != nil {
+		return nil, err
+	}
+	return got, nil
+}
+
+// batchReadEach reads blobs ds (which must fit one batch) with one
+// BatchReadBlobs call: the blobs read, checked against their digests, and
+// why each other blob was not (wrapping blobstore.ErrNotFound for a missing
+// one). The error is the call's own failure.
+func (c *CAS) batchReadEach(ctx context.Context, ds []digest.Digest) (map[digest.Digest][]byte, map[digest.Digest]error, error) {
 	req := &repb.BatchReadBlobsRequest{InstanceName: c.instance, DigestFunction: c.fn}
 	for _, d := range ds {
 		req.Digests = append(req.Digests, d.Proto())
 	}
 	resp, err := c.cas.BatchReadBlobs(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("reading %d blobs with BatchReadBlobs: %w", len(ds), err)
+		return nil, nil, fmt.Errorf("reading %d blobs with BatchReadBlobs: %w", len(ds), err)
 	}
 	got := make(map[digest.Digest][]byte, len(ds))
 	errs := make(map[digest.Digest]error)
 	for _, r := range resp.Responses {
 		d, err := digest.FromProto(c.fn, r.Digest)
 		if err != nil {
-			return nil, fmt.Errorf("BatchReadBlobs: the server answered with an invalid digest: %w", err)
+			return nil, nil, fmt.Errorf("BatchReadBlobs: the server answered with an invalid digest: %w", err)
 		}
 		switch st := status.FromProto(r.Status); {
 		case st.Code() == codes.NotFound:
@@ -668,19 +690,12 @@ func (c *CAS) batchRead(ctx context.Context, ds []digest.Digest) (map[digest.Dig
 			}
 		}
 	}
-	err = batchErrors("read", ds, func(d digest.Digest) error {
-		if _, ok := got[d]; ok {
-			return nil
+	for _, d := range ds {
+		if _, ok := got[d]; !ok && errs[d] == nil {
+			errs[d] = errors.New("the server's BatchReadBlobs response does not mention it")
 		}
-		if err := errs[d]; err != nil {
-			return err
-		}
-		return errors.New("the server's BatchReadBlobs response does not mention it")
-	})
-	if err != nil {
-		return nil, err
 	}
-	return got, nil
+	return got, errs, nil
 }
 
 // runParallel calls fn(ctx, i) for i in [0, n), at most parallelCalls at

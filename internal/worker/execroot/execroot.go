@@ -40,8 +40,6 @@ import (
 
 // Concurrency bounds.
 const (
-	// fetchConcurrency bounds parallel Directory fetches from the CAS.
-	fetchConcurrency = 16
 	// linkConcurrency bounds parallel file placements (each may download
 	// a blob into the file cache).
 	linkConcurrency = 32
@@ -323,8 +321,10 @@ func joinRel(dir, name string) string {
 }
 
 // fetchTree fetches every Directory reachable from root, breadth first,
-// each level in parallel. It returns the digests of missing Directory blobs
-// (whose subtrees are then unknown).
+// each level with one GetBatch (a store that reads many blobs at once, as
+// the worker's CAS client does with BatchReadBlobs, pays a round trip per
+// level, not per directory). It returns the digests of missing Directory
+// blobs (whose subtrees are then unknown).
 func (b *builder) fetchTree(ctx context.Context, root digest.Digest) ([]digest.Digest, error) {
 	type item struct {
 		d    digest.Digest
@@ -337,19 +337,11 @@ func (b *builder) fetchTree(ctx context.Context, root digest.Digest) ([]digest.D
 		if depth > MaxDepth {
 			return nil, invalidf(level[0].path, "the input tree nests directories more than %d deep, this worker's limit; flatten the inputs", MaxDepth)
 		}
-		infos := make([]*dirInfo, len(level))
-		errs := make([]error, len(level))
-		sem := make(chan struct{}, fetchConcurrency)
-		var wg sync.WaitGroup
+		ds := make([]digest.Digest, len(level))
 		for i, it := range level {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				infos[i], errs[i] = b.fetchDir(ctx, it.d, it.path)
-			}()
+			ds[i] = it.d
 		}
-		wg.Wait()
+		data, errs := blobstore.GetBatch(ctx, b.cas, ds)
 		var next []item
 		for i, it := range level {
 			if errs[i] != nil {
@@ -357,10 +349,14 @@ func (b *builder) fetchTree(ctx context.Context, root digest.Digest) ([]digest.D
 					missing = append(missing, it.d)
 					continue
 				}
-				return nil, errs[i]
+				return nil, fmt.Errorf("execroot: fetching directory %s (at %q) from the CAS: %w", it.d, it.path, errs[i])
 			}
-			b.dirs[it.d] = infos[i]
-			for _, sd := range infos[i].dirs {
+			info, err := b.decodeDir(it.d, data[i], it.path)
+			if err != nil {
+				return nil, err
+			}
+			b.dirs[it.d] = info
+			for _, sd := range info.dirs {
 				if !queued[sd.d] {
 					queued[sd.d] = true
 					next = append(next, item{sd.d, joinRel(it.path, sd.name)})
@@ -372,16 +368,9 @@ func (b *builder) fetchTree(ctx context.Context, root digest.Digest) ([]digest.D
 	return missing, nil
 }
 
-// fetchDir reads, decodes and checks one Directory message. p is a path at
-// which it occurs, for error messages.
-func (b *builder) fetchDir(ctx context.Context, d digest.Digest, p string) (*dirInfo, error) {
-	data, err := blobstore.Get(ctx, b.cas, d)
-	if err != nil {
-		if errors.Is(err, blobstore.ErrNotFound) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("execroot: fetching directory %s (at %q) from the CAS: %w", d, p, err)
-	}
+// decodeDir checks that data is the blob d, then decodes and checks it as
+// a Directory message. p is a path at which it occurs, for error messages.
+func (b *builder) decodeDir(d digest.Digest, data []byte, p string) (*dirInfo, error) {
 	if got := digest.Compute(b.fn, data); got != d {
 		return nil, fmt.Errorf("execroot: the CAS returned data hashing to %s for directory %s (at %q); the stored blob is corrupt, upload it again", got, d, p)
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -780,5 +781,70 @@ func TestWorkingDirectoryDotDotAfterSymlink(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "d", "o")); err != nil {
 		t.Errorf("output parent not created under d: %v", err)
+	}
+}
+
+// batchCountingStore counts the GetBatch calls and the blobs opened one
+// by one.
+type batchCountingStore struct {
+	*blobstore.Memory
+	mu      sync.Mutex
+	batches []int // the blobs asked for in each GetBatch
+	opened  map[digest.Digest]int
+}
+
+func (s *batchCountingStore) GetBatch(ctx context.Context, ds []digest.Digest, data [][]byte, errs []error) {
+	s.mu.Lock()
+	s.batches = append(s.batches, len(ds))
+	s.mu.Unlock()
+	s.Memory.GetBatch(ctx, ds, data, errs)
+}
+
+func (s *batchCountingStore) Open(ctx context.Context, d digest.Digest, off int64) (io.ReadCloser, error) {
+	s.mu.Lock()
+	s.opened[d]++
+	s.mu.Unlock()
+	return s.Memory.Open(ctx, d, off)
+}
+
+// TestBuildFetchesTreeByLevel: the Directory messages of an input tree are
+// read with one GetBatch per level of the tree, none one by one.
+func TestBuildFetchesTreeByLevel(t *testing.T) {
+	store := &batchCountingStore{Memory: blobstore.NewMemory(0), opened: map[digest.Digest]int{}}
+	tb := treeBuilder{t, store}
+	var dirDigests []*repb.Digest
+	var top []*repb.DirectoryNode
+	for i := range 12 {
+		var mid []*repb.DirectoryNode
+		for j := range 3 {
+			leaf := tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode("f", tb.file(fmt.Sprintf("file %d %d", i, j)), false)}})
+			dirDigests = append(dirDigests, leaf)
+			mid = append(mid, dnode(fmt.Sprintf("m%d", j), leaf))
+		}
+		d := tb.dir(&repb.Directory{Directories: mid})
+		dirDigests = append(dirDigests, d)
+		top = append(top, dnode(fmt.Sprintf("t%02d", i), d))
+	}
+	root := tb.dir(&repb.Directory{Directories: top})
+	cache, err := filecache.New(t.TempDir(), 0, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "root")
+	r, err := Build(context.Background(), cache, store, fn, mustDigest(t, root), dir, &repb.Command{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Destroy()
+	if got := readFile(t, filepath.Join(dir, "t11", "m2", "f")); got != "file 11 2" {
+		t.Errorf("t11/m2/f = %q", got)
+	}
+	if want := []int{1, 12, 36}; !slices.Equal(store.batches, want) {
+		t.Errorf("GetBatch calls asked for %v Directory blobs; want one call per level: %v", store.batches, want)
+	}
+	for _, d := range append(dirDigests, root) {
+		if n := store.opened[mustDigest(t, d)]; n != 0 {
+			t.Errorf("Directory %s was opened %d times on its own", mustDigest(t, d), n)
+		}
 	}
 }
