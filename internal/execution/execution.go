@@ -166,7 +166,7 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 		// Asked while the submit was on its way.
 		_ = s.sched.Cancel(name)
 	}
-	final, err := s.follow(ctx, name, ad.Function, stream)
+	final, err := s.follow(ctx, name, ad.Function, stream, true)
 	if err == nil && final.Done {
 		s.finished(Finished{Name: name, Instance: req.InstanceName, ActionDigest: ad, Queue: final.Queue,
 			Invocation: sub.Invocation, Accepted: accepted, ResultAt: final.DoneAt, Response: final.Response,
@@ -270,18 +270,23 @@ func validatePlatform(p *repb.Platform) error {
 
 // follow streams an operation's changes until it is done or the caller
 // leaves. While streaming, the caller counts as waiting for the result.
-func (s *Service) follow(ctx context.Context, name string, fn digest.Function, stream grpc.ServerStreamingServer[longrunningpb.Operation]) (scheduler.OperationState, error) {
+// announced says the caller was already sent a first message naming the
+// operation (Execute's); otherwise follow sends one at once. Between the
+// first and the final message it sends one per stage, unless the caller
+// turned them off (StageUpdatesHeader).
+func (s *Service) follow(ctx context.Context, name string, fn digest.Function, stream grpc.ServerStreamingServer[longrunningpb.Operation], announced bool) (scheduler.OperationState, error) {
 	if err := s.sched.AddWatcher(name); err != nil {
 		return scheduler.OperationState{}, status.Errorf(codes.NotFound, "operation %s is not known (it finished long ago or the server restarted); call Execute again", name)
 	}
 	defer s.sched.RemoveWatcher(name)
 	lastStage := repb.ExecutionStage_UNKNOWN
+	updates := wantsStageUpdates(ctx)
 	for {
 		st, changed, err := s.sched.Watch(name)
 		if err != nil {
 			return st, status.Errorf(codes.NotFound, "operation %s is no longer known; call Execute again", name)
 		}
-		if st.Stage != lastStage || st.Done {
+		if st.Done || !announced || (updates && st.Stage != lastStage) {
 			sent := st
 			if st.Done {
 				sent.Response = s.withInlineOutputs(ctx, st.Response, fn)
@@ -289,7 +294,7 @@ func (s *Service) follow(ctx context.Context, name string, fn digest.Function, s
 			if err := stream.Send(operation(name, sent, fn)); err != nil {
 				return st, err
 			}
-			lastStage = st.Stage
+			lastStage, announced = st.Stage, true
 		}
 		if st.Done {
 			return st, nil
@@ -308,7 +313,7 @@ func (s *Service) WaitExecution(req *repb.WaitExecutionRequest, stream repb.Exec
 	if err != nil {
 		return status.Errorf(codes.NotFound, "operation %q is not known (it finished long ago, or the server restarted); call Execute again", req.Name)
 	}
-	final, err := s.follow(stream.Context(), req.Name, st.ActionDigest.Function, stream)
+	final, err := s.follow(stream.Context(), req.Name, st.ActionDigest.Function, stream, false)
 	if err == nil && final.Done {
 		// The scheduler keeps the operation's acceptance and invocation,
 		// also across a restart, so this line is as complete as Execute's.

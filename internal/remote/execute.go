@@ -35,7 +35,8 @@ func (c *Client) Execute(ctx context.Context, a *Action, started func(opName str
 	}
 	// A Gantry server then sends the (small) outputs with the result, so
 	// Download needs no call to the CAS; other servers ignore the header.
-	ctx = metadata.AppendToOutgoingContext(ctx, execution.InlineOutputsHeader, "1")
+	// Nor does it need an Operation message for every stage in between.
+	ctx = metadata.AppendToOutgoingContext(ctx, execution.InlineOutputsHeader, "1", execution.StageUpdatesHeader, "off")
 	resp, name, err := client.ExecuteNamed(ctx, c.conn, req, started)
 	info := ExecInfo{OperationName: name, Duration: time.Since(start)}
 	if err != nil {
