@@ -32,7 +32,7 @@ func BenchmarkStart(b *testing.B) {
 			argv := []string{"/bin/true"}
 			var a *Action
 			if sandboxed {
-				if a, err = s.Prepare(root, "", Policy{PidsLimit: 4096}); err != nil {
+				if a, err = s.Prepare(root, "", Policy{PidsLimit: 4096}, nil); err != nil {
 					b.Fatal(err)
 				}
 				argv = append(append([]string{}, a.Wrapper...), argv...)
