@@ -27,7 +27,7 @@ const fn = digest.SHA256
 
 // treeBuilder uploads files and Directory messages to a CAS.
 type treeBuilder struct {
-	t   *testing.T
+	t   testing.TB
 	cas blobstore.Store
 }
 
