@@ -67,8 +67,8 @@ func linkingWorker(t *testing.T) (*Worker, *blobstore.Memory, *fakeScheduler, *d
 }
 
 // bigInputRoot uploads an input root with big/ (12 directories of 100
-// files, more than DefaultLinkMinFiles, and the program big/d00/tool) and
-// top.txt, and returns it.
+// files, more than DefaultLinkMinFiles, and the program big/d00/tool),
+// top.txt and the symlink tools -> big/d00, and returns it.
 func bigInputRoot(t *testing.T, store blobstore.Store) *repb.Digest {
 	t.Helper()
 	big := &repb.Directory{}
@@ -88,6 +88,7 @@ func bigInputRoot(t *testing.T, store blobstore.Store) *repb.Digest {
 	return put(t, store, marshal(t, &repb.Directory{
 		Files:       []*repb.FileNode{{Name: "top.txt", Digest: put(t, store, []byte("top\n")).Proto()}},
 		Directories: []*repb.DirectoryNode{{Name: "big", Digest: put(t, store, marshal(t, big)).Proto()}},
+		Symlinks:    []*repb.SymlinkNode{{Name: "tools", Target: "big/d00"}},
 	})).Proto()
 }
 
@@ -165,9 +166,10 @@ awk -v m="$(cd ../.. && pwd -P)/big" '$5 == m { split($6, o, ","); print "mounte
 		t.Errorf("tree cache %+v, want the second action to reuse the tree", s)
 	}
 
-	// The program itself may be in the linked tree: the worker finds it
-	// in the cache, the sandbox runs it at its place in the exec root.
-	r = runOK(t, w, store, sched, treeAssignment(t, store, "tool", root, "big/d01", []string{"../d00/tool"}))
+	// The program itself may be in the linked tree, also reached through
+	// ".." out of it and a symlink back in: the worker finds it in the
+	// cache, the sandbox runs it at its place in the exec root.
+	r = runOK(t, w, store, sched, treeAssignment(t, store, "tool", root, "big/d01", []string{"../../tools/tool"}))
 	if got := blob(t, store, r.StdoutDigest); !strings.HasPrefix(got, "tool ran in "+w.roots.dir+"/") || !strings.HasSuffix(got, "/big/d01\n") {
 		t.Errorf("tool: stdout %q", got)
 	}

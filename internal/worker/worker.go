@@ -28,6 +28,7 @@ import (
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/dirlock"
 	"github.com/gantry-build/gantry/internal/worker/dircache"
+	"github.com/gantry-build/gantry/internal/worker/execroot"
 	"github.com/gantry-build/gantry/internal/worker/filecache"
 	"github.com/gantry-build/gantry/internal/worker/runner"
 	"github.com/gantry-build/gantry/internal/worker/sandbox"
@@ -217,6 +218,7 @@ func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
 		if trees, err = dircache.New(filepath.Join(cfg.WorkDir, "trees"), w.cache); err != nil {
 			return nil, err
 		}
+		w.log.Info("sandboxed actions get big input directories bound read-only from the tree cache (worker.link_input_directories)", "min_files", execroot.DefaultLinkMinFiles, "dir", trees.Dir())
 	}
 	wrap := newWrapping(cfg, w.sb != nil, w.prlimit)
 	w.inputs = newInputFetcher(w.cache, trees, wrap, w.roots)

@@ -23,7 +23,9 @@ import (
 // with big/ linked from the tree cache (after), with cold caches (empty
 // file and tree caches, a fresh exec root directory) and warm ones (every
 // blob and the tree cached, a recycled exec root, as a worker runs
-// consecutive actions). Each iteration runs both modes, alternating which
+// consecutive actions), and with a new tree whose files are cached
+// (newtree: built into the tree cache, against laid out in the recycled
+// exec root). Each iteration runs both modes, alternating which
 // goes first, so that the machine's load hits both alike; the medians are
 // reported in ms.
 //
@@ -117,6 +119,34 @@ func BenchmarkLinkInputDirectories(b *testing.B) {
 		}
 		if s := trees.Stats(); s.Builds != 1 {
 			b.Fatalf("tree cache %+v: warm runs built the tree again", s)
+		}
+		report(b, before, after)
+	})
+
+	// A new tree whose files are all cached (another version of the
+	// tree elsewhere, or its first sandboxed use): building it into the
+	// tree cache and binding it, against laying it out in the recycled
+	// exec root, whose directories are reused.
+	b.Run("newtree", func(b *testing.B) {
+		files, _ := newCaches()
+		dirBefore, dirAfter := fresh("root"), fresh("root")
+		once(files, Linking{}, dirBefore)
+		once(files, Linking{}, dirAfter)
+		var before, after []time.Duration
+		for i := 0; i < b.N; i++ {
+			for k := range 2 {
+				if (i+k)%2 == 0 {
+					before = append(before, once(files, Linking{}, dirBefore))
+					continue
+				}
+				b.StopTimer()
+				trees, err := dircache.New(fresh("trees"), files)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				after = append(after, once(files, Linking{Trees: trees}, dirAfter))
+			}
 		}
 		report(b, before, after)
 	})

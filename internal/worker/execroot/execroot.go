@@ -6,7 +6,9 @@
 // rules, and then lays the tree out under a fresh directory: directories as
 // real directories (writable, so actions can create outputs anywhere),
 // files as hardlinks into a filecache.Cache (read-only, shared by every
-// action that uses the same blob), and symlinks as symlinks. It also creates
+// action that uses the same blob), and symlinks as symlinks; big input
+// directories may instead be taken whole from a tree cache, for the
+// sandbox to bind read-only (link.go). It also creates
 // the parent directories of all declared outputs. Root.Destroy releases the
 // cache references and deletes the directory; Root.Recycle keeps the
 // directories for the next Build in the same place (skeleton.go).

@@ -91,21 +91,59 @@ type Mount struct {
 	Src, Dst string
 }
 
-// hostPath is where p, a path in the action's view, lies on the host. A
-// path under a mount is cleaned lexically first, as the kernel resolves
-// ".." at a bind mount's root to the mount point's parent.
+// hostPath is where p, an absolute path in the action's view, lies on the
+// host. It follows p a component at a time as the kernel would, symlinks
+// included (a symlink outside a mount may lead into one), and looks at a
+// mount's Src for whatever lies at or under its Dst. ".." is applied to
+// the resolved path, as the kernel does (at a bind mount's root it leads
+// to the mount point's parent).
 func hostPath(p string, mounts []Mount) string {
 	if len(mounts) == 0 {
 		return p
 	}
-	c := filepath.Clean(p)
-	for i := len(mounts) - 1; i >= 0; i-- { // children after parents
-		m := mounts[i]
-		if c == m.Dst || strings.HasPrefix(c, m.Dst+"/") {
-			return m.Src + c[len(m.Dst):]
+	toHost := func(view string) string {
+		for _, m := range mounts {
+			if view == m.Dst || strings.HasPrefix(view, m.Dst+"/") {
+				return m.Src + view[len(m.Dst):]
+			}
 		}
+		return view
 	}
-	return p
+	view := "" // resolved so far, without symlinks; "" is "/"
+	comps := strings.Split(p, "/")
+	for hops := 0; len(comps) > 0; {
+		c := comps[0]
+		comps = comps[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if i := strings.LastIndexByte(view, '/'); i >= 0 {
+				view = view[:i]
+			}
+			continue
+		}
+		next := view + "/" + c
+		info, err := os.Lstat(toHost(next))
+		if err != nil || info.Mode()&fs.ModeSymlink == 0 || hops >= 40 {
+			view = next // the final check reports what is wrong
+			continue
+		}
+		hops++
+		target, err := os.Readlink(toHost(next))
+		if err != nil {
+			view = next
+			continue
+		}
+		if strings.HasPrefix(target, "/") {
+			view = ""
+		}
+		comps = append(strings.Split(target, "/"), comps...)
+	}
+	if view == "" {
+		view = "/"
+	}
+	return toHost(view)
 }
 
 // Result describes how a process ended.

@@ -4,8 +4,10 @@
 // mounted read-only, the worker's work directory (every exec root, the
 // input file cache, captured logs) and any configured hidden paths are
 // covered by empty tmpfs mounts, and only this action's exec root is bound
-// back, writable, at its own path; /tmp is a private tmpfs, /dev a minimal
-// one and /proc the namespace's own.
+// back, writable, at its own path, with the input directories it takes
+// whole from the worker's tree cache bound read-only over their empty
+// mount points in it (Bind); /tmp is a private tmpfs, /dev a minimal one
+// and /proc the namespace's own.
 //
 // When the worker runs as root the action runs as an unprivileged user:
 // bwrap (privileged, no user namespace) sets up the mounts, then prlimit
