@@ -60,6 +60,7 @@ func linkingWorker(t *testing.T) (*Worker, *blobstore.Memory, *fakeScheduler, *d
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.trees = trees
 	wrap := newWrapping(w.cfg, true, "")
 	w.inputs = newInputFetcher(w.cache, trees, wrap, w.roots)
 	w.executor = newExecutor(w.sup, sb, wrap, w.logs, w)

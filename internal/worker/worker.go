@@ -77,10 +77,12 @@ type Config struct {
 
 // Worker is a running worker.
 type Worker struct {
-	cfg    Config
-	conn   *grpc.ClientConn
-	sched  workerpb.WorkersClient
-	cache  *filecache.Cache
+	cfg   Config
+	conn  *grpc.ClientConn
+	sched workerpb.WorkersClient
+	cache *filecache.Cache
+	// trees is the tree cache of directory linking; nil when off.
+	trees  *dircache.Cache
 	cas    casSource
 	log    *slog.Logger
 	roots  *rootPool
@@ -213,15 +215,14 @@ func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
 	if w.cache, err = filecache.New(filepath.Join(cfg.WorkDir, "cache"), cfg.CacheMaxBytes, cas); err != nil {
 		return nil, err
 	}
-	var trees *dircache.Cache
 	if cfg.LinkInputDirectories && w.sb != nil {
-		if trees, err = dircache.New(filepath.Join(cfg.WorkDir, "trees"), w.cache); err != nil {
+		if w.trees, err = dircache.New(filepath.Join(cfg.WorkDir, "trees"), w.cache); err != nil {
 			return nil, err
 		}
-		w.log.Info("sandboxed actions get big input directories bound read-only from the tree cache (worker.link_input_directories)", "min_files", execroot.DefaultLinkMinFiles, "dir", trees.Dir())
+		w.log.Info("sandboxed actions get big input directories bound read-only from the tree cache (worker.link_input_directories)", "min_files", execroot.DefaultLinkMinFiles, "dir", w.trees.Dir())
 	}
 	wrap := newWrapping(cfg, w.sb != nil, w.prlimit)
-	w.inputs = newInputFetcher(w.cache, trees, wrap, w.roots)
+	w.inputs = newInputFetcher(w.cache, w.trees, wrap, w.roots)
 	w.executor = newExecutor(w.sup, w.sb, wrap, w.logs, w)
 	w.reporter = newReporter(cfg.MinFreeDisk, w.log)
 	w.completer = newCompleter(w.sched, cfg.ID, w, w.log)
