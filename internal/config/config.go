@@ -170,6 +170,9 @@ type WorkerConfig struct {
 	MinFreeDisk ByteSize `yaml:"min_free_disk"`
 	// MaxFileSize limits each file an action writes (RLIMIT_FSIZE; 0 = off).
 	MaxFileSize ByteSize `yaml:"max_file_size"`
+	// LinkInputDirectories is auto (big input directories of sandboxed
+	// actions are bound whole from a tree cache) or off (see dirlink.go).
+	LinkInputDirectories string `yaml:"link_input_directories"`
 }
 
 // Storage configures the CAS and the ActionCache.
@@ -264,6 +267,7 @@ func Default() Config {
 			CacheMaxSize:            10 << 30,
 			Sandbox:                 defaultSandbox(),
 			MinFreeDisk:             1 << 30,
+			LinkInputDirectories:    LinkInputDirectoriesAuto,
 		},
 		Log:     LogConfig{Level: "info", Format: "text"},
 		Auth:    AuthConfig{JWT: JWTConfig{SubjectClaim: "sub", RequireExpiry: true}, CertificateNames: []string{"cn"}, HTTPSessionTTL: Duration(12 * time.Hour)},
@@ -541,6 +545,7 @@ func (c *Config) Validate() error {
 	}
 	validateSandbox(c.Worker.Sandbox, bad)
 	validateDiskLimits(c.Worker, bad)
+	validateLinkInputDirectories(c.Worker, bad)
 	if c.Worker.Cores < 0 || c.Worker.InputFetchSlots < 0 || c.Worker.ReportSlots < 0 {
 		bad("worker", "cores, input_fetch_slots and report_slots must not be negative")
 	}

@@ -101,5 +101,6 @@ func WorkerConfig(wc config.WorkerConfig, log *slog.Logger) worker.Config {
 		WorkDir: wc.WorkDir, CacheMaxBytes: int64(wc.CacheMaxSize), Wrapper: wc.Wrapper, Logger: log,
 		ProcessWrappers: wc.ProcessWrappers, Queues: wc.Queues, Resources: wc.Resources, Instances: wc.Instances,
 		MinFreeDisk: int64(wc.MinFreeDisk), MaxFileSize: int64(wc.MaxFileSize),
+		LinkInputDirectories: wc.LinkInputDirectories != config.LinkInputDirectoriesOff,
 	}
 }

@@ -97,12 +97,18 @@ func (e *executor) prepare(j *job, root *execroot.Root) (runner.Spec, *sandbox.A
 	}
 	spec := runner.Spec{Args: j.cmd.Arguments, Env: env, Dir: filepath.Join(root.Dir, filepath.FromSlash(j.cmd.WorkingDirectory))}
 	var sbx *sandbox.Action
+	if len(root.Mounts) > 0 && !sandboxed {
+		return runner.Spec{}, nil, failf(codes.Internal, "action %s: its exec root has input directories to bind, but it does not run in the sandbox", j.ad)
+	}
 	if sandboxed {
-		if sbx, err = e.sandbox(j, root.Dir, spec.Dir); err != nil {
+		if sbx, err = e.sandbox(j, root, spec.Dir); err != nil {
 			return runner.Spec{}, nil, err
 		}
 		wrapper = append(append([]string{}, sbx.Wrapper...), wrapper...)
 		spec.UseCgroupFD, spec.CgroupFD = sbx.UseCgroupFD, sbx.CgroupFD
+		for _, m := range root.Mounts {
+			spec.Mounts = append(spec.Mounts, runner.Mount{Src: m.Src, Dst: m.Dst})
+		}
 	}
 	spec.Wrapper = e.wrap.fileSize(wrapper)
 	if j.action.Timeout != nil {
@@ -112,12 +118,16 @@ func (e *executor) prepare(j *job, root *execroot.Root) (runner.Spec, *sandbox.A
 }
 
 // sandbox prepares j's sandbox; j holds it until it leaves the worker.
-func (e *executor) sandbox(j *job, rootDir, workDir string) (*sandbox.Action, error) {
+func (e *executor) sandbox(j *job, root *execroot.Root, workDir string) (*sandbox.Action, error) {
 	pol, err := e.wrap.sandboxPolicy(j.action, j.cmd)
 	if err != nil {
 		return nil, failf(codes.InvalidArgument, "action %s: %v", j.ad, err)
 	}
-	sbx, err := e.sb.Prepare(rootDir, workDir, pol)
+	ro := make([]sandbox.Bind, len(root.Mounts))
+	for i, m := range root.Mounts {
+		ro[i] = sandbox.Bind{Src: m.Src, Dst: m.Dst}
+	}
+	sbx, err := e.sb.Prepare(root.Dir, workDir, pol, ro)
 	if err != nil {
 		return nil, failf(codes.Internal, "action %s: %v", j.ad, err)
 	}

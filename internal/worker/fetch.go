@@ -9,19 +9,25 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/worker/dircache"
 	"github.com/gantry-build/gantry/internal/worker/execroot"
 	"github.com/gantry-build/gantry/internal/worker/filecache"
 )
 
 // inputFetcher is the InputFetch stage: it materializes an action's input
-// root in an exec root, its files hardlinked from the file cache.
+// root in an exec root, its files hardlinked from the file cache and, for
+// a sandboxed action, its big input directories bound whole from the tree
+// cache (trees, nil when worker.link_input_directories is off or there is
+// no sandbox).
 type inputFetcher struct {
 	cache *filecache.Cache
+	trees *dircache.Cache
+	wrap  wrapping
 	roots *rootPool
 }
 
-func newInputFetcher(cache *filecache.Cache, roots *rootPool) *inputFetcher {
-	return &inputFetcher{cache: cache, roots: roots}
+func newInputFetcher(cache *filecache.Cache, trees *dircache.Cache, wrap wrapping, roots *rootPool) *inputFetcher {
+	return &inputFetcher{cache: cache, trees: trees, wrap: wrap, roots: roots}
 }
 
 // Fetch builds j's exec root; j holds it until it leaves the worker. A
@@ -33,8 +39,13 @@ func (f *inputFetcher) Fetch(ctx context.Context, j *job) (*execroot.Root, error
 	if err != nil {
 		return nil, failf(codes.InvalidArgument, "action %s: input_root_digest: %v", j.ad, err)
 	}
+	var link execroot.Linking
+	if f.trees != nil && f.wrap.sandboxes(j.action, j.cmd) {
+		// Only the sandbox can bind a tree read-only into the exec root.
+		link.Trees = f.trees
+	}
 	dir := f.roots.take()
-	root, err := execroot.Build(ctx, f.cache, j.cas, j.ad.Function, rootDigest, dir, j.cmd)
+	root, err := execroot.Build(ctx, f.cache, j.cas, j.ad.Function, rootDigest, dir, j.cmd, link)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, inputFailure(j.ad, err)

@@ -4,6 +4,8 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gantry-build/gantry/internal/worker/dircache"
 )
 
 // StageBuckets are the bounds, in seconds, of the worker's stage
@@ -13,13 +15,15 @@ var StageBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 // collector exports a worker's own state: its leases and its input file
 // cache, read at scrape time.
 type collector struct {
-	w                                     *Worker
-	leases, cacheBytes, cacheMax, entries *prometheus.Desc
-	hits, misses, evictions, downloaded   *prometheus.Desc
+	w                                      *Worker
+	leases, cacheBytes, cacheMax, entries  *prometheus.Desc
+	hits, misses, evictions, downloaded    *prometheus.Desc
+	trees, treeBuilds, treeHits, treeEvict *prometheus.Desc
 }
 
 // RegisterMetrics registers the worker's metrics with reg: active leases
-// and the input file cache (usage, hits, misses, evictions). With stages
+// the input file cache (usage, hits, misses, evictions) and the tree
+// cache of directory linking (all 0 when it is off). With stages
 // the worker also observes its own stage durations
 // (gantry_worker_stage_duration_seconds); a worker inside `gantry serve`
 // leaves that to the server, which sees every worker's results.
@@ -33,6 +37,10 @@ func (w *Worker) RegisterMetrics(reg prometheus.Registerer, stages bool) error {
 		misses:     prometheus.NewDesc("gantry_worker_input_cache_misses_total", "Input files fetched from the CAS.", nil, nil),
 		evictions:  prometheus.NewDesc("gantry_worker_input_cache_evictions_total", "Input files evicted to stay within the cache's limit.", nil, nil),
 		downloaded: prometheus.NewDesc("gantry_worker_input_cache_downloaded_bytes_total", "Bytes of input files fetched from the CAS.", nil, nil),
+		trees:      prometheus.NewDesc("gantry_worker_input_trees", "Input directories held whole in the tree cache (worker.link_input_directories).", nil, nil),
+		treeBuilds: prometheus.NewDesc("gantry_worker_input_tree_builds_total", "Input directories laid out in the tree cache.", nil, nil),
+		treeHits:   prometheus.NewDesc("gantry_worker_input_tree_hits_total", "Input directories bound from a tree already cached.", nil, nil),
+		treeEvict:  prometheus.NewDesc("gantry_worker_input_tree_evictions_total", "Idle trees deleted to keep the file cache within worker.cache_max_size.", nil, nil),
 	}
 	if err := reg.Register(c); err != nil {
 		return err
@@ -52,7 +60,7 @@ func (w *Worker) RegisterMetrics(reg prometheus.Registerer, stages bool) error {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.leases, c.cacheBytes, c.cacheMax, c.entries, c.hits, c.misses, c.evictions, c.downloaded} {
+	for _, d := range []*prometheus.Desc{c.leases, c.cacheBytes, c.cacheMax, c.entries, c.hits, c.misses, c.evictions, c.downloaded, c.trees, c.treeBuilds, c.treeHits, c.treeEvict} {
 		ch <- d
 	}
 }
@@ -74,6 +82,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	k(c.misses, float64(st.Misses))
 	k(c.evictions, float64(st.Evictions))
 	k(c.downloaded, float64(st.DownloadedBytes))
+	var ts dircache.Stats
+	if c.w.trees != nil {
+		ts = c.w.trees.Stats()
+	}
+	g(c.trees, float64(ts.Trees))
+	k(c.treeBuilds, float64(ts.Builds))
+	k(c.treeHits, float64(ts.Hits))
+	k(c.treeEvict, float64(ts.Evictions))
 }
 
 // observeStages records a finished lease's stage durations, when the

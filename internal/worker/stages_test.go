@@ -81,7 +81,7 @@ func stageWorker(t *testing.T) (*Worker, *blobstore.Memory, *fakeScheduler) {
 			t.Fatal(err)
 		}
 	}
-	w.inputs = newInputFetcher(cache, w.roots)
+	w.inputs = newInputFetcher(cache, nil, wrapping{}, w.roots)
 	w.executor = newExecutor(sup, nil, newWrapping(w.cfg, false, ""), w.logs, w)
 	w.reporter = newReporter(0, log)
 	w.completer = newCompleter(sched, w.cfg.ID, w, log)

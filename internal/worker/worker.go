@@ -27,6 +27,8 @@ import (
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/dirlock"
+	"github.com/gantry-build/gantry/internal/worker/dircache"
+	"github.com/gantry-build/gantry/internal/worker/execroot"
 	"github.com/gantry-build/gantry/internal/worker/filecache"
 	"github.com/gantry-build/gantry/internal/worker/runner"
 	"github.com/gantry-build/gantry/internal/worker/sandbox"
@@ -67,14 +69,20 @@ type Config struct {
 	MinFreeDisk int64
 	// MaxFileSize is RLIMIT_FSIZE for every action (bytes); 0 = no limit.
 	MaxFileSize int64
+	// LinkInputDirectories lets sandboxed actions take big input
+	// directories whole, bound read-only from a cache of trees
+	// (worker.link_input_directories: auto); ignored without a sandbox.
+	LinkInputDirectories bool
 }
 
 // Worker is a running worker.
 type Worker struct {
-	cfg    Config
-	conn   *grpc.ClientConn
-	sched  workerpb.WorkersClient
-	cache  *filecache.Cache
+	cfg   Config
+	conn  *grpc.ClientConn
+	sched workerpb.WorkersClient
+	cache *filecache.Cache
+	// trees is the tree cache of directory linking; nil when off.
+	trees  *dircache.Cache
 	cas    casSource
 	log    *slog.Logger
 	roots  *rootPool
@@ -207,8 +215,15 @@ func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
 	if w.cache, err = filecache.New(filepath.Join(cfg.WorkDir, "cache"), cfg.CacheMaxBytes, cas); err != nil {
 		return nil, err
 	}
-	w.inputs = newInputFetcher(w.cache, w.roots)
-	w.executor = newExecutor(w.sup, w.sb, newWrapping(cfg, w.sb != nil, w.prlimit), w.logs, w)
+	if cfg.LinkInputDirectories && w.sb != nil {
+		if w.trees, err = dircache.New(filepath.Join(cfg.WorkDir, "trees"), w.cache); err != nil {
+			return nil, err
+		}
+		w.log.Info("sandboxed actions get big input directories bound read-only from the tree cache (worker.link_input_directories)", "min_files", execroot.DefaultLinkMinFiles, "dir", w.trees.Dir())
+	}
+	wrap := newWrapping(cfg, w.sb != nil, w.prlimit)
+	w.inputs = newInputFetcher(w.cache, w.trees, wrap, w.roots)
+	w.executor = newExecutor(w.sup, w.sb, wrap, w.logs, w)
 	w.reporter = newReporter(cfg.MinFreeDisk, w.log)
 	w.completer = newCompleter(w.sched, cfg.ID, w, w.log)
 	started = true

@@ -48,7 +48,7 @@ func newWrapping(cfg Config, hasSandbox bool, prlimit string) wrapping {
 // every action there, or the action named it as a process wrapper); the
 // other wrappers then run inside it, so their programs are resolved here.
 func (wr wrapping) wrap(action *repb.Action, cmd *repb.Command, env []string) (wrapper, outEnv []string, sandboxed bool, err error) {
-	sandboxed = wr.all
+	sandboxed = wr.sandboxes(action, cmd)
 	var parts [][]string
 	if len(wr.base) > 0 {
 		parts = append(parts, wr.base)
@@ -57,7 +57,6 @@ func (wr wrapping) wrap(action *repb.Action, cmd *repb.Command, env []string) (w
 		switch prop.Name {
 		case platform.ProcessWrapper:
 			if prop.Value == SandboxWrapper && wr.sandboxed {
-				sandboxed = true
 				continue
 			}
 			argv, ok := wr.named[prop.Value]
@@ -78,6 +77,25 @@ func (wr wrapping) wrap(action *repb.Action, cmd *repb.Command, env []string) (w
 		wrapper = append(wrapper, argv...)
 	}
 	return wrapper, env, sandboxed, nil
+}
+
+// sandboxes says whether the action runs in the bubblewrap sandbox: the
+// worker runs every action there, or the action names it as a process
+// wrapper. The InputFetch stage asks too: only a sandboxed action can
+// take input directories whole (fetch.go).
+func (wr wrapping) sandboxes(action *repb.Action, cmd *repb.Command) bool {
+	if wr.all {
+		return true
+	}
+	if !wr.sandboxed {
+		return false
+	}
+	for _, prop := range properties(action, cmd).GetProperties() {
+		if prop.Name == platform.ProcessWrapper && prop.Value == SandboxWrapper {
+			return true
+		}
+	}
+	return false
 }
 
 // properties are the action's platform properties (the Command's, for

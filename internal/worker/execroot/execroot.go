@@ -6,7 +6,9 @@
 // rules, and then lays the tree out under a fresh directory: directories as
 // real directories (writable, so actions can create outputs anywhere),
 // files as hardlinks into a filecache.Cache (read-only, shared by every
-// action that uses the same blob), and symlinks as symlinks. It also creates
+// action that uses the same blob), and symlinks as symlinks; big input
+// directories may instead be taken whole from a tree cache, for the
+// sandbox to bind read-only (link.go). It also creates
 // the parent directories of all declared outputs. Root.Destroy releases the
 // cache references and deletes the directory; Root.Recycle keeps the
 // directories for the next Build in the same place (skeleton.go).
@@ -35,6 +37,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/worker/dircache"
 	"github.com/gantry-build/gantry/internal/worker/filecache"
 )
 
@@ -64,6 +67,11 @@ type Root struct {
 	Files, Directories, Symlinks int
 	// FileBytes is the size of the Files, summed as they are placed.
 	FileBytes int64
+	// Mounts are the input directories taken whole from the tree cache
+	// (parents before children); LinkedFiles counts the files in them
+	// (included in Files).
+	Mounts      []Mount
+	LinkedFiles int
 
 	mu        sync.Mutex
 	releases  []func()
@@ -76,12 +84,15 @@ type Root struct {
 // needs are reused, the others removed), and creates the parent
 // directories of the outputs cmd declares.
 // Files are hardlinked from cache, which downloads them from its CAS as
-// needed.
+// needed. With link.Trees set, big directories the action does not write
+// in are taken whole from that tree cache instead (link.go): each becomes
+// an empty directory in dir and a Mount in Root.Mounts, which the caller
+// must bind read-only over it (only the sandbox can).
 //
 // It returns a *InvalidError for a malformed tree or Command, a
 // *MissingError listing every blob of the tree absent from cas, and other
 // errors for local failures. On error nothing is left behind.
-func Build(ctx context.Context, cache *filecache.Cache, cas blobstore.Store, fn digest.Function, inputRoot digest.Digest, dir string, cmd *repb.Command) (*Root, error) {
+func Build(ctx context.Context, cache *filecache.Cache, cas blobstore.Store, fn digest.Function, inputRoot digest.Digest, dir string, cmd *repb.Command, link Linking) (*Root, error) {
 	if cache == nil || cas == nil || cmd == nil {
 		return nil, errors.New("execroot: Build needs a file cache, a CAS and a Command")
 	}
@@ -123,13 +134,20 @@ func Build(ctx context.Context, cache *filecache.Cache, cas blobstore.Store, fn 
 	if err != nil {
 		return nil, err
 	}
+	var linked map[string]digest.Digest
+	if link.Trees != nil {
+		linked = b.linkable(root, cmd.WorkingDirectory, outs, link.MinFiles)
+		// Building downloads into the file cache: give idle trees up if
+		// it went over its budget (also when nothing is linked).
+		defer link.Trees.Trim()
+	}
 	if len(skel) > 0 {
-		if skel, err = pruneSkeleton(abs, skel, b.neededDirs(root, cmd.WorkingDirectory, outs)); err != nil {
+		if skel, err = pruneSkeleton(abs, skel, b.neededDirs(root, cmd.WorkingDirectory, outs, linked)); err != nil {
 			return nil, err
 		}
 	}
 	r := &Root{Dir: abs, WorkDir: workDir(abs, cmd.WorkingDirectory)}
-	if err := b.materialize(ctx, r, root, skel); err != nil {
+	if err := b.materialize(ctx, r, root, skel, link.Trees, linked); err != nil {
 		r.Destroy()
 		return nil, err
 	}
@@ -602,8 +620,9 @@ type link struct {
 
 // materialize creates directories (those not in skel, the directories
 // already there) and symlinks, then places files in parallel through the
-// cache.
-func (b *builder) materialize(ctx context.Context, r *Root, root *dirInfo, skel map[string]bool) error {
+// cache. The directories in linked (relative path -> Directory digest)
+// are taken from trees and become empty mount points.
+func (b *builder) materialize(ctx context.Context, r *Root, root *dirInfo, skel map[string]bool, trees *dircache.Cache, linked map[string]digest.Digest) error {
 	var links []link
 	var walk func(abs, rel string, di *dirInfo) error
 	walk = func(abs, rel string, di *dirInfo) error {
@@ -615,6 +634,12 @@ func (b *builder) materialize(ctx context.Context, r *Root, root *dirInfo, skel 
 				}
 			}
 			r.Directories++
+			if d, ok := linked[prel]; ok {
+				if err := b.mountTree(ctx, r, trees, d, p); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := walk(p, prel, b.dirs[sd.d]); err != nil {
 				return err
 			}
@@ -633,11 +658,16 @@ func (b *builder) materialize(ctx context.Context, r *Root, root *dirInfo, skel 
 	if err := walk(r.Dir, "", root); err != nil {
 		return err
 	}
-	r.Files = len(links)
+	r.Files += len(links)
 	for _, l := range links {
 		r.FileBytes += l.d.Size
 	}
+	return b.placeFiles(ctx, links, r.addRelease)
+}
 
+// placeFiles hardlinks files from the cache in parallel, handing each
+// cache reference to hold.
+func (b *builder) placeFiles(ctx context.Context, links []link, hold func(func())) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -654,7 +684,7 @@ func (b *builder) materialize(ctx context.Context, r *Root, root *dirInfo, skel 
 			for l := range work {
 				release, err := b.cache.Link(ctx, l.d, l.exec, l.dst)
 				if err == nil {
-					r.addRelease(release)
+					hold(release)
 					continue
 				}
 				mu.Lock()

@@ -28,7 +28,7 @@ const fn = digest.SHA256
 
 // treeBuilder uploads files and Directory messages to a CAS.
 type treeBuilder struct {
-	t   *testing.T
+	t   testing.TB
 	cas blobstore.Store
 }
 
@@ -130,7 +130,7 @@ func TestBuildMaterializesTree(t *testing.T) {
 		OutputDirectories: []string{"gen/d", "deep/new"},
 	}
 	dir := filepath.Join(t.TempDir(), "exec", "1")
-	r, err := Build(ctx, e.cache, e.cas, fn, mustDigest(t, root), dir, cmd)
+	r, err := Build(ctx, e.cache, e.cas, fn, mustDigest(t, root), dir, cmd, Linking{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestBuildOutputPathsAndEmptyRoot(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir() // exists and is empty: allowed
-			r, err := Build(context.Background(), e.cache, e.cas, fn, digest.Empty(fn), dir, tt.cmd)
+			r, err := Build(context.Background(), e.cache, e.cas, fn, digest.Empty(fn), dir, tt.cmd, Linking{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -263,7 +263,7 @@ func TestBuildRejectsNonEmptyDir(t *testing.T) {
 	e := newEnv(t)
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "leftover"), nil, 0o644)
-	_, err := Build(context.Background(), e.cache, e.cas, fn, digest.Empty(fn), dir, &repb.Command{})
+	_, err := Build(context.Background(), e.cache, e.cas, fn, digest.Empty(fn), dir, &repb.Command{}, Linking{})
 	if err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Fatalf("got %v, want a 'not empty' error", err)
 	}
@@ -345,7 +345,7 @@ func TestBuildInvalid(t *testing.T) {
 				cmd = &repb.Command{}
 			}
 			dir := filepath.Join(t.TempDir(), "root")
-			r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, rootD), dir, cmd)
+			r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, rootD), dir, cmd, Linking{})
 			if err == nil {
 				r.Destroy()
 				t.Fatal("Build succeeded, want an InvalidError")
@@ -389,7 +389,7 @@ func TestBuildAcceptsInsideSymlinks(t *testing.T) {
 		},
 	})
 	dir := filepath.Join(t.TempDir(), "root")
-	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{WorkingDirectory: "into/in", OutputPaths: []string{"out/o"}})
+	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{WorkingDirectory: "into/in", OutputPaths: []string{"out/o"}}, Linking{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +419,7 @@ func TestBuildMissingBlobs(t *testing.T) {
 		Directories: []*repb.DirectoryNode{dnode("sub", missingDir), dnode("sub2", sub2)},
 	})
 	dir := filepath.Join(t.TempDir(), "root")
-	_, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{})
+	_, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{}, Linking{})
 	var me *MissingError
 	if !errors.As(err, &me) {
 		t.Fatalf("got %v, want *MissingError", err)
@@ -436,7 +436,7 @@ func TestBuildMissingBlobs(t *testing.T) {
 	}
 
 	// The root Directory itself missing.
-	_, err = Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, missingDir), dir, &repb.Command{})
+	_, err = Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, missingDir), dir, &repb.Command{}, Linking{})
 	if !errors.As(err, &me) || len(me.Digests) != 1 || me.Digests[0] != mustDigest(t, missingDir) {
 		t.Errorf("missing root: got %v", err)
 	}
@@ -489,7 +489,7 @@ func TestBuildBlobVanishesAfterFindMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "root")
-	_, err = Build(context.Background(), cache, ls, fn, mustDigest(t, root), dir, &repb.Command{})
+	_, err = Build(context.Background(), cache, ls, fn, mustDigest(t, root), dir, &repb.Command{}, Linking{})
 	var me *MissingError
 	if !errors.As(err, &me) || !sameSet(me.Digests, []digest.Digest{mustDigest(t, g1), mustDigest(t, g2)}) {
 		t.Fatalf("got %v, want a MissingError for both vanished blobs", err)
@@ -508,7 +508,7 @@ func TestBuildCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	dir := filepath.Join(t.TempDir(), "root")
-	if _, err := Build(ctx, e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{}); err == nil {
+	if _, err := Build(ctx, e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{}, Linking{}); err == nil {
 		t.Fatal("Build with a cancelled context succeeded")
 	}
 	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
@@ -521,7 +521,7 @@ func TestDestroyReadOnlyDirectories(t *testing.T) {
 	hello := e.tb.file("hello")
 	root := e.tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode("in", hello, false)}})
 	dir := filepath.Join(t.TempDir(), "root")
-	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{})
+	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{}, Linking{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -555,7 +555,7 @@ func TestRecycleEmptiesForReuse(t *testing.T) {
 	root := e.tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode("in", hello, false)}})
 	dir := filepath.Join(t.TempDir(), "root")
 	for round := range 2 {
-		r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{OutputFiles: []string{"out/x"}})
+		r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{OutputFiles: []string{"out/x"}}, Linking{})
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
@@ -624,7 +624,7 @@ func TestBuildReusesRecycledDirectories(t *testing.T) {
 		dnode("c", e.tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode("g", hello, true)}})),
 	}})
 	dir := filepath.Join(t.TempDir(), "root")
-	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, first), dir, &repb.Command{OutputFiles: []string{"out/deep/x", "work/sub/z"}})
+	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, first), dir, &repb.Command{OutputFiles: []string{"out/deep/x", "work/sub/z"}}, Linking{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -660,7 +660,7 @@ func TestBuildReusesRecycledDirectories(t *testing.T) {
 	r, err = Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, second), dir, &repb.Command{
 		WorkingDirectory: "work",
 		OutputPaths:      []string{"../out/deep/x", "sub/y"},
-	})
+	}, Linking{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -697,7 +697,7 @@ func TestBuildRejectsFilesBelowDirectories(t *testing.T) {
 	dir := t.TempDir()
 	os.MkdirAll(filepath.Join(dir, "a/b"), 0o755)
 	os.WriteFile(filepath.Join(dir, "a/b/leftover"), nil, 0o644)
-	_, err := Build(context.Background(), e.cache, e.cas, fn, digest.Empty(fn), dir, &repb.Command{})
+	_, err := Build(context.Background(), e.cache, e.cas, fn, digest.Empty(fn), dir, &repb.Command{}, Linking{})
 	if err == nil || !strings.Contains(err.Error(), "not empty") || !strings.Contains(err.Error(), "a/b/leftover") {
 		t.Fatalf("got %v, want a 'not empty' error naming a/b/leftover", err)
 	}
@@ -718,7 +718,7 @@ func TestBuildLargeTree(t *testing.T) {
 	}
 	root := e.tb.dir(&repb.Directory{Directories: dirs})
 	dir := filepath.Join(t.TempDir(), "root")
-	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{})
+	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{}, Linking{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -766,7 +766,7 @@ func TestWorkingDirectoryDotDotAfterSymlink(t *testing.T) {
 	})
 	dir := filepath.Join(t.TempDir(), "root")
 	// Physically l/.. is d (a lexical clean would say the root).
-	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{WorkingDirectory: "l/..", OutputFiles: []string{"o/f"}})
+	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{WorkingDirectory: "l/..", OutputFiles: []string{"o/f"}}, Linking{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func TestBuildRejectsFanOutBomb(t *testing.T) {
 		d = e.tb.dir(&repb.Directory{Directories: []*repb.DirectoryNode{dnode("a", d), dnode("b", d)}})
 	}
 	dir := filepath.Join(t.TempDir(), "root")
-	_, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, d), dir, &repb.Command{})
+	_, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, d), dir, &repb.Command{}, Linking{})
 	var inv *InvalidError
 	if !errors.As(err, &inv) || !strings.Contains(inv.Rule, "expands to more than") {
 		t.Fatalf("err = %v, want an InvalidError about the expanded size", err)
@@ -46,13 +46,13 @@ func TestBuildEntryLimitIsExact(t *testing.T) {
 	leaf := e.tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode("f", e.tb.file("x"), false), fnode("g", e.tb.file("y"), false)}})
 	// 2 dirs + 2*2 files = 6 entries: allowed; one more file: refused.
 	ok := e.tb.dir(&repb.Directory{Directories: []*repb.DirectoryNode{dnode("a", leaf), dnode("b", leaf)}})
-	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, ok), filepath.Join(t.TempDir(), "ok"), &repb.Command{})
+	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, ok), filepath.Join(t.TempDir(), "ok"), &repb.Command{}, Linking{})
 	if err != nil {
 		t.Fatalf("a tree at the limit was refused: %v", err)
 	}
 	r.Destroy()
 	over := e.tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode("z", e.tb.file("z"), false)}, Directories: []*repb.DirectoryNode{dnode("a", leaf), dnode("b", leaf)}})
-	if _, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, over), filepath.Join(t.TempDir(), "over"), &repb.Command{}); err == nil {
+	if _, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, over), filepath.Join(t.TempDir(), "over"), &repb.Command{}, Linking{}); err == nil {
 		t.Fatal("a tree over the limit was accepted")
 	}
 }
@@ -69,7 +69,7 @@ func TestBuildRejectsDeepNesting(t *testing.T) {
 		}
 		// Short names: depth MaxDepth must still fit in PATH_MAX.
 		dir := filepath.Join(t.TempDir(), "r")
-		r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, d), dir, &repb.Command{})
+		r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, d), dir, &repb.Command{}, Linking{})
 		var inv *InvalidError
 		switch {
 		case tc.ok && err != nil:
@@ -112,7 +112,7 @@ func FuzzBuild(f *testing.F) {
 			t.Fatal(err)
 		}
 		dir := filepath.Join(base, "root")
-		r, err := Build(ctx, cache, cas, fn, rootD, dir, &repb.Command{OutputPaths: []string{output}})
+		r, err := Build(ctx, cache, cas, fn, rootD, dir, &repb.Command{OutputPaths: []string{output}}, Linking{})
 		ents, _ := os.ReadDir(base)
 		for _, e := range ents {
 			if e.Name() != "cache" && e.Name() != "root" {

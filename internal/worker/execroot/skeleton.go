@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/gantry-build/gantry/internal/digest"
 )
 
 // Reusing the directories of a recycled exec root.
@@ -61,17 +63,20 @@ func readSkeleton(dir string) (map[string]bool, error) {
 	return skel, nil
 }
 
-// neededDirs is every directory of the input tree under root and every
+// neededDirs is every directory of the input tree under root (but not
+// inside a linked directory: its mount point must be empty) and every
 // parent of an output that can be named without following a symlink, as
 // paths relative to the root.
-func (b *builder) neededDirs(root *dirInfo, wd string, outs []string) map[string]bool {
+func (b *builder) neededDirs(root *dirInfo, wd string, outs []string, linked map[string]digest.Digest) map[string]bool {
 	need := make(map[string]bool)
 	var walk func(rel string, di *dirInfo)
 	walk = func(rel string, di *dirInfo) {
 		for _, sd := range di.dirs {
 			p := joinRel(rel, sd.name)
 			need[p] = true
-			walk(p, b.dirs[sd.d])
+			if _, ok := linked[p]; !ok {
+				walk(p, b.dirs[sd.d])
+			}
 		}
 	}
 	walk("", root)

@@ -637,6 +637,21 @@ func copyFile(src, dst string) (err error) {
 	return nil
 }
 
+// Excess returns how many bytes the cache holds over its budget (0 when
+// within it or unbounded). The cache itself evicts only unreferenced
+// entries, so an excess means entries are pinned: by running actions, or
+// by directory trees kept for reuse (dircache), whose owner then evicts
+// idle trees until the excess is gone. It is cheap (no walk of the
+// entries).
+func (c *Cache) Excess() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.maxBytes <= 0 || c.total <= c.maxBytes {
+		return 0
+	}
+	return c.total - c.maxBytes
+}
+
 // Stats returns a snapshot of the cache's state and counters.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()

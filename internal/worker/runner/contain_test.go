@@ -131,7 +131,7 @@ func sandboxWrapper(t *testing.T, workDir, root string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := sb.Prepare(root, "", sandbox.Policy{})
+	a, err := sb.Prepare(root, "", sandbox.Policy{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,6 +77,73 @@ type Spec struct {
 	// until the process has ended.
 	UseCgroupFD bool
 	CgroupFD    int
+	// Mounts are directories the Wrapper (the sandbox) binds into the
+	// action's view of the file system: a path at or under a Mount's Dst
+	// is found on the host at or under its Src. The runner looks there
+	// for Dir and the program, and still passes the program to the
+	// wrapper by its path in the action's view.
+	Mounts []Mount
+}
+
+// Mount is a directory the Wrapper shows at Dst that the host holds at
+// Src (see Spec.Mounts).
+type Mount struct {
+	Src, Dst string
+}
+
+// hostPath is where p, an absolute path in the action's view, lies on the
+// host. It follows p a component at a time as the kernel would, symlinks
+// included (a symlink outside a mount may lead into one), and looks at a
+// mount's Src for whatever lies at or under its Dst. ".." is applied to
+// the resolved path, as the kernel does (at a bind mount's root it leads
+// to the mount point's parent).
+func hostPath(p string, mounts []Mount) string {
+	if len(mounts) == 0 {
+		return p
+	}
+	toHost := func(view string) string {
+		for _, m := range mounts {
+			if view == m.Dst || strings.HasPrefix(view, m.Dst+"/") {
+				return m.Src + view[len(m.Dst):]
+			}
+		}
+		return view
+	}
+	view := "" // resolved so far, without symlinks; "" is "/"
+	comps := strings.Split(p, "/")
+	for hops := 0; len(comps) > 0; {
+		c := comps[0]
+		comps = comps[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if i := strings.LastIndexByte(view, '/'); i >= 0 {
+				view = view[:i]
+			}
+			continue
+		}
+		next := view + "/" + c
+		info, err := os.Lstat(toHost(next))
+		if err != nil || info.Mode()&fs.ModeSymlink == 0 || hops >= 40 {
+			view = next // the final check reports what is wrong
+			continue
+		}
+		hops++
+		target, err := os.Readlink(toHost(next))
+		if err != nil {
+			view = next
+			continue
+		}
+		if strings.HasPrefix(target, "/") {
+			view = ""
+		}
+		comps = append(strings.Split(target, "/"), comps...)
+	}
+	if view == "" {
+		view = "/"
+	}
+	return toHost(view)
 }
 
 // Result describes how a process ended.
@@ -226,11 +293,11 @@ func resolveCommand(spec Spec) (string, string, []string, []string, error) {
 			return "", "", nil, nil, fmt.Errorf("runner: resolving working directory %q: %w", spec.Dir, err)
 		}
 	}
-	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
+	if info, err := os.Stat(hostPath(dir, spec.Mounts)); err != nil || !info.IsDir() {
 		return "", "", nil, nil, fmt.Errorf("runner: working directory %s is not a directory (%v)", dir, err)
 	}
 	env := append([]string{}, spec.Env...) // non-nil: exec.Cmd would inherit on nil
-	prog, err := resolveProgram(spec.Args[0], dir, env)
+	prog, err := resolveProgram(spec.Args[0], dir, env, spec.Mounts)
 	if err != nil {
 		return "", "", nil, nil, err
 	}
@@ -243,7 +310,8 @@ func resolveCommand(spec Spec) (string, string, []string, []string, error) {
 		path = w
 		argv = append(append(append([]string{}, spec.Wrapper...), prog), spec.Args[1:]...)
 	}
-	return dir, path, argv, env, nil
+	// The wrapper starts on the host (a sandbox then enters dir itself).
+	return hostPath(dir, spec.Mounts), path, argv, env, nil
 }
 
 // openOutputs creates the stdout and stderr files; "" means /dev/null and
@@ -273,13 +341,13 @@ func openOutputs(outPath, errPath string) (stdout, stderr *os.File, err error) {
 }
 
 // resolveProgram finds the program named by arg0 as the REAPI prescribes.
-func resolveProgram(arg0, dir string, env []string) (string, error) {
+func resolveProgram(arg0, dir string, env []string, mounts []Mount) (string, error) {
 	if strings.Contains(arg0, "/") {
 		p := arg0
 		if !filepath.IsAbs(p) {
 			p = dir + "/" + p
 		}
-		if err := checkExecutable(p); err != nil {
+		if err := checkExecutable(hostPath(p, mounts)); err != nil {
 			return "", fmt.Errorf("runner: program %q (%s): %w", arg0, p, err)
 		}
 		return p, nil
@@ -296,7 +364,7 @@ func resolveProgram(arg0, dir string, env []string) (string, error) {
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(dir, p)
 		}
-		if checkExecutable(p) == nil {
+		if checkExecutable(hostPath(p, mounts)) == nil {
 			return p, nil
 		}
 	}

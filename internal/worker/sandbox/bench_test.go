@@ -10,8 +10,9 @@ import (
 )
 
 // BenchmarkStart measures what the sandbox adds to starting an action:
-// /bin/true run directly and through the sandbox's wrapper (Prepare and
-// Finish included), reported as the median in ms.
+// /bin/true run directly, through the sandbox's wrapper (Prepare and
+// Finish included), and through the wrapper with one read-only bind of an
+// input directory (directory linking), reported as the median in ms.
 //
 //	go test -run '^$' -bench BenchmarkStart -benchtime 50x ./internal/worker/sandbox
 func BenchmarkStart(b *testing.B) {
@@ -25,14 +26,21 @@ func BenchmarkStart(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	run := func(b *testing.B, sandboxed bool) {
+	tree := filepath.Join(base, "trees", "t")
+	os.MkdirAll(filepath.Join(tree, "sub"), 0o755)
+	os.MkdirAll(filepath.Join(root, "big"), 0o755)
+	bind := []Bind{{Src: tree, Dst: filepath.Join(root, "big")}}
+	run := func(b *testing.B, sandboxed bool, ro []Bind) {
 		times := make([]time.Duration, 0, b.N)
 		for i := 0; i < b.N; i++ {
 			start := time.Now()
 			argv := []string{"/bin/true"}
+			if ro != nil {
+				argv = []string{"/bin/test", "-d", "big/sub"}
+			}
 			var a *Action
 			if sandboxed {
-				if a, err = s.Prepare(root, "", Policy{PidsLimit: 4096}); err != nil {
+				if a, err = s.Prepare(root, "", Policy{PidsLimit: 4096}, ro); err != nil {
 					b.Fatal(err)
 				}
 				argv = append(append([]string{}, a.Wrapper...), argv...)
@@ -50,6 +58,7 @@ func BenchmarkStart(b *testing.B) {
 		slices.Sort(times)
 		b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "median-ms")
 	}
-	b.Run("plain", func(b *testing.B) { run(b, false) })
-	b.Run("bwrap", func(b *testing.B) { run(b, true) })
+	b.Run("plain", func(b *testing.B) { run(b, false, nil) })
+	b.Run("bwrap", func(b *testing.B) { run(b, true, nil) })
+	b.Run("bwrap-ro-bind", func(b *testing.B) { run(b, true, bind) })
 }

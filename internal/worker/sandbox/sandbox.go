@@ -4,8 +4,10 @@
 // mounted read-only, the worker's work directory (every exec root, the
 // input file cache, captured logs) and any configured hidden paths are
 // covered by empty tmpfs mounts, and only this action's exec root is bound
-// back, writable, at its own path; /tmp is a private tmpfs, /dev a minimal
-// one and /proc the namespace's own.
+// back, writable, at its own path, with the input directories it takes
+// whole from the worker's tree cache bound read-only over their empty
+// mount points in it (Bind); /tmp is a private tmpfs, /dev a minimal one
+// and /proc the namespace's own.
 //
 // When the worker runs as root the action runs as an unprivileged user:
 // bwrap (privileged, no user namespace) sets up the mounts, then prlimit
@@ -173,7 +175,7 @@ func (s *Sandbox) selfTest() error {
 	if err := s.checkReachable(dir); err != nil {
 		return err
 	}
-	a, err := s.Prepare(dir, "", Policy{})
+	a, err := s.Prepare(dir, "", Policy{}, nil)
 	if err != nil {
 		return err
 	}
@@ -237,6 +239,7 @@ type Action struct {
 	uid      uint32
 	pooled   bool
 	pol      Policy
+	ro       []Bind
 	cgFile   *os.File
 	finished bool
 }
@@ -255,16 +258,31 @@ type Outcome struct {
 	Message string
 }
 
+// Bind is a directory the action sees read-only: Src, on the host
+// (hidden paths such as the worker's tree cache included), is bound over
+// Dst, an existing directory inside the exec root. The mount exists only
+// in the action's mount namespace, so the exec root on the host keeps an
+// empty directory at Dst, and removing the exec root cannot reach Src.
+type Bind struct {
+	Src, Dst string
+}
+
 // Prepare sets up the sandbox for an action whose exec root is dir and
-// whose working directory is workDir (inside dir; "" means dir): hands the
-// exec root's directories to the action user, creates the cgroup, and
+// whose working directory is workDir (inside dir; "" means dir), with ro
+// bound read-only inside the exec root (parents before children): hands
+// the exec root's directories to the action user, creates the cgroup, and
 // returns the command prefix.
-func (s *Sandbox) Prepare(dir, workDir string, pol Policy) (*Action, error) {
+func (s *Sandbox) Prepare(dir, workDir string, pol Policy, ro []Bind) (*Action, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
-	a := &Action{s: s, pol: pol, CgroupFD: -1}
+	for _, b := range ro {
+		if !filepath.IsAbs(b.Src) || !under(b.Dst, []string{dir}) {
+			return nil, fmt.Errorf("sandbox: read-only bind %s -> %s must come from an absolute path and land inside the exec root %s", b.Src, b.Dst, dir)
+		}
+	}
+	a := &Action{s: s, pol: pol, ro: ro, CgroupFD: -1}
 	if s.asRoot {
 		a.uid, a.pooled = s.takeUID()
 		if err := chownDirs(dir, int(a.uid), int(s.cfg.GID)); err != nil {
@@ -327,7 +345,14 @@ func (s *Sandbox) argv(dir, workDir string, a *Action) []string {
 	mkdirs(dir)
 	// An explicit --chdir: left to itself bwrap would take $PWD, which
 	// Bazel sets to /proc/self/cwd (meaning "/" once inside).
-	args = append(args, "--bind", dir, dir, "--chdir", workDir,
+	args = append(args, "--bind", dir, dir)
+	// After the exec root's bind, so that they land on top of it: a
+	// read-only bind keeps ".." inside the exec root (a symlink would
+	// lead into the cache) and the cache out of the action's reach.
+	for _, b := range a.ro {
+		args = append(args, "--ro-bind", b.Src, b.Dst)
+	}
+	args = append(args, "--chdir", workDir,
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--die-with-parent", "--new-session",
 		"--hostname", "sandbox",

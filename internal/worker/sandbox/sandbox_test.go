@@ -142,7 +142,7 @@ func TestArgvHidesWorkDirAndBindsExecRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := s.Prepare(filepath.Join(wd, "roots", "1"), "", Policy{PidsLimit: 50})
+	a, err := s.Prepare(filepath.Join(wd, "roots", "1"), "", Policy{PidsLimit: 50}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestArgvHidesWorkDirAndBindsExecRoot(t *testing.T) {
 			t.Fatal("no stat")
 		}
 		// A second concurrent action gets the other uid.
-		b, err := s.Prepare(filepath.Join(wd, "roots", "1"), "", Policy{})
+		b, err := s.Prepare(filepath.Join(wd, "roots", "1"), "", Policy{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,7 +175,7 @@ func TestArgvHidesWorkDirAndBindsExecRoot(t *testing.T) {
 		b.Finish()
 	}
 	// Network on drops --unshare-net.
-	c, err := s.Prepare(filepath.Join(wd, "roots", "1"), "", Policy{Network: true})
+	c, err := s.Prepare(filepath.Join(wd, "roots", "1"), "", Policy{Network: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func TestFreezeStopsTheActionInsideItsSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := s.Prepare(root, "", Policy{})
+	a, err := s.Prepare(root, "", Policy{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
