@@ -831,7 +831,7 @@ func TestBuildFetchesTreeByLevel(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "root")
-	r, err := Build(context.Background(), cache, store, fn, mustDigest(t, root), dir, &repb.Command{})
+	r, err := Build(context.Background(), cache, store, fn, mustDigest(t, root), dir, &repb.Command{}, Linking{})
 	if err != nil {
 		t.Fatal(err)
 	}
