@@ -57,6 +57,7 @@ type benchFlags struct {
 	noopSlots       int
 	findMissing     bool
 	cpuProfile      string
+	spawnFor        time.Duration
 }
 
 // benchPlan is a validated benchmark: what to run and when to stop.
@@ -73,7 +74,8 @@ type benchPlan struct {
 	workersOnly     bool
 	noopSlots       int
 	findMissing     bool
-	cpuProfile      string // write the load generator's CPU profile here
+	cpuProfile      string        // write the load generator's CPU profile here
+	spawnFor        time.Duration // measure the spawn-rate baseline this long before and after; 0: not
 }
 
 // newBenchCommand returns the "gantry bench" command.
@@ -151,6 +153,7 @@ of their own, as an outside measurement needs.`,
 	fl.BoolVar(&f.workersOnly, "workers-only", false, "run only the --noop-workers (no load) until --duration ends or Ctrl-C, for a load generator in another process")
 	fl.BoolVar(&f.findMissing, "find-missing", false, "call FindMissingBlobs before uploading each action's Command and Action")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the load generator (read it with go tool pprof)")
+	fl.DurationVar(&f.spawnFor, "spawn-rate", 0, "also run "+spawnProgram+" 4 at a time for this long before and after the load and report the run's rate as a ratio to that spawn rate (this machine's ceiling for trivial actions), e.g. 3s")
 	cmd.AddCommand(newBenchCASCommand())
 	return cmd
 }
@@ -169,6 +172,7 @@ func (f *benchFlags) plan(actionsSet, durationSet bool) (*benchPlan, error) {
 		noopSlots:       f.noopSlots,
 		findMissing:     f.findMissing,
 		cpuProfile:      f.cpuProfile,
+		spawnFor:        f.spawnFor,
 	}
 	if p.server == "" {
 		return nil, errors.New("--server is empty; give the host:port of a REAPI server, e.g. --server 127.0.0.1:8980")
@@ -192,6 +196,9 @@ func (f *benchFlags) plan(actionsSet, durationSet bool) (*benchPlan, error) {
 			return nil, fmt.Errorf("--actions %d: it must be at least 1", f.actions)
 		}
 		p.actions = f.actions
+	}
+	if p.spawnFor < 0 {
+		return nil, fmt.Errorf("--spawn-rate %s: it must be 0 (off) or positive, e.g. 3s", p.spawnFor)
 	}
 	if p.noopWorkers < 0 {
 		return nil, fmt.Errorf("--noop-workers %d: it must be 0 or more", p.noopWorkers)
@@ -306,6 +313,13 @@ func runBench(ctx context.Context, plan *benchPlan, out, errOut io.Writer) error
 		stopWorkers()
 		return err
 	}
+	var spawn spawnBaseline
+	if plan.spawnFor > 0 {
+		if spawn.before, err = spawnRate(ctx, spawnProgram, spawnParallel, plan.spawnFor); err != nil {
+			stopWorkers()
+			return err
+		}
+	}
 	b := &bench{plan: plan, conn: conn, cas: cas}
 	prog := progress{stalled: func(ctx context.Context) string {
 		v, err := askWorkers(ctx, conn, plan.platform)
@@ -317,7 +331,15 @@ func runBench(ctx context.Context, plan *benchPlan, out, errOut io.Writer) error
 		return err
 	}
 
+	if plan.spawnFor > 0 && ctx.Err() == nil {
+		if spawn.after, err = spawnRate(ctx, spawnProgram, spawnParallel, plan.spawnFor); err != nil {
+			return err
+		}
+	}
 	stats.report(out)
+	if plan.spawnFor > 0 && ctx.Err() == nil {
+		spawn.report(out, stats.rate())
+	}
 	if cause := context.Cause(loadCtx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause // a no-op worker failed
 	}
