@@ -142,21 +142,24 @@ func (c cgroup) signal(sig syscall.Signal) {
 // killAll kills every process in the cgroup, including those it forks
 // meanwhile (cgroup.kill, or SIGKILL to cgroup.procs until it is empty on
 // kernels before 5.14), and waits (bounded) until none is left alive.
-// Killed children of the worker are handed to the reaper.
-func (c cgroup) killAll() error {
+// Killed children of the worker are handed to the reaper. killed reports
+// whether it had anything to kill (then the cgroup is not reused: see
+// Process.cgKilled).
+func (c cgroup) killAll() (killed bool, err error) {
 	deadline := time.Now().Add(killWait)
 	for c.populated() {
+		killed = true
 		pids := c.procs()
 		noteKilled(pids)
 		if c.writeFile("cgroup.kill", "1") != nil {
 			c.signal(syscall.SIGKILL)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("processes %v of the action's cgroup survive SIGKILL after %v (uninterruptible sleep?)", pids, killWait)
+			return killed, fmt.Errorf("processes %v of the action's cgroup survive SIGKILL after %v (uninterruptible sleep?)", pids, killWait)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	return nil
+	return killed, nil
 }
 
 // killWait bounds how long the runner waits for killed processes to die.

@@ -197,10 +197,16 @@ type Process struct {
 
 	// Containment (supervisor.go): the action's cgroup, or the pid file
 	// and known members of tracking mode.
-	sup        *Supervisor
-	cg         cgroup
-	hasCg      bool
-	cgDir      string // a cgroup the runner made (removed at the end)
+	sup   *Supervisor
+	cg    cgroup
+	hasCg bool
+	cgDir string // a cgroup the runner made (pooled or removed at the end)
+	// cgKilled is set once SIGKILL went to the whole cgroup. Such a cgroup
+	// is not reused: on Linux 6.18 (at least) a process later cloned into
+	// a cgroup that was once killed through cgroup.kill is killed at birth
+	// (the kill sequence it is checked against is read from the parent's
+	// cgroup), which TestCgroupsReused catches.
+	cgKilled   bool
 	pidFile    string
 	known      map[int]uint64 // tracking: members seen, pid -> start time
 	startTicks uint64         // the main process's start time
@@ -510,6 +516,7 @@ func (p *Process) signalLocked(sig syscall.Signal) error {
 	}
 	switch {
 	case p.hasCg && sig == syscall.SIGKILL:
+		p.cgKilled = true
 		if p.cg.writeFile("cgroup.kill", "1") != nil {
 			p.cg.signal(sig)
 		}
@@ -526,7 +533,9 @@ func (p *Process) signalLocked(sig syscall.Signal) error {
 func (p *Process) killAllLocked() {
 	var err error
 	if p.hasCg {
-		err = p.cg.killAll()
+		var killed bool
+		killed, err = p.cg.killAll()
+		p.cgKilled = p.cgKilled || killed
 	} else {
 		err = p.trackKillAllLocked()
 	}

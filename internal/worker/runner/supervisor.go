@@ -52,6 +52,10 @@ type Supervisor struct {
 	// directory behind once idle.
 	mu     sync.Mutex
 	active int
+	// pool holds emptied action cgroups for reuse (cgrouppool.go); trim
+	// removes them once no action has run for a while.
+	pool []pooledCgroup
+	trim *time.Timer
 }
 
 // NewSupervisor prepares to run actions for the worker whose work
@@ -169,7 +173,7 @@ func (s *Supervisor) killLeftovers() {
 				continue
 			}
 			killed = append(killed, c.procs()...)
-			if err := c.killAll(); err != nil {
+			if _, err := c.killAll(); err != nil {
 				s.log.Warn("leftover processes of an earlier worker could not be killed", "cgroup", dir, "err", err)
 			}
 			syscall.Close(c.fd)
@@ -231,6 +235,12 @@ func (s *Supervisor) Close() error {
 		delete(host.cgroups, s.cgPath)
 	}
 	host.mu.Unlock()
+	s.mu.Lock()
+	if s.trim != nil {
+		s.trim.Stop()
+	}
+	s.dropPoolLocked()
+	s.mu.Unlock()
 	if err := os.Remove(s.cgDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("runner: removing cgroup %s: %w", s.cgDir, err)
 	}
@@ -247,19 +257,10 @@ func (s *Supervisor) prepare(p *Process, spec Spec, attr *syscall.SysProcAttr) e
 	case s.cgDir != "":
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if err := os.Mkdir(s.cgDir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("runner: creating the worker's cgroup: %w", err)
-		}
-		dir := filepath.Join(s.cgDir, fmt.Sprintf("action-%d-%d", os.Getpid(), n))
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			s.removeIdleLocked()
-			return fmt.Errorf("runner: creating the action's cgroup: %w", err)
-		}
-		c, err := openCgroup(dir)
+		c, dir, err := s.takeCgroupLocked(n)
 		if err != nil {
-			os.Remove(dir)
 			s.removeIdleLocked()
-			return fmt.Errorf("runner: opening the action's cgroup: %w", err)
+			return err
 		}
 		s.active++
 		p.cg, p.hasCg, p.cgDir = c, true, dir
@@ -281,14 +282,7 @@ func (s *Supervisor) removeIdleLocked() {
 // release removes what prepare made, once the action has ended.
 func (p *Process) release() {
 	if p.cgDir != "" {
-		syscall.Close(p.cg.fd)
-		if err := removeCgroupDir(p.cgDir); err != nil {
-			p.sup.log.Warn("removing an action's cgroup", "cgroup", p.cgDir, "err", err)
-		}
-		p.sup.mu.Lock()
-		p.sup.active--
-		p.sup.removeIdleLocked()
-		p.sup.mu.Unlock()
+		p.sup.giveCgroup(p.cg, p.cgDir, !p.cgKilled)
 	}
 	if p.pidFile != "" {
 		os.Remove(p.pidFile)
