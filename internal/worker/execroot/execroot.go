@@ -475,7 +475,12 @@ func (b *builder) findMissingFiles(ctx context.Context) ([]digest.Digest, error)
 	var all []digest.Digest
 	for _, di := range b.dirs {
 		for _, f := range di.files {
-			if !seen[f.d] && !f.d.IsEmpty() {
+			// A file the worker's cache holds needs nothing from the CAS:
+			// only the others are asked about (for a compile, usually
+			// just its source, and often nothing at all). One evicted
+			// before it is linked is downloaded then, and named missing
+			// if the CAS lost it meanwhile.
+			if !seen[f.d] && !f.d.IsEmpty() && !b.cache.Holds(f.d, f.exec) {
 				seen[f.d] = true
 				all = append(all, f.d)
 			}

@@ -791,6 +791,14 @@ type batchCountingStore struct {
 	mu      sync.Mutex
 	batches []int // the blobs asked for in each GetBatch
 	opened  map[digest.Digest]int
+	asked   []int // the digests in each FindMissing
+}
+
+func (s *batchCountingStore) FindMissing(ctx context.Context, ds []digest.Digest) ([]digest.Digest, error) {
+	s.mu.Lock()
+	s.asked = append(s.asked, len(ds))
+	s.mu.Unlock()
+	return s.Memory.FindMissing(ctx, ds)
 }
 
 func (s *batchCountingStore) GetBatch(ctx context.Context, ds []digest.Digest, data [][]byte, errs []error) {
@@ -846,5 +854,41 @@ func TestBuildFetchesTreeByLevel(t *testing.T) {
 		if n := store.opened[mustDigest(t, d)]; n != 0 {
 			t.Errorf("Directory %s was opened %d times on its own", mustDigest(t, d), n)
 		}
+	}
+}
+
+// TestBuildAsksOnlyAboutUncachedFiles: the CAS is asked only about input
+// files the worker's cache does not hold; a second build of the same tree
+// asks nothing.
+func TestBuildAsksOnlyAboutUncachedFiles(t *testing.T) {
+	store := &batchCountingStore{Memory: blobstore.NewMemory(0), opened: map[digest.Digest]int{}}
+	tb := treeBuilder{t, store}
+	var files []*repb.FileNode
+	for i := range 5 {
+		files = append(files, fnode(fmt.Sprintf("f%d", i), tb.file(fmt.Sprintf("input %d", i)), i == 0))
+	}
+	root := mustDigest(t, tb.dir(&repb.Directory{Files: files}))
+	cache, err := filecache.New(t.TempDir(), 0, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := func() {
+		t.Helper()
+		r, err := Build(context.Background(), cache, store, fn, root, filepath.Join(t.TempDir(), "root"), &repb.Command{}, Linking{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readFile(t, filepath.Join(r.Dir, "f4")); got != "input 4" {
+			t.Errorf("f4 = %q", got)
+		}
+		r.Destroy()
+	}
+	build()
+	if !slices.Equal(store.asked, []int{5}) {
+		t.Fatalf("the first build asked FindMissing about %v digests; want all 5 files", store.asked)
+	}
+	build()
+	if !slices.Equal(store.asked, []int{5}) {
+		t.Errorf("the second build asked FindMissing about %v digests in all; want nothing more, every file is cached", store.asked)
 	}
 }

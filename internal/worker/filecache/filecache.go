@@ -372,6 +372,16 @@ func (c *Cache) Acquire(ctx context.Context, d digest.Digest, executable bool) (
 	}
 }
 
+// Holds reports whether blob d, with that executable bit, is in the
+// cache and ready, so that Acquire would not download it (unless it is
+// evicted first, which no caller can rule out: Acquire then downloads it).
+func (c *Cache) Holds(d digest.Digest, executable bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key{d: d, exec: executable}]
+	return ok && e.ready
+}
+
 // refLocked adds a reference to a ready entry.
 func (c *Cache) refLocked(e *entry) {
 	e.refs++

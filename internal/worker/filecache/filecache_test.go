@@ -694,3 +694,28 @@ func TestNewErrors(t *testing.T) {
 		t.Error("New on a regular file succeeded")
 	}
 }
+
+// TestHolds: Holds says whether Acquire would find a blob ready, with
+// that executable bit, without downloading or referencing it.
+func TestHolds(t *testing.T) {
+	cs := &countingStore{Store: blobstore.NewMemory(0)}
+	d := put(t, cs, "held")
+	c := newCache(t, t.TempDir(), 0, cs)
+	if c.Holds(d, false) {
+		t.Fatal("an empty cache holds the blob")
+	}
+	_, release, err := c.Acquire(context.Background(), d, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if !c.Holds(d, false) {
+		t.Error("after Acquire the cache does not hold the blob")
+	}
+	if c.Holds(d, true) {
+		t.Error("the cache holds the executable variant it never made")
+	}
+	if n := cs.opens.Load(); n != 1 {
+		t.Errorf("%d downloads; Holds must not download", n)
+	}
+}
