@@ -1,0 +1,182 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gantry-build/gantry/internal/statestore"
+)
+
+// gatedPipeliner is a statestore.Pipeliner whose commits can be held: while
+// held, Enqueue queues its batches; release commits them in order and
+// reports each to its done, as the embedded store's committer does.
+type gatedPipeliner struct {
+	*statestore.Memory
+	mu    sync.Mutex
+	held  bool
+	queue []heldBatch
+}
+
+type heldBatch struct {
+	batch []statestore.Mutation
+	done  func(error)
+}
+
+func newGatedPipeliner() *gatedPipeliner { return &gatedPipeliner{Memory: statestore.NewMemory()} }
+
+func (g *gatedPipeliner) Enqueue(ctx context.Context, batch []statestore.Mutation, done func(error)) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.held {
+		g.queue = append(g.queue, heldBatch{batch, done})
+		return nil
+	}
+	done(g.Memory.Apply(ctx, batch))
+	return nil
+}
+
+func (g *gatedPipeliner) hold() { g.mu.Lock(); g.held = true; g.mu.Unlock() }
+
+// release commits what is held, in order, and stops holding.
+func (g *gatedPipeliner) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, b := range g.queue {
+		b.done(g.Memory.Apply(context.Background(), b.batch))
+	}
+	g.queue, g.held = nil, false
+}
+
+func (g *gatedPipeliner) queued() int { g.mu.Lock(); defer g.mu.Unlock(); return len(g.queue) }
+
+// eventually polls cond (bounded) until it holds.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 2000; i++ {
+		if cond() {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting until %s", what)
+}
+
+// With a pipelined store a result is shown, and the worker's wait for it
+// ends, only when the store's committer reports the commit that holds it.
+func TestPipelinedResultVisibleOnlyOnceCommitted(t *testing.T) {
+	store := newGatedPipeliner()
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s, stop := durableTest(t, store, clk)
+	t.Cleanup(stop)
+	t.Cleanup(store.release) // runs first, so that a failed test stops
+	register(s, "w")
+	op := submit(t, s, "a")
+	a := pollNow(t, s, "w", 1)
+	_, changed, err := s.Watch(op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.hold()
+	accepted, stored := s.CompleteMany("w", []Completion{{LeaseID: a.LeaseID, Response: okResponse()}})
+	if !accepted[0] {
+		t.Fatal("completion refused")
+	}
+	done := make(chan struct{})
+	go func() { stored(); close(done) }()
+	eventually(t, "the completion reaches the store", func() bool { return store.queued() > 0 })
+	if st := state(t, s, op); st.Done {
+		t.Fatalf("result visible before its commit was reported: %+v", st)
+	}
+	select {
+	case <-done:
+		t.Fatal("the worker's wait ended before the commit was reported")
+	case <-changed:
+		t.Fatal("watchers woken before the commit was reported")
+	default:
+	}
+	store.release()
+	<-done
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("watchers not woken once the commit was reported")
+	}
+	if st := state(t, s, op); !st.Done || st.Response.GetResult() == nil {
+		t.Fatalf("stored result not visible: %+v", st)
+	}
+}
+
+// A flush that finds nothing to write while the previous flush's commit is
+// still running must not report that flush's changes as stored before its
+// commit does.
+func TestPipelinedEmptyFlushWaitsForQueuedCommit(t *testing.T) {
+	store := newGatedPipeliner()
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s, stop := durableTest(t, store, clk)
+	t.Cleanup(stop)
+	t.Cleanup(store.release)
+	store.hold()
+	submitted := make(chan error, 1)
+	go func() {
+		_, err := s.Submit(SubmitRequest{Instance: "main", ActionDigest: action("a")})
+		submitted <- err
+	}()
+	eventually(t, "the submission reaches the store", func() bool { return store.queued() > 0 })
+	// Nothing is dirty now: this Flush's flush is empty, and its changes
+	// are the held commit's.
+	flushed := make(chan error, 1)
+	go func() { flushed <- s.Flush(context.Background()) }()
+	select {
+	case err := <-flushed:
+		t.Fatalf("Flush returned (%v) while the commit holding its changes was held", err)
+	case <-submitted:
+		t.Fatal("Submit returned while its commit was held")
+	case <-time.After(100 * time.Millisecond):
+	}
+	store.release()
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A call that stops waiting for durability (its context ended) leaves no
+// waiter behind, and the others are still woken by the commit.
+func TestDurableGivesUpWithoutLeavingAWaiter(t *testing.T) {
+	store := newGatedPipeliner()
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s, stop := durableTest(t, store, clk)
+	t.Cleanup(stop)
+	t.Cleanup(store.release)
+	store.hold()
+	submitted := make(chan error, 1)
+	go func() {
+		_, err := s.Submit(SubmitRequest{Instance: "main", ActionDigest: action("a")})
+		submitted <- err
+	}()
+	waiters := func() int { s.jr.mu.Lock(); defer s.jr.mu.Unlock(); return len(s.jr.waiters) }
+	eventually(t, "Submit waits", func() bool { return waiters() == 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	flushed := make(chan error, 1)
+	go func() { flushed <- s.Flush(ctx) }()
+	eventually(t, "Flush waits", func() bool { return waiters() == 2 })
+	cancel()
+	if err := <-flushed; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Flush with its context cancelled: %v, want context.Canceled", err)
+	}
+	if n := waiters(); n != 1 {
+		t.Fatalf("%d waiters after Flush gave up, want 1 (Submit's)", n)
+	}
+	store.release()
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
+	if n := waiters(); n != 0 {
+		t.Fatalf("%d waiters after the commit, want 0", n)
+	}
+}
