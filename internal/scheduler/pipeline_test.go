@@ -18,6 +18,11 @@ type gatedPipeliner struct {
 	mu    sync.Mutex
 	held  bool
 	queue []heldBatch
+	// stall, when set, makes Enqueue itself wait until it is closed (a
+	// store slow to take batches), which stalls the journal's flusher;
+	// stalled counts the Enqueue calls waiting so.
+	stall   chan struct{}
+	stalled int
 }
 
 type heldBatch struct {
@@ -29,6 +34,13 @@ func newGatedPipeliner() *gatedPipeliner { return &gatedPipeliner{Memory: states
 
 func (g *gatedPipeliner) Enqueue(ctx context.Context, batch []statestore.Mutation, done func(error)) error {
 	g.mu.Lock()
+	if stall := g.stall; stall != nil {
+		g.stalled++
+		g.mu.Unlock()
+		<-stall
+		g.mu.Lock()
+		g.stalled--
+	}
 	defer g.mu.Unlock()
 	if g.held {
 		g.queue = append(g.queue, heldBatch{batch, done})
@@ -178,5 +190,91 @@ func TestDurableGivesUpWithoutLeavingAWaiter(t *testing.T) {
 	}
 	if n := waiters(); n != 0 {
 		t.Fatalf("%d waiters after the commit, want 0", n)
+	}
+}
+
+// A Poll's completions (CompleteMany) start no flush of their own: the
+// Poll's new leases, made right after, go into the same flush, so that
+// the worker waits for one commit, not a commit of its results and then
+// another of its leases.
+func TestCompleteManyLeavesTheFlushToThePoll(t *testing.T) {
+	store := newGatedPipeliner()
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s, stop := durableTest(t, store, clk)
+	t.Cleanup(stop)
+	register(s, "w")
+	submit(t, s, "a")
+	a := pollNow(t, s, "w", 1)
+	// Stall the flusher inside a flush, so that a kick stays visible.
+	stall := make(chan struct{})
+	var unstall sync.Once
+	t.Cleanup(func() { unstall.Do(func() { close(stall) }) })
+	store.mu.Lock()
+	store.stall = stall
+	store.mu.Unlock()
+	submitted := make(chan error, 1)
+	go func() {
+		_, err := s.Submit(SubmitRequest{Instance: "main", ActionDigest: action("b")})
+		submitted <- err
+	}()
+	eventually(t, "the flusher is stalled", func() bool { store.mu.Lock(); defer store.mu.Unlock(); return store.stalled == 1 })
+	if n := len(s.jr.kick); n != 0 {
+		t.Fatalf("%d kicks pending before CompleteMany", n)
+	}
+	accepted, stored := s.CompleteMany("w", []Completion{{LeaseID: a.LeaseID, Response: okResponse()}})
+	if !accepted[0] {
+		t.Fatal("completion refused")
+	}
+	if n := len(s.jr.kick); n != 0 {
+		t.Fatal("CompleteMany started a flush of its own")
+	}
+	// The Poll's lease of b starts the flush (and waits for it).
+	leased := make(chan *Assignment, 1)
+	go func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		a, _ := s.Poll(ctx, "w", Capacity{Cores: 1})
+		leased <- a
+	}()
+	eventually(t, "the Poll starts a flush", func() bool { return len(s.jr.kick) == 1 })
+	unstall.Do(func() { close(stall) })
+	if b := <-leased; b == nil {
+		t.Fatal("no lease of b")
+	}
+	stored()
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A Poll that reports results and then waits for work starts storing the
+// results: they are shown without any other call.
+func TestPollWaitingStoresItsCompletions(t *testing.T) {
+	store := newGatedPipeliner()
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s, stop := durableTest(t, store, clk)
+	t.Cleanup(stop)
+	register(s, "w")
+	op := submit(t, s, "a")
+	a := pollNow(t, s, "w", 1)
+	_, changed, err := s.Watch(op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted, _ := s.CompleteMany("w", []Completion{{LeaseID: a.LeaseID, Response: okResponse()}})
+	if !accepted[0] {
+		t.Fatal("completion refused")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	polled := make(chan struct{})
+	go func() { s.PollMany(ctx, "w", Capacity{Cores: 1}, 1); close(polled) }()
+	defer func() { cancel(); <-polled }()
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the results of a Poll waiting for work were not stored")
+	}
+	if st := state(t, s, op); !st.Done {
+		t.Fatalf("after the commit: %+v", st)
 	}
 }
