@@ -2,7 +2,6 @@ package statestore
 
 import (
 	"context"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,10 +175,6 @@ func (q *commitQueue) run(commit func([]*request) error, after func(error)) {
 		if after != nil {
 			after(err)
 		}
-		// Let the calls this commit woke, and the flushes they start, run
-		// before the next take, so that it gathers them: without this, with
-		// a fast sync, nearly every batch got a commit of its own.
-		runtime.Gosched()
 	}
 }
 
