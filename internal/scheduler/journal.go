@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -49,45 +48,25 @@ type journal struct {
 	doneWait []*Operation
 
 	mu      sync.Mutex
+	cond    *sync.Cond
 	flushed uint64 // changes durable, or failed
 	stored  uint64 // changes durable before any failure
 	err     error  // the last flush's error, for the calls waiting on it
-	// waiters are the calls in durable; each is woken alone when flushed
-	// reaches its ticket (not all of them at every commit).
-	waiters []*durableWaiter
-	// last is the newest flush queued in a Pipeliner store, until its
-	// commit is reported: a flush with nothing to write is stored when
-	// that commit is.
-	last *queuedFlush
-	kick chan struct{}
-	done chan struct{} // closed when the flusher has stopped
+	kick    chan struct{}
+	done    chan struct{} // closed when the flusher has stopped
 
 	// With a Pipeliner store, commits overlap: each flush queues its
-	// batch and the store's committer reports it (journal.report), in
-	// flush order. inflight counts the flushes not yet reported; storedKick
-	// kicks the goroutine that shows the results they stored.
-	inflight   sync.WaitGroup
-	storedKick chan struct{}
-}
-
-// durableWaiter is a call waiting until the changes up to ticket are
-// stored; ch is closed then.
-type durableWaiter struct {
-	ticket uint64
-	ch     chan struct{}
-}
-
-// queuedFlush is a flush queued in a Pipeliner store: its commit stores
-// the changes up to seq (guarded by journal.mu, raised by later flushes
-// with nothing to write while it is not reported).
-type queuedFlush struct {
-	seq      uint64
-	reported bool
+	// batch and a goroutine reports the commit, in flush order (prev).
+	inflight sync.WaitGroup
+	prev     chan struct{}
 }
 
 func newJournal(store statestore.Store) *journal {
-	return &journal{store: store, dirtyTasks: map[*Task]struct{}{}, dirtyOps: map[*Operation]struct{}{}, kick: make(chan struct{}, 1), done: make(chan struct{}),
-		storedKick: make(chan struct{}, 1)}
+	j := &journal{store: store, dirtyTasks: map[*Task]struct{}{}, dirtyOps: map[*Operation]struct{}{}, kick: make(chan struct{}, 1), done: make(chan struct{}),
+		prev: make(chan struct{})}
+	close(j.prev)
+	j.cond = sync.NewCond(&j.mu)
+	return j
 }
 
 // Attach makes the scheduler durable in store and restores what store
@@ -210,26 +189,13 @@ func (s *Scheduler) durable(ctx context.Context, ticket uint64) error {
 		return nil
 	}
 	j.mu.Lock()
-	if j.flushed < ticket {
-		if ctx.Err() != nil {
-			j.mu.Unlock()
-			return ctx.Err()
-		}
-		w := &durableWaiter{ticket: ticket, ch: make(chan struct{})}
-		j.waiters = append(j.waiters, w)
-		j.mu.Unlock()
-		select {
-		case <-w.ch:
-		case <-ctx.Done():
-		}
-		j.mu.Lock()
-		if j.flushed < ticket {
-			j.waiters = slices.DeleteFunc(j.waiters, func(x *durableWaiter) bool { return x == w })
-			j.mu.Unlock()
-			return ctx.Err()
-		}
-	}
 	defer j.mu.Unlock()
+	for j.flushed < ticket {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		j.cond.Wait()
+	}
 	if j.err != nil {
 		return status.Errorf(codes.Unavailable, "the scheduler could not store the change: %v; retry", j.err)
 	}
@@ -240,32 +206,18 @@ func (s *Scheduler) durable(ctx context.Context, ticket uint64) error {
 func (s *Scheduler) runJournal(ctx context.Context) {
 	j := s.jr
 	defer close(j.done)
-	go s.showStored()
+	// Wake waiters whose context ends (cond has no context support).
+	stop := context.AfterFunc(ctx, func() { j.mu.Lock(); j.cond.Broadcast(); j.mu.Unlock() })
+	defer stop()
 	for {
 		select {
 		case <-ctx.Done():
 			s.flush(context.Background()) // last changes
 			j.inflight.Wait()
-			s.notifyStored()
 			return
 		case <-j.kick:
 		}
 		s.flush(ctx)
-	}
-}
-
-// showStored shows the results the Pipeliner store's commits have stored
-// (notifyStored takes the scheduler's lock, which the store's committer
-// must not wait for), until the flusher stops.
-func (s *Scheduler) showStored() {
-	j := s.jr
-	for {
-		select {
-		case <-j.storedKick:
-			s.notifyStored()
-		case <-j.done:
-			return
-		}
 	}
 }
 
@@ -297,15 +249,13 @@ func (s *Scheduler) flush(ctx context.Context) {
 		// Nothing changed since the last flush, whose commit may still be
 		// running: seq is stored when that commit is, not before (else a
 		// result it holds would show as stored, and a crash lose it).
-		j.mu.Lock()
-		if j.last != nil && !j.last.reported {
-			j.last.seq = max(j.last.seq, seq)
-			j.mu.Unlock()
-			return
+		select {
+		case <-j.prev:
+			j.record(seq, nil)
+			s.notifyStored()
+		default:
+			s.reportInOrder(seq, nil)
 		}
-		j.recordLocked(seq, nil)
-		j.mu.Unlock()
-		s.notifyStored()
 		return
 	}
 	p, ok := j.store.(statestore.Pipeliner)
@@ -314,30 +264,33 @@ func (s *Scheduler) flush(ctx context.Context) {
 		s.notifyStored()
 		return
 	}
-	q := &queuedFlush{seq: seq}
-	j.mu.Lock()
-	j.last = q
-	j.mu.Unlock()
-	j.inflight.Add(1)
-	if err := p.Enqueue(context.WithoutCancel(ctx), batch, func(err error) { j.report(q, err) }); err != nil {
-		// The earlier flushes' commits may still succeed; this one's
-		// changes are lost, so every waiter from here on hears of it.
-		j.report(q, err)
-	}
+	wait, err := p.Enqueue(context.WithoutCancel(ctx), batch)
+	s.reportInOrder(seq, func() error {
+		if err != nil {
+			return err
+		}
+		return wait(context.Background())
+	})
 }
 
-// report records that q's commit is over with err: called by the store's
-// committer, in flush order, so it only records and wakes.
-func (j *journal) report(q *queuedFlush, err error) {
-	j.mu.Lock()
-	q.reported = true
-	j.recordLocked(q.seq, err)
-	j.mu.Unlock()
-	select {
-	case j.storedKick <- struct{}{}:
-	default:
-	}
-	j.inflight.Done()
+// reportInOrder records seq with the outcome of wait (nil: none to wait
+// for) once it is known and every earlier flush is recorded.
+func (s *Scheduler) reportInOrder(seq uint64, wait func() error) {
+	j := s.jr
+	prev, mine := j.prev, make(chan struct{})
+	j.prev = mine
+	j.inflight.Add(1)
+	go func() {
+		defer j.inflight.Done()
+		defer close(mine)
+		var err error
+		if wait != nil {
+			err = wait()
+		}
+		<-prev // report in flush order
+		j.record(seq, err)
+		s.notifyStored()
+	}()
 }
 
 // record notes that the changes up to seq were stored, or failed. A
@@ -346,10 +299,6 @@ func (j *journal) report(q *queuedFlush, err error) {
 func (j *journal) record(seq uint64, err error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.recordLocked(seq, err)
-}
-
-func (j *journal) recordLocked(seq uint64, err error) {
 	if err != nil && j.err == nil {
 		j.err = err
 	}
@@ -357,17 +306,7 @@ func (j *journal) recordLocked(seq uint64, err error) {
 		j.stored = max(j.stored, seq)
 	}
 	j.flushed = max(j.flushed, seq)
-	n := 0
-	for _, w := range j.waiters {
-		if w.ticket <= j.flushed {
-			close(w.ch)
-			continue
-		}
-		j.waiters[n] = w
-		n++
-	}
-	clear(j.waiters[n:])
-	j.waiters = j.waiters[:n]
+	j.cond.Broadcast()
 }
 
 // A task is two records: "task", what never changes (written once), and

@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +11,7 @@ import (
 
 // gatedPipeliner is a statestore.Pipeliner whose commits can be held: while
 // held, Enqueue queues its batches; release commits them in order and
-// reports each to its done, as the embedded store's committer does.
+// reports each to its waiter, in order, as the embedded store's committer does.
 type gatedPipeliner struct {
 	*statestore.Memory
 	mu    sync.Mutex
@@ -27,12 +26,13 @@ type gatedPipeliner struct {
 
 type heldBatch struct {
 	batch []statestore.Mutation
-	done  func(error)
+	done  chan struct{} // closed once committed
+	err   *error
 }
 
 func newGatedPipeliner() *gatedPipeliner { return &gatedPipeliner{Memory: statestore.NewMemory()} }
 
-func (g *gatedPipeliner) Enqueue(ctx context.Context, batch []statestore.Mutation, done func(error)) error {
+func (g *gatedPipeliner) Enqueue(ctx context.Context, batch []statestore.Mutation) (func(context.Context) error, error) {
 	g.mu.Lock()
 	if stall := g.stall; stall != nil {
 		g.stalled++
@@ -42,12 +42,14 @@ func (g *gatedPipeliner) Enqueue(ctx context.Context, batch []statestore.Mutatio
 		g.stalled--
 	}
 	defer g.mu.Unlock()
+	b := heldBatch{batch: batch, done: make(chan struct{}), err: new(error)}
 	if g.held {
-		g.queue = append(g.queue, heldBatch{batch, done})
-		return nil
+		g.queue = append(g.queue, b)
+	} else {
+		*b.err = g.Memory.Apply(ctx, batch)
+		close(b.done)
 	}
-	done(g.Memory.Apply(ctx, batch))
-	return nil
+	return func(context.Context) error { <-b.done; return *b.err }, nil
 }
 
 func (g *gatedPipeliner) hold() { g.mu.Lock(); g.held = true; g.mu.Unlock() }
@@ -57,7 +59,8 @@ func (g *gatedPipeliner) release() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, b := range g.queue {
-		b.done(g.Memory.Apply(context.Background(), b.batch))
+		*b.err = g.Memory.Apply(context.Background(), b.batch)
+		close(b.done)
 	}
 	g.queue, g.held = nil, false
 }
@@ -154,42 +157,6 @@ func TestPipelinedEmptyFlushWaitsForQueuedCommit(t *testing.T) {
 	}
 	if err := <-submitted; err != nil {
 		t.Fatal(err)
-	}
-}
-
-// A call that stops waiting for durability (its context ended) leaves no
-// waiter behind, and the others are still woken by the commit.
-func TestDurableGivesUpWithoutLeavingAWaiter(t *testing.T) {
-	store := newGatedPipeliner()
-	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
-	s, stop := durableTest(t, store, clk)
-	t.Cleanup(stop)
-	t.Cleanup(store.release)
-	store.hold()
-	submitted := make(chan error, 1)
-	go func() {
-		_, err := s.Submit(SubmitRequest{Instance: "main", ActionDigest: action("a")})
-		submitted <- err
-	}()
-	waiters := func() int { s.jr.mu.Lock(); defer s.jr.mu.Unlock(); return len(s.jr.waiters) }
-	eventually(t, "Submit waits", func() bool { return waiters() == 1 })
-	ctx, cancel := context.WithCancel(context.Background())
-	flushed := make(chan error, 1)
-	go func() { flushed <- s.Flush(ctx) }()
-	eventually(t, "Flush waits", func() bool { return waiters() == 2 })
-	cancel()
-	if err := <-flushed; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Flush with its context cancelled: %v, want context.Canceled", err)
-	}
-	if n := waiters(); n != 1 {
-		t.Fatalf("%d waiters after Flush gave up, want 1 (Submit's)", n)
-	}
-	store.release()
-	if err := <-submitted; err != nil {
-		t.Fatal(err)
-	}
-	if n := waiters(); n != 0 {
-		t.Fatalf("%d waiters after the commit, want 0", n)
 	}
 }
 

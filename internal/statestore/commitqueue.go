@@ -47,10 +47,9 @@ func newCommitQueue() *commitQueue {
 	return &commitQueue{wake: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
-// enqueue validates batch and queues it; wait reports its commit, and so
-// does done (if not nil) on the committer. The values are copied unless
-// owned (the caller never changes them again).
-func (q *commitQueue) enqueue(ctx context.Context, batch []Mutation, owned bool, done func(error)) (wait func(context.Context) error, err error) {
+// enqueue validates batch and queues it; wait reports its commit. The
+// values are copied unless owned (the caller never changes them again).
+func (q *commitQueue) enqueue(ctx context.Context, batch []Mutation, owned bool) (wait func(context.Context) error, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -60,7 +59,7 @@ func (q *commitQueue) enqueue(ctx context.Context, batch []Mutation, owned bool,
 	if len(batch) == 0 {
 		return func(context.Context) error { return nil }, nil
 	}
-	r := &request{batch: make([]Mutation, len(batch)), done: make(chan struct{}), notify: done}
+	r := &request{batch: make([]Mutation, len(batch)), done: make(chan struct{})}
 	for i, m := range batch {
 		if m.Delete {
 			m.Value = nil
@@ -168,9 +167,6 @@ func (q *commitQueue) run(commit func([]*request) error, after func(error)) {
 		for _, r := range reqs {
 			r.err = err
 			close(r.done)
-			if r.notify != nil {
-				r.notify(err)
-			}
 		}
 		if after != nil {
 			after(err)

@@ -78,12 +78,11 @@ type EmbeddedOptions struct {
 }
 
 type request struct {
-	batch  []Mutation
-	size   int
-	taken  bool // by a commit; guarded by the store's mu
-	err    error
-	done   chan struct{}
-	notify func(error) // Enqueue's done, called by the committer
+	batch []Mutation
+	size  int
+	taken bool // by a commit; guarded by the store's mu
+	err   error
+	done  chan struct{}
 }
 
 var _ Store = (*Embedded)(nil)
@@ -339,7 +338,7 @@ func entrySize(kind, key string, v []byte) int { return 4 + len(kind) + len(key)
 // commit, Apply returns ctx's error and the batch is not applied; once a
 // commit has taken it, Apply returns that commit's result.
 func (s *Embedded) Apply(ctx context.Context, batch []Mutation) error {
-	wait, err := s.q.enqueue(ctx, batch, false, nil)
+	wait, err := s.q.enqueue(ctx, batch, false)
 	if err != nil {
 		return err
 	}
@@ -347,10 +346,9 @@ func (s *Embedded) Apply(ctx context.Context, batch []Mutation) error {
 }
 
 // Enqueue implements Pipeliner: the batch is queued, in call order, when
-// it returns; done reports its commit. The store keeps the values.
-func (s *Embedded) Enqueue(ctx context.Context, batch []Mutation, done func(error)) error {
-	_, err := s.q.enqueue(ctx, batch, true, done)
-	return err
+// it returns; wait reports its commit. The store keeps the values.
+func (s *Embedded) Enqueue(ctx context.Context, batch []Mutation) (wait func(context.Context) error, err error) {
+	return s.q.enqueue(ctx, batch, true)
 }
 
 // commit writes one record holding every batch of reqs and fsyncs it.

@@ -118,7 +118,7 @@ func (p *Postgres) migrate(ctx context.Context) error {
 // outcome unknown, as with any database: Apply then returns an error
 // although the batch may have been applied.
 func (p *Postgres) Apply(ctx context.Context, batch []Mutation) error {
-	wait, err := p.q.enqueue(ctx, batch, false, nil)
+	wait, err := p.q.enqueue(ctx, batch, false)
 	if err != nil {
 		return err
 	}
@@ -126,9 +126,8 @@ func (p *Postgres) Apply(ctx context.Context, batch []Mutation) error {
 }
 
 // Enqueue implements Pipeliner. The store keeps the values.
-func (p *Postgres) Enqueue(ctx context.Context, batch []Mutation, done func(error)) error {
-	_, err := p.q.enqueue(ctx, batch, true, done)
-	return err
+func (p *Postgres) Enqueue(ctx context.Context, batch []Mutation) (wait func(context.Context) error, err error) {
+	return p.q.enqueue(ctx, batch, true)
 }
 
 type stateKey struct{ kind, key string }

@@ -37,18 +37,13 @@ type Store interface {
 
 // Pipeliner is a Store that can queue a batch without waiting for its
 // commit, so that one caller can keep several commits in flight in order.
-// Batches queued by Enqueue commit in the order Enqueue was called. Once a
-// batch's commit is over, done is called with its result, on the store's
-// committer and in Enqueue order (so a failed commit is reported before
-// any later one): done must be quick, must not block and must not call the
-// store. It is the committer that tells the caller, with no goroutine in
-// between, because the caller's own callers wait for it. When Enqueue
-// returns an error, done is never called. Unlike Apply, Enqueue may keep
-// the batch's values without copying them: the caller must not change
-// them afterwards.
+// Batches queued by Enqueue commit in the order Enqueue was called; if a
+// batch's commit fails, no later one is reported as committed before it.
+// Unlike Apply, Enqueue may keep the batch's values without copying them:
+// the caller must not change them afterwards.
 type Pipeliner interface {
 	Store
-	Enqueue(ctx context.Context, batch []Mutation, done func(error)) error
+	Enqueue(ctx context.Context, batch []Mutation) (wait func(context.Context) error, err error)
 }
 
 // Memory is a Store that keeps records in memory, for tests.
