@@ -161,11 +161,15 @@ func (r *Recorder) Record(op Operation) {
 	}
 	key := fmt.Sprintf("%016x/%s", op.Finished.UnixNano(), op.Name)
 	// Keep the slice ordered by key: a record may arrive a little after
-	// a later one.
-	i := sort.Search(len(r.ops), func(i int) bool { return r.ops[i].key > key })
-	r.ops = append(r.ops, entry{})
-	copy(r.ops[i+1:], r.ops[i:])
-	r.ops[i] = entry{key: key, op: op}
+	// a later one, but most are the newest (appended without a search).
+	if n := len(r.ops); n == 0 || r.ops[n-1].key <= key {
+		r.ops = append(r.ops, entry{key: key, op: op})
+	} else {
+		i := sort.Search(n, func(i int) bool { return r.ops[i].key > key })
+		r.ops = append(r.ops, entry{})
+		copy(r.ops[i+1:], r.ops[i:])
+		r.ops[i] = entry{key: key, op: op}
+	}
 	r.names[op.Name] = key
 	r.pending = append(r.pending, statestore.Mutation{Kind: kindOp, Key: key, Value: data})
 	if op.Build != "" {

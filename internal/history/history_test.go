@@ -305,3 +305,20 @@ func usage(t *testing.T, userMicros, sysMicros int64) *anypb.Any {
 	}
 	return a
 }
+
+// Records that arrive out of order (a result delivered a little after a
+// later one) still list newest first, and the oldest is the one pruned.
+func TestRecordOutOfOrder(t *testing.T) {
+	c := newClock()
+	r := open(t, statestore.NewMemory(), Options{Now: c.Now, MaxOperations: 3})
+	t0 := c.Now()
+	for _, o := range []struct {
+		name string
+		at   time.Duration
+	}{{"b", 2}, {"d", 4}, {"a", 1}, {"c", 3}, {"e", 5}} {
+		r.Record(op(o.name, "", t0.Add(o.at*time.Second), 0, false, 0))
+	}
+	if ops, total := r.Operations("", 0, 10); names(ops) != "e d c" || total != 3 {
+		t.Fatalf("operations %q (total %d), want \"e d c\" (3)", names(ops), total)
+	}
+}

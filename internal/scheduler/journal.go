@@ -145,6 +145,31 @@ func (s *Scheduler) touchOp(op *Operation) {
 	}
 }
 
+// seqLocked is the number of changes marked so far (0 without a store),
+// under Scheduler.mu.
+func (j *journal) seqLocked() uint64 {
+	if j == nil {
+		return 0
+	}
+	return j.seq
+}
+
+// dirty reports, under Scheduler.mu, whether changes wait for a flush.
+func (j *journal) dirty() bool {
+	return j != nil && len(j.dirtyTasks)+len(j.dirtyOps) > 0
+}
+
+// kickFlush starts a flush of what is dirty (if none is due already).
+func (j *journal) kickFlush() {
+	if j == nil {
+		return
+	}
+	select {
+	case j.kick <- struct{}{}:
+	default:
+	}
+}
+
 // ticketLocked is what a call must wait for: every change so far.
 func (s *Scheduler) ticketLocked() uint64 {
 	if s.jr == nil {

@@ -207,6 +207,11 @@ func (s *Scheduler) PollMany(ctx context.Context, workerID string, free Capacity
 	}
 	wt := &waiter{worker: w, free: free, ch: make(chan *Assignment, 1)}
 	s.waiters = append(s.waiters, wt)
+	// Changes this worker made just before (CompleteMany's results) are
+	// stored while it waits: nothing else may start storing them soon.
+	if s.jr.dirty() {
+		s.ticketLocked()
+	}
 	s.mu.Unlock()
 
 	select {
@@ -415,12 +420,15 @@ func (s *Scheduler) Heartbeat(workerID string, reports []LeaseReport) ([]LeaseCo
 // Complete ends a lease with the task's outcome. It returns false when
 // the lease is no longer valid; the report is then ignored.
 func (s *Scheduler) Complete(workerID, leaseID string, resp *repb.ExecuteResponse) bool {
-	ok, ticket := s.complete(workerID, leaseID, resp)
+	ok, ticket := s.complete(workerID, leaseID, resp, true)
 	s.waitDurable(ticket)
 	return ok
 }
 
-func (s *Scheduler) complete(workerID, leaseID string, resp *repb.ExecuteResponse) (bool, uint64) {
+// complete ends a lease and returns the ticket its storing needs. Unless
+// kick is set, storing is not started: the caller starts it (see
+// CompleteMany).
+func (s *Scheduler) complete(workerID, leaseID string, resp *repb.ExecuteResponse, kick bool) (bool, uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w, ok := s.workers[workerID]; ok {
@@ -441,6 +449,9 @@ func (s *Scheduler) complete(workerID, leaseID string, resp *repb.ExecuteRespons
 	s.emit(Event{Kind: EventCompleted, Task: t.ID, Worker: workerID})
 	if len(t.Req.Resources) > 0 {
 		s.offerLocked(l.worker)
+	}
+	if !kick {
+		return true, s.jr.seqLocked()
 	}
 	return true, s.ticketLocked()
 }
