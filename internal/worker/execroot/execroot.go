@@ -108,12 +108,20 @@ func Build(ctx context.Context, cache *filecache.Cache, cas blobstore.Store, fn 
 	if err != nil {
 		return nil, err
 	}
-	fileMissing, err := b.findMissingFiles(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if missing = append(missing, fileMissing...); len(missing) > 0 {
-		return nil, newMissing(missing)
+	// Which input files does the CAS lack? Only those the file cache does
+	// not hold can be missing. When the tree is complete and they are a
+	// handful (a compile's new source), their downloads answer that as
+	// well as FindMissing would, for one round trip less: materialize
+	// names every file it cannot get. Otherwise the CAS is asked first, so
+	// that a tree with many missing blobs fails at once and whole.
+	if uncached := b.uncachedFiles(); len(missing) > 0 || len(uncached) > askFirstAbove {
+		fileMissing, err := b.findMissing(ctx, uncached)
+		if err != nil {
+			return nil, err
+		}
+		if missing = append(missing, fileMissing...); len(missing) > 0 {
+			return nil, newMissing(missing)
+		}
 	}
 	root := b.dirs[inputRoot]
 	if err := b.checkSize(root); err != nil {
@@ -469,23 +477,30 @@ func (b *builder) checkDir(msg *repb.Directory, p string) (*dirInfo, error) {
 	return di, nil
 }
 
-// findMissingFiles asks the CAS which file blobs of the tree it lacks.
-func (b *builder) findMissingFiles(ctx context.Context) ([]digest.Digest, error) {
+// askFirstAbove is the number of input files not in the file cache above
+// which Build asks FindMissing about them before it downloads any.
+const askFirstAbove = 16
+
+// uncachedFiles returns the distinct non-empty file blobs of the tree that
+// the file cache does not hold: those that must come from the CAS. One
+// evicted after this is downloaded when it is linked, and named missing
+// if the CAS lost it meanwhile.
+func (b *builder) uncachedFiles() []digest.Digest {
 	seen := make(map[digest.Digest]bool)
-	var all []digest.Digest
+	var out []digest.Digest
 	for _, di := range b.dirs {
 		for _, f := range di.files {
-			// A file the worker's cache holds needs nothing from the CAS:
-			// only the others are asked about (for a compile, usually
-			// just its source, and often nothing at all). One evicted
-			// before it is linked is downloaded then, and named missing
-			// if the CAS lost it meanwhile.
 			if !seen[f.d] && !f.d.IsEmpty() && !b.cache.Holds(f.d, f.exec) {
 				seen[f.d] = true
-				all = append(all, f.d)
+				out = append(out, f.d)
 			}
 		}
 	}
+	return out
+}
+
+// findMissing asks the CAS which of the file blobs all it lacks.
+func (b *builder) findMissing(ctx context.Context, all []digest.Digest) ([]digest.Digest, error) {
 	var missing []digest.Digest
 	for len(all) > 0 {
 		n := min(len(all), findMissingBatch)
@@ -694,8 +709,9 @@ func (b *builder) placeFiles(ctx context.Context, links []link, hold func(func()
 				}
 				mu.Lock()
 				if errors.Is(err, blobstore.ErrNotFound) {
-					// Deleted from the CAS since FindMissing: report it
-					// with any others rather than fail on the first.
+					// Not asked about (a handful of files), or deleted
+					// from the CAS since FindMissing: report it with any
+					// others rather than fail on the first.
 					missing = append(missing, l.d)
 				} else if firstErr == nil {
 					firstErr = fmt.Errorf("execroot: placing input file %s: %w", l.dst, err)

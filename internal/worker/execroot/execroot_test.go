@@ -857,38 +857,77 @@ func TestBuildFetchesTreeByLevel(t *testing.T) {
 	}
 }
 
-// TestBuildAsksOnlyAboutUncachedFiles: the CAS is asked only about input
-// files the worker's cache does not hold; a second build of the same tree
-// asks nothing.
-func TestBuildAsksOnlyAboutUncachedFiles(t *testing.T) {
+// TestBuildAsksOnlyWhenNeeded: FindMissing is asked only about input files
+// the worker's cache does not hold, and only when they are more than a
+// handful or the tree itself is incomplete; a few missing files are found
+// by their downloads and named together all the same.
+func TestBuildAsksOnlyWhenNeeded(t *testing.T) {
 	store := &batchCountingStore{Memory: blobstore.NewMemory(0), opened: map[digest.Digest]int{}}
 	tb := treeBuilder{t, store}
-	var files []*repb.FileNode
-	for i := range 5 {
-		files = append(files, fnode(fmt.Sprintf("f%d", i), tb.file(fmt.Sprintf("input %d", i)), i == 0))
-	}
-	root := mustDigest(t, tb.dir(&repb.Directory{Files: files}))
 	cache, err := filecache.New(t.TempDir(), 0, store)
 	if err != nil {
 		t.Fatal(err)
 	}
-	build := func() {
+	build := func(root *repb.Digest) (*Root, error) {
 		t.Helper()
-		r, err := Build(context.Background(), cache, store, fn, root, filepath.Join(t.TempDir(), "root"), &repb.Command{}, Linking{})
+		return Build(context.Background(), cache, store, fn, mustDigest(t, root), filepath.Join(t.TempDir(), "root"), &repb.Command{}, Linking{})
+	}
+	asked := func() []int {
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		return slices.Clone(store.asked)
+	}
+	files := func(prefix string, n int) []*repb.FileNode {
+		var fs []*repb.FileNode
+		for i := range n {
+			fs = append(fs, fnode(fmt.Sprintf("f%02d", i), tb.file(fmt.Sprintf("%s %d", prefix, i)), i == 0))
+		}
+		return fs
+	}
+
+	// A handful of new files: no question, the downloads answer it.
+	few := tb.dir(&repb.Directory{Files: files("few", 5)})
+	for range 2 {
+		r, err := build(few)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := readFile(t, filepath.Join(r.Dir, "f4")); got != "input 4" {
-			t.Errorf("f4 = %q", got)
+		if got := readFile(t, filepath.Join(r.Dir, "f04")); got != "few 4" {
+			t.Errorf("f04 = %q", got)
 		}
 		r.Destroy()
 	}
-	build()
-	if !slices.Equal(store.asked, []int{5}) {
-		t.Fatalf("the first build asked FindMissing about %v digests; want all 5 files", store.asked)
+	if got := asked(); len(got) != 0 {
+		t.Errorf("building a tree of 5 files asked FindMissing about %v digests; want no call", got)
 	}
-	build()
-	if !slices.Equal(store.asked, []int{5}) {
-		t.Errorf("the second build asked FindMissing about %v digests in all; want nothing more, every file is cached", store.asked)
+
+	// Many new files: asked first, only about those not cached.
+	many := tb.dir(&repb.Directory{Files: append(files("few", 5), files("many", askFirstAbove+6)[5:]...)})
+	r, err := build(many)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Destroy()
+	if got := asked(); !slices.Equal(got, []int{askFirstAbove + 1}) {
+		t.Errorf("building a tree with %d uncached files asked about %v digests; want one call about them", askFirstAbove+1, got)
+	}
+
+	// Two files the CAS lacks, among a few: both named, no question asked.
+	gone1, gone2 := absent("gone 1"), absent("gone 2")
+	holes := tb.dir(&repb.Directory{Files: append(files("few", 3), fnode("g1", gone1, false), fnode("g2", gone2, false))})
+	_, err = build(holes)
+	var me *MissingError
+	if !errors.As(err, &me) || !sameSet(me.Digests, []digest.Digest{mustDigest(t, gone1), mustDigest(t, gone2)}) {
+		t.Errorf("a tree with two files missing from the CAS: %v; want a MissingError naming both", err)
+	}
+	if got := asked(); len(got) != 1 {
+		t.Errorf("FindMissing calls %v; want none for the tree with two missing files", got)
+	}
+
+	// A Directory missing too: the CAS is asked, and everything is named.
+	holey := tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode("g1", gone1, false)}, Directories: []*repb.DirectoryNode{dnode("d", absent("no such directory"))}})
+	_, err = build(holey)
+	if !errors.As(err, &me) || !sameSet(me.Digests, []digest.Digest{mustDigest(t, gone1), mustDigest(t, absent("no such directory"))}) {
+		t.Errorf("a tree missing a Directory and a file: %v; want a MissingError naming both", err)
 	}
 }
