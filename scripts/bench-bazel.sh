@@ -63,6 +63,9 @@
 #   remote-cache:  --remote_cache=grpc://...        (Gantry as a cache only)
 #   remote-exec:   --remote_executor=grpc://... --spawn_strategy=remote --genrule_strategy=remote
 #                  (as remote-execution users have it: a hit is the same GetActionResult)
+#   remote-cache-minimal: remote-cache with --remote_download_minimal (only if asked for in
+#                  GANTRY_BENCH_CACHED_VARIANTS): no outputs are downloaded, so the difference
+#                  to remote-cache is what the downloads (one ByteStream Read per file) cost
 # and prints each variant's median wall time against disk's. Every build's log must report
 # every action as a "disk cache hit" or "remote cache hit" (besides Bazel's internal ones).
 # With GANTRY_BENCH_PROFILE=1 a CPU profile of gantry serve over each remote build is also
@@ -90,7 +93,7 @@ cached="${GANTRY_BENCH_CACHED:-0}"
 cached_jobs="${GANTRY_BENCH_CACHED_JOBS:-8}"
 read -r -a cached_variants <<<"${GANTRY_BENCH_CACHED_VARIANTS:-disk remote-cache remote-exec}"
 for v in "${cached_variants[@]}"; do
-  case "$v" in disk|remote-cache|remote-exec) ;; *) echo "GANTRY_BENCH_CACHED_VARIANTS: unknown variant $v (want disk, remote-cache, remote-exec)" >&2; exit 2 ;; esac
+  case "$v" in disk|remote-cache|remote-exec|remote-cache-minimal) ;; *) echo "GANTRY_BENCH_CACHED_VARIANTS: unknown variant $v (want disk, remote-cache, remote-exec, remote-cache-minimal)" >&2; exit 2 ;; esac
 done
 # shellcheck source=bench-cluster.sh
 . "$REPO/scripts/bench-cluster.sh"
@@ -370,6 +373,7 @@ run_cached() {
   case "${variant#warmup:}" in
     disk) flags+=(--disk_cache="$disk"); kind="(disk|remote)" ;;
     remote-cache) flags+=(--remote_cache="grpc://127.0.0.1:$grpc_port") ;;
+    remote-cache-minimal) flags+=(--remote_cache="grpc://127.0.0.1:$grpc_port" --remote_download_minimal) ;;
     remote-exec) flags+=(--remote_executor="grpc://127.0.0.1:$grpc_port" --spawn_strategy=remote --genrule_strategy=remote) ;;
   esac
   local m g prof_pid=""
