@@ -48,6 +48,13 @@
 #                              "Cached mode" below
 #   GANTRY_BENCH_CACHED_JOBS   --jobs for every cached-mode build (default 8)
 #   GANTRY_BENCH_CACHED_VARIANTS  cached-mode variants (default "disk remote-cache remote-exec")
+#   GANTRY_BENCH_CACHED_REPEAT times each variant is timed per round (default 1; the filling
+#                              build is the slow part of a round): the order of every other
+#                              pass is reversed
+#   GANTRY_BENCH_CACHED_FILL   "combined" (default: one local build fills both caches) or
+#                              "separate" (a local build fills the disk cache, a remote-execution
+#                              build on Gantry's worker fills Gantry, as a remote-execution user's
+#                              cache is filled)
 #   GANTRY_BENCH_PROFILE=1     also write --profile and --execution_log_json_file for every
 #                              build, and keep the gantry logs (implies GANTRY_BENCH_KEEP=1)
 #   GANTRY_BENCH_KEEP=1        keep the temporary directory (logs, profiles) at exit
@@ -57,7 +64,7 @@
 # Cached mode (GANTRY_BENCH_CACHED=1): each round starts a FRESH gantry serve and a fresh
 # --disk_cache directory and fills both with one untimed local build (bazel clean; bazel build
 # --disk_cache=DIR --remote_cache=grpc://...: Bazel runs every action and uploads its result to
-# both caches), then times, in an order that rotates from round to round, a clean rebuild
+# both caches; GANTRY_BENCH_CACHED_FILL=separate: two builds, see below), then times, in an order that rotates from round to round, a clean rebuild
 # (bazel clean; bazel build) that must be all cache hits:
 #   disk:          --disk_cache=DIR                 (Bazel's own local cache: the baseline)
 #   remote-cache:  --remote_cache=grpc://...        (Gantry as a cache only)
@@ -91,6 +98,10 @@ keep="${GANTRY_BENCH_KEEP:-$profile}"
 cluster="${GANTRY_BENCH_CLUSTER:-0}"
 cached="${GANTRY_BENCH_CACHED:-0}"
 cached_jobs="${GANTRY_BENCH_CACHED_JOBS:-8}"
+cached_fill="${GANTRY_BENCH_CACHED_FILL:-combined}"
+cached_repeat="${GANTRY_BENCH_CACHED_REPEAT:-1}"
+[[ "$cached_repeat" =~ ^[1-9][0-9]*$ ]] || { echo "GANTRY_BENCH_CACHED_REPEAT must be a positive integer" >&2; exit 2; }
+case "$cached_fill" in combined|separate) ;; *) echo "GANTRY_BENCH_CACHED_FILL: want combined or separate, not $cached_fill" >&2; exit 2 ;; esac
 read -r -a cached_variants <<<"${GANTRY_BENCH_CACHED_VARIANTS:-disk remote-cache remote-exec}"
 for v in "${cached_variants[@]}"; do
   case "$v" in disk|remote-cache|remote-exec|remote-cache-minimal) ;; *) echo "GANTRY_BENCH_CACHED_VARIANTS: unknown variant $v (want disk, remote-cache, remote-exec, remote-cache-minimal)" >&2; exit 2 ;; esac
@@ -403,20 +414,33 @@ cached_round() {
   local r="$1" disk="$tmp/disk-cache-$1" warm="$tmp/logs/fill-$1.log"
   start_gantry "cached-$r" "$tmp/gantry-cached-$r"
   cpu_roots=("gantry gantry $gantry_pid")
-  bz clean >/dev/null 2>&1
-  if ! bz build "${common[@]}" --jobs="$local_jobs" --disk_cache="$disk" \
-    --remote_cache="grpc://127.0.0.1:$grpc_port" >"$warm" 2>&1; then
-    tail -30 "$warm" >&2
-    echo "round $r: the build filling the caches failed (log: $warm)" >&2
-    return 1
+  local fills=("--jobs=$local_jobs --disk_cache=$disk --remote_cache=grpc://127.0.0.1:$grpc_port")
+  if [ "$cached_fill" = separate ]; then
+    fills=("--jobs=$local_jobs --disk_cache=$disk"
+      "--jobs=$cached_jobs --remote_executor=grpc://127.0.0.1:$grpc_port --spawn_strategy=remote --genrule_strategy=remote")
   fi
-  echo "   filled the caches: $(processes_line "$warm")"
-  local n=${#cached_variants[@]} i v tag
-  for ((i = 0; i < n; i++)); do
-    v="${cached_variants[$(((i + r) % n))]}"
-    tag="$v"
-    [ "$r" = 0 ] && tag="warmup:$v"
-    run_cached "$tag" "$v-$r" "$disk"
+  local f
+  for f in "${fills[@]}"; do
+    bz clean >/dev/null 2>&1
+    # shellcheck disable=SC2086 # f is a list of flags
+    if ! bz build "${common[@]}" $f >"$warm" 2>&1; then
+      tail -30 "$warm" >&2
+      echo "round $r: the build filling the caches failed (log: $warm)" >&2
+      return 1
+    fi
+    echo "   filled the caches: $(processes_line "$warm")"
+  done
+  local n=${#cached_variants[@]} i j k v tag
+  for ((k = 0; k < cached_repeat; k++)); do
+    for ((j = 0; j < n; j++)); do
+      # Every other pass runs the rotated order backwards (ABC CBA ...).
+      i=$j
+      [ $((k % 2)) = 1 ] && i=$((n - 1 - j))
+      v="${cached_variants[$(((i + r) % n))]}"
+      tag="$v"
+      [ "$r" = 0 ] && tag="warmup:$v"
+      run_cached "$tag" "$v-$r.$k" "$disk"
+    done
   done
   stop_gantry
   cpu_roots=()
@@ -428,7 +452,7 @@ cached_round() {
 
 if [ "$cached" = 1 ]; then
   echo "== $client: $runs round(s) of fully cached rebuilds: ${cached_variants[*]}"
-  echo "   every build --jobs=$cached_jobs; per round a fresh gantry serve and --disk_cache, filled by one local build"
+  echo "   every build --jobs=$cached_jobs; per round a fresh gantry serve and --disk_cache, filled by $([ "$cached_fill" = combined ] && echo "one local build" || echo "a local and a remote-execution build")"
   echo "   uptime before: $(uptime | sed 's/^ *//')"
   for ((r = 0; r <= runs; r++)); do
     if [ "$r" = 0 ]; then echo "-- round 0 (warm-up, not counted)"; else echo "-- round $r"; fi
@@ -437,7 +461,7 @@ if [ "$cached" = 1 ]; then
   echo "   uptime after:  $(uptime | sed 's/^ *//')"
   cmedian() { sort -n | awk '{ a[NR] = $1 } END { if (NR == 0) exit; if (NR % 2) print a[(NR + 1) / 2]; else printf "%.2f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
   ccol() { awk -F'\t' -v v="$1" -v c="$2" '$1 == v { print $c }' "$results"; }
-  echo "== $client: medians over $runs round(s); wall in s, CPU in CPU-s"
+  echo "== $client: medians over $runs round(s) x $cached_repeat; wall in s, CPU in CPU-s"
   base=$(ccol disk 3 | cmedian)
   for v in "${cached_variants[@]}"; do
     w=$(ccol "$v" 3 | cmedian)
