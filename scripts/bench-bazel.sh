@@ -64,8 +64,9 @@
 # Cached mode (GANTRY_BENCH_CACHED=1): each round starts a FRESH gantry serve and a fresh
 # --disk_cache directory and fills both with one untimed local build (bazel clean; bazel build
 # --disk_cache=DIR --remote_cache=grpc://...: Bazel runs every action and uploads its result to
-# both caches; GANTRY_BENCH_CACHED_FILL=separate: two builds, see below), then times, in an order that rotates from round to round, a clean rebuild
-# (bazel clean; bazel build) that must be all cache hits:
+# both caches; GANTRY_BENCH_CACHED_FILL=separate: two builds, see below), then times, in an
+# order that rotates from round to round, a clean rebuild (bazel clean; bazel build) that must
+# be all cache hits:
 #   disk:          --disk_cache=DIR                 (Bazel's own local cache: the baseline)
 #   remote-cache:  --remote_cache=grpc://...        (Gantry as a cache only)
 #   remote-exec:   --remote_executor=grpc://... --spawn_strategy=remote --genrule_strategy=remote
