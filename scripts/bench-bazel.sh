@@ -44,11 +44,41 @@
 #                              CPU of each of its processes are printed, with medians at the end
 #   GANTRY_BENCH_STANDALONE=1  also time local builds without the sandbox (variant
 #                              local-standalone: --spawn_strategy=local --genrule_strategy=local)
+#   GANTRY_BENCH_CACHED=1      time fully cached rebuilds instead (issue 23 item 8): see
+#                              "Cached mode" below
+#   GANTRY_BENCH_CACHED_JOBS   --jobs for every cached-mode build (default 8)
+#   GANTRY_BENCH_CACHED_VARIANTS  cached-mode variants (default "disk remote-cache remote-exec")
+#   GANTRY_BENCH_CACHED_REPEAT times each variant is timed per round (default 1; the filling
+#                              build is the slow part of a round): the order of every other
+#                              pass is reversed
+#   GANTRY_BENCH_CACHED_FILL   "combined" (default: one local build fills both caches) or
+#                              "separate" (a local build fills the disk cache, a remote-execution
+#                              build on Gantry's worker fills Gantry, as a remote-execution user's
+#                              cache is filled)
 #   GANTRY_BENCH_PROFILE=1     also write --profile and --execution_log_json_file for every
 #                              build, and keep the gantry logs (implies GANTRY_BENCH_KEEP=1)
 #   GANTRY_BENCH_KEEP=1        keep the temporary directory (logs, profiles) at exit
 #   GANTRY_BENCH_BIN           use this gantry binary instead of building ./cmd/gantry
 #   GANTRY_BAZEL4, GANTRY_BAZEL2  client binaries (as in check-bazel-workspace.sh)
+#
+# Cached mode (GANTRY_BENCH_CACHED=1): each round starts a FRESH gantry serve and a fresh
+# --disk_cache directory and fills both with one untimed local build (bazel clean; bazel build
+# --disk_cache=DIR --remote_cache=grpc://...: Bazel runs every action and uploads its result to
+# both caches; GANTRY_BENCH_CACHED_FILL=separate: two builds, see below), then times, in an
+# order that rotates from round to round, a clean rebuild (bazel clean; bazel build) that must
+# be all cache hits:
+#   disk:          --disk_cache=DIR                 (Bazel's own local cache: the baseline)
+#   remote-cache:  --remote_cache=grpc://...        (Gantry as a cache only)
+#   remote-exec:   --remote_executor=grpc://... --spawn_strategy=remote --genrule_strategy=remote
+#                  (as remote-execution users have it: a hit is the same GetActionResult)
+#   remote-cache-minimal: remote-cache with --remote_download_minimal (only if asked for in
+#                  GANTRY_BENCH_CACHED_VARIANTS): no outputs are downloaded, so the difference
+#                  to remote-cache is what the downloads (one ByteStream Read per file) cost
+# and prints each variant's median wall time against disk's. Every build's log must report
+# every action as a "disk cache hit" or "remote cache hit" (besides Bazel's internal ones).
+# With GANTRY_BENCH_PROFILE=1 a CPU profile of gantry serve over each remote build is also
+# written (logs/NAME.gantry.pprof, from /debug/pprof/profile), and each remote build's gRPC
+# calls (count, mean ms by method, from /metrics) are printed.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -67,6 +97,16 @@ local_jobs="${GANTRY_BENCH_LOCAL_JOBS:-$(nproc)}"
 profile="${GANTRY_BENCH_PROFILE:-0}"
 keep="${GANTRY_BENCH_KEEP:-$profile}"
 cluster="${GANTRY_BENCH_CLUSTER:-0}"
+cached="${GANTRY_BENCH_CACHED:-0}"
+cached_jobs="${GANTRY_BENCH_CACHED_JOBS:-8}"
+cached_fill="${GANTRY_BENCH_CACHED_FILL:-combined}"
+cached_repeat="${GANTRY_BENCH_CACHED_REPEAT:-1}"
+[[ "$cached_repeat" =~ ^[1-9][0-9]*$ ]] || { echo "GANTRY_BENCH_CACHED_REPEAT must be a positive integer" >&2; exit 2; }
+case "$cached_fill" in combined|separate) ;; *) echo "GANTRY_BENCH_CACHED_FILL: want combined or separate, not $cached_fill" >&2; exit 2 ;; esac
+read -r -a cached_variants <<<"${GANTRY_BENCH_CACHED_VARIANTS:-disk remote-cache remote-exec}"
+for v in "${cached_variants[@]}"; do
+  case "$v" in disk|remote-cache|remote-exec|remote-cache-minimal) ;; *) echo "GANTRY_BENCH_CACHED_VARIANTS: unknown variant $v (want disk, remote-cache, remote-exec, remote-cache-minimal)" >&2; exit 2 ;; esac
+done
 # shellcheck source=bench-cluster.sh
 . "$REPO/scripts/bench-cluster.sh"
 if [ "$cluster" = 1 ]; then cluster_check || exit 1; fi
@@ -196,10 +236,12 @@ gantry_cpu() {
     END { printf "%.2f %.2f %.2f\n", g, a, i }'
 }
 
-run_remote() {
-  local variant="$1" name="$2" jobs="$3" mode="$4"
-  local log="$tmp/logs/$name.log" data="$tmp/gantry-$name"
-  local grpc_port http_port
+# start_gantry NAME DATA: starts a gantry serve on data dir DATA (log: logs/NAME.gantry.log)
+# and waits until it is healthy; sets gantry_pid, grpc_port and http_port.
+grpc_port=""
+http_port=""
+start_gantry() {
+  local name="$1" data="$2"
   grpc_port=$(free_port)
   http_port=$(free_port)
   "$gantry" serve --listen "127.0.0.1:$grpc_port" --http-listen "127.0.0.1:$http_port" \
@@ -216,6 +258,12 @@ run_remote() {
     echo "$name: gantry did not come up" >&2
     return 1
   fi
+}
+
+run_remote() {
+  local variant="$1" name="$2" jobs="$3" mode="$4"
+  local log="$tmp/logs/$name.log" data="$tmp/gantry-$name"
+  start_gantry "$name" "$data"
   local flags=(--remote_executor="grpc://127.0.0.1:$grpc_port" --spawn_strategy=remote
     --genrule_strategy=remote --jobs="$jobs")
   [ "$mode" = minimal ] && flags+=(--remote_download_minimal)
@@ -300,6 +348,140 @@ record() {
       printf "  %-24s %6ss  cpu-s: bazel %4.1f  actions %4.1f  gantry %4.1f  infra %4.1f  others %4.1f  load %s\n      %s\n",
         n, w, $1, $2, $3, $4, $5, l, p }' <<<"$cpu"
 }
+
+# --- cached mode (GANTRY_BENCH_CACHED=1) ------------------------------------------------
+
+# check_cached NAME LOG KIND: fails unless every action of the build was a KIND cache hit
+# (a regexp: Bazel 4 reports --disk_cache hits as "remote cache hit", later ones as "disk cache
+# hit"), Bazel's internal ones aside.
+check_cached() {
+  local line rest
+  line=$(processes_line "$2")
+  rest=$(sed -E -e 's/^INFO: [0-9]+ processes?: ?//' -e "s/[0-9]+ $3 cache hits?//" -e 's/[0-9]+ internal//' \
+    -e 's/[ ,.]//g' <<<"$line")
+  if ! grep -Eq "[0-9]+ $3 cache hit" <<<"$line" || [ -n "$rest" ]; then
+    echo "$1: not every action was a $3 cache hit: $line" >&2
+    return 1
+  fi
+}
+
+# grpc_calls BEFORE AFTER: "method calls mean_ms" for the gRPC calls between two scrapes of
+# gantry_grpc_request_duration_seconds.
+grpc_calls() {
+  awk '
+    /^gantry_grpc_request_duration_seconds_(count|sum)\{/ {
+      match($0, /method="[^"]*"/); m = substr($0, RSTART + 8, RLENGTH - 9); sub(/.*\//, "", m)
+      k = ($0 ~ /_count\{/) ? "n" : "s"
+      v[FILENAME == ARGV[1] ? "0" : "1", k, m] += $NF; seen[m] = 1 }
+    END { for (m in seen) { n = v["1", "n", m] - v["0", "n", m]; s = v["1", "s", m] - v["0", "s", m]
+            if (n > 0) printf "%s %d %.2f\n", m, n, 1000 * s / n } }' "$1" "$2" | sort
+}
+
+# run_cached VARIANT NAME DISK: one timed, fully cached rebuild against the running gantry
+# (remote-*) or the disk cache DISK.
+run_cached() {
+  local variant="$1" name="$2" disk="$3" log="$tmp/logs/$2.log"
+  local flags=(--jobs="$cached_jobs") kind=remote
+  case "${variant#warmup:}" in
+    disk) flags+=(--disk_cache="$disk"); kind="(disk|remote)" ;;
+    remote-cache) flags+=(--remote_cache="grpc://127.0.0.1:$grpc_port") ;;
+    remote-cache-minimal) flags+=(--remote_cache="grpc://127.0.0.1:$grpc_port" --remote_download_minimal) ;;
+    remote-exec) flags+=(--remote_executor="grpc://127.0.0.1:$grpc_port" --spawn_strategy=remote --genrule_strategy=remote) ;;
+  esac
+  local m g prof_pid=""
+  curl -sf "http://127.0.0.1:$http_port/metrics" >"$log.metrics0" 2>/dev/null || true
+  if [ "$profile" = 1 ] && [ "$variant" != disk ] && [ "$variant" != warmup:disk ]; then
+    curl -sf -o "$tmp/logs/$name.gantry.pprof" \
+      "http://127.0.0.1:$http_port/debug/pprof/profile?seconds=${GANTRY_BENCH_PPROF_SECONDS:-6}" &
+    prof_pid=$!
+  fi
+  m=$(time_build "$name" "$log" "${flags[@]}")
+  if [ -n "$prof_pid" ]; then wait "$prof_pid" || true; fi
+  curl -sf "http://127.0.0.1:$http_port/metrics" >"$log.metrics1" 2>/dev/null || true
+  g=$(gantry_cpu "$log")
+  check_cached "$name" "$log" "$kind"
+  record "$variant" "$name" "$log" $m $g
+  if [ "$kind" = remote ]; then # a remote-* variant
+    local calls
+    calls=$(grpc_calls "$log.metrics0" "$log.metrics1")
+    awk -v v="$variant" -v n="$name" '{ printf "%s\t%s\tgrpc:%s\t%s\t%s\n", v, n, $1, $2, $3 }' <<<"$calls" >>"$details"
+    echo "      gRPC calls (count, mean ms): $(awk '{ printf "%s %d %.2f  ", $1, $2, $3 }' <<<"$calls")"
+  fi
+}
+
+# cached_round R: a fresh gantry and disk cache, filled by one local build, then one timed
+# rebuild of every variant, in an order rotated by R.
+cached_round() {
+  local r="$1" disk="$tmp/disk-cache-$1" warm="$tmp/logs/fill-$1.log"
+  start_gantry "cached-$r" "$tmp/gantry-cached-$r"
+  cpu_roots=("gantry gantry $gantry_pid")
+  local fills=("--jobs=$local_jobs --disk_cache=$disk --remote_cache=grpc://127.0.0.1:$grpc_port")
+  if [ "$cached_fill" = separate ]; then
+    fills=("--jobs=$local_jobs --disk_cache=$disk"
+      "--jobs=$cached_jobs --remote_executor=grpc://127.0.0.1:$grpc_port --spawn_strategy=remote --genrule_strategy=remote")
+  fi
+  local f
+  for f in "${fills[@]}"; do
+    bz clean >/dev/null 2>&1
+    # shellcheck disable=SC2086 # f is a list of flags
+    if ! bz build "${common[@]}" $f >"$warm" 2>&1; then
+      tail -30 "$warm" >&2
+      echo "round $r: the build filling the caches failed (log: $warm)" >&2
+      return 1
+    fi
+    echo "   filled the caches: $(processes_line "$warm")"
+  done
+  local n=${#cached_variants[@]} i j k v tag
+  for ((k = 0; k < cached_repeat; k++)); do
+    for ((j = 0; j < n; j++)); do
+      # Every other pass runs the rotated order backwards (ABC CBA ...).
+      i=$j
+      [ $((k % 2)) = 1 ] && i=$((n - 1 - j))
+      v="${cached_variants[$(((i + r) % n))]}"
+      tag="$v"
+      [ "$r" = 0 ] && tag="warmup:$v"
+      run_cached "$tag" "$v-$r.$k" "$disk"
+    done
+  done
+  stop_gantry
+  cpu_roots=()
+  if [ "$profile" != 1 ]; then
+    chmod -R u+w "$disk" 2>/dev/null || true
+    rm -rf "$disk" "$tmp/gantry-cached-$r"
+  fi
+}
+
+if [ "$cached" = 1 ]; then
+  echo "== $client: $runs round(s) of fully cached rebuilds: ${cached_variants[*]}"
+  echo "   every build --jobs=$cached_jobs; per round a fresh gantry serve and --disk_cache, filled by $([ "$cached_fill" = combined ] && echo "one local build" || echo "a local and a remote-execution build")"
+  echo "   uptime before: $(uptime | sed 's/^ *//')"
+  for ((r = 0; r <= runs; r++)); do
+    if [ "$r" = 0 ]; then echo "-- round 0 (warm-up, not counted)"; else echo "-- round $r"; fi
+    cached_round "$r"
+  done
+  echo "   uptime after:  $(uptime | sed 's/^ *//')"
+  cmedian() { sort -n | awk '{ a[NR] = $1 } END { if (NR == 0) exit; if (NR % 2) print a[(NR + 1) / 2]; else printf "%.2f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+  ccol() { awk -F'\t' -v v="$1" -v c="$2" '$1 == v { print $c }' "$results"; }
+  echo "== $client: medians over $runs round(s) x $cached_repeat; wall in s, CPU in CPU-s"
+  base=$(ccol disk 3 | cmedian)
+  for v in "${cached_variants[@]}"; do
+    w=$(ccol "$v" 3 | cmedian)
+    printf '  %-14s wall %6ss  /disk %5s  cpu: bazel %4s gantry %4s others %4s  (runs: %s; load: %s)\n' "$v" "$w" \
+      "$(awk -v a="$w" -v b="$base" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')" \
+      "$(ccol "$v" 4 | cmedian)" "$(ccol "$v" 6 | cmedian)" "$(ccol "$v" 8 | cmedian)" \
+      "$(ccol "$v" 3 | tr '\n' ' ' | sed 's/ $//')" "$(ccol "$v" 9 | cut -d' ' -f1 | tr '\n' ' ' | sed 's/ $//')"
+    if [ "$v" != disk ]; then
+      printf '  %-14s gRPC calls per build (medians: count, mean ms):' ""
+      for mth in $(awk -F'\t' -v v="$v" '$1 == v && $3 ~ /^grpc:/ { print substr($3, 6) }' "$details" | sort -u); do
+        printf ' %s %s %s' "$mth" \
+          "$(awk -F'\t' -v v="$v" -v o="grpc:$mth" '$1 == v && $3 == o { print $4 }' "$details" | cmedian)" \
+          "$(awk -F'\t' -v v="$v" -v o="grpc:$mth" '$1 == v && $3 == o { print $5 }' "$details" | cmedian)"
+      done
+      printf '\n'
+    fi
+  done
+  exit 0
+fi
 
 variants=(local)
 [ "${GANTRY_BENCH_STANDALONE:-0}" = 1 ] && variants+=(local-standalone)

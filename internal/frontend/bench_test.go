@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
 
+	"github.com/gantry-build/gantry/internal/actioncache"
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/digest"
@@ -371,4 +373,84 @@ func BenchmarkSHA256(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		sha256.Sum256(data)
 	}
+}
+
+// BenchmarkCacheHit is what a fully cached Bazel 4 build asks of the
+// server per action: a GetActionResult (stdout and stderr not inlined,
+// as Bazel's remote cache lookup asks), then a ByteStream Read of each
+// output file (Bazel 4 reads every output by ByteStream, never with
+// BatchReadBlobs, and ignores inlined contents). Each action has the
+// outputs of a compile in testdata/bazel/scale: an object file and a
+// dependency file of a few KiB. The stores are on disk, as `gantry serve`
+// has them by default; calls run as many at a time as Bazel's --jobs=8.
+// It reports hits/s and the CPU of client and server per hit.
+func BenchmarkCacheHit(b *testing.B) {
+	const actions, jobs = 400, 8
+	syscall.Sync()
+	store, err := blobstore.NewDisk(b.TempDir(), blobstore.DiskOptions{MaxBytes: 2 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ac, err := actioncache.NewDisk(b.TempDir(), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ac.Close()
+	e := newEnvAC(b, store, ac, defaultOptions())
+	type hit struct {
+		req   *repb.GetActionResultRequest
+		reads []*bspb.ReadRequest
+	}
+	hits := make([]hit, actions)
+	for j := range hits {
+		ar := &repb.ActionResult{ExecutionMetadata: &repb.ExecutedActionMetadata{Worker: "bench"}}
+		for k, size := range []int{6 << 10, 1 << 10} {
+			data := randomBlob(fmt.Sprint("hit", j, k), size)
+			d := e.put(b, digest.SHA256, data)
+			ar.OutputFiles = append(ar.OutputFiles, &repb.OutputFile{Path: fmt.Sprintf("out/%d.%d", j, k), Digest: d.Proto()})
+			hits[j].reads = append(hits[j].reads, &bspb.ReadRequest{ResourceName: fmt.Sprintf("blobs/%s/%d", d.Hash, d.Size)})
+		}
+		ad := digest.Compute(digest.SHA256, []byte(fmt.Sprint("action", j)))
+		if err := ac.Put(context.Background(), "", ad, ar); err != nil {
+			b.Fatal(err)
+		}
+		hits[j].req = &repb.GetActionResultRequest{ActionDigest: ad.Proto()}
+	}
+	one := func(b *testing.B, h hit) {
+		ctx := context.Background()
+		if _, err := e.acc.GetActionResult(ctx, h.req); err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range h.reads {
+			stream, err := e.bs.Read(ctx, r)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for {
+				if _, err := stream.Recv(); errors.Is(err, io.EOF) {
+					break
+				} else if err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	var cpu cpuMeter
+	var next sync.Mutex
+	i := 0
+	b.SetParallelism((jobs + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.ResetTimer()
+	cpu.start()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			next.Lock()
+			h := hits[i%actions]
+			i++
+			next.Unlock()
+			one(b, h)
+		}
+	})
+	cpu.stop()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "hits/s")
+	cpu.report(b)
 }

@@ -86,10 +86,15 @@ func defaultOptions() Options {
 
 func newEnv(tb testing.TB, store blobstore.Store, opts Options) *env {
 	tb.Helper()
+	return newEnvAC(tb, store, actioncache.NewMemory(0), opts)
+}
+
+// newEnvAC is newEnv with the given action cache.
+func newEnvAC(tb testing.TB, store blobstore.Store, ac actioncache.Store, opts Options) *env {
+	tb.Helper()
 	if store == nil {
 		store = blobstore.NewMemory(0)
 	}
-	ac := actioncache.NewMemory(0)
 	srv := New(store, ac, opts)
 	g := grpc.NewServer(serverOptions()...)
 	srv.Register(g)
