@@ -139,7 +139,9 @@ func runBatch(cmd *cobra.Command, f batchFlags, file string) error {
 		ccOpts:   ccOptions(settings),
 		procs:    control.procs,
 		stderr:   stderr,
+		cpus:     newProcsGovernor(setRuntimeProcs, time.Now),
 	}
+	defer steps.cpus.restore()
 	s, err := batch.New(jobs, steps.steps(), limits, batch.Options{KeepGoing: f.keepGoing, Progress: display(stderr)})
 	if err != nil {
 		return &exitStatus{code: exitOwnFailure, err: err}
@@ -198,6 +200,8 @@ type batchSteps struct {
 	dirs sync.Map
 	// lookups decides whether a job asks the ActionCache before Execute.
 	lookups lookupGate
+	// cpus runs the client on one processor while the run is cold.
+	cpus *procsGovernor
 }
 
 // jobState is what one job's steps hand each other (batch.Task.Data).
@@ -325,6 +329,7 @@ func (b *batchSteps) cache(ctx context.Context, t *batch.Task) batch.Result {
 	}
 	st.lookedUp = true
 	b.lookups.record(stats.Hit)
+	b.cpus.update(!b.lookups.ask())
 	if !stats.Hit {
 		return batch.Result{}
 	}
@@ -373,6 +378,7 @@ func (b *batchSteps) execute(ctx context.Context, t *batch.Task) batch.Result {
 	st.result = res
 	if !st.lookedUp {
 		b.lookups.record(info.Cached)
+		b.cpus.update(!b.lookups.ask())
 	}
 	return batch.Result{Stats: batch.Stats{CacheHit: info.Cached}}
 }
