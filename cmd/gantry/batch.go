@@ -328,13 +328,19 @@ func (b *batchSteps) cache(ctx context.Context, t *batch.Task) batch.Result {
 		return b.infraFailure(ctx, t, err)
 	}
 	st.lookedUp = true
-	b.lookups.record(stats.Hit)
-	b.cpus.update(!b.lookups.ask())
+	b.recordHit(stats.Hit)
 	if !stats.Hit {
 		return batch.Result{}
 	}
 	st.result = res
 	return batch.Result{Next: batch.SkipToDownload, Stats: batch.Stats{CacheHit: true}}
+}
+
+// recordHit tells the lookup gate whether a job's result came from the
+// cache, and the processor governor whether the run is now cold.
+func (b *batchSteps) recordHit(hit bool) {
+	b.lookups.record(hit)
+	b.cpus.update(!b.lookups.ask())
 }
 
 func (b *batchSteps) upload(ctx context.Context, t *batch.Task) batch.Result {
@@ -377,8 +383,7 @@ func (b *batchSteps) execute(ctx context.Context, t *batch.Task) batch.Result {
 	}
 	st.result = res
 	if !st.lookedUp {
-		b.lookups.record(info.Cached)
-		b.cpus.update(!b.lookups.ask())
+		b.recordHit(info.Cached)
 	}
 	return batch.Result{Stats: batch.Stats{CacheHit: info.Cached}}
 }

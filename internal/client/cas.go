@@ -588,71 +588,35 @@ func (c *CAS) putMany(ctx context.Context, blobs map[digest.Digest][]byte, findM
 }
 
 // GetMany downloads blobs ds, in BatchReadBlobs calls within the batch
-// limit and with ByteStream Read for blobs too large for a batch. Every
-// blob is checked against its digest. If any blob is missing the error
-// wraps blobstore.ErrNotFound. On error the map is nil.
+// limit and with ByteStream Read for blobs too large for a batch (GetBatch).
+// Every blob is checked against its digest. If any blob is missing the
+// error wraps blobstore.ErrNotFound. On error the map is nil.
 func (c *CAS) GetMany(ctx context.Context, ds []digest.Digest) (map[digest.Digest][]byte, error) {
-	out := make(map[digest.Digest][]byte, len(ds))
-	var want []digest.Digest
 	for _, d := range ds {
 		if err := c.check(d); err != nil {
 			return nil, err
 		}
-		if d.IsEmpty() {
-			out[d] = []byte{}
-		} else if _, dup := out[d]; !dup {
-			out[d] = nil
-			want = append(want, d)
+	}
+	data, errs := make([][]byte, len(ds)), make([]error, len(ds))
+	c.GetBatch(ctx, ds, data, errs)
+	out := make(map[digest.Digest][]byte, len(ds))
+	failed := make(map[digest.Digest]error)
+	var distinct []digest.Digest
+	for i, d := range ds {
+		if _, seen := out[d]; seen || failed[d] != nil {
+			continue
+		}
+		distinct = append(distinct, d)
+		if errs[i] != nil {
+			failed[d] = errs[i]
+		} else {
+			out[d] = data[i]
 		}
 	}
-	batches, large := packBatches(want, c.maxBatch)
-	var mu sync.Mutex
-	err := runParallel(ctx, len(batches)+len(large), func(ctx context.Context, i int) error {
-		if i < len(batches) {
-			got, err := c.batchRead(ctx, batches[i])
-			if err != nil {
-				return err
-			}
-			mu.Lock()
-			for d, data := range got {
-				out[d] = data
-			}
-			mu.Unlock()
-			return nil
-		}
-		d := large[i-len(batches)]
-		data, err := blobstore.Get(ctx, c, d)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		out[d] = data
-		mu.Unlock()
-		return nil
-	})
-	if err != nil {
+	if err := batchErrors("read", distinct, func(d digest.Digest) error { return failed[d] }); err != nil {
 		return nil, err
 	}
 	return out, nil
-}
-
-// batchRead reads blobs ds (which must fit one batch) with BatchReadBlobs.
-// Any blob not read makes it fail.
-func (c *CAS) batchRead(ctx context.Context, ds []digest.Digest) (map[digest.Digest][]byte, error) {
-	got, errs, err := c.batchReadEach(ctx, ds)
-	if err != nil {
-		return nil, err
-	}
-	err = batchErrors("read", ds, func(d digest.Digest) error {
-		if _, ok := got[d]; ok {
-			return nil
-		}
-		return errs[d]
-	})
-	if err != nil {
-		return nil, err
-	}
-	return got, nil
 }
 
 // batchReadEach reads blobs ds (which must fit one batch) with one
