@@ -33,7 +33,9 @@ func (p *Plain) Update(e Event, s Snapshot) {
 		fmt.Fprintf(&b, "%s done %s%s\n", counter(s), e.Job, how(e))
 	}
 	writeMessage(&b, e, s, false)
-	io.WriteString(p.w, b.String())
+	if b.Len() > 0 { // most events say nothing here: no empty writes
+		io.WriteString(p.w, b.String())
+	}
 }
 
 // Terminal keeps a block of status lines at the bottom of a terminal,

@@ -56,6 +56,28 @@ stopping: stopped: waiting for the running steps to end
 	}
 }
 
+// countingWriter counts the writes made to it.
+type countingWriter struct{ n int }
+
+func (w *countingWriter) Write(p []byte) (int, error) { w.n++; return len(p), nil }
+
+// Events with nothing to print make no write: on a pipe each would be a
+// system call, about fifteen per job.
+func TestPlainSilentEventsWriteNothing(t *testing.T) {
+	var w countingWriter
+	p := NewPlain(&w)
+	for _, k := range []EventKind{StepStarted, Tick, End} {
+		p.Update(Event{Kind: k, Job: "a"}, snap())
+	}
+	if w.n != 0 {
+		t.Fatalf("%d writes for events that print nothing", w.n)
+	}
+	p.Update(Event{Kind: JobDone, Job: "a"}, snap())
+	if w.n != 1 {
+		t.Fatalf("%d writes for one finished job, want 1", w.n)
+	}
+}
+
 func TestTerminalRedrawsInPlaceAndThrottles(t *testing.T) {
 	var b bytes.Buffer
 	now := time.Unix(0, 0)

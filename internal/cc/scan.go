@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/gantry-build/gantry/internal/fileio"
 )
 
 // Scanner finds a compile's inputs without running the compiler's
@@ -305,7 +307,7 @@ func (sc *Scanner) directives(p, open string, st os.FileInfo) ([]directive, erro
 	if ok {
 		return f.dirs, f.err
 	}
-	data, err := os.ReadFile(open)
+	data, err := fileio.ReadFile(open)
 	if err != nil {
 		return nil, unscannable("reading %s: %v", p, err)
 	}

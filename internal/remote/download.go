@@ -9,14 +9,15 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/fileio"
+	"google.golang.org/protobuf/proto"
 )
 
 // Output is what an action printed and how it ended.
@@ -334,34 +335,37 @@ func (c *Client) streamTo(ctx context.Context, f wantFile) error {
 // with fill and renames it to path.
 func atomicWrite(path string, exec bool, fill func(io.Writer) error) error {
 	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return outputError(path, err)
-	}
-	tmp, err := os.CreateTemp(dir, ".gantry-out-*")
-	if err != nil {
-		return outputError(path, err)
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmp.Name())
+	for attempt := 0; ; attempt++ {
+		tmp := filepath.Join(dir, fmt.Sprintf(".gantry-out-%d-%d", os.Getpid(), tmpSeq.Add(1)))
+		err := fileio.WriteAtomic(path, tmp, fileMode(exec), fill)
+		switch {
+		case err == nil:
+			return nil
+		case attempt < 3 && errors.Is(err, fs.ErrExist) && isTmpCreate(err, tmp):
+			continue // left by an earlier process with this pid
+		case attempt < 3 && errors.Is(err, fs.ErrNotExist) && isTmpCreate(err, tmp):
+			// The directory is missing: make it, once per name.
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return outputError(path, err)
+			}
+			continue
 		}
-	}()
-	if err := fill(tmp); err != nil {
-		return err
+		var pe *fs.PathError
+		var le *os.LinkError
+		if errors.As(err, &pe) || errors.As(err, &le) {
+			return outputError(path, err)
+		}
+		return err // fill's own error
 	}
-	if err := tmp.Chmod(fileMode(exec)); err != nil {
-		return outputError(path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return outputError(path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return outputError(path, err)
-	}
-	ok = true
-	return nil
+}
+
+// tmpSeq numbers the temporary files of atomicWrite.
+var tmpSeq atomic.Uint64
+
+// isTmpCreate reports whether err is the failure to create tmp.
+func isTmpCreate(err error, tmp string) bool {
+	var pe *fs.PathError
+	return errors.As(err, &pe) && pe.Op == "open" && pe.Path == tmp
 }
 
 // writeSymlink makes path a symbolic link to target, replacing a file or

@@ -1,13 +1,15 @@
 package remote
 
 import (
+	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"os"
 	"sync"
 	"syscall"
 
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/fileio"
 )
 
 // fileKey identifies one version of a local file well enough to reuse its
@@ -51,7 +53,7 @@ func (fc *fileCache) digestOf(fn digest.Function, path string, fi os.FileInfo) (
 	if ok {
 		return d, false, nil
 	}
-	d, err := hashFile(fn, path)
+	d, err := hashFile(fn, path, fi.Size())
 	if err != nil {
 		return digest.Digest{}, true, err
 	}
@@ -64,16 +66,15 @@ func (fc *fileCache) digestOf(fn digest.Function, path string, fi os.FileInfo) (
 	return d, true, nil
 }
 
-// hashFile computes the digest of the file at path.
-func hashFile(fn digest.Function, path string) (digest.Digest, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return digest.Digest{}, err
-	}
-	defer f.Close()
+// hashFile computes the digest of the file at path, which is expected to
+// hold size bytes.
+func hashFile(fn digest.Function, path string, size int64) (digest.Digest, error) {
 	h := digest.NewHasher(fn)
-	n, err := io.Copy(h, f)
+	n, err := fileio.HashFile(path, h, size)
 	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			return digest.Digest{}, err
+		}
 		return digest.Digest{}, fmt.Errorf("reading %s: %w", path, err)
 	}
 	return digest.Digest{Function: fn, Hash: digest.HexOf(h.Sum(nil)), Size: n}, nil

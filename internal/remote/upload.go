@@ -8,11 +8,11 @@ import (
 	"os"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/fileio"
+	"golang.org/x/sync/errgroup"
 )
 
 // uploadParallel bounds the files streamed at once by one Upload.
@@ -138,7 +138,7 @@ func (c *Client) send(ctx context.Context, a *Action, ds []digest.Digest) error 
 
 // readInput reads a small input file and checks it still has digest d.
 func readInput(fn digest.Function, d digest.Digest, path string) ([]byte, error) {
-	data, err := os.ReadFile(path)
+	data, err := fileio.ReadFile(path)
 	if err != nil {
 		return nil, inputError(path, err)
 	}
