@@ -105,6 +105,8 @@ func (s *Scheduler) Run(ctx context.Context) Summary {
 		tick = t.C
 	}
 	ctxDone := ctx.Done()
+	pool := newRunners()
+	defer pool.close() // the loop below ends only when no step runs
 	var suspended, stopped bool
 	for {
 		if !stopped && ctx.Err() != nil {
@@ -132,9 +134,9 @@ func (s *Scheduler) Run(ctx context.Context) Summary {
 			for _, st := range s.core.dispatch() {
 				s.core.began(st, s.opts.Clock())
 				step := s.core.steps.of(st.q)
-				go func(st start) {
+				pool.run(func() {
 					results <- finished{st, step.Do(stepCtx, &st.t.Task)}
-				}(st)
+				})
 			}
 		}
 		s.flush(begin, suspended, stopped)

@@ -47,7 +47,8 @@ type Scanner struct {
 	// Per run only: files by absolute clean path (nil: not a file), and
 	// the directories whose listing holds for the run.
 	files    map[string]os.FileInfo
-	verified map[string]string // as named -> clean
+	verified map[string]string   // as named -> clean
+	named    map[string][]string // clean -> the names of it in verified
 	// Per run only: what each header a source includes brings in (see
 	// closure), and every path element of every directive's name, which
 	// says whether a file the run writes can change a closure.
@@ -75,7 +76,7 @@ type systemResult struct {
 func NewScanner(dir string, perRun bool) *Scanner {
 	sc := &Scanner{dir: dir, perRun: perRun, parsed: map[sumKey]parsedFile{}, systems: map[string]systemResult{}, dirs: map[string]*dirListing{}}
 	if perRun {
-		sc.files, sc.verified = map[string]os.FileInfo{}, map[string]string{}
+		sc.files, sc.verified, sc.named = map[string]os.FileInfo{}, map[string]string{}, map[string][]string{}
 		sc.closures, sc.names = map[closureKey]*closure{}, map[string]bool{}
 	}
 	return sc
@@ -91,7 +92,15 @@ func (sc *Scanner) Forget(p string) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	delete(sc.files, p)
-	sc.forgetDirs(func(d string) bool { return d == p || d == "/" || strings.HasPrefix(p, d+"/") })
+	// p and the directories above it; looked up, not searched for, as
+	// this runs after every compile of the run.
+	for d := p; ; d = filepath.Dir(d) {
+		sc.forgetDir(d)
+		if d == "/" || d == "." {
+			break
+		}
+	}
+	sc.forgetDir("/")
 	// A search for a name probes paths ending in the name, so a new
 	// file (or directory) can change where a name resolves only if its
 	// own name is an element of some directive's name. Object files
@@ -126,11 +135,20 @@ func (sc *Scanner) ForgetTree(p string) {
 // as the compiler opens them ("/w/src/../include"), so compared clean.
 // sc.mu is held.
 func (sc *Scanner) forgetDirs(match func(clean string) bool) {
-	for k, clean := range sc.verified {
+	for clean := range sc.named {
 		if match(clean) {
-			delete(sc.verified, k)
+			sc.forgetDir(clean)
 		}
 	}
+}
+
+// forgetDir drops the verified directory clean under all its names.
+// sc.mu is held.
+func (sc *Scanner) forgetDir(clean string) {
+	for _, k := range sc.named[clean] {
+		delete(sc.verified, k)
+	}
+	delete(sc.named, clean)
 }
 
 // ForgetAll makes a per-run Scanner look at every file and directory
@@ -142,6 +160,7 @@ func (sc *Scanner) ForgetAll() {
 	sc.mu.Lock()
 	clear(sc.files)
 	clear(sc.verified)
+	clear(sc.named)
 	sc.dropClosures()
 	sc.mu.Unlock()
 }
@@ -665,7 +684,10 @@ func (sc *Scanner) markVerified(dir string) {
 	if sc.perRun {
 		clean := cleanAbs(dir)
 		sc.mu.Lock()
-		sc.verified[dir] = clean
+		if _, ok := sc.verified[dir]; !ok {
+			sc.verified[dir] = clean
+			sc.named[clean] = append(sc.named[clean], dir)
+		}
 		sc.mu.Unlock()
 	}
 }
