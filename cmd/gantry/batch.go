@@ -53,6 +53,7 @@ type batchFlags struct {
 	verbose          bool
 	platform         []string
 	cpuProfile       string
+	memProfile       string
 }
 
 func newBatchCommand() *cobra.Command {
@@ -81,6 +82,8 @@ func newBatchCommand() *cobra.Command {
 	fl.StringArrayVar(&f.platform, "platform", nil, "platform property NAME=VALUE for every job (repeatable)")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the client to this file (for reporting slowness)")
 	_ = fl.MarkHidden("cpuprofile")
+	fl.StringVar(&f.memProfile, "memprofile", "", "write a Go allocation profile of the client to this file at the end (for reporting slowness)")
+	_ = fl.MarkHidden("memprofile")
 	return cmd
 }
 
@@ -99,6 +102,18 @@ func runBatch(cmd *cobra.Command, f batchFlags, file string) error {
 			return &exitStatus{code: exitOwnFailure, err: err}
 		}
 		defer func() { pprof.StopCPUProfile(); out.Close() }()
+	}
+	if f.memProfile != "" {
+		runtime.MemProfileRate = 4096 // fine enough to compare one change
+		out, err := os.Create(f.memProfile)
+		if err != nil {
+			return &exitStatus{code: exitOwnFailure, err: err}
+		}
+		defer func() {
+			runtime.GC() // the profile holds what the last collection saw
+			pprof.Lookup("allocs").WriteTo(out, 0)
+			out.Close()
+		}()
 	}
 	// The client keeps little garbage (the jobs and their state); fewer
 	// collections leave the CPU to the compiles running next to it.

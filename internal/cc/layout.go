@@ -87,7 +87,8 @@ func (c *Compile) plan(id *Identity, deps *depsResult, s Settings) (*layout, err
 	}
 
 	send := s.Headers == HeadersSend
-	seen := map[string]bool{}
+	seen := make(map[string]bool, len(listed))
+	l.inputs = make([]remote.Input, 0, len(listed))
 	for _, d := range listed {
 		a := abs(d)
 		var p string

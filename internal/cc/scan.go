@@ -229,16 +229,18 @@ func (sc *Scanner) scan(ctx context.Context, c *Compile, id *Identity, env []str
 		return nil, err
 	}
 	chain := buildChain(c.Cwd, quote, bracket, isystem, defaults, after)
+	maps := getWalkMaps()
+	defer maps.put() // after the result below is built from w.stats
 	w := &walk{
 		sc:      sc,
 		cwd:     c.Cwd,
 		chain:   chain,
 		chainID: chain.id(c.Cwd),
-		visited: make(map[visitKey]bool, 64),
-		listed:  make(map[string]bool, 64),
-		memo:    make(map[resolveKey]resolved, 32),
-		stats:   make(map[string]os.FileInfo, 64),
-		checked: make(map[string]*dirListing, 16),
+		visited: maps.visited,
+		listed:  maps.listed,
+		memo:    maps.memo,
+		stats:   maps.stats,
+		checked: maps.checked,
 	}
 	if err := w.file(c.Source, foundNoDir, 0); err != nil {
 		return nil, err

@@ -93,14 +93,16 @@ func (w *walk) merge(p string, at int) error {
 
 // closureOf walks the header p alone, sharing this compile's lookups.
 func (w *walk) closureOf(p string, at int) (*closure, error) {
+	own := getWalkMaps() // only its visited and listed are used
+	defer own.put()
 	sub := &walk{
 		sc:      w.sc,
 		cwd:     w.cwd,
 		chain:   w.chain,
 		chainID: w.chainID,
 		sub:     true,
-		visited: make(map[visitKey]bool, 64),
-		listed:  make(map[string]bool, 64),
+		visited: own.visited,
+		listed:  own.listed,
 		memo:    w.memo,
 		stats:   w.stats,
 		checked: w.checked,

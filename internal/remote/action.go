@@ -76,7 +76,9 @@ func (c *Client) Prepare(spec Spec) (*Action, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Action{spec: spec, blobs: make(map[digest.Digest]source)}
+	// Room for every input and the Directory messages: growing the map
+	// input by input was a sixth of what a compile's Prepare allocated.
+	a := &Action{spec: spec, blobs: make(map[digest.Digest]source, len(spec.Inputs)+len(spec.Inputs)/4+4)}
 	b := &treeBuilder{c: c, a: a, root: newDir(), outputs: make(map[string]bool), outputParents: make(map[string]bool)}
 	for _, o := range append(slices.Clone(spec.OutputFiles), spec.OutputDirs...) {
 		co, err := cleanRel("output", o, false)
@@ -96,7 +98,7 @@ func (c *Client) Prepare(spec Spec) (*Action, error) {
 			return nil, err
 		}
 	}
-	rootDigest := b.root.store(a, c.fn)
+	rootDigest := b.root.store(a, c.fn, &dirEncoder{})
 
 	cmd, err := buildCommand(spec, wd)
 	if err != nil {
@@ -251,16 +253,15 @@ func (n *dirNode) mkdirAll(elems []string) *dirNode {
 
 // store records the Directory messages of n and its children as blobs and
 // returns n's digest.
-func (n *dirNode) store(a *Action, fn digest.Function) digest.Digest {
-	dir := &repb.Directory{}
-	for _, name := range slices.Sorted(maps.Keys(n.files)) {
-		f := n.files[name]
-		dir.Files = append(dir.Files, &repb.FileNode{Name: name, Digest: f.d.Proto(), IsExecutable: f.exec})
+func (n *dirNode) store(a *Action, fn digest.Function, enc *dirEncoder) digest.Digest {
+	dirs := make([]namedDigest, 0, len(n.dirs))
+	for name, child := range n.dirs {
+		dirs = append(dirs, namedDigest{name, child.store(a, fn, enc)})
 	}
-	for _, name := range slices.Sorted(maps.Keys(n.dirs)) {
-		dir.Directories = append(dir.Directories, &repb.DirectoryNode{Name: name, Digest: n.dirs[name].store(a, fn).Proto()})
-	}
-	return a.put(dir, fn)
+	data := enc.encode(n.files, dirs)
+	d := digest.Compute(fn, data)
+	a.blobs[d] = source{data: data}
+	return d
 }
 
 // treeBuilder adds local inputs to an input tree.
