@@ -310,6 +310,14 @@ func (s *Service) follow(ctx context.Context, name string, fn digest.Function, s
 // WaitExecution implements REAPI Execution.
 func (s *Service) WaitExecution(req *repb.WaitExecutionRequest, stream repb.Execution_WaitExecutionServer) error {
 	st, _, err := s.sched.Watch(req.Name)
+	if err != nil && s.pending.wait(stream.Context(), req.Name) {
+		// Named by an Execute that has not submitted it yet (its first
+		// message goes out before the cache check): wait for the submit.
+		if err := stream.Context().Err(); err != nil {
+			return status.FromContextError(err).Err()
+		}
+		st, _, err = s.sched.Watch(req.Name)
+	}
 	if err != nil {
 		return status.Errorf(codes.NotFound, "operation %q is not known (it finished long ago, or the server restarted); call Execute again", req.Name)
 	}

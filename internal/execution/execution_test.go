@@ -31,6 +31,7 @@ type env struct {
 	cas   *blobstore.Memory
 	ac    actioncache.Store
 	sched *scheduler.Scheduler
+	svc   *Service
 	conn  *grpc.ClientConn
 	exec  repb.ExecutionClient
 	ops   longrunningpb.OperationsClient
@@ -56,7 +57,8 @@ func newEnvWith(t *testing.T, wrap func(ResultLookup) ResultLookup) *env {
 	if wrap != nil {
 		lookup = wrap(lookup)
 	}
-	New(sched, cas, lookup, Unobserved{}, nil).Register(g)
+	svc := New(sched, cas, lookup, Unobserved{}, nil)
+	svc.Register(g)
 	ws := NewWorkerService(sched, fe.StoreActionResult, Unobserved{})
 	ws.MaxPollWait = 2 * time.Second
 	ws.Attach(g)
@@ -72,7 +74,7 @@ func newEnvWith(t *testing.T, wrap func(ResultLookup) ResultLookup) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(); cancel(); g.Stop() })
-	return &env{t: t, cas: cas, ac: ac, sched: sched, conn: conn,
+	return &env{t: t, cas: cas, ac: ac, sched: sched, svc: svc, conn: conn,
 		exec: repb.NewExecutionClient(conn), ops: longrunningpb.NewOperationsClient(conn), wk: workerpb.NewWorkersClient(conn)}
 }
 
