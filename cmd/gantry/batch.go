@@ -87,34 +87,53 @@ func newBatchCommand() *cobra.Command {
 	return cmd
 }
 
+// startProfiles starts the CPU profile into cpuFile and prepares the
+// allocation profile into memFile ("": none); stop writes and closes them.
+func startProfiles(cpuFile, memFile string) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	if cpuFile != "" {
+		out, err := os.Create(cpuFile)
+		if err != nil {
+			return stop, err
+		}
+		if err := pprof.StartCPUProfile(out); err != nil {
+			out.Close()
+			return stop, err
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); out.Close() })
+	}
+	if memFile != "" {
+		out, err := os.Create(memFile)
+		if err != nil {
+			stop()
+			return func() {}, err
+		}
+		runtime.MemProfileRate = 4096 // fine enough to compare one change
+		stops = append(stops, func() {
+			runtime.GC() // the profile holds what the last collection saw
+			pprof.Lookup("allocs").WriteTo(out, 0)
+			out.Close()
+		})
+	}
+	return stop, nil
+}
+
 // runBatch is gantry batch.
 func runBatch(cmd *cobra.Command, f batchFlags, file string) error {
 	stderr := cmd.ErrOrStderr()
 	if cmd.Flags().Changed("jobs") && cmd.Flags().Changed("executes") {
 		return &exitStatus{code: exitOwnFailure, err: errors.New("--jobs and --executes are the same setting; give one")}
 	}
-	if f.cpuProfile != "" {
-		out, err := os.Create(f.cpuProfile)
-		if err != nil {
-			return &exitStatus{code: exitOwnFailure, err: err}
-		}
-		if err := pprof.StartCPUProfile(out); err != nil {
-			return &exitStatus{code: exitOwnFailure, err: err}
-		}
-		defer func() { pprof.StopCPUProfile(); out.Close() }()
+	stopProfiles, err := startProfiles(f.cpuProfile, f.memProfile)
+	if err != nil {
+		return &exitStatus{code: exitOwnFailure, err: err}
 	}
-	if f.memProfile != "" {
-		runtime.MemProfileRate = 4096 // fine enough to compare one change
-		out, err := os.Create(f.memProfile)
-		if err != nil {
-			return &exitStatus{code: exitOwnFailure, err: err}
-		}
-		defer func() {
-			runtime.GC() // the profile holds what the last collection saw
-			pprof.Lookup("allocs").WriteTo(out, 0)
-			out.Close()
-		}()
-	}
+	defer stopProfiles()
 	// The client keeps little garbage (the jobs and their state); fewer
 	// collections leave the CPU to the compiles running next to it.
 	debug.SetGCPercent(400)

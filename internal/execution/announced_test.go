@@ -37,14 +37,7 @@ func TestCancelBeforeSubmit(t *testing.T) {
 		t.Fatalf("CancelOperation of an operation Execute named: %v", err)
 	}
 	close(release)
-	var last *longrunningpb.Operation
-	for {
-		op, err := stream.Recv()
-		if err != nil {
-			break
-		}
-		last = op
-	}
+	last := lastOperation(stream)
 	if last == nil || !last.Done {
 		t.Fatalf("the stream ended without a done operation: %v", last)
 	}
@@ -107,14 +100,7 @@ func TestWaitBeforeSubmit(t *testing.T) {
 	if _, err := e.ops.CancelOperation(ctx, &longrunningpb.CancelOperationRequest{Name: first.Name}); err != nil {
 		t.Fatal(err)
 	}
-	var last *longrunningpb.Operation
-	for {
-		op, err := wait.Recv()
-		if err != nil {
-			break
-		}
-		last = op
-	}
+	last := lastOperation(wait)
 	if last == nil || !last.Done {
 		t.Fatalf("WaitExecution ended without a done operation: %v", last)
 	}
@@ -149,5 +135,19 @@ func TestAnnouncedWait(t *testing.T) {
 	}
 	if a.remove("op") {
 		t.Fatal("a second remove reported a cancel")
+	}
+}
+
+// lastOperation reads stream to its end and returns its last message.
+func lastOperation(stream interface {
+	Recv() (*longrunningpb.Operation, error)
+}) *longrunningpb.Operation {
+	var last *longrunningpb.Operation
+	for {
+		op, err := stream.Recv()
+		if err != nil {
+			return last
+		}
+		last = op
 	}
 }
