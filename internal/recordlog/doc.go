@@ -10,10 +10,13 @@
 //
 //   - Replay reads a file's records in order and stops at the first one
 //     that is torn or damaged; Open then cuts the file there, so appends
-//     follow the last intact record (a crash can tear only the last one).
+//     follow the last intact record (a crash can tear only the last one,
+//     or, where the writer overlaps flushes, the last two: ReplayCovering
+//     goes past a torn record whose successor carries its contents).
 //   - Append writes records with one positioned write and cuts off a write
 //     that failed half way; Sync flushes them as the log's SyncPolicy says,
-//     sharing one fsync among concurrent callers.
+//     skipping the flush when an ended one covered them; flushes may
+//     overlap.
 //   - Preallocation keeps zeros after the records so that a commit's
 //     fdatasync has no file size to change (preallocate.go).
 //   - Rewrite replaces a file whole: a temporary file, fsync, rename and an

@@ -52,6 +52,8 @@ func FuzzReplay(f *testing.F) {
 			t.Fatalf("Next %x fails its checksum", tail.Next)
 		}
 
+		checkCovering(t, b, got)
+
 		path := filepath.Join(dir, "log")
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)
@@ -98,4 +100,61 @@ func FuzzReplay(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkCovering replays b again going past damaged records whose successor's
+// payload starts with 'c': it must take the same records up to the first
+// damage, each record it takes must be intact, and the records taken and
+// the damaged ones gone past must tile the file up to the Tail's End.
+func checkCovering(t *testing.T, b []byte, plain [][]byte) {
+	var got [][]byte
+	var offs []int64
+	tail, err := ReplayCovering(bytes.NewReader(b), int64(len(b)), testFormat{}, true, func(off int64, next []byte) bool {
+		return len(next) > 8 && next[8] == 'c'
+	}, func(off int64, rec []byte) error {
+		if !(testFormat{}).Verify(rec) {
+			t.Fatalf("record at %d fails its checksum: %x", off, rec)
+		}
+		got = append(got, append([]byte(nil), rec...))
+		offs = append(offs, off)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("ReplayCovering of bytes in memory: %v", err)
+	}
+	if len(got) < len(plain) {
+		t.Fatalf("ReplayCovering took %d records, Replay %d", len(got), len(plain))
+	}
+	for i := range plain {
+		if !bytes.Equal(got[i], plain[i]) {
+			t.Fatalf("record %d differs between Replay and ReplayCovering", i)
+		}
+	}
+	if len(plain) == len(got) && tail.Covered != nil {
+		t.Fatalf("covered %v but took no more records", tail.Covered)
+	}
+	var pos int64
+	ri, ci := 0, 0
+	for pos < tail.End {
+		switch {
+		case ri < len(offs) && offs[ri] == pos:
+			pos += int64(len(got[ri]))
+			ri++
+		case ci < len(tail.Covered) && tail.Covered[ci] == pos:
+			n, ok := testFormat{}.Frame(b[pos:min(int64(len(b)), pos+8)])
+			if !ok || n <= 0 || pos+n > int64(len(b)) {
+				t.Fatalf("covered offset %d is not a framed record", pos)
+			}
+			if ri >= len(offs) || offs[ri] != pos+n || got[ri][8] != 'c' {
+				t.Fatalf("the record after the covered one at %d was not taken or does not cover it", pos)
+			}
+			pos += n
+			ci++
+		default:
+			t.Fatalf("offset %d is neither a record taken nor one covered (tail %+v)", pos, tail)
+		}
+	}
+	if pos != tail.End || ri != len(offs) || ci != len(tail.Covered) {
+		t.Fatalf("records and covered damage end at %d, tail at %d", pos, tail.End)
+	}
 }

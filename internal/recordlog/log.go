@@ -26,6 +26,10 @@ type Options struct {
 	// open the log (say, because intact records follow the damage) and is
 	// returned as it is. Without it the damaged end is always cut off.
 	Damaged func(path string, t Tail) error
+	// Covers, if set, lets a replay go past a damaged record that the
+	// intact record after it covers (see ReplayCovering): for a log whose
+	// writer overlaps one record's flush with the next record's.
+	Covers func(damagedOff int64, next []byte) bool
 }
 
 // ErrNotRepaired is wrapped by an Append error when the part of the record
@@ -35,7 +39,7 @@ var ErrNotRepaired = errors.New("the log could not be repaired after a failed wr
 
 // Log is one append-only file of records, open for appending after its
 // last intact record. Appends are serialised by the log; reads (ReadAt)
-// and Sync may run concurrently with them.
+// and Sync may run concurrently with them, and with each other.
 type Log struct {
 	path   string
 	f      *os.File
@@ -47,8 +51,7 @@ type Log struct {
 	// written is size, readable without mu.
 	written atomic.Int64
 
-	// syncMu serialises flushes; synced is how much of the file the last
-	// one covered.
+	// synced is how much of the file the flushes that have ended cover.
 	syncMu sync.Mutex
 	synced int64
 }
@@ -74,7 +77,7 @@ func Open(path string, opts Options, fn func(off int64, rec []byte) error) (*Log
 	if err != nil {
 		return fail(fmt.Errorf("opening %s: %w", path, err))
 	}
-	t, err := Replay(f, info.Size(), opts.Format, opts.Verify, fn)
+	t, err := ReplayCovering(f, info.Size(), opts.Format, opts.Verify, opts.Covers, fn)
 	if err != nil {
 		return fail(fmt.Errorf("reading %s: %w", path, err))
 	}
@@ -167,20 +170,28 @@ func (l *Log) Append(recs []byte) (int64, error) {
 	return off, nil
 }
 
-// Sync makes the records up to end durable, as the log's policy says.
-// Concurrent callers share flushes: each flushes everything written so
-// far, so those waiting behind it usually find their records covered.
+// Sync makes the records up to end durable, as the log's policy says, by
+// flushing everything written so far; it returns at once when a flush that
+// has ended already covered end. Flushes are not serialised: a caller may
+// flush newer records while an older flush still runs (the device then
+// works on both; a flush waits for pages an earlier one is writing), so a
+// writer can keep more than one commit in flight. Records written while an
+// older record's flush runs can then reach the disk before it: a crash may
+// tear a record and keep the one after it (see ReplayCovering).
 func (l *Log) Sync(end int64) error {
 	l.syncMu.Lock()
-	defer l.syncMu.Unlock()
-	if l.synced >= end {
+	done := l.synced >= end
+	l.syncMu.Unlock()
+	if done {
 		return nil
 	}
 	target := l.written.Load()
 	if err := l.policy.flush(l.f); err != nil {
 		return fmt.Errorf("flushing %s: %w", l.path, err)
 	}
-	l.synced = target
+	l.syncMu.Lock()
+	l.synced = max(l.synced, target)
+	l.syncMu.Unlock()
 	if l.pre != nil {
 		// The file holds at least end durable bytes now; keep zeros
 		// ahead of the next appends.

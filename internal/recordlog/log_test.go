@@ -169,3 +169,78 @@ func TestConcurrentAppends(t *testing.T) {
 		t.Fatalf("%d records after 400 appends", len(got))
 	}
 }
+
+// TestOpenCovered: with Options.Covers, a damaged record that the intact
+// record after it covers is kept in place and gone past, the records
+// after it are replayed, the Damaged hook is not called and appends
+// follow the last record; the file is not cut.
+func TestOpenCovered(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	b := append(records("one", "two", "covers:two,three"), make([]byte, 4096)...)
+	b[len(record("one"))+9] ^= 1
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Format: testFormat{}, Verify: true, Sync: SyncData, Preallocate: true,
+		Damaged: func(string, Tail) error { return errors.New("Damaged must not be called") },
+		Covers: func(off int64, next []byte) bool {
+			return off == int64(len(record("one"))) && strings.HasPrefix(string(next[8:]), "covers:")
+		}}
+	l, got := openLog(t, path, opts)
+	if strings.Join(got, "|") != "one|covers:two,three" || l.Size() != int64(len(records("one", "two", "covers:two,three"))) {
+		t.Fatalf("replayed %q, size %d", got, l.Size())
+	}
+	appendRecord(t, l, "four")
+	l.Close()
+	l, got = openLog(t, path, opts)
+	if strings.Join(got, "|") != "one|covers:two,three|four" {
+		t.Fatalf("after an append, replayed %q", got)
+	}
+	l.Close()
+}
+
+// TestOverlappingSyncs: Sync from several goroutines at once (each
+// flushing while others do) leaves every record durable and replayable,
+// and a Sync for records an ended flush covered returns without one.
+func TestOverlappingSyncs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	opts := Options{Format: testFormat{}, Verify: true, Sync: SyncData, Preallocate: true}
+	l, _ := openLog(t, path, opts)
+	var mu sync.Mutex // orders appends and their payloads
+	var wg sync.WaitGroup
+	n := 0
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				mu.Lock()
+				rec := record(fmt.Sprintf("r%03d", n))
+				n++
+				off, err := l.Append(rec)
+				mu.Unlock()
+				if err == nil {
+					err = l.Sync(off + int64(len(rec)))
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := l.Sync(1); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	_, got := openLog(t, path, opts)
+	if len(got) != 200 {
+		t.Fatalf("replayed %d records, want 200", len(got))
+	}
+	for i, p := range got {
+		if p != fmt.Sprintf("r%03d", i) {
+			t.Fatalf("record %d is %q", i, p)
+		}
+	}
+}

@@ -32,6 +32,10 @@ type Tail struct {
 	// End, if there is one: damage followed by intact data is not a torn
 	// write, which leaves nothing intact after itself.
 	Next []byte
+	// Covered are the offsets of damaged records the replay went past
+	// because the intact record after each carries what it held (see
+	// ReplayCovering).
+	Covered []int64
 }
 
 // Whole reports whether the file holds nothing but intact records, and
@@ -50,6 +54,20 @@ func (t Tail) Whole(zerosAllowed bool) bool {
 // it too; the Tail's End is then the offset of the record it stopped at. Replay never panics, whatever r holds, and never allocates more
 // than the file's size for one record.
 func Replay(r io.ReaderAt, size int64, format Format, verify bool, fn func(off int64, rec []byte) error) (Tail, error) {
+	return ReplayCovering(r, size, format, verify, nil, fn)
+}
+
+// ReplayCovering is Replay for a log whose writer lets a record's flush
+// overlap the next record's (a record written while its predecessor's
+// flush runs carries the predecessor's contents too, so a crash that tears
+// the predecessor and keeps the successor loses nothing). When a record
+// with a well-formed header is damaged (it fails Verify, or fn rejects it
+// with ErrDamaged) and the record after it is intact, covers, if not nil,
+// is asked whether that next record carries everything the damaged one
+// held; if it says so, the damaged record's offset goes into the Tail's
+// Covered and the replay goes on with the next record (fn is called with
+// it as usual). covers may keep state: it is called only there, in order.
+func ReplayCovering(r io.ReaderAt, size int64, format Format, verify bool, covers func(damagedOff int64, next []byte) bool, fn func(off int64, rec []byte) error) (Tail, error) {
 	br := bufio.NewReaderSize(io.NewSectionReader(r, 0, size), replayBuffer)
 	t := Tail{Size: size}
 	var off int64
@@ -77,17 +95,27 @@ func Replay(r io.ReaderAt, size int64, format Format, verify bool, fn func(off i
 			t.End = off
 			return t, fmt.Errorf("reading the record at offset %d: %w", off, err)
 		}
+		damage := ""
 		if verify && !format.Verify(rec) {
-			t.Reason = "checksum mismatch"
-			break
+			damage = "checksum mismatch"
+		} else if err := fn(off, rec); err != nil {
+			if !errors.Is(err, ErrDamaged) {
+				t.End = off
+				return t, err
+			}
+			damage = err.Error()
 		}
-		if err := fn(off, rec); err != nil {
-			if errors.Is(err, ErrDamaged) {
-				t.Reason = err.Error()
+		if damage != "" {
+			next, err := coveredBy(r, off, n, size, format, covers)
+			if err != nil {
+				t.End = off
+				return t, err
+			}
+			if !next {
+				t.Reason = damage
 				break
 			}
-			t.End = off
-			return t, err
+			t.Covered = append(t.Covered, off)
 		}
 		if !consumed {
 			if _, err := br.Discard(int(n)); err != nil {
@@ -109,6 +137,19 @@ func Replay(r io.ReaderAt, size int64, format Format, verify bool, fn func(off i
 		t.Next, err = recordAt(r, off+n, size, format)
 	}
 	return t, err
+}
+
+// coveredBy reports whether the intact record after the damaged one of n
+// bytes at off carries what the damaged one held, as covers says.
+func coveredBy(r io.ReaderAt, off, n, size int64, format Format, covers func(int64, []byte) bool) (bool, error) {
+	if covers == nil {
+		return false, nil
+	}
+	next, err := recordAt(r, off+n, size, format)
+	if err != nil || next == nil {
+		return false, err
+	}
+	return covers(off, next), nil
 }
 
 // nextRecord returns the next n bytes of br: from its buffer, not yet

@@ -124,3 +124,70 @@ func TestReplayCallbackErrors(t *testing.T) {
 		t.Fatalf("an error from the callback: %+v, %v", tail, err)
 	}
 }
+
+// TestReplayCovering: a damaged record whose successor covers it (here:
+// the successor's payload starts with "covers:") is gone past, with its
+// offset in Covered, and the records after it are replayed; a damaged
+// record its successor does not cover, or with nothing intact after it,
+// still ends the replay.
+func TestReplayCovering(t *testing.T) {
+	covers := func(asked *[]int64) func(int64, []byte) bool {
+		return func(off int64, next []byte) bool {
+			*asked = append(*asked, off)
+			return strings.HasPrefix(string(next[8:]), "covers:")
+		}
+	}
+	replay := func(b []byte, asked *[]int64) ([]string, Tail) {
+		var got []string
+		tail, err := ReplayCovering(bytes.NewReader(b), int64(len(b)), testFormat{}, true, covers(asked), func(off int64, rec []byte) error {
+			got = append(got, string(rec[8:]))
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("ReplayCovering: %v", err)
+		}
+		return got, tail
+	}
+	one := len(record("one"))
+	b := records("one", "two", "covers:two,three", "four")
+	b[one+9] ^= 1 // "two" damaged
+	var asked []int64
+	got, tail := replay(b, &asked)
+	if strings.Join(got, "|") != "one|covers:two,three|four" || !tail.Whole(false) || len(tail.Covered) != 1 || tail.Covered[0] != int64(one) {
+		t.Fatalf("covered damage: got %q, %+v", got, tail)
+	}
+	if len(asked) != 1 || asked[0] != int64(one) {
+		t.Fatalf("covers was asked about %v, want [%d]", asked, one)
+	}
+
+	// Not covered: the replay ends at the damage, as Replay does.
+	b = records("one", "two", "three", "four")
+	b[one+9] ^= 1
+	asked = nil
+	got, tail = replay(b, &asked)
+	if strings.Join(got, "|") != "one" || tail.End != int64(one) || tail.Covered != nil || !bytes.Equal(tail.Next, record("three")) || len(asked) != 1 {
+		t.Fatalf("uncovered damage: got %q, %+v (asked %v)", got, tail, asked)
+	}
+
+	// A torn last record: nothing intact after it, covers is not asked.
+	b = append(records("one", "two"), record("covers:three")[:9]...)
+	asked = nil
+	got, tail = replay(b, &asked)
+	if len(got) != 2 || tail.End != int64(len(records("one", "two"))) || len(asked) != 0 {
+		t.Fatalf("torn tail: got %q, %+v (asked %v)", got, tail, asked)
+	}
+
+	// A record the callback rejects as damaged is covered the same way.
+	b = records("one", "bad", "covers:bad,three")
+	var got2 []string
+	tail, err := ReplayCovering(bytes.NewReader(b), int64(len(b)), testFormat{}, true, covers(new([]int64)), func(off int64, rec []byte) error {
+		if string(rec[8:]) == "bad" {
+			return fmt.Errorf("%w: no good", ErrDamaged)
+		}
+		got2 = append(got2, string(rec[8:]))
+		return nil
+	})
+	if err != nil || strings.Join(got2, "|") != "one|covers:bad,three" || !tail.Whole(false) || len(tail.Covered) != 1 {
+		t.Fatalf("callback damage: got %q, %+v, %v", got2, tail, err)
+	}
+}
