@@ -132,45 +132,57 @@ func (q *commitQueue) take(maxBytes int) []*request {
 	return reqs
 }
 
-// run is the committer: it commits what is queued until the queue is
-// closed and drained. after runs once per commit with its result.
-func (q *commitQueue) run(commit func([]*request) error, after func(error)) {
+// next waits for the requests of the next commit (see take); it returns
+// none once the queue is closed and drained.
+func (q *commitQueue) next() []*request {
+	for {
+		if reqs := q.take(MaxBatchBytes); len(reqs) > 0 {
+			return reqs
+		}
+		q.mu.Lock()
+		closed := q.closed && len(q.pending) == 0
+		q.mu.Unlock()
+		if closed {
+			return nil
+		}
+		<-q.wake
+	}
+}
+
+// finish counts a commit of reqs that took d and tells their callers err.
+func (q *commitQueue) finish(reqs []*request, err error, d time.Duration) {
+	if obs := q.observe.Load(); obs != nil {
+		(*obs)(d)
+	}
+	if err != nil {
+		q.failed.Add(1)
+	} else {
+		n := 0
+		for _, r := range reqs {
+			n += len(r.batch)
+		}
+		q.commits.Add(1)
+		q.batches.Add(uint64(len(reqs)))
+		q.mutations.Add(uint64(n))
+	}
+	for _, r := range reqs {
+		r.err = err
+		close(r.done)
+	}
+}
+
+// run is a committer that commits one group at a time: it commits what is
+// queued until the queue is closed and drained.
+func (q *commitQueue) run(commit func([]*request) error) {
 	defer close(q.done)
 	for {
-		reqs := q.take(MaxBatchBytes)
+		reqs := q.next()
 		if len(reqs) == 0 {
-			q.mu.Lock()
-			closed := q.closed && len(q.pending) == 0
-			q.mu.Unlock()
-			if closed {
-				return
-			}
-			<-q.wake
-			continue
+			return
 		}
 		start := time.Now()
 		err := commit(reqs)
-		if obs := q.observe.Load(); obs != nil {
-			(*obs)(time.Since(start))
-		}
-		if err != nil {
-			q.failed.Add(1)
-		} else {
-			n := 0
-			for _, r := range reqs {
-				n += len(r.batch)
-			}
-			q.commits.Add(1)
-			q.batches.Add(uint64(len(reqs)))
-			q.mutations.Add(uint64(n))
-		}
-		for _, r := range reqs {
-			r.err = err
-			close(r.done)
-		}
-		if after != nil {
-			after(err)
-		}
+		q.finish(reqs, err, time.Since(start))
 	}
 }
 

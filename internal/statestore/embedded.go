@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -32,14 +33,17 @@ import (
 //	snapshot           every record as of the start of log.<gen>
 //	snapshot.tmp       a snapshot being written (removed at open)
 //
-// A group commit appends one record to the newest log and fsyncs it. When
+// A group commit appends one record to the newest log and fdatasyncs it,
+// with up to two such flushes in flight (overlap.go). When
 // the log has grown past CompactRatio times the live data (and past
 // CompactMinBytes), the committer starts log.<gen+1> and a background
 // goroutine writes a snapshot of the records as of that moment (temp file,
 // fsync, rename, fsync of the directory), then removes the older logs.
 // Open reads the snapshot and replays the logs that follow it; a torn or
 // corrupt record at the end of the newest log (a crash mid-write) is cut
-// off, but damage followed by intact records is reported as an error.
+// off, and so is a damaged record that the intact record after it repeats
+// (a crash while two flushes were in flight); other damage followed by
+// intact records is reported as an error.
 type Embedded struct {
 	dir  string
 	opts EmbeddedOptions
@@ -51,12 +55,12 @@ type Embedded struct {
 	data   map[string]map[string][]byte
 	live   int64 // encoded bytes of the live records, roughly
 
-	// Owned by the committer goroutine after open.
+	// Owned by the committer goroutine after open (overlap.go).
 	log    *recordlog.Log // the newest, preallocated
 	logGen uint64
 	seq    uint64 // of the next record
-	broken error
 	buf    []byte
+	pipe   *pipeline
 
 	compacting  sync.WaitGroup
 	compactBusy atomic.Bool
@@ -104,7 +108,7 @@ func OpenEmbedded(dir string) (*Embedded, error) {
 
 // OpenEmbeddedWith opens (creating if needed) the Embedded store in dir.
 func OpenEmbeddedWith(dir string, opts EmbeddedOptions) (*Embedded, error) {
-	s := &Embedded{dir: dir, opts: opts, q: newCommitQueue()}
+	s := &Embedded{dir: dir, opts: opts, q: newCommitQueue(), pipe: newPipeline()}
 	if s.opts.CompactMinBytes <= 0 {
 		s.opts.CompactMinBytes = 4 << 20
 	}
@@ -132,11 +136,7 @@ func OpenEmbeddedWith(dir string, opts EmbeddedOptions) (*Embedded, error) {
 		lock.Close()
 		return nil, err
 	}
-	go s.q.run(s.commit, func(err error) {
-		if err == nil {
-			s.maybeCompact()
-		}
-	})
+	go s.run()
 	return s, nil
 }
 
@@ -198,13 +198,14 @@ func (s *Embedded) open() error {
 // checked at replay, each commit made durable with fdatasync into zeros
 // written ahead, and damage followed by intact records refused.
 func (s *Embedded) logOptions() recordlog.Options {
-	return recordlog.Options{Format: logFormat{}, Verify: true, Sync: recordlog.SyncData, Preallocate: true, Damaged: s.refuseMiddleDamage}
+	return recordlog.Options{Format: logFormat{}, Verify: true, Sync: recordlog.SyncData, Preallocate: true, Damaged: s.refuseMiddleDamage, Covers: s.coveredBy}
 }
 
 // replayRecord applies the log record at off, which must be next in
-// sequence.
+// sequence. A record that repeats its predecessors' mutations applies them
+// again, which changes nothing (they set keys in order).
 func (s *Embedded) replayRecord(off int64, rec []byte) error {
-	seq, muts, _, err := decodeRecord(rec)
+	seq, _, muts, _, err := decodeRecord(rec)
 	if err != nil {
 		return fmt.Errorf("%w: %v", recordlog.ErrDamaged, err)
 	}
@@ -215,6 +216,22 @@ func (s *Embedded) replayRecord(off int64, rec []byte) error {
 	s.applyLocked(muts, true)
 	s.seq++
 	return nil
+}
+
+// coveredBy reports whether next, the intact record after a damaged one,
+// repeats the damaged record's mutations: it is the record after it in
+// sequence and covers it. The damaged record is then taken as read (the
+// replay applies next, which holds its mutations): a crash while both
+// records' flushes were in flight can tear the older and keep the newer.
+func (s *Embedded) coveredBy(damagedOff int64, next []byte) bool {
+	seq, from, _, _, err := decodeRecord(next)
+	if err != nil || seq != s.seq+1 || from > s.seq {
+		return false
+	}
+	slog.Warn("state log: a damaged record was recovered from the record after it, which repeats its changes (a crash while both were being flushed)",
+		"dir", s.dir, "offset", damagedOff, "sequence", s.seq)
+	s.seq++
+	return true
 }
 
 // seqError is an intact log record out of sequence.
@@ -234,7 +251,7 @@ func (s *Embedded) refuseMiddleDamage(path string, t recordlog.Tail) error {
 	if t.Next == nil {
 		return nil
 	}
-	if seq, _, _, err := decodeRecord(t.Next); err != nil || seq != s.seq+1 {
+	if seq, _, _, _, err := decodeRecord(t.Next); err != nil || seq != s.seq+1 {
 		return nil
 	}
 	return damagedLog(path, t)
@@ -256,7 +273,7 @@ func (s *Embedded) replayOlderLog(path string) error {
 	if err != nil {
 		return fmt.Errorf("statestore: reading the state log: %w", err)
 	}
-	t, err := recordlog.Replay(f, info.Size(), logFormat{}, true, s.replayRecord)
+	t, err := recordlog.ReplayCovering(f, info.Size(), logFormat{}, true, s.coveredBy, s.replayRecord)
 	if err != nil {
 		return fmt.Errorf("statestore: reading the state log %s: %w", path, err)
 	}
@@ -290,12 +307,15 @@ func (s *Embedded) readSnapshot() (gen, nextSeq uint64, err error) {
 	nextSeq = binary.LittleEndian.Uint64(b[16:])
 	b = b[snapshotHead:]
 	for {
-		seq, muts, n, err := decodeRecord(b)
+		seq, from, muts, n, err := decodeRecord(b)
 		if err != nil {
 			return 0, 0, damaged(err.Error())
 		}
+		if from != seq {
+			return 0, 0, damaged("a log's covering record in the snapshot")
+		}
 		b = b[n:]
-		if seq == ^uint64(0) && len(muts) == 0 { // the trailer
+		if seq == trailerSeq && len(muts) == 0 { // the trailer
 			if len(b) != 0 {
 				return 0, 0, damaged("data after the trailer")
 			}
@@ -351,66 +371,20 @@ func (s *Embedded) Enqueue(ctx context.Context, batch []Mutation) (wait func(con
 	return s.q.enqueue(ctx, batch, true)
 }
 
-// commit writes one record holding every batch of reqs and fsyncs it.
-func (s *Embedded) commit(reqs []*request) error {
-	if s.broken != nil {
-		return s.broken
-	}
-	var muts []Mutation
-	if len(reqs) == 1 {
-		muts = reqs[0].batch
-	} else {
-		n := 0
-		for _, r := range reqs {
-			n += len(r.batch)
-		}
-		muts = make([]Mutation, 0, n)
-		for _, r := range reqs {
-			muts = append(muts, r.batch...)
-		}
-	}
-	s.buf = appendRecord(s.buf[:0], s.seq, muts)
-	off, err := s.log.Append(s.buf)
-	if err != nil {
-		if errors.Is(err, recordlog.ErrNotRepaired) {
-			s.broken = fmt.Errorf("statestore: the state log could not be repaired after a failed write (%v): restart to recover", err)
-		}
-		return fmt.Errorf("statestore: writing the state log: %w", err)
-	}
-	end := off + int64(len(s.buf))
-	if err := s.log.Sync(end); err != nil {
-		// After a failed fsync the kernel's copy of the file cannot be
-		// trusted: refuse further commits; a restart replays what is there.
-		s.broken = fmt.Errorf("statestore: syncing the state log failed (%v): restart to recover", err)
-		return s.broken
-	}
-	s.logBytes.Store(end)
-	if cap(s.buf) > 4<<20 {
-		s.buf = nil // do not keep a large group's buffer
-	}
-	s.seq++
-	s.dataMu.Lock()
-	s.applyLocked(muts, false)
-	s.dataMu.Unlock()
-	s.commits.Add(1)
-	return nil
-}
-
-// maybeCompact starts a new log and writes a snapshot in the background
-// when the log has grown large against the live data.
-func (s *Embedded) maybeCompact() {
+// wantCompaction reports whether the log has grown large against the live
+// data and no compaction is running: the committer then starts a new log
+// and writes a snapshot in the background.
+func (s *Embedded) wantCompaction() bool {
 	s.dataMu.RLock()
 	live := s.live
 	s.dataMu.RUnlock()
 	size := s.log.Size()
-	if size < s.opts.CompactMinBytes || size < s.opts.CompactRatio*live || s.compactBusy.Load() {
-		return
-	}
-	if err := s.startCompaction(); err != nil {
-		s.compactErr.Store(&err)
-	}
+	return size >= s.opts.CompactMinBytes && size >= s.opts.CompactRatio*live && !s.compactBusy.Load()
 }
 
+// startCompaction starts log gen+1 and writes the snapshot of the records
+// as of now in the background. It runs on the committer with no record in
+// flight, so memory holds every record written.
 func (s *Embedded) startCompaction() error {
 	gen := s.logGen + 1
 	log, err := recordlog.Create(filepath.Join(s.dir, logName(gen)), s.logOptions())

@@ -30,20 +30,24 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(appendRecord(appendRecord(nil, 1, []Mutation{put("k", "", "")}), 2, []Mutation{put("k", "x", "y")}))
 	f.Add(appendRecord(nil, ^uint64(0), nil))
 	f.Add(appendRecord(nil, 7, []Mutation{put("task", "a", "value"), del("op", "b")})[recordHeader:])
+	f.Add(appendRecordFrom(appendRecord(nil, 1, []Mutation{put("k", "a", "1")}), 2, 1, []Mutation{put("k", "a", "1"), del("k", "b")}))
+	damaged := appendRecordFrom(appendRecord(nil, 1, []Mutation{put("k", "a", "1")}), 2, 1, []Mutation{put("k", "a", "1"), put("k", "b", "2")})
+	damaged[recordHeader+3] ^= 1
+	f.Add(damaged)
 	f.Add([]byte{})
 	f.Add(make([]byte, 64))
 	f.Add([]byte{9, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, data := range [][]byte{b, frame(b)} {
-			seq, muts, n, err := decodeRecord(data)
+			seq, from, muts, n, err := decodeRecord(data)
 			if err != nil {
 				continue
 			}
-			if n < recordHeader || n > len(data) {
-				t.Fatalf("decoded length %d of %d bytes", n, len(data))
+			if n < recordHeader || n > len(data) || from > seq {
+				t.Fatalf("decoded length %d of %d bytes, seq %d from %d", n, len(data), seq, from)
 			}
-			seq2, muts2, _, err := decodeRecord(appendRecord(nil, seq, muts))
-			if err != nil || seq2 != seq || len(muts2) != len(muts) {
+			seq2, from2, muts2, _, err := decodeRecord(appendRecordFrom(nil, seq, from, muts))
+			if err != nil || seq2 != seq || from2 != from || len(muts2) != len(muts) {
 				t.Fatalf("round trip: %v", err)
 			}
 			for i := range muts {
@@ -57,7 +61,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		// the preallocated zeros that end a log, having applied only
 		// records that decode and are in sequence.
 		s := &Embedded{data: map[string]map[string][]byte{}, seq: 1}
-		tail, err := recordlog.Replay(bytes.NewReader(b), int64(len(b)), logFormat{}, true, s.replayRecord)
+		tail, err := recordlog.ReplayCovering(bytes.NewReader(b), int64(len(b)), logFormat{}, true, s.coveredBy, s.replayRecord)
 		var seqErr *seqError
 		if err != nil && !errors.As(err, &seqErr) {
 			t.Fatalf("replay: %v", err)
@@ -66,12 +70,29 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("replay stopped at %d of %d bytes without a reason (%+v)", tail.End, len(b), tail)
 		}
 		var off int64
+		covered := tail.Covered
 		for seq := uint64(1); seq < s.seq; seq++ {
-			rseq, _, n, derr := decodeRecord(b[off:])
+			if len(covered) > 0 && covered[0] == off {
+				// Damaged, and the next record (checked below) repeats it.
+				n, ok := logFormat{}.Frame(b[off:min(int64(len(b)), off+recordHeader)])
+				if !ok {
+					t.Fatalf("covered record %d at offset %d has no header", seq, off)
+				}
+				covered = covered[1:]
+				off += n
+				if _, from, _, _, derr := decodeRecord(b[off:]); derr != nil || from > seq {
+					t.Fatalf("the record after covered record %d does not repeat it: %v", seq, derr)
+				}
+				continue
+			}
+			rseq, _, _, n, derr := decodeRecord(b[off:])
 			if derr != nil || rseq != seq {
 				t.Fatalf("replay applied record %d, which does not decode at offset %d: %v", seq, off, derr)
 			}
 			off += int64(n)
+		}
+		if len(covered) != 0 {
+			t.Fatalf("covered offsets %v not met", covered)
 		}
 		if off != tail.End {
 			t.Fatalf("replay applied records up to %d, ended at %d", off, tail.End)

@@ -68,7 +68,7 @@ func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
 		pool.Close()
 		return nil, err
 	}
-	go p.q.run(p.commit, nil)
+	go p.q.run(p.commit)
 	return p, nil
 }
 

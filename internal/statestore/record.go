@@ -50,13 +50,31 @@ func mutationSize(m Mutation) int {
 //
 //	length  uint32 LE  bytes of payload
 //	crc     uint32 LE  CRC-32C of the length field and the payload
-//	payload            seq uint64 LE, count uvarint, then count mutations:
-//	                   op byte (0 put, 1 delete), kind, key, value
-//	                   (each uvarint length + bytes; a delete has no value)
+//	payload            seq uint64 LE, [from uint64 LE,] count uvarint,
+//	                   then count mutations: op byte (0 put, 1 delete),
+//	                   kind, key, value (each uvarint length + bytes; a
+//	                   delete has no value)
 //
 // One group commit is one record, written with one write and made durable
-// with one fsync, so a crash can tear at most the last record of a log.
+// with one fdatasync. The committer starts the next record's flush
+// without waiting for the previous one's (overlap.go), so a crash can tear
+// the last two records, and the older can reach the disk torn while the
+// newer is intact. A record written while its predecessor's flush runs
+// therefore carries the predecessor's mutations too (before its own) and
+// says so: its seq field has coverFlag set and from follows, the sequence
+// number of the first record whose mutations it repeats. A replay that
+// meets a damaged record followed by an intact one covering it applies the
+// latter and loses nothing; applying mutations again is harmless (each
+// sets a key to a value or removes it, in order). A binary from before
+// covering records reads one as out of sequence and refuses to start
+// rather than dropping it.
 const (
+	// coverFlag marks a record that repeats its predecessors' mutations.
+	// Sequence numbers never reach it; the snapshot's trailer (all ones)
+	// is told apart by value.
+	coverFlag  = 1 << 63
+	trailerSeq = ^uint64(0)
+
 	recordHeader = 8
 	// maxRecord bounds a record's payload: a length beyond it is damage.
 	maxRecord = MaxBatchBytes + 1<<20
@@ -71,9 +89,20 @@ var errShort = errors.New("record extends past the end of the data")
 
 // appendRecord appends one record holding muts, with sequence number seq.
 func appendRecord(dst []byte, seq uint64, muts []Mutation) []byte {
+	return appendRecordFrom(dst, seq, seq, muts)
+}
+
+// appendRecordFrom appends record seq holding muts, which repeat the
+// mutations of records from to seq-1 before its own (from == seq: none).
+func appendRecordFrom(dst []byte, seq, from uint64, muts []Mutation) []byte {
 	start := len(dst)
 	dst = append(dst, make([]byte, recordHeader)...)
-	dst = binary.LittleEndian.AppendUint64(dst, seq)
+	if from != seq {
+		dst = binary.LittleEndian.AppendUint64(dst, seq|coverFlag)
+		dst = binary.LittleEndian.AppendUint64(dst, from)
+	} else {
+		dst = binary.LittleEndian.AppendUint64(dst, seq)
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(muts)))
 	for _, m := range muts {
 		if m.Delete {
@@ -98,36 +127,50 @@ func appendRecord(dst []byte, seq uint64, muts []Mutation) []byte {
 }
 
 // decodeRecord decodes the record at the start of b. It returns the
-// record's sequence number, its mutations (whose Values alias b) and its
-// total length. errShort means b ends inside the record; any other error
-// means the bytes are not a record. It never panics, whatever b holds.
-func decodeRecord(b []byte) (seq uint64, muts []Mutation, n int, err error) {
+// record's sequence number, the first sequence number whose mutations it
+// holds (seq itself unless it covers its predecessors), its mutations
+// (whose Values alias b) and its total length. errShort means b ends
+// inside the record; any other error means the bytes are not a record. It
+// never panics, whatever b holds.
+func decodeRecord(b []byte) (seq, from uint64, muts []Mutation, n int, err error) {
 	if len(b) < recordHeader {
-		return 0, nil, 0, errShort
+		return 0, 0, nil, 0, errShort
 	}
 	length := binary.LittleEndian.Uint32(b[0:])
 	if length < 9 || length > maxRecord {
-		return 0, nil, 0, fmt.Errorf("implausible record length %d", length)
+		return 0, 0, nil, 0, fmt.Errorf("implausible record length %d", length)
 	}
 	if uint64(len(b)-recordHeader) < uint64(length) {
-		return 0, nil, 0, errShort
+		return 0, 0, nil, 0, errShort
 	}
 	n = recordHeader + int(length)
 	payload := b[recordHeader:n]
 	crc := crc32.Update(crc32.Checksum(b[0:4], castagnoli), castagnoli, payload)
 	if crc != binary.LittleEndian.Uint32(b[4:]) {
-		return 0, nil, 0, errors.New("record checksum mismatch")
+		return 0, 0, nil, 0, errors.New("record checksum mismatch")
 	}
 	seq = binary.LittleEndian.Uint64(payload)
 	p := payload[8:]
+	from = seq
+	if seq != trailerSeq && seq&coverFlag != 0 {
+		seq &^= coverFlag
+		if len(p) < 8 {
+			return 0, 0, nil, 0, errors.New("covering record without its first sequence number")
+		}
+		from = binary.LittleEndian.Uint64(p)
+		p = p[8:]
+		if from >= seq {
+			return 0, 0, nil, 0, fmt.Errorf("record %d claims to cover records from %d", seq, from)
+		}
+	}
 	count, k := binary.Uvarint(p)
 	if k <= 0 {
-		return 0, nil, 0, errors.New("bad mutation count")
+		return 0, 0, nil, 0, errors.New("bad mutation count")
 	}
 	p = p[k:]
 	// Each mutation takes at least 3 bytes: do not trust count for sizing.
 	if count > uint64(len(p))/3+1 {
-		return 0, nil, 0, errors.New("mutation count larger than the record")
+		return 0, 0, nil, 0, errors.New("mutation count larger than the record")
 	}
 	muts = make([]Mutation, 0, count)
 	field := func() ([]byte, bool) {
@@ -141,29 +184,29 @@ func decodeRecord(b []byte) (seq uint64, muts []Mutation, n int, err error) {
 	}
 	for i := uint64(0); i < count; i++ {
 		if len(p) < 1 || p[0] > opDelete {
-			return 0, nil, 0, errors.New("bad mutation op")
+			return 0, 0, nil, 0, errors.New("bad mutation op")
 		}
 		m := Mutation{Delete: p[0] == opDelete}
 		p = p[1:]
 		kind, ok1 := field()
 		key, ok2 := field()
 		if !ok1 || !ok2 {
-			return 0, nil, 0, errors.New("bad mutation kind or key")
+			return 0, 0, nil, 0, errors.New("bad mutation kind or key")
 		}
 		m.Kind, m.Key = string(kind), string(key)
 		if !m.Delete {
 			v, ok := field()
 			if !ok {
-				return 0, nil, 0, errors.New("bad mutation value")
+				return 0, 0, nil, 0, errors.New("bad mutation value")
 			}
 			m.Value = v
 		}
 		muts = append(muts, m)
 	}
 	if len(p) != 0 {
-		return 0, nil, 0, errors.New("trailing bytes in record")
+		return 0, 0, nil, 0, errors.New("trailing bytes in record")
 	}
-	return seq, muts, n, nil
+	return seq, from, muts, n, nil
 }
 
 // logFormat frames the records of the state logs for internal/recordlog.
