@@ -32,12 +32,37 @@ type Action struct {
 	command *repb.Command
 	blobs   map[digest.Digest]source
 	stats   PrepareStats
+	// kept counts the input files whose bytes are kept in blobs from
+	// their hashing until Upload or a cache hit drops them.
+	kept int
 }
 
 // source is where the bytes of one blob are: data, or the local file path.
+// An input file has a path and, while kept for its upload, data too.
 type source struct {
 	data []byte
 	path string
+}
+
+// keptBytesPerAction bounds the bytes of input files an Action keeps from
+// hashing to upload: a cold compile's new source and the headers it is
+// the first to read fit many times over. An action is kept by its caller
+// until its job ends, so its kept bytes are dropped once the upload no
+// longer needs them (see dropKept).
+const keptBytesPerAction = 4 << 20
+
+// dropKept lets go of the input bytes kept for the upload, once it is
+// done or not needed (a cache hit): a later upload reads the files again.
+func (a *Action) dropKept() {
+	if a.kept == 0 {
+		return
+	}
+	for d, src := range a.blobs {
+		if src.path != "" && src.data != nil {
+			a.blobs[d] = source{path: src.path}
+		}
+	}
+	a.kept = 0
 }
 
 // Digest is the action's digest (its ActionCache key).
@@ -79,7 +104,7 @@ func (c *Client) Prepare(spec Spec) (*Action, error) {
 	// Room for every input and the Directory messages: growing the map
 	// input by input was a sixth of what a compile's Prepare allocated.
 	a := &Action{spec: spec, blobs: make(map[digest.Digest]source, len(spec.Inputs)+len(spec.Inputs)/4+4)}
-	b := &treeBuilder{c: c, a: a, root: newDir(), outputs: make(map[string]bool), outputParents: make(map[string]bool)}
+	b := &treeBuilder{c: c, a: a, root: newDir(), outputs: make(map[string]bool), outputParents: make(map[string]bool), keepLeft: keptBytesPerAction}
 	for _, o := range append(slices.Clone(spec.OutputFiles), spec.OutputDirs...) {
 		co, err := cleanRel("output", o, false)
 		if err != nil {
@@ -277,6 +302,8 @@ type treeBuilder struct {
 	// lead to outputs. The worker creates them, so one that holds nothing
 	// but outputs is left out for the same reason.
 	outputParents map[string]bool
+	// keepLeft is what is left of the action's keptBytesPerAction.
+	keepLeft int64
 }
 
 // add adds one Input: a file, or a directory and everything under it.
@@ -335,7 +362,10 @@ func (b *treeBuilder) addFile(dir *dirNode, name, local, p string, fi os.FileInf
 	if _, clash := dir.dirs[name]; clash {
 		return fmt.Errorf("input %s is a file, but another input puts a directory at %s", local, p)
 	}
-	d, hashed, err := b.c.files.digestOf(b.c.fn, local, fi)
+	// A file this action is the first to hash is new to this Client, so
+	// probably to be uploaded: keep its bytes if they go in a batch.
+	keep := fi.Size() <= b.keepLeft && b.c.batchable(fi.Size())
+	d, data, hashed, err := b.c.files.digestOf(b.c.fn, local, fi, keep)
 	if err != nil {
 		return inputError(local, err)
 	}
@@ -348,7 +378,13 @@ func (b *treeBuilder) addFile(dir *dirNode, name, local, p string, fi os.FileInf
 	}
 	dir.files[name] = e
 	if _, ok := b.a.blobs[d]; !ok && !d.IsEmpty() {
-		b.a.blobs[d] = source{path: local}
+		src := source{path: local}
+		if data != nil && !b.c.isPresent(d) {
+			src.data = data
+			b.keepLeft -= d.Size
+			b.a.kept++
+		}
+		b.a.blobs[d] = src
 	}
 	b.a.stats.Files++
 	b.a.stats.InputBytes += d.Size
