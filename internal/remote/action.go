@@ -24,7 +24,10 @@ import (
 
 // Action is a prepared action: its Command, Action and input tree, with
 // the digest of every blob and where its bytes are (in memory for the
-// Directory, Command and Action messages; a local file for inputs).
+// Directory, Command and Action messages; a local file for inputs, with
+// its bytes too between Prepare and Upload when it is small and new). Its
+// steps (Lookup, Upload, Execute, Download) are taken one at a time: Lookup
+// and Upload let go of the kept bytes.
 type Action struct {
 	spec    Spec
 	digest  digest.Digest
