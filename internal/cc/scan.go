@@ -33,7 +33,8 @@ import (
 // seen.
 //
 // A per-run Scanner (gantry batch) also remembers each file's metadata
-// and checks each directory once per run rather than once per compile, as
+// and checks each directory (and the existence of each include search
+// chain's directories) once per run rather than once per compile, as
 // make reads the tree once: what the run itself writes is announced with
 // Forget (outputs) or ForgetAll (a local command), and a file changed
 // from outside during the run may be seen as it was.
@@ -55,6 +56,13 @@ type Scanner struct {
 	closures   map[closureKey]*closure
 	closureGen uint64
 	names      map[string]bool
+	// Per run only: the search chains built (see chainOf), the
+	// directories missing from them, and a generation that changes when
+	// they are forgotten; chainBuilds counts the chains built, for tests.
+	chains       map[string]cachedChain
+	chainMissing map[string]bool
+	chainGen     uint64
+	chainBuilds  int
 }
 
 type parsedFile struct {
@@ -78,6 +86,7 @@ func NewScanner(dir string, perRun bool) *Scanner {
 	if perRun {
 		sc.files, sc.verified, sc.named = map[string]os.FileInfo{}, map[string]string{}, map[string][]string{}
 		sc.closures, sc.names = map[closureKey]*closure{}, map[string]bool{}
+		sc.chains, sc.chainMissing = map[string]cachedChain{}, map[string]bool{}
 	}
 	return sc
 }
@@ -96,6 +105,7 @@ func (sc *Scanner) Forget(p string) {
 	// this runs after every compile of the run.
 	for d := p; ; d = filepath.Dir(d) {
 		sc.forgetDir(d)
+		sc.forgetChains(d, false)
 		if d == "/" || d == "." {
 			break
 		}
@@ -129,6 +139,7 @@ func (sc *Scanner) ForgetTree(p string) {
 		return d == p || d == "/" || strings.HasPrefix(p, d+"/") || strings.HasPrefix(d, prefix)
 	})
 	sc.dropClosures()
+	sc.forgetChains(p, true)
 }
 
 // forgetDirs drops the verified directories that match; they are named
@@ -162,6 +173,7 @@ func (sc *Scanner) ForgetAll() {
 	clear(sc.verified)
 	clear(sc.named)
 	sc.dropClosures()
+	sc.forgetChains("", true)
 	sc.mu.Unlock()
 }
 
@@ -228,14 +240,14 @@ func (sc *Scanner) scan(ctx context.Context, c *Compile, id *Identity, env []str
 	if err != nil {
 		return nil, err
 	}
-	chain := buildChain(c.Cwd, quote, bracket, isystem, defaults, after)
+	chain, chainID := sc.chainOf(c.Cwd, quote, bracket, isystem, defaults, after)
 	maps := getWalkMaps()
 	defer maps.put() // after the result below is built from w.stats
 	w := &walk{
 		sc:      sc,
 		cwd:     c.Cwd,
 		chain:   chain,
-		chainID: chain.id(c.Cwd),
+		chainID: chainID,
 		visited: maps.visited,
 		listed:  maps.listed,
 		memo:    maps.memo,

@@ -741,3 +741,64 @@ func TestScanPerRunClosures(t *testing.T) {
 		t.Fatalf("b.c after deep.h was written and forgotten: %q", got)
 	}
 }
+
+// TestScanPerRunChain: a per-run Scanner builds a search chain (statting
+// its directories) once for every compile with the same directories; a
+// directory of the chain that was missing and that the run creates
+// (Forget) is searched from then on, and ForgetAll builds anew.
+func TestScanPerRunChain(t *testing.T) {
+	needGCC(t)
+	dir := t.TempDir()
+	writeTree(t, dir, map[string]string{
+		"a.c":     "#include \"h.h\"\n",
+		"b.c":     "#include \"h.h\"\n",
+		"inc/h.h": "\n",
+		"out/.k":  "",
+	})
+	sc := NewScanner("", true)
+	id, err := NewIdentities("").Get(context.Background(), "gcc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scan := func(src string) []string {
+		t.Helper()
+		c, err := Parse("gcc", []string{"-Igen", "-Iinc", "-c", src, "-o", "out/" + src + ".o"}, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := listedOf(sc.scan(context.Background(), c, id, os.Environ()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := scan("a.c"); !slicesContain(got, "inc/h.h") {
+		t.Fatalf("a.c: %q", got)
+	}
+	writeTree(t, dir, map[string]string{"out/a.c.o": "object"})
+	sc.Forget(filepath.Join(dir, "out/a.c.o"))
+	if got := scan("b.c"); !slicesContain(got, "inc/h.h") {
+		t.Fatalf("b.c: %q", got)
+	}
+	if sc.chainBuilds != 1 {
+		t.Errorf("two compiles with the same directories built the chain %d times, want once", sc.chainBuilds)
+	}
+
+	// gen appears; until the run says so, the chain is as it was.
+	writeTree(t, dir, map[string]string{"gen/h.h": "\n"})
+	if got := scan("b.c"); slicesContain(got, "gen/h.h") || sc.chainBuilds != 1 {
+		t.Fatalf("a per-run scan looked again without being told: %q (%d builds)", got, sc.chainBuilds)
+	}
+	sc.Forget(filepath.Join(dir, "gen/h.h"))
+	if got := scan("b.c"); !slicesContain(got, "gen/h.h") || slicesContain(got, "inc/h.h") {
+		t.Fatalf("after gen/h.h was written and forgotten: %q", got)
+	}
+	if sc.chainBuilds != 2 {
+		t.Errorf("%d chain builds after Forget, want 2", sc.chainBuilds)
+	}
+	sc.ForgetAll()
+	scan("a.c")
+	if sc.chainBuilds != 3 {
+		t.Errorf("%d chain builds after ForgetAll, want 3", sc.chainBuilds)
+	}
+}

@@ -21,6 +21,9 @@ import (
 type searchChain struct {
 	dirs    []string // as given (relative to the working directory or absolute)
 	bracket int      // the index where #include <...> starts
+	// missing are the candidate directories (absolute, clean) that do
+	// not exist (or are not directories): creating one changes the chain.
+	missing []string
 }
 
 // chainDir is a candidate directory with its identity.
@@ -29,8 +32,9 @@ type chainDir struct {
 	dev, ino uint64
 }
 
-// statDirs keeps the existing directories of names, with their identity.
-func statDirs(cwd string, names []string) []chainDir {
+// statDirs keeps the existing directories of names, with their identity,
+// and adds the others to *missing (absolute, clean).
+func statDirs(cwd string, names []string, missing *[]string) []chainDir {
 	var out []chainDir
 	for _, n := range names {
 		p := n
@@ -39,6 +43,7 @@ func statDirs(cwd string, names []string) []chainDir {
 		}
 		st, err := os.Stat(p)
 		if err != nil || !st.IsDir() {
+			*missing = append(*missing, path.Clean(p))
 			continue
 		}
 		d := chainDir{name: n}
@@ -79,23 +84,101 @@ next:
 // buildChain merges the user's directories and the compiler's defaults
 // as gcc's merge_include_chains does.
 func buildChain(cwd string, quote, bracket, isystem, defaults, after []string) searchChain {
-	system := removeDuplicates(statDirs(cwd, append(append(append([]string(nil), isystem...), defaults...), after...)), nil, nil)
+	var missing []string
+	system := removeDuplicates(statDirs(cwd, append(append(append([]string(nil), isystem...), defaults...), after...), &missing), nil, nil)
 	var systemHead *chainDir
 	if len(system) > 0 {
 		systemHead = &system[0]
 	}
-	br := removeDuplicates(statDirs(cwd, bracket), system, systemHead)
+	br := removeDuplicates(statDirs(cwd, bracket, &missing), system, systemHead)
 	br = append(br, system...)
 	var brHead *chainDir
 	if len(br) > 0 {
 		brHead = &br[0]
 	}
-	q := removeDuplicates(statDirs(cwd, quote), system, brHead)
-	c := searchChain{bracket: len(q)}
+	q := removeDuplicates(statDirs(cwd, quote, &missing), system, brHead)
+	c := searchChain{bracket: len(q), missing: missing}
 	for _, d := range append(q, br...) {
 		c.dirs = append(c.dirs, d.name)
 	}
 	return c
+}
+
+// chainOf returns the search chain of a compile in cwd with these
+// directories, and its id (see searchChain.id). A per-run Scanner builds
+// each distinct chain once per run rather than statting its directories
+// for every compile: a chain changes only when one of its directories
+// that was missing is created, which the run announces with Forget (see
+// forgetChains), or when anything may have changed (ForgetTree,
+// ForgetAll). The directories that existed cannot go away or be replaced
+// by what a run announces (it writes files and makes directories).
+func (sc *Scanner) chainOf(cwd string, quote, bracket, isystem, defaults, after []string) (searchChain, string) {
+	if !sc.perRun {
+		c := buildChain(cwd, quote, bracket, isystem, defaults, after)
+		return c, c.id(cwd)
+	}
+	key := chainKey(cwd, quote, bracket, isystem, defaults, after)
+	sc.mu.Lock()
+	e, ok := sc.chains[key]
+	gen := sc.chainGen
+	sc.mu.Unlock()
+	if ok {
+		return e.chain, e.id
+	}
+	c := buildChain(cwd, quote, bracket, isystem, defaults, after)
+	e = cachedChain{chain: c, id: c.id(cwd)}
+	sc.mu.Lock()
+	sc.chainBuilds++
+	if sc.chainGen == gen { // nothing was forgotten meanwhile
+		sc.chains[key] = e
+		for _, m := range c.missing {
+			sc.chainMissing[m] = true
+		}
+	}
+	sc.mu.Unlock()
+	return e.chain, e.id
+}
+
+// cachedChain is a search chain a per-run Scanner remembers.
+type cachedChain struct {
+	chain searchChain
+	id    string
+}
+
+// chainKey is the key of a chain among a run's: its directory lists, in
+// order, each ended by a separator no path contains.
+func chainKey(cwd string, lists ...[]string) string {
+	n := len(cwd) + 1
+	for _, l := range lists {
+		for _, d := range l {
+			n += len(d) + 1
+		}
+		n++
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(cwd)
+	b.WriteByte(0)
+	for _, l := range lists {
+		for _, d := range l {
+			b.WriteString(d)
+			b.WriteByte(0)
+		}
+		b.WriteByte(1)
+	}
+	return b.String()
+}
+
+// forgetChains drops the remembered chains if the directory clean (that
+// the run made, or that leads to what it wrote) was missing from one of
+// them; all means whatever was forgotten. sc.mu is held.
+func (sc *Scanner) forgetChains(clean string, all bool) {
+	if len(sc.chains) == 0 || !all && !sc.chainMissing[clean] {
+		return
+	}
+	clear(sc.chains)
+	clear(sc.chainMissing)
+	sc.chainGen++
 }
 
 // probeSystemDirs runs `COMPILER FLAGS -x LANG -E -v /dev/null` in cwd and

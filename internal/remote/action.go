@@ -24,7 +24,10 @@ import (
 
 // Action is a prepared action: its Command, Action and input tree, with
 // the digest of every blob and where its bytes are (in memory for the
-// Directory, Command and Action messages; a local file for inputs).
+// Directory, Command and Action messages; a local file for inputs, with
+// its bytes too between Prepare and Upload when it is small and new). Its
+// steps (Lookup, Upload, Execute, Download) are taken one at a time: Lookup
+// and Upload let go of the kept bytes.
 type Action struct {
 	spec    Spec
 	digest  digest.Digest
@@ -32,12 +35,37 @@ type Action struct {
 	command *repb.Command
 	blobs   map[digest.Digest]source
 	stats   PrepareStats
+	// kept counts the input files whose bytes are kept in blobs from
+	// their hashing until Upload or a cache hit drops them.
+	kept int
 }
 
 // source is where the bytes of one blob are: data, or the local file path.
+// An input file has a path and, while kept for its upload, data too.
 type source struct {
 	data []byte
 	path string
+}
+
+// keptBytesPerAction bounds the bytes of input files an Action keeps from
+// hashing to upload: a cold compile's new source and the headers it is
+// the first to read fit many times over. An action is kept by its caller
+// until its job ends, so its kept bytes are dropped once the upload no
+// longer needs them (see dropKept).
+const keptBytesPerAction = 4 << 20
+
+// dropKept lets go of the input bytes kept for the upload, once it is
+// done or not needed (a cache hit): a later upload reads the files again.
+func (a *Action) dropKept() {
+	if a.kept == 0 {
+		return
+	}
+	for d, src := range a.blobs {
+		if src.path != "" && src.data != nil {
+			a.blobs[d] = source{path: src.path}
+		}
+	}
+	a.kept = 0
 }
 
 // Digest is the action's digest (its ActionCache key).
@@ -79,7 +107,7 @@ func (c *Client) Prepare(spec Spec) (*Action, error) {
 	// Room for every input and the Directory messages: growing the map
 	// input by input was a sixth of what a compile's Prepare allocated.
 	a := &Action{spec: spec, blobs: make(map[digest.Digest]source, len(spec.Inputs)+len(spec.Inputs)/4+4)}
-	b := &treeBuilder{c: c, a: a, root: newDir(), outputs: make(map[string]bool), outputParents: make(map[string]bool)}
+	b := &treeBuilder{c: c, a: a, root: &dirNode{}, outputs: make(map[string]bool), outputParents: make(map[string]bool), keepLeft: keptBytesPerAction}
 	for _, o := range append(slices.Clone(spec.OutputFiles), spec.OutputDirs...) {
 		co, err := cleanRel("output", o, false)
 		if err != nil {
@@ -98,7 +126,7 @@ func (c *Client) Prepare(spec Spec) (*Action, error) {
 			return nil, err
 		}
 	}
-	rootDigest := b.root.store(a, c.fn, &dirEncoder{})
+	rootDigest := b.root.store(a, c.fn)
 
 	cmd, err := buildCommand(spec, wd)
 	if err != nil {
@@ -222,10 +250,16 @@ func cleanRel(what, p string, empty bool) (string, error) {
 	return c, nil
 }
 
-// dirNode is one directory of the input tree being built.
+// dirNode is one directory of the input tree being built. Its files and
+// subdirectories are slices sorted by name, the order of the Directory
+// message: maps grown entry by entry were the largest allocation of a
+// compile's Prepare, and then had to be copied out and sorted. A
+// directory's entries mostly arrive in order (a directory listing, or a
+// compile's headers), so keeping them sorted moves little.
 type dirNode struct {
-	files map[string]fileEntry
-	dirs  map[string]*dirNode
+	files []namedFile
+	dirs  []namedDir
+	d     digest.Digest // set by store
 }
 
 type fileEntry struct {
@@ -234,34 +268,62 @@ type fileEntry struct {
 	local string
 }
 
-func newDir() *dirNode {
-	return &dirNode{files: map[string]fileEntry{}, dirs: map[string]*dirNode{}}
+type namedFile struct {
+	name string
+	e    fileEntry
+}
+
+type namedDir struct {
+	name string
+	node *dirNode
+}
+
+// findFile returns the index of the file name in n.files, or where it
+// would go, and whether it is there.
+func (n *dirNode) findFile(name string) (int, bool) {
+	return slices.BinarySearchFunc(n.files, name, func(f namedFile, name string) int { return strings.Compare(f.name, name) })
+}
+
+// findDir is findFile for n.dirs.
+func (n *dirNode) findDir(name string) (int, bool) {
+	return slices.BinarySearchFunc(n.dirs, name, func(d namedDir, name string) int { return strings.Compare(d.name, name) })
+}
+
+// hasFile reports whether n has a file name.
+func (n *dirNode) hasFile(name string) bool {
+	_, ok := n.findFile(name)
+	return ok
 }
 
 // mkdirAll returns the directory at the path elems below n, creating it.
 func (n *dirNode) mkdirAll(elems []string) *dirNode {
 	for _, e := range elems {
-		child, ok := n.dirs[e]
+		i, ok := n.findDir(e)
 		if !ok {
-			child = newDir()
-			n.dirs[e] = child
+			n.dirs = slices.Insert(n.dirs, i, namedDir{e, &dirNode{}})
 		}
-		n = child
+		n = n.dirs[i].node
 	}
 	return n
 }
 
+// removeDir removes the subdirectory name of n, if there is one.
+func (n *dirNode) removeDir(name string) {
+	if i, ok := n.findDir(name); ok {
+		n.dirs = slices.Delete(n.dirs, i, i+1)
+	}
+}
+
 // store records the Directory messages of n and its children as blobs and
 // returns n's digest.
-func (n *dirNode) store(a *Action, fn digest.Function, enc *dirEncoder) digest.Digest {
-	dirs := make([]namedDigest, 0, len(n.dirs))
-	for name, child := range n.dirs {
-		dirs = append(dirs, namedDigest{name, child.store(a, fn, enc)})
+func (n *dirNode) store(a *Action, fn digest.Function) digest.Digest {
+	for _, child := range n.dirs {
+		child.node.store(a, fn)
 	}
-	data := enc.encode(n.files, dirs)
-	d := digest.Compute(fn, data)
-	a.blobs[d] = source{data: data}
-	return d
+	data := encodeDir(n.files, n.dirs)
+	n.d = digest.Compute(fn, data)
+	a.blobs[n.d] = source{data: data}
+	return n.d
 }
 
 // treeBuilder adds local inputs to an input tree.
@@ -277,6 +339,8 @@ type treeBuilder struct {
 	// lead to outputs. The worker creates them, so one that holds nothing
 	// but outputs is left out for the same reason.
 	outputParents map[string]bool
+	// keepLeft is what is left of the action's keptBytesPerAction.
+	keepLeft int64
 }
 
 // add adds one Input: a file, or a directory and everything under it.
@@ -307,7 +371,7 @@ func (b *treeBuilder) add(in Input) error {
 	}
 	name := elems[len(elems)-1]
 	if fi.IsDir() {
-		if _, clash := parent.files[name]; clash {
+		if parent.hasFile(name) {
 			return fmt.Errorf("input %s is a directory, but another input puts a file at %s", in.Local, p)
 		}
 		return b.addDir(parent.mkdirAll([]string{name}), in.Local, p, fi, nil)
@@ -319,7 +383,7 @@ func (b *treeBuilder) add(in Input) error {
 func (b *treeBuilder) parentDir(elems []string, p string) (*dirNode, error) {
 	n := b.root
 	for i, e := range elems {
-		if _, clash := n.files[e]; clash {
+		if n.hasFile(e) {
 			return nil, fmt.Errorf("input path %s needs %s to be a directory, but another input puts a file there", p, strings.Join(elems[:i+1], "/"))
 		}
 		n = n.mkdirAll([]string{e})
@@ -332,23 +396,33 @@ func (b *treeBuilder) addFile(dir *dirNode, name, local, p string, fi os.FileInf
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("input %s is not a regular file or directory (mode %s); only files and directories can be sent", local, fi.Mode())
 	}
-	if _, clash := dir.dirs[name]; clash {
+	if _, clash := dir.findDir(name); clash {
 		return fmt.Errorf("input %s is a file, but another input puts a directory at %s", local, p)
 	}
-	d, hashed, err := b.c.files.digestOf(b.c.fn, local, fi)
+	// A file this action is the first to hash is new to this Client, so
+	// probably to be uploaded: keep its bytes if they go in a batch.
+	keep := fi.Size() <= b.keepLeft && b.c.batchable(fi.Size())
+	d, data, hashed, err := b.c.files.digestOf(b.c.fn, local, fi, keep)
 	if err != nil {
 		return inputError(local, err)
 	}
 	e := fileEntry{d: d, exec: fi.Mode()&0o100 != 0, local: local}
-	if old, dup := dir.files[name]; dup {
-		if old.d != d || old.exec != e.exec {
+	i, dup := dir.findFile(name)
+	if dup {
+		if old := dir.files[i].e; old.d != d || old.exec != e.exec {
 			return fmt.Errorf("inputs %s and %s both go to %s with different contents; give only one", old.local, local, p)
 		}
 		return nil
 	}
-	dir.files[name] = e
+	dir.files = slices.Insert(dir.files, i, namedFile{name, e})
 	if _, ok := b.a.blobs[d]; !ok && !d.IsEmpty() {
-		b.a.blobs[d] = source{path: local}
+		src := source{path: local}
+		if data != nil && !b.c.isPresent(d) {
+			src.data = data
+			b.keepLeft -= d.Size
+			b.a.kept++
+		}
+		b.a.blobs[d] = src
 	}
 	b.a.stats.Files++
 	b.a.stats.InputBytes += d.Size
@@ -382,7 +456,7 @@ func (b *treeBuilder) addDir(n *dirNode, local, p string, fi os.FileInfo, ancest
 			return inputError(childLocal, err)
 		}
 		if cfi.IsDir() {
-			if _, clash := n.files[e.Name()]; clash {
+			if n.hasFile(e.Name()) {
 				return fmt.Errorf("input %s is a directory, but another input puts a file at %s", childLocal, childPath)
 			}
 			child := n.mkdirAll([]string{e.Name()})
@@ -390,7 +464,7 @@ func (b *treeBuilder) addDir(n *dirNode, local, p string, fi os.FileInfo, ancest
 				return err
 			}
 			if len(child.files) == 0 && len(child.dirs) == 0 && b.outputParents[childPath] {
-				delete(n.dirs, e.Name())
+				n.removeDir(e.Name())
 			}
 			continue
 		}

@@ -1,6 +1,9 @@
 package remote
 
 import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -236,4 +239,78 @@ func unmarshalBlob(a *Action, d *repb.Digest, m proto.Message) error {
 		return err
 	}
 	return proto.Unmarshal(a.blobs[dd].data, m)
+}
+
+// TestPrepareTreeIsCanonical: whatever the order of the inputs (some given
+// twice, a directory given whole), the input tree is the one built with
+// the protobuf library from the sorted list of files, so digests do not
+// depend on how the tree is kept while it is built.
+func TestPrepareTreeIsCanonical(t *testing.T) {
+	c := offlineClient()
+	root := t.TempDir()
+	files := map[string]string{}
+	for i := range 60 {
+		files[fmt.Sprintf("d%d/s%d/f%02d.h", i%3, i%2, (i*37)%60)] = fmt.Sprint("content ", i)
+	}
+	files["top.c"] = "int main;"
+	files["whole/z.txt"], files["whole/a.txt"], files["whole/sub/m.txt"] = "z", "a", "m"
+	writeFiles(t, root, files)
+	var inputs []Input
+	for p := range files {
+		if !strings.HasPrefix(p, "whole/") {
+			inputs = append(inputs, Input{Local: filepath.Join(root, p), Path: p})
+		}
+	}
+	inputs = append(inputs, Input{Local: filepath.Join(root, "whole"), Path: "whole"})
+	want := protoTree(t, files, "")
+	rng := rand.New(rand.NewPCG(3, 4))
+	for round := range 5 {
+		rng.Shuffle(len(inputs), func(i, j int) { inputs[i], inputs[j] = inputs[j], inputs[i] })
+		spec := Spec{Args: []string{"true"}, LocalRoot: root, Inputs: append(slices.Clone(inputs), inputs[:7]...)}
+		a, err := c.Prepare(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := digest.FromProto(digest.SHA256, a.Proto().InputRootDigest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("round %d: input root %s, protobuf's tree %s", round, got, want)
+		}
+		if a.Stats().Files != len(files) {
+			t.Errorf("round %d: %d files, want %d", round, a.Stats().Files, len(files))
+		}
+	}
+}
+
+// protoTree is the digest of the Directory (built with the protobuf
+// library) of the files under dir ("" for all).
+func protoTree(t *testing.T, files map[string]string, dir string) digest.Digest {
+	t.Helper()
+	m := &repb.Directory{}
+	subdirs := map[string]bool{}
+	prefix := dir
+	if prefix != "" {
+		prefix += "/"
+	}
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		rest, ok := strings.CutPrefix(p, prefix)
+		if !ok {
+			continue
+		}
+		if sub, _, nested := strings.Cut(rest, "/"); nested {
+			subdirs[sub] = true
+			continue
+		}
+		m.Files = append(m.Files, &repb.FileNode{Name: rest, Digest: digest.Compute(digest.SHA256, []byte(files[p])).Proto()})
+	}
+	for _, sub := range slices.Sorted(maps.Keys(subdirs)) {
+		m.Directories = append(m.Directories, &repb.DirectoryNode{Name: sub, Digest: protoTree(t, files, prefix+sub).Proto()})
+	}
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return digest.Compute(digest.SHA256, data)
 }

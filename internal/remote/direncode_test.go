@@ -19,10 +19,9 @@ import (
 // encoding, so that digests of input trees do not change with it.
 func TestDirEncoderMatchesProtobuf(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	var enc dirEncoder
 	for i := range 500 {
 		files := map[string]fileEntry{}
-		var dirs []namedDigest
+		var dirs []namedDir
 		for j := range rng.IntN(40) {
 			size := rng.Int64N(1 << uint(rng.IntN(40)))
 			if rng.IntN(5) == 0 {
@@ -37,23 +36,24 @@ func TestDirEncoderMatchesProtobuf(t *testing.T) {
 			files[fmt.Sprintf("f%d-%s", j, bytes.Repeat([]byte("é"), rng.IntN(70)))] = fileEntry{d: d, exec: rng.IntN(3) == 0}
 		}
 		for j := range rng.IntN(10) {
-			dirs = append(dirs, namedDigest{fmt.Sprintf("d%d", rng.IntN(1000)*10+j), digest.Compute(digest.SHA256, []byte{byte(j)})})
+			dirs = append(dirs, namedDir{fmt.Sprintf("d%d", rng.IntN(1000)*10+j), &dirNode{d: digest.Compute(digest.SHA256, []byte{byte(j)})}})
 		}
 		want := &repb.Directory{}
+		var sortedFiles []namedFile
 		for _, name := range slices.Sorted(maps.Keys(files)) {
 			f := files[name]
 			want.Files = append(want.Files, &repb.FileNode{Name: name, Digest: f.d.Proto(), IsExecutable: f.exec})
+			sortedFiles = append(sortedFiles, namedFile{name, f})
 		}
-		sorted := slices.Clone(dirs)
-		slices.SortFunc(sorted, func(a, b namedDigest) int { return strings.Compare(a.name, b.name) })
-		for _, d := range sorted {
-			want.Directories = append(want.Directories, &repb.DirectoryNode{Name: d.name, Digest: d.d.Proto()})
+		slices.SortFunc(dirs, func(a, b namedDir) int { return strings.Compare(a.name, b.name) })
+		for _, d := range dirs {
+			want.Directories = append(want.Directories, &repb.DirectoryNode{Name: d.name, Digest: d.node.d.Proto()})
 		}
 		wantBytes, err := proto.MarshalOptions{Deterministic: true}.Marshal(want)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := enc.encode(files, dirs)
+		got := encodeDir(sortedFiles, dirs)
 		if !bytes.Equal(got, wantBytes) {
 			t.Fatalf("directory %d (%d files, %d dirs): encoded\n%x\nprotobuf gives\n%x", i, len(files), len(dirs), got, wantBytes)
 		}

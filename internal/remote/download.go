@@ -289,7 +289,7 @@ func (c *Client) upToDate(f wantFile) bool {
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() != f.d.Size {
 		return false
 	}
-	d, _, err := c.files.digestOf(c.fn, f.local, fi)
+	d, _, _, err := c.files.digestOf(c.fn, f.local, fi, false)
 	if err != nil || d != f.d {
 		return false
 	}

@@ -44,26 +44,49 @@ func keyOf(path string, fi os.FileInfo) fileKey {
 }
 
 // digestOf returns the digest of the regular file at path, whose info is
-// fi, and whether it had to read the file.
-func (fc *fileCache) digestOf(fn digest.Function, path string, fi os.FileInfo) (digest.Digest, bool, error) {
+// fi, and whether it had to read the file. When it reads the file and keep
+// is true, it reads it whole and returns its bytes too (nil otherwise):
+// they are exactly the bytes hashed, so an upload can send them instead of
+// reading the file a second time.
+func (fc *fileCache) digestOf(fn digest.Function, path string, fi os.FileInfo, keep bool) (digest.Digest, []byte, bool, error) {
 	k := keyOf(path, fi)
 	fc.mu.Lock()
 	d, ok := fc.m[k]
 	fc.mu.Unlock()
 	if ok {
-		return d, false, nil
+		return d, nil, false, nil
 	}
-	d, err := hashFile(fn, path, fi.Size())
+	var data []byte
+	var err error
+	if keep {
+		if data, err = readHashed(path); err == nil {
+			d = digest.Compute(fn, data)
+		}
+	} else {
+		d, err = hashFile(fn, path, fi.Size())
+	}
 	if err != nil {
-		return digest.Digest{}, true, err
+		return digest.Digest{}, nil, true, err
 	}
 	if d.Size != fi.Size() {
-		return digest.Digest{}, true, fmt.Errorf("input %s changed while it was being read (size %d, then %d bytes); run again once nothing writes it", path, fi.Size(), d.Size)
+		return digest.Digest{}, nil, true, fmt.Errorf("input %s changed while it was being read (size %d, then %d bytes); run again once nothing writes it", path, fi.Size(), d.Size)
 	}
 	fc.mu.Lock()
 	fc.m[k] = d
 	fc.mu.Unlock()
-	return d, true, nil
+	return d, data, true, nil
+}
+
+// readHashed reads the whole file at path, to be hashed.
+func readHashed(path string) ([]byte, error) {
+	data, err := fileio.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return data, nil
 }
 
 // hashFile computes the digest of the file at path, which is expected to

@@ -37,6 +37,9 @@ func (c *Client) Lookup(ctx context.Context, a *Action) (*repb.ActionResult, Loo
 	if status.Code(err) == codes.NotFound {
 		return nil, stats, nil
 	}
+	// A hit needs no upload, and after an error the caller gives the
+	// action up: either way the input bytes kept for the upload can go.
+	a.dropKept()
 	if err != nil {
 		return nil, stats, fmt.Errorf("looking up action %s in the ActionCache: %w", a.digest, err)
 	}

@@ -24,13 +24,21 @@ const uploadParallel = 4
 // compile (a new source, its Directory, Command and Action messages).
 const sendUnaskedBytes = 64 << 10
 
+// batchOverhead is what this client allows per blob for the rest of a
+// BatchUpdateBlobs request (the digest, the field tags).
+const batchOverhead = 1024
+
 // Upload makes sure the CAS holds every blob of a: it asks
 // FindMissingBlobs about those this Client has not seen present yet and
 // sends only the missing ones, small ones in batches and large ones
 // streamed from their files (a few small ones it sends without asking).
-// The blobs are then remembered as present.
+// The blobs are then remembered as present. Small input files new to this
+// Client are sent from the bytes Prepare hashed, without reading them
+// again; Upload then drops those bytes, so a second Upload of a reads
+// the files.
 func (c *Client) Upload(ctx context.Context, a *Action) (UploadStats, error) {
 	start := time.Now()
+	defer a.dropKept()
 	stats := UploadStats{Blobs: len(a.blobs)}
 	var ask []digest.Digest
 	c.mu.Lock()
@@ -73,6 +81,20 @@ func sendUnasked(ds []digest.Digest) bool {
 	return total <= sendUnaskedBytes
 }
 
+// isPresent reports whether the CAS is known to hold d.
+func (c *Client) isPresent(d digest.Digest) bool {
+	c.mu.Lock()
+	_, ok := c.present[d]
+	c.mu.Unlock()
+	return ok
+}
+
+// batchable reports whether a blob of size bytes is sent in a batch
+// (BatchUpdateBlobs) rather than streamed.
+func (c *Client) batchable(size int64) bool {
+	return size <= client.SmallBlobLimit && size+batchOverhead <= c.maxBatch
+}
+
 // markPresent remembers that the CAS holds ds.
 func (c *Client) markPresent(ds []digest.Digest) {
 	c.mu.Lock()
@@ -110,7 +132,7 @@ func (c *Client) send(ctx context.Context, a *Action, ds []digest.Digest) error 
 	}
 	for _, d := range ds {
 		src := a.blobs[d]
-		if d.Size > client.SmallBlobLimit || d.Size+1024 > c.maxBatch {
+		if !c.batchable(d.Size) {
 			if src.data != nil { // a large Directory or Command message
 				g.Go(func() error { return blobstore.Put(ctx, c.cas, d, src.data) })
 			} else {
@@ -118,7 +140,7 @@ func (c *Client) send(ctx context.Context, a *Action, ds []digest.Digest) error 
 			}
 			continue
 		}
-		data := src.data
+		data := src.data // a message, or an input file's bytes as hashed
 		if data == nil {
 			var err error
 			if data, err = readInput(c.fn, d, src.path); err != nil {
@@ -126,11 +148,11 @@ func (c *Client) send(ctx context.Context, a *Action, ds []digest.Digest) error 
 				return err
 			}
 		}
-		if groupBytes+d.Size+1024 > c.maxBatch {
+		if groupBytes+d.Size+batchOverhead > c.maxBatch {
 			flush()
 		}
 		group[d] = data
-		groupBytes += d.Size + 1024
+		groupBytes += d.Size + batchOverhead
 	}
 	flush()
 	return g.Wait()
