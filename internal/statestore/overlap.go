@@ -22,7 +22,8 @@ import (
 //   - the committer (run) takes the queued requests, writes their record
 //     and hands it on; it owns the log, the sequence number and
 //     compaction;
-//   - each record's flush runs on a goroutine of its own (flush);
+//   - a record's flush runs on a goroutine of its own (flush), or on the
+//     completer when no other record was in flight as it was written;
 //   - the completer (complete) takes the records in order, waits for each
 //     one's flush, applies its mutations to memory and answers its callers.
 //
@@ -40,8 +41,13 @@ type flight struct {
 	log   *recordlog.Log
 	end   int64 // where the record ends in log
 	start time.Time
-	err   error         // the write's or flush's failure, set before flushed closes
+	err   error         // the write's or flush's failure, set before flush closes
 	flush chan struct{} // closed when the flush has ended
+	// alone is set when no other record was in flight as this one was
+	// written: the completer, idle then, flushes it itself (one goroutine
+	// hand-off fewer for a lone commit); otherwise a goroutine of its
+	// own does, so that its flush overlaps the older one's.
+	alone bool
 }
 
 // pipeline is the state the committer and completer share.
@@ -96,10 +102,11 @@ func (s *Embedded) run() {
 			}
 		}
 		f := s.write(reqs, start)
-		if f.err == nil {
-			go s.flush(f)
-		} else {
+		switch {
+		case f.err != nil:
 			close(f.flush)
+		case !f.alone:
+			go s.flush(f)
 		}
 		inFlight <- f
 	}
@@ -141,7 +148,8 @@ func (s *Embedded) write(reqs []*request, start time.Time) *flight {
 	s.pipe.mu.Lock()
 	older := append([]*flight(nil), s.pipe.unsynced...)
 	s.pipe.mu.Unlock()
-	if len(older) == 0 {
+	f.alone = len(older) == 0
+	if f.alone {
 		s.buf = appendRecord(s.buf[:0], s.seq, f.muts)
 	} else {
 		n := len(f.muts)
@@ -192,6 +200,9 @@ func (s *Embedded) flush(f *flight) {
 func (s *Embedded) complete(in <-chan *flight, done chan<- struct{}) {
 	defer close(done)
 	for f := range in {
+		if f.alone && f.err == nil {
+			s.flush(f)
+		}
 		<-f.flush
 		err := f.err
 		if err == nil {
