@@ -43,6 +43,9 @@ type Service struct {
 	obs    Observer
 	// pending are the operations named to a client but not yet submitted.
 	pending *announced
+	// recent are the last operations Execute ended without the
+	// scheduler (cache hits), for WaitExecution and GetOperation.
+	recent *recentlyDone
 }
 
 // New returns the service of sched. It reads actions from cas, looks
@@ -52,7 +55,7 @@ func New(sched *scheduler.Scheduler, cas blobstore.Store, lookup ResultLookup, o
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{sched: sched, cas: cas, lookup: lookup, obs: obs, log: log, pending: newAnnounced()}
+	return &Service{sched: sched, cas: cas, lookup: lookup, obs: obs, log: log, pending: newAnnounced(), recent: newRecentlyDone(recentMax)}
 }
 
 // Register adds Execution and Operations to a gRPC server.
@@ -125,6 +128,9 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 			s.obs.CacheLookup(true)
 			st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
 			st.Response = &repb.ExecuteResponse{Result: ar, CachedResult: true, Status: status.New(codes.OK, "").Proto()}
+			// Kept before the name leaves pending (deferred), so that a
+			// WaitExecution waiting on it finds the result.
+			s.recent.add(st)
 			sent := st
 			sent.Response = s.withInlineOutputs(ctx, st.Response, ad.Function)
 			if err := stream.Send(operation(name, sent, ad.Function)); err != nil {
@@ -153,6 +159,7 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	if s.pending.cancelled(name) {
 		st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
 		st.Response = &repb.ExecuteResponse{Status: status.New(codes.Canceled, "operation cancelled by request").Proto()}
+		s.recent.add(st)
 		return stream.Send(operation(name, st, ad.Function))
 	}
 	if err := s.submit(ctx, &sub); err != nil {
@@ -319,6 +326,11 @@ func (s *Service) WaitExecution(req *repb.WaitExecutionRequest, stream repb.Exec
 		st, _, err = s.sched.Watch(req.Name)
 	}
 	if err != nil {
+		if done, ok := s.recent.get(req.Name); ok {
+			// Answered by Execute itself (a cache hit): the result, at once.
+			done.Response = s.withInlineOutputs(stream.Context(), done.Response, done.ActionDigest.Function)
+			return stream.Send(operation(req.Name, done, done.ActionDigest.Function))
+		}
 		return status.Errorf(codes.NotFound, "operation %q is not known (it finished long ago, or the server restarted); call Execute again", req.Name)
 	}
 	final, err := s.follow(stream.Context(), req.Name, st.ActionDigest.Function, stream, false)
@@ -335,6 +347,9 @@ func (s *Service) WaitExecution(req *repb.WaitExecutionRequest, stream repb.Exec
 func (s *Service) GetOperation(_ context.Context, req *longrunningpb.GetOperationRequest) (*longrunningpb.Operation, error) {
 	st, _, err := s.sched.Watch(req.Name)
 	if err != nil {
+		if done, ok := s.recent.get(req.Name); ok {
+			return operation(req.Name, done, done.ActionDigest.Function), nil
+		}
 		return nil, status.Errorf(codes.NotFound, "operation %q is not known", req.Name)
 	}
 	return operation(req.Name, st, st.ActionDigest.Function), nil

@@ -1,0 +1,125 @@
+package execution
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/scheduler"
+)
+
+// TestWaitExecutionAfterCacheHit: an operation Execute answered from the
+// ActionCache was never the scheduler's; a WaitExecution for it (a client
+// whose Execute stream broke after the first message) and a GetOperation
+// still get its result, during the Execute and after it ended.
+func TestWaitExecutionAfterCacheHit(t *testing.T) {
+	release := make(chan struct{})
+	e := newEnvWith(t, func(next ResultLookup) ResultLookup {
+		return func(ctx context.Context, instance string, ad digest.Digest) (*repb.ActionResult, error) {
+			<-release
+			return next(ctx, instance, ad)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ad := e.action(emptyRoot(), simpleCmd("/bin/true"))
+	out := e.putBytes([]byte("output"))
+	if err := e.ac.Put(ctx, "", ad, &repb.ActionResult{ExitCode: 0, OutputFiles: []*repb.OutputFile{{Path: "out", Digest: out.Proto()}}}); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := e.exec.Execute(ctx, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Asked while the Execute is still looking the result up.
+	wait, err := e.exec.WaitExecution(ctx, &repb.WaitExecutionRequest{Name: first.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		e.svc.pending.mu.Lock()
+		n := e.svc.pending.names[first.Name]
+		waiting := n != nil && n.waiting > 0
+		e.svc.pending.mu.Unlock()
+		if waiting {
+			break
+		}
+		if i == 3000 {
+			t.Fatal("WaitExecution did not wait for the announced operation within 3s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	if last := lastOperation(stream); last == nil || !last.Done || !responseOf(t, last).CachedResult {
+		t.Fatalf("Execute ended with %v, want a cached result", last)
+	}
+	check := func(what string, op *longrunningpb.Operation) {
+		t.Helper()
+		if op == nil || op.Name != first.Name || !op.Done {
+			t.Fatalf("%s: %v, want the done operation %s", what, op, first.Name)
+		}
+		resp := responseOf(t, op)
+		if !resp.CachedResult || len(resp.Result.GetOutputFiles()) != 1 || resp.Result.OutputFiles[0].Path != "out" {
+			t.Fatalf("%s: response %v, want the cached result", what, resp)
+		}
+	}
+	check("WaitExecution during the Execute", lastOperation(wait))
+
+	// After the Execute ended.
+	again, err := e.exec.WaitExecution(ctx, &repb.WaitExecutionRequest{Name: first.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("WaitExecution after the Execute", lastOperation(again))
+	op, err := e.ops.GetOperation(ctx, &longrunningpb.GetOperationRequest{Name: first.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("GetOperation", op)
+
+	// A name nobody gave out is still unknown.
+	unknown, err := e.exec.WaitExecution(ctx, &repb.WaitExecutionRequest{Name: "no-such-operation"})
+	if err == nil {
+		_, err = unknown.Recv()
+	}
+	if status.Code(err) != codes.NotFound {
+		t.Fatalf("WaitExecution of an unknown name: %v, want NOT_FOUND", err)
+	}
+}
+
+// TestRecentlyDoneBound: the kept operations are bounded, the oldest
+// forgotten first, and keeping a name again replaces it in place.
+func TestRecentlyDoneBound(t *testing.T) {
+	r := newRecentlyDone(3)
+	for i := range 5 {
+		r.add(scheduler.OperationState{Name: fmt.Sprint("op", i), Done: true})
+	}
+	for i := range 5 {
+		_, ok := r.get(fmt.Sprint("op", i))
+		if want := i >= 2; ok != want {
+			t.Fatalf("op%d kept: %v, want %v", i, ok, want)
+		}
+	}
+	r.add(scheduler.OperationState{Name: "op3", Done: true, Instance: "again"})
+	r.add(scheduler.OperationState{Name: "op5", Done: true})
+	if st, ok := r.get("op3"); !ok || st.Instance != "again" {
+		t.Fatalf("op3 after being kept again: %+v, %v", st, ok)
+	}
+	if _, ok := r.get("op2"); ok {
+		t.Fatal("op2, the oldest, is still kept")
+	}
+	if len(r.ops) != 3 {
+		t.Fatalf("%d kept, want 3", len(r.ops))
+	}
+}
