@@ -688,7 +688,6 @@ func TestStatusButtons(t *testing.T) {
 	s := startScenarioLog(t, ctx, slog.New(slog.NewJSONHandler(&out, nil)), WithConfigFile(cfgFile))
 	defer s.finish(t, ctx)
 	pid := waitForPID(ctx, t, filepath.Join(s.dir, "run.pid"))
-	procState := func() string { _, st := cpuTicks(t, pid); return st }
 	_, page := s.get(t, "/status")
 	ctl := func() scheduler.WorkerControl { return s.srv.Scheduler().WorkerControlOf("w1") }
 	state := func(page string) string {
@@ -703,13 +702,13 @@ func TestStatusButtons(t *testing.T) {
 	if f := flash(page); f != "w1: pause done" || !ctl().Pause || state(page) != "paused" {
 		t.Fatalf("after Pause: flash %q, control %+v, state %s", f, ctl(), state(page))
 	}
-	waitFor(ctx, t, "the running action to be stopped (SIGSTOP)", func() bool { return procState() == "T" })
+	waitFor(ctx, t, "the running action to be stopped (SIGSTOP)", func() bool { return signalStopped(pid) })
 
 	page = s.press(t, page, workerRow, "Resume")
 	if f := flash(page); f != "w1: resume done" || ctl().Pause || state(page) != "active" {
 		t.Fatalf("after Resume: flash %q, control %+v, state %s", f, ctl(), state(page))
 	}
-	waitFor(ctx, t, "the running action to continue (SIGCONT)", func() bool { return procState() != "T" })
+	waitFor(ctx, t, "the running action to continue (SIGCONT)", func() bool { return !signalStopped(pid) })
 
 	page = s.press(t, page, workerRow, "Terminate")
 	if f, c := flash(page), ctl(); f != "w1: terminate done" || !c.Terminate || !c.Drain || state(page) != "terminating" {
