@@ -7,22 +7,60 @@ import (
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/gantry-build/gantry/internal/digest"
 )
 
-// TestCancelBeforeSubmit: Execute names the operation in its first message,
-// before the ActionCache lookup and the submit; a CancelOperation in that
-// window succeeds, and the operation ends CANCELLED without running.
-func TestCancelBeforeSubmit(t *testing.T) {
-	release := make(chan struct{})
-	e := newEnvWith(t, func(next ResultLookup) ResultLookup {
+// gatedEnv is an env whose ActionCache lookups wait until release is
+// closed: Execute has named its operation and not yet submitted it.
+func gatedEnv(t *testing.T) (e *env, release chan struct{}) {
+	release = make(chan struct{})
+	e = newEnvWith(t, func(next ResultLookup) ResultLookup {
 		return func(ctx context.Context, instance string, ad digest.Digest) (*repb.ActionResult, error) {
 			<-release
 			return next(ctx, instance, ad)
 		}
 	})
+	return e, release
+}
+
+// waitWhileAnnounced starts Execute of ad in a gatedEnv, reads its first
+// message and starts a WaitExecution for the operation it names; it
+// returns once that WaitExecution waits on the server (bounded).
+func waitWhileAnnounced(ctx context.Context, t *testing.T, e *env, ad digest.Digest) (first *longrunningpb.Operation, stream, wait grpc.ServerStreamingClient[longrunningpb.Operation]) {
+	t.Helper()
+	stream, err := e.exec.Execute(ctx, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err = stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if wait, err = e.exec.WaitExecution(ctx, &repb.WaitExecutionRequest{Name: first.Name}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		e.svc.pending.mu.Lock()
+		n := e.svc.pending.names[first.Name]
+		waiting := n != nil && n.waiting > 0
+		e.svc.pending.mu.Unlock()
+		if waiting {
+			return first, stream, wait
+		}
+		if i == 3000 {
+			t.Fatal("WaitExecution did not wait for the announced operation within 3s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestCancelBeforeSubmit: Execute names the operation in its first message,
+// before the ActionCache lookup and the submit; a CancelOperation in that
+// window succeeds, and the operation ends CANCELLED without running.
+func TestCancelBeforeSubmit(t *testing.T) {
+	e, release := gatedEnv(t)
 	ctx := context.Background()
 	ad := e.action(emptyRoot(), simpleCmd("sleep", "100"))
 	stream, err := e.exec.Execute(ctx, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
@@ -53,42 +91,12 @@ func TestCancelBeforeSubmit(t *testing.T) {
 // yet submitted (it is still checking the ActionCache) waits for the submit
 // and then follows the operation, instead of answering NOT_FOUND.
 func TestWaitBeforeSubmit(t *testing.T) {
-	release := make(chan struct{})
-	e := newEnvWith(t, func(next ResultLookup) ResultLookup {
-		return func(ctx context.Context, instance string, ad digest.Digest) (*repb.ActionResult, error) {
-			<-release
-			return next(ctx, instance, ad)
-		}
-	})
+	e, release := gatedEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ad := e.action(emptyRoot(), simpleCmd("sleep", "100"))
-	stream, err := e.exec.Execute(ctx, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait, err := e.exec.WaitExecution(ctx, &repb.WaitExecutionRequest{Name: first.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The wait must be waiting on the server before the submit.
-	for i := 0; ; i++ {
-		e.svc.pending.mu.Lock()
-		n := e.svc.pending.names[first.Name]
-		waiting := n != nil && n.waiting > 0
-		e.svc.pending.mu.Unlock()
-		if waiting {
-			break
-		}
-		if i == 3000 {
-			t.Fatal("WaitExecution did not wait for the announced operation within 3s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	first, _, wait := waitWhileAnnounced(ctx, t, e, ad)
 	close(release)
 	op, err := wait.Recv()
 	if err != nil {

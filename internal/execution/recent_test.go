@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
@@ -20,13 +19,7 @@ import (
 // whose Execute stream broke after the first message) and a GetOperation
 // still get its result, during the Execute and after it ended.
 func TestWaitExecutionAfterCacheHit(t *testing.T) {
-	release := make(chan struct{})
-	e := newEnvWith(t, func(next ResultLookup) ResultLookup {
-		return func(ctx context.Context, instance string, ad digest.Digest) (*repb.ActionResult, error) {
-			<-release
-			return next(ctx, instance, ad)
-		}
-	})
+	e, release := gatedEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ad := e.action(emptyRoot(), simpleCmd("/bin/true"))
@@ -34,32 +27,8 @@ func TestWaitExecutionAfterCacheHit(t *testing.T) {
 	if err := e.ac.Put(ctx, "", ad, &repb.ActionResult{ExitCode: 0, OutputFiles: []*repb.OutputFile{{Path: "out", Digest: out.Proto()}}}); err != nil {
 		t.Fatal(err)
 	}
-	stream, err := e.exec.Execute(ctx, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Asked while the Execute is still looking the result up.
-	wait, err := e.exec.WaitExecution(ctx, &repb.WaitExecutionRequest{Name: first.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; ; i++ {
-		e.svc.pending.mu.Lock()
-		n := e.svc.pending.names[first.Name]
-		waiting := n != nil && n.waiting > 0
-		e.svc.pending.mu.Unlock()
-		if waiting {
-			break
-		}
-		if i == 3000 {
-			t.Fatal("WaitExecution did not wait for the announced operation within 3s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	first, stream, wait := waitWhileAnnounced(ctx, t, e, ad)
 	close(release)
 	if last := lastOperation(stream); last == nil || !last.Done || !responseOf(t, last).CachedResult {
 		t.Fatalf("Execute ended with %v, want a cached result", last)
