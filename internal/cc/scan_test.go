@@ -691,6 +691,31 @@ func listedOf(r *depsResult, err error) ([]string, error) {
 	return r.Listed, nil
 }
 
+// perRunScanner returns a per-run Scanner and a function that scans a
+// source of dir compiled with flags into out/, returning the inputs it
+// lists.
+func perRunScanner(t *testing.T, dir string, flags ...string) (*Scanner, func(src string) []string) {
+	t.Helper()
+	sc := NewScanner("", true)
+	id, err := NewIdentities("").Get(context.Background(), "gcc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc, func(src string) []string {
+		t.Helper()
+		args := append(append([]string(nil), flags...), "-c", src, "-o", "out/"+src+".o")
+		c, err := Parse("gcc", args, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := listedOf(sc.scan(context.Background(), c, id, os.Environ()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+}
+
 // TestScanPerRunClosures: a per-run Scanner reuses what a header brings
 // in across compiles; a file the run writes drops that only when its name
 // can appear in a directive, so a header generated mid-run deep below an
@@ -706,23 +731,7 @@ func TestScanPerRunClosures(t *testing.T) {
 		"out/.keep":   "",
 		"inc/gen/.ke": "",
 	})
-	sc := NewScanner("", true)
-	id, err := NewIdentities("").Get(context.Background(), "gcc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	scan := func(src string) []string {
-		t.Helper()
-		c, err := Parse("gcc", []string{"-Iinc", "-c", src, "-o", "out/" + src + ".o"}, dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := listedOf(sc.scan(context.Background(), c, id, os.Environ()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	sc, scan := perRunScanner(t, dir, "-Iinc")
 	if got := scan("a.c"); !slicesContain(got, "inc/mid.h") || slicesContain(got, "inc/gen/deep.h") {
 		t.Fatalf("a.c: %q", got)
 	}
@@ -755,23 +764,7 @@ func TestScanPerRunChain(t *testing.T) {
 		"inc/h.h": "\n",
 		"out/.k":  "",
 	})
-	sc := NewScanner("", true)
-	id, err := NewIdentities("").Get(context.Background(), "gcc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	scan := func(src string) []string {
-		t.Helper()
-		c, err := Parse("gcc", []string{"-Igen", "-Iinc", "-c", src, "-o", "out/" + src + ".o"}, dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := listedOf(sc.scan(context.Background(), c, id, os.Environ()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
+	sc, scan := perRunScanner(t, dir, "-Igen", "-Iinc")
 	if got := scan("a.c"); !slicesContain(got, "inc/h.h") {
 		t.Fatalf("a.c: %q", got)
 	}
