@@ -125,25 +125,11 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	if !req.SkipCacheLookup {
 		ar, err := s.lookup(ctx, req.InstanceName, ad)
 		if err == nil {
-			s.obs.CacheLookup(true)
-			st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
-			st.Response = &repb.ExecuteResponse{Result: ar, CachedResult: true, Status: status.New(codes.OK, "").Proto()}
-			// Kept before the name leaves pending (deferred), so that a
-			// WaitExecution waiting on it finds the result.
-			s.recent.add(st)
-			sent := st
-			sent.Response = s.withInlineOutputs(ctx, st.Response, ad.Function)
-			if err := stream.Send(operation(name, sent, ad.Function)); err != nil {
-				return err
+			resp, err := s.answerCached(ctx, stream, st, ar, accepted)
+			if err == nil {
+				endExecuteSpan(span, resp)
 			}
-			var inv []string // for the log line only: not worked out when it is off
-			if s.log.Enabled(ctx, slog.LevelInfo) {
-				inv = s.invocationPath(ctx, req.InstanceName, nil)
-			}
-			s.finished(Finished{Name: name, Instance: req.InstanceName, ActionDigest: ad, Accepted: accepted, Response: st.Response, Invocation: inv,
-				Metadata: requestMetadata(ctx)})
-			endExecuteSpan(span, st.Response)
-			return nil
+			return err
 		}
 		if status.Code(err) != codes.NotFound {
 			return err
@@ -181,6 +167,29 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 		endExecuteSpan(span, final.Response)
 	}
 	return err
+}
+
+// answerCached ends the Execute of st, the operation its first message
+// named, with ar, the ActionCache's result, and returns the response sent.
+func (s *Service) answerCached(ctx context.Context, stream repb.Execution_ExecuteServer, st scheduler.OperationState, ar *repb.ActionResult, accepted time.Time) (*repb.ExecuteResponse, error) {
+	s.obs.CacheLookup(true)
+	st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
+	st.Response = &repb.ExecuteResponse{Result: ar, CachedResult: true, Status: status.New(codes.OK, "").Proto()}
+	// Kept before the name leaves pending (Execute's deferred remove), so
+	// that a WaitExecution waiting on it finds the result.
+	s.recent.add(st)
+	sent := st
+	sent.Response = s.withInlineOutputs(ctx, st.Response, st.ActionDigest.Function)
+	if err := stream.Send(operation(st.Name, sent, st.ActionDigest.Function)); err != nil {
+		return nil, err
+	}
+	var inv []string // for the log line only: not worked out when it is off
+	if s.log.Enabled(ctx, slog.LevelInfo) {
+		inv = s.invocationPath(ctx, st.Instance, nil)
+	}
+	s.finished(Finished{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Accepted: accepted, Response: st.Response, Invocation: inv,
+		Metadata: requestMetadata(ctx)})
+	return st.Response, nil
 }
 
 // prepare loads and validates everything the action needs.

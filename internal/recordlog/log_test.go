@@ -135,23 +135,25 @@ func TestPreallocatedLog(t *testing.T) {
 	}
 }
 
-// TestConcurrentAppends: appends and shared syncs from many goroutines
-// give contiguous, intact records, all found again at reopen.
-func TestConcurrentAppends(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "log")
-	opts := Options{Format: testFormat{}, Verify: true, Sync: SyncFile}
-	l, err := Create(path, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+// appendConcurrently appends each records from each of goroutines
+// goroutines, "r000", "r001" and so on in the order they go into the log,
+// each caller syncing its record after its append while the others append
+// and sync.
+func appendConcurrently(t *testing.T, l *Log, goroutines, each int) {
+	t.Helper()
+	var mu sync.Mutex // orders the appends and their payloads
 	var wg sync.WaitGroup
-	for g := 0; g < 8; g++ {
+	n := 0
+	for range goroutines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; i < 50; i++ {
-				rec := record(fmt.Sprintf("g%d-%d", g, i))
+			for range each {
+				mu.Lock()
+				rec := record(fmt.Sprintf("r%03d", n))
+				n++
 				off, err := l.Append(rec)
+				mu.Unlock()
 				if err == nil {
 					err = l.Sync(off + int64(len(rec)))
 				}
@@ -163,6 +165,18 @@ func TestConcurrentAppends(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestConcurrentAppends: appends and shared syncs from many goroutines
+// give contiguous, intact records, all found again at reopen.
+func TestConcurrentAppends(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	opts := Options{Format: testFormat{}, Verify: true, Sync: SyncFile}
+	l, err := Create(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendConcurrently(t, l, 8, 50)
 	l.Close()
 	_, got := openLog(t, path, opts)
 	if len(got) != 400 {
@@ -206,30 +220,7 @@ func TestOverlappingSyncs(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "log")
 	opts := Options{Format: testFormat{}, Verify: true, Sync: SyncData, Preallocate: true}
 	l, _ := openLog(t, path, opts)
-	var mu sync.Mutex // orders appends and their payloads
-	var wg sync.WaitGroup
-	n := 0
-	for g := 0; g < 4; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 50; i++ {
-				mu.Lock()
-				rec := record(fmt.Sprintf("r%03d", n))
-				n++
-				off, err := l.Append(rec)
-				mu.Unlock()
-				if err == nil {
-					err = l.Sync(off + int64(len(rec)))
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	appendConcurrently(t, l, 4, 50)
 	if err := l.Sync(1); err != nil {
 		t.Fatal(err)
 	}
