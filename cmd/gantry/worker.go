@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/server"
 	"github.com/gantry-build/gantry/internal/tracing"
@@ -93,7 +94,7 @@ sections secure --http-listen as they secure gantry serve's HTTP port.`,
 				return err
 			}
 			defer stopTracing(context.Background())
-			w, err := worker.New(conn, server.WorkerConfig(wc, log))
+			w, err := worker.New(conn, workerpb.NewWorkersClient(conn), server.WorkerConfig(wc, log))
 			if err != nil {
 				return err
 			}

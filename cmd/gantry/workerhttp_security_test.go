@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/auth/authtest"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
@@ -29,7 +30,7 @@ func newIdleWorker(t *testing.T) *worker.Worker {
 	}
 	t.Cleanup(func() { conn.Close() })
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	w, err := worker.New(conn, server.WorkerConfig(config.WorkerConfig{ID: "w1", Cores: 1, WorkDir: t.TempDir(), CacheMaxSize: 1 << 20}, log))
+	w, err := worker.New(conn, workerpb.NewWorkersClient(conn), server.WorkerConfig(config.WorkerConfig{ID: "w1", Cores: 1, WorkDir: t.TempDir(), CacheMaxSize: 1 << 20}, log))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 	"google.golang.org/protobuf/proto"
 
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
@@ -44,7 +45,7 @@ func TestStandaloneWorkerMetrics(t *testing.T) {
 	}
 	defer conn.Close()
 
-	w, err := worker.New(conn, server.WorkerConfig(config.WorkerConfig{ID: "w1", Cores: 1, WorkDir: t.TempDir(), AcceptUnknownProperties: true, CacheMaxSize: 1 << 30}, log))
+	w, err := worker.New(conn, workerpb.NewWorkersClient(conn), server.WorkerConfig(config.WorkerConfig{ID: "w1", Cores: 1, WorkDir: t.TempDir(), AcceptUnknownProperties: true, CacheMaxSize: 1 << 30}, log))
 	if err != nil {
 		t.Fatal(err)
 	}

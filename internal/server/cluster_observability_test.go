@@ -276,7 +276,7 @@ func TestClusterMetrics(t *testing.T) {
 	wcfg.Worker.Cores, wcfg.Worker.ID = 1, "w1"
 	wctx, stopWorker := context.WithCancel(context.Background())
 	workerDone := make(chan struct{})
-	go func() { runWorker(wctx, plainDial(fe.GRPCAddr()), wcfg, log, nil); close(workerDone) }()
+	go func() { runWorker(wctx, plainDial(fe.GRPCAddr()), nil, wcfg, log, nil); close(workerDone) }()
 	defer func() { stopWorker(); <-workerDone }()
 	var resp *repb.ExecuteResponse
 	select {
@@ -422,7 +422,7 @@ func TestClusterTracing(t *testing.T) {
 	wcfg.Worker.Cores, wcfg.Worker.ID = 1, "w1"
 	wctx, stopWorker := context.WithCancel(context.Background())
 	workerDone := make(chan struct{})
-	go func() { runWorker(wctx, plainDial(fe.GRPCAddr()), wcfg, log, nil); close(workerDone) }()
+	go func() { runWorker(wctx, plainDial(fe.GRPCAddr()), nil, wcfg, log, nil); close(workerDone) }()
 	defer func() { stopWorker(); <-workerDone }()
 
 	conn := mustDial(t, fe.GRPCAddr())

@@ -121,7 +121,7 @@ func TestClusterFailover(t *testing.T) {
 	wcfg.Worker.ID = "w1"
 	wctx, stopWorker := context.WithCancel(context.Background())
 	workerDone := make(chan struct{})
-	go func() { runWorker(wctx, plainDial(fe.GRPCAddr()), wcfg, log, nil); close(workerDone) }()
+	go func() { runWorker(wctx, plainDial(fe.GRPCAddr()), nil, wcfg, log, nil); close(workerDone) }()
 	defer func() { stopWorker(); <-workerDone }()
 
 	cas := client.NewCAS(conn, "", digest.SHA256, 0)

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	adminpb "github.com/gantry-build/gantry/api/admin/v1"
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/digest"
@@ -212,7 +213,7 @@ func TestTerminateExitsWorkerOnceIdle(t *testing.T) {
 	defer cancel()
 	wc := config.Default().Worker
 	wc.ID, wc.Cores, wc.WorkDir = "remote", 1, filepath.Join(f.dir, "remote")
-	w, err := worker.New(f.conn, WorkerConfig(wc, quietLogger()))
+	w, err := worker.New(f.conn, workerpb.NewWorkersClient(f.conn), WorkerConfig(wc, quietLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/worker"
 )
@@ -22,7 +23,10 @@ type embeddedWorker struct {
 	cfg  config.Config
 	log  *slog.Logger
 	dial func() (*grpc.ClientConn, error)
-	obs  *observability
+	// local is the scheduler's worker service when it runs in this
+	// process (role all), nil otherwise (localworkers.go).
+	local workerpb.WorkersServer
+	obs   *observability
 }
 
 // runsEmbeddedWorker reports whether a process of cfg runs a worker.
@@ -30,9 +34,9 @@ func runsEmbeddedWorker(cfg config.Config) bool {
 	return cfg.Worker.Enabled && cfg.Role != config.RoleScheduler
 }
 
-func newEmbeddedWorker(b *builder, grpcAddr string) *embeddedWorker {
+func newEmbeddedWorker(b *builder, grpcAddr string, local workerpb.WorkersServer) *embeddedWorker {
 	sec := b.sec
-	return &embeddedWorker{cfg: b.cfg, log: b.log, obs: b.obs,
+	return &embeddedWorker{cfg: b.cfg, log: b.log, obs: b.obs, local: local,
 		dial: func() (*grpc.ClientConn, error) { return sec.dialEmbedded(grpcAddr) }}
 }
 
@@ -40,7 +44,7 @@ func newEmbeddedWorker(b *builder, grpcAddr string) *embeddedWorker {
 // worker, the process keeps serving without it: run then waits for ctx
 // and returns nil.
 func (w *embeddedWorker) run(ctx context.Context) error {
-	err := runWorker(ctx, w.dial, w.cfg, w.log, w.obs.embeddedWorker)
+	err := runWorker(ctx, w.dial, w.local, w.cfg, w.log, w.obs.embeddedWorker)
 	if err != nil {
 		return fmt.Errorf("embedded worker: %w", err)
 	}
@@ -51,10 +55,11 @@ func (w *embeddedWorker) run(ctx context.Context) error {
 	return nil
 }
 
-// runWorker runs the configured worker over the connection dial makes.
-// It returns when ctx ends, or when an operator terminated the worker.
+// runWorker runs the configured worker over the connection dial makes,
+// with its worker-protocol calls made on local when it is not nil. It
+// returns when ctx ends, or when an operator terminated the worker.
 // prepare, if not nil, is called with the worker before it runs.
-func runWorker(ctx context.Context, dial func() (*grpc.ClientConn, error), cfg config.Config, log *slog.Logger, prepare func(*worker.Worker) error) error {
+func runWorker(ctx context.Context, dial func() (*grpc.ClientConn, error), local workerpb.WorkersServer, cfg config.Config, log *slog.Logger, prepare func(*worker.Worker) error) error {
 	conn, err := dial()
 	if err != nil {
 		return err
@@ -66,7 +71,11 @@ func runWorker(ctx context.Context, dial func() (*grpc.ClientConn, error), cfg c
 		wc.WorkDir = filepath.Join(cfg.DataDir, "worker")
 	}
 	wc.Sandbox.HiddenPaths = hideDataDir(wc.Sandbox.HiddenPaths, cfg.DataDir)
-	w, err := worker.New(conn, WorkerConfig(wc, log))
+	var sched workerpb.WorkersClient = workerpb.NewWorkersClient(conn)
+	if local != nil {
+		sched = newLocalWorkers(sched, local)
+	}
+	w, err := worker.New(conn, sched, WorkerConfig(wc, log))
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
@@ -236,7 +237,7 @@ func TestWorkerLossMovesActionToAnotherWorker(t *testing.T) {
 		wctx, stop := context.WithCancel(ctx)
 		wc := config.Default().Worker
 		wc.ID, wc.Cores, wc.WorkDir = id, 1, filepath.Join(f.dir, id)
-		w, err := worker.New(f.conn, WorkerConfig(wc, quietLogger()))
+		w, err := worker.New(f.conn, workerpb.NewWorkersClient(f.conn), WorkerConfig(wc, quietLogger()))
 		if err != nil {
 			t.Fatal(err)
 		}

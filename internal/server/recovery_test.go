@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
@@ -72,7 +73,8 @@ func TestKilledWorkersActionMovesAtOnce(t *testing.T) {
 		wctx, stop := context.WithCancel(ctx)
 		wc := config.Default().Worker
 		wc.ID, wc.Cores, wc.WorkDir = id, 1, filepath.Join(f.dir, id)
-		w, err := worker.New(conn(), WorkerConfig(wc, quietLogger()))
+		c := conn()
+		w, err := worker.New(c, workerpb.NewWorkersClient(c), WorkerConfig(wc, quietLogger()))
 		if err != nil {
 			t.Fatal(err)
 		}

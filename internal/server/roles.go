@@ -1,6 +1,9 @@
 package server
 
-import "github.com/gantry-build/gantry/internal/config"
+import (
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
+	"github.com/gantry-build/gantry/internal/config"
+)
 
 // buildParts builds the parts the role of b.cfg runs, in the order they
 // start:
@@ -31,17 +34,24 @@ func (s *Server) buildParts(b *builder, configFile string) ([]part, error) {
 	}
 	s.Frontend = storage.fe
 	var second part
+	// local is the worker service the embedded worker calls directly
+	// when the scheduler is in this process (localworkers.go).
+	var local workerpb.WorkersServer
 	if b.cfg.Role == config.RoleFrontend {
 		second, err = newForwarder(b)
 	} else {
-		second, err = newLocalScheduler(b, storage, addr, reload)
+		var ls *localScheduler
+		ls, err = newLocalScheduler(b, storage, addr, reload)
+		if ls != nil {
+			second, local = ls, ls.term.ws
+		}
 	}
 	if err != nil {
 		return nil, err
 	}
 	parts := []part{storage, second}
 	if runsEmbeddedWorker(b.cfg) {
-		parts = append(parts, newEmbeddedWorker(b, addr))
+		parts = append(parts, newEmbeddedWorker(b, addr, local))
 	}
 	return parts, nil
 }

@@ -91,7 +91,7 @@ func TestReregisterOnceWhenBothLoopsAreTold(t *testing.T) {
 	}
 	defer conn.Close()
 
-	w, err := New(conn, Config{
+	w, err := New(conn, workerpb.NewWorkersClient(conn), Config{
 		ID: "rereg", Cores: 1, WorkDir: t.TempDir(), CacheMaxBytes: 1 << 20,
 		PollWait: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

@@ -93,7 +93,7 @@ func TestSessionIsHeldAndReopened(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	w, err := New(conn, Config{
+	w, err := New(conn, workerpb.NewWorkersClient(conn), Config{
 		ID: "sess", Cores: 1, WorkDir: t.TempDir(), CacheMaxBytes: 1 << 20,
 		PollWait: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

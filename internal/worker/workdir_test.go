@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/dirlock"
 )
 
@@ -28,7 +29,7 @@ func TestSecondWorkerOnAWorkDirIsRefused(t *testing.T) {
 	cfg := func(id string) Config {
 		return Config{ID: id, Cores: 1, WorkDir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	}
-	w1, err := New(conn, cfg("first"))
+	w1, err := New(conn, workerpb.NewWorkersClient(conn), cfg("first"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func TestSecondWorkerOnAWorkDirIsRefused(t *testing.T) {
 	if err := os.WriteFile(inUse, []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = New(conn, cfg("second"))
+	_, err = New(conn, workerpb.NewWorkersClient(conn), cfg("second"))
 	if !errors.Is(err, dirlock.ErrLocked) || !strings.Contains(err.Error(), "gantry worker first") {
 		t.Fatalf("second worker on the same work dir: err = %v, want a refusal naming the first", err)
 	}
@@ -48,7 +49,7 @@ func TestSecondWorkerOnAWorkDirIsRefused(t *testing.T) {
 		t.Errorf("the refused worker touched the first one's exec roots: %v", err)
 	}
 	w1.close()
-	w3, err := New(conn, cfg("third"))
+	w3, err := New(conn, workerpb.NewWorkersClient(conn), cfg("third"))
 	if err != nil {
 		t.Fatalf("after the first worker closed: %v", err)
 	}

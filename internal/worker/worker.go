@@ -150,9 +150,11 @@ type processControl interface {
 	Resume() error
 }
 
-// New prepares a worker that talks to the scheduler (and its CAS and
-// ActionCache) over conn.
-func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
+// New prepares a worker that speaks the worker protocol to sched and
+// reaches the CAS and ActionCache over conn. A worker in its own process
+// passes workerpb.NewWorkersClient(conn); one embedded in the scheduler's
+// process may pass a client that calls the scheduler directly.
+func New(conn *grpc.ClientConn, sched workerpb.WorkersClient, cfg Config) (*Worker, error) {
 	if cfg.Cores <= 0 {
 		return nil, errors.New("worker cores must be positive")
 	}
@@ -170,7 +172,7 @@ func New(conn *grpc.ClientConn, cfg Config) (*Worker, error) {
 	}
 	w := &Worker{
 		cfg: cfg, conn: conn, log: cfg.Logger.With("worker", cfg.ID),
-		sched: workerpb.NewWorkersClient(conn),
+		sched: sched,
 		logs:  filepath.Join(cfg.WorkDir, "logs"),
 		fetch: semaphore.NewWeighted(int64(cfg.InputFetchSlots)), exec: semaphore.NewWeighted(int64(cfg.Cores)),
 		report: semaphore.NewWeighted(int64(cfg.ReportSlots)),
