@@ -140,7 +140,9 @@ func (c *capture) upload(ctx context.Context, cas blobstore.Store, fn digest.Fun
 // discard releases what finish and upload would have.
 func (c *capture) discard() {
 	c.finish()
-	os.Remove(c.spillPath)
+	if c.spilled() {
+		os.Remove(c.spillPath)
+	}
 }
 
 func logPath(dir, lease, stream string) string { return filepath.Join(dir, lease+"."+stream) }

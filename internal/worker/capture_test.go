@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -29,5 +30,41 @@ func TestCaptureTail(t *testing.T) {
 			}
 		}
 		c.discard()
+	}
+}
+
+// discard removes the spill file of a stream that spilled, and leaves
+// alone a file at that path when the stream stayed in memory (it never
+// created one: nothing to remove).
+func TestCaptureDiscard(t *testing.T) {
+	for _, size := range []int{10, memoryLogLimit + 1} {
+		path := filepath.Join(t.TempDir(), "stdout")
+		c, w, err := newCapture(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write(make([]byte, size)); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		c.finish()
+		spilled := c.spilled()
+		if spilled != (size > memoryLogLimit) {
+			t.Fatalf("size %d: spilled = %v", size, spilled)
+		}
+		if !spilled {
+			// A file the capture did not create must survive discard.
+			if err := os.WriteFile(path, []byte("not the capture's"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.discard()
+		_, err = os.Stat(path)
+		if spilled && !os.IsNotExist(err) {
+			t.Errorf("size %d: the spill file is still there after discard (%v)", size, err)
+		}
+		if !spilled && err != nil {
+			t.Errorf("size %d: discard removed a file the capture never created: %v", size, err)
+		}
 	}
 }

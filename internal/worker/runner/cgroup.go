@@ -78,17 +78,7 @@ type cgroup struct {
 	fd int
 }
 
-func (c cgroup) readFile(name string) ([]byte, error) {
-	fd, err := unix.Openat(c.fd, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
-	var buf bytes.Buffer
-	_, err = buf.ReadFrom(f)
-	return buf.Bytes(), err
-}
+func (c cgroup) readFile(name string) ([]byte, error) { return readAt(c.fd, name) }
 
 func (c cgroup) writeFile(name, val string) error {
 	fd, err := unix.Openat(c.fd, name, unix.O_WRONLY|unix.O_CLOEXEC, 0)

@@ -178,7 +178,7 @@ func leaderChildren() []int { return appendChildren(nil, strconv.Itoa(host.self)
 
 // appendChildren appends the children of thread tid of this process.
 func appendChildren(out []int, tid string) []int {
-	b, err := os.ReadFile("/proc/self/task/" + tid + "/children")
+	b, err := readAt(unix.AT_FDCWD, "/proc/self/task/"+tid+"/children")
 	if err != nil {
 		return out
 	}

@@ -228,19 +228,14 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 		return nil, err
 	}
 
-	stdout, stderr, err := openOutputs(spec.Stdout, spec.Stderr)
+	stdout, stderr, closeOutputs, err := outputs(spec)
 	if err != nil {
 		return nil, err
 	}
-	defer stdout.Close()
-	if stderr != stdout {
-		defer stderr.Close()
-	}
-	if spec.StdoutFile != nil {
-		stdout = spec.StdoutFile
-	}
-	if spec.StderrFile != nil {
-		stderr = spec.StderrFile
+	defer closeOutputs()
+	null, err := devNull()
+	if err != nil {
+		return nil, fmt.Errorf("runner: opening %s for the action's stdin: %w", os.DevNull, err)
 	}
 
 	attr := &syscall.SysProcAttr{Setpgid: true, UseCgroupFD: spec.UseCgroupFD, CgroupFD: spec.CgroupFD}
@@ -249,6 +244,7 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 		Args:        argv,
 		Env:         env,
 		Dir:         dir,
+		Stdin:       null,
 		Stdout:      stdout,
 		Stderr:      stderr,
 		SysProcAttr: attr,
@@ -320,31 +316,49 @@ func resolveCommand(spec Spec) (string, string, []string, []string, error) {
 	return hostPath(dir, spec.Mounts), path, argv, env, nil
 }
 
-// openOutputs creates the stdout and stderr files; "" means /dev/null and
-// equal paths share one file.
-func openOutputs(outPath, errPath string) (stdout, stderr *os.File, err error) {
-	open := func(p string) (*os.File, error) {
-		if p == "" {
-			return os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+// outputs returns where the process of spec writes: StdoutFile and
+// StderrFile when given, else files created at Stdout and Stderr (equal
+// paths share one), else /dev/null. done closes the files it created.
+func outputs(spec Spec) (stdout, stderr *os.File, done func(), err error) {
+	var opened []*os.File
+	done = func() {
+		for _, f := range opened {
+			f.Close()
 		}
-		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	}
+	open := func(given *os.File, path string) (*os.File, error) {
+		switch {
+		case given != nil:
+			return given, nil
+		case path == "":
+			return devNull()
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 		if err != nil {
 			return nil, fmt.Errorf("runner: creating output file: %w", err)
 		}
+		opened = append(opened, f)
 		return f, nil
 	}
-	if stdout, err = open(outPath); err != nil {
-		return nil, nil, err
+	if stdout, err = open(spec.StdoutFile, spec.Stdout); err != nil {
+		return nil, nil, nil, err
 	}
-	if errPath == outPath && outPath != "" {
-		return stdout, stdout, nil
+	if spec.StderrFile == nil && spec.StdoutFile == nil && spec.Stderr == spec.Stdout && spec.Stdout != "" {
+		return stdout, stdout, done, nil
 	}
-	if stderr, err = open(errPath); err != nil {
-		stdout.Close()
-		return nil, nil, err
+	if stderr, err = open(spec.StderrFile, spec.Stderr); err != nil {
+		done()
+		return nil, nil, nil, err
 	}
-	return stdout, stderr, nil
+	return stdout, stderr, done, nil
 }
+
+// devNull is /dev/null, opened once for the whole process: every action's
+// stdin, and its outputs when they go nowhere. Opening it for each action
+// cost six system calls a file (os/exec opens one for a nil Stdin).
+var devNull = sync.OnceValues(func() (*os.File, error) {
+	return os.OpenFile(os.DevNull, os.O_RDWR, 0)
+})
 
 // resolveProgram finds the program named by arg0 as the REAPI prescribes.
 func resolveProgram(arg0, dir string, env []string, mounts []Mount) (string, error) {
