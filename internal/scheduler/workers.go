@@ -201,7 +201,7 @@ func (s *Scheduler) PollMany(ctx context.Context, workerID string, free Capacity
 	if t != nil {
 		s.queue.take(t)
 		as := s.leaseMoreLocked(w, free, limit, s.leaseLocked(t, w, nil))
-		ticket := s.ticketLocked()
+		ticket := s.leaseTicketLocked(ctx)
 		s.mu.Unlock()
 		return s.deliver(ctx, as, ticket)
 	}
@@ -221,7 +221,7 @@ func (s *Scheduler) PollMany(ctx context.Context, workerID string, free Capacity
 		if limit > 1 {
 			as = s.leaseMoreLocked(w, free, limit, a)
 		}
-		ticket := s.ticketLocked()
+		ticket := s.leaseTicketLocked(ctx)
 		s.mu.Unlock()
 		return s.deliver(ctx, as, ticket)
 	case <-ctx.Done():

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc"
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
+	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
 // localWorkers is the worker protocol of the embedded worker when the
@@ -16,6 +17,9 @@ import (
 // for every call (about a sixth of the server's CPU for a trivial
 // action). Session, a stream whose end is what tells the scheduler a
 // worker went away, still goes over the connection (WorkersClient).
+//
+// Its polls are marked scheduler.SameProcess: the worker dies with the
+// scheduler, so its leases need not be stored before it runs them.
 //
 // The messages are shared, not copied as gRPC would: the worker service
 // and the worker treat what they are handed as read-only, and the
@@ -41,7 +45,7 @@ func (l localWorkers) Register(ctx context.Context, req *workerpb.RegisterReques
 
 // Poll implements workerpb.WorkersClient.
 func (l localWorkers) Poll(ctx context.Context, req *workerpb.PollRequest, _ ...grpc.CallOption) (*workerpb.PollResponse, error) {
-	return l.srv.Poll(ctx, req)
+	return l.srv.Poll(scheduler.SameProcess(ctx), req)
 }
 
 // Heartbeat implements workerpb.WorkersClient.

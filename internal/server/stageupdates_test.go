@@ -61,8 +61,11 @@ func TestExecuteStageUpdatesOff(t *testing.T) {
 		return stream
 	}
 
+	// QUEUED shows unless the embedded worker, which takes its lease
+	// without waiting for it to be stored, already runs the action when
+	// the operation is stored and followed.
 	all := stagesOf(t, execute(ctx, "sleep 0.2"))
-	if fmt.Sprint(all) != "[CACHE_CHECK QUEUED EXECUTING done]" {
+	if got := fmt.Sprint(all); got != "[CACHE_CHECK QUEUED EXECUTING done]" && got != "[CACHE_CHECK EXECUTING done]" {
 		t.Errorf("a plain Execute sent %v; want every stage", all)
 	}
 	few := stagesOf(t, execute(off, "sleep 0.2; echo 2"))
