@@ -35,6 +35,9 @@ func (c *CAS) GetBatch(ctx context.Context, ds []digest.Digest, data [][]byte, e
 			at[d] = append(at[d], i)
 		}
 	}
+	if len(want) == 0 {
+		return // nothing to read (an empty input root has only the empty blob)
+	}
 	set := func(d digest.Digest, b []byte, err error) {
 		for _, i := range at[d] {
 			data[i], errs[i] = b, err

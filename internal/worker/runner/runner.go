@@ -265,9 +265,13 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 		return nil, fmt.Errorf("runner: starting %s: %w", path, err)
 	}
 	p.pid = cmd.Process.Pid
-	// Other actions' tracking reads startTicks under host.mu.
-	if info, ok := readProc(p.pid); ok {
-		p.startTicks = info.start
+	// Other actions' tracking reads startTicks under host.mu. With
+	// cgroups no action is tracked, and the read (which waits for the
+	// child's exec to let go of its memory map) is skipped.
+	if s.cgDir == "" {
+		if info, ok := readProc(p.pid); ok {
+			p.startTicks = info.start
+		}
 	}
 	host.running[p] = true
 	host.mu.Unlock()

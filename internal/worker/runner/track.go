@@ -61,9 +61,13 @@ func (p *Process) membersLocked(table []procInfo, withZombies bool) []procInfo {
 	return out
 }
 
+// startedBefore reports whether a tracked process of ps started at or
+// before start. Processes in a cgroup are left out: their orphans stay in
+// their cgroup, and they carry no start time (Start reads it only where
+// actions are tracked).
 func startedBefore(ps []*Process, start uint64) bool {
 	for _, q := range ps {
-		if q.startTicks <= start {
+		if !q.hasCg && q.startTicks <= start {
 			return true
 		}
 	}
