@@ -48,13 +48,24 @@ func newCapture(spillPath string) (*capture, *os.File, error) {
 
 func (c *capture) run() {
 	defer close(c.done)
-	_, err := io.Copy(c, c.r)
+	// A pooled buffer: io.Copy from an *os.File allocates (and zeroes) a
+	// new 32 KiB buffer for every stream, two an action.
+	buf := copyBuffers.Get().(*[32 << 10]byte)
+	_, err := io.CopyBuffer(c, onlyReader{c.r}, buf[:])
+	copyBuffers.Put(buf)
 	c.mu.Lock()
 	if err != nil && c.err == nil {
 		c.err = err
 	}
 	c.mu.Unlock()
 }
+
+// copyBuffers are the buffers captures read their pipe with.
+var copyBuffers = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+// onlyReader hides the reader's WriteTo, which io.CopyBuffer would use
+// instead of the buffer it is given.
+type onlyReader struct{ io.Reader }
 
 func (c *capture) Write(p []byte) (int, error) {
 	c.mu.Lock()

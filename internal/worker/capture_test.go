@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 )
 
@@ -66,5 +67,32 @@ func TestCaptureDiscard(t *testing.T) {
 		if !spilled && err != nil {
 			t.Errorf("size %d: discard removed a file the capture never created: %v", size, err)
 		}
+	}
+}
+
+// A capture of a small stream allocates far less than a copy buffer: the
+// buffer it reads the pipe with is reused across captures.
+func TestCaptureReusesItsCopyBuffer(t *testing.T) {
+	dir := t.TempDir()
+	capture := func() {
+		c, w, err := newCapture(filepath.Join(dir, "out"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte("hello\n"))
+		w.Close()
+		c.finish()
+		c.discard()
+	}
+	capture() // fill the pool
+	const n = 50
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		capture()
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per > 16<<10 {
+		t.Errorf("a small capture allocates %d bytes; its 32 KiB copy buffer should come from the pool", per)
 	}
 }
