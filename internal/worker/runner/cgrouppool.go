@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 )
 
@@ -40,16 +39,16 @@ func (s *Supervisor) takeCgroupLocked(n int64) (cgroup, string, error) {
 		return pc.cg, pc.dir, nil
 	}
 	if err := os.Mkdir(s.cgDir, 0o755); err != nil && !os.IsExist(err) {
-		return cgroup{}, "", fmt.Errorf("runner: creating the worker's cgroup: %w", err)
+		return cgroup{fd: -1, events: -1}, "", fmt.Errorf("runner: creating the worker's cgroup: %w", err)
 	}
 	dir := filepath.Join(s.cgDir, fmt.Sprintf("action-%d-%d", os.Getpid(), n))
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		return cgroup{}, "", fmt.Errorf("runner: creating the action's cgroup: %w", err)
+		return cgroup{fd: -1, events: -1}, "", fmt.Errorf("runner: creating the action's cgroup: %w", err)
 	}
 	c, err := openCgroup(dir)
 	if err != nil {
 		os.Remove(dir)
-		return cgroup{}, "", fmt.Errorf("runner: opening the action's cgroup: %w", err)
+		return cgroup{fd: -1, events: -1}, "", fmt.Errorf("runner: opening the action's cgroup: %w", err)
 	}
 	return c, dir, nil
 }
@@ -67,7 +66,7 @@ func (s *Supervisor) giveCgroup(c cgroup, dir string, reusable bool) {
 		return
 	}
 	s.mu.Unlock()
-	syscall.Close(c.fd)
+	c.close()
 	if err := removeCgroupDir(dir); err != nil {
 		s.log.Warn("removing an action's cgroup", "cgroup", dir, "err", err)
 	}
@@ -105,7 +104,7 @@ func (s *Supervisor) trimIdle() {
 // cgroups are empty, so their removal does not wait.
 func (s *Supervisor) dropPoolLocked() {
 	for _, pc := range s.pool {
-		syscall.Close(pc.cg.fd)
+		pc.cg.close()
 		if err := os.Remove(pc.dir); err != nil && !os.IsNotExist(err) {
 			s.log.Warn("removing an idle action cgroup", "cgroup", pc.dir, "err", err)
 		}

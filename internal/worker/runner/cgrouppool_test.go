@@ -2,8 +2,10 @@ package runner
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -72,5 +74,40 @@ func TestCgroupsReused(t *testing.T) {
 	}
 	if read(out3) == "" {
 		t.Error("the action after a cancelled one wrote nothing")
+	}
+}
+
+// TestCgroupPopulatedFollowsItsProcesses: populated reads the kept-open
+// cgroup.events of one cgroup again and again (a pooled cgroup serves
+// many actions), and each read says whether a process is in it now.
+func TestCgroupPopulatedFollowsItsProcesses(t *testing.T) {
+	s := newSup(t, mode{"cgroup", true}, t.TempDir(), quietLog())
+	dir := filepath.Join(s.cgDir, "populated-test")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c, err := openCgroup(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { c.close(); removeCgroupDir(dir) }()
+	if c.events < 0 {
+		t.Fatal("cgroup.events was not kept open")
+	}
+	for round := range 3 {
+		if c.populated() {
+			t.Fatalf("round %d: an empty cgroup reads as populated", round)
+		}
+		cmd := exec.Command("sleep", "30")
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: c.fd}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if !c.populated() {
+			t.Errorf("round %d: a cgroup with a running process reads as empty", round)
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+		eventually(t, "the cgroup to empty", func() bool { return !c.populated() })
 	}
 }

@@ -134,7 +134,7 @@ func probeCgroup(dir string) error {
 	if err != nil {
 		return err
 	}
-	defer syscall.Close(c.fd)
+	defer c.close()
 	for _, t := range []string{"/bin/true", "/usr/bin/true"} {
 		if _, err := os.Stat(t); err != nil {
 			continue
@@ -176,7 +176,7 @@ func (s *Supervisor) killLeftovers() {
 			if _, err := c.killAll(); err != nil {
 				s.log.Warn("leftover processes of an earlier worker could not be killed", "cgroup", dir, "err", err)
 			}
-			syscall.Close(c.fd)
+			c.close()
 			if err := removeCgroupDir(dir); err != nil {
 				s.log.Warn("removing a leftover cgroup", "cgroup", dir, "err", err)
 			}
@@ -253,7 +253,7 @@ func (s *Supervisor) prepare(p *Process, spec Spec, attr *syscall.SysProcAttr) e
 	n := s.seq.Add(1)
 	switch {
 	case spec.UseCgroupFD:
-		p.cg, p.hasCg = cgroup{fd: spec.CgroupFD}, true
+		p.cg, p.hasCg = cgroup{fd: spec.CgroupFD, events: -1}, true
 	case s.cgDir != "":
 		s.mu.Lock()
 		defer s.mu.Unlock()
