@@ -251,6 +251,26 @@ type gatedStore struct {
 
 func (g *gatedStore) setGate(c chan struct{}) { g.mu.Lock(); g.gate = c; g.mu.Unlock() }
 
+// newGatedStore is a gatedStore whose gate is open.
+func newGatedStore() *gatedStore {
+	open := make(chan struct{})
+	close(open)
+	return &gatedStore{Memory: statestore.NewMemory(), gate: open}
+}
+
+// shut closes the gate once the flush s may be running has finished:
+// nothing more reaches the store until open is called (at the latest
+// when the test ends, so that a failed test stops).
+func (g *gatedStore) shut(t *testing.T, s *Scheduler) (open func()) {
+	gate := make(chan struct{})
+	var once sync.Once
+	open = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	g.setGate(gate)
+	s.Flush(context.Background())
+	return open
+}
+
 func (g *gatedStore) Apply(ctx context.Context, b []statestore.Mutation) error {
 	g.mu.Lock()
 	gate := g.gate
@@ -260,9 +280,7 @@ func (g *gatedStore) Apply(ctx context.Context, b []statestore.Mutation) error {
 }
 
 func TestCompleteManyStoresBeforeStored(t *testing.T) {
-	open := make(chan struct{})
-	close(open)
-	store := &gatedStore{Memory: statestore.NewMemory(), gate: open}
+	store := newGatedStore()
 	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
 	s, stop := durableTest(t, store, clk)
 	register(s, "w")
@@ -276,12 +294,7 @@ func TestCompleteManyStoresBeforeStored(t *testing.T) {
 		cs = append(cs, Completion{LeaseID: a.LeaseID, Response: okResponse()})
 	}
 	cs = append(cs, Completion{LeaseID: "not-a-lease", Response: okResponse()})
-	// Close the gate: nothing more reaches the store.
-	gate := make(chan struct{})
-	var openGate sync.Once
-	t.Cleanup(func() { openGate.Do(func() { close(gate) }) }) // so that a failed test stops
-	store.setGate(gate)
-	s.Flush(context.Background()) // let a flush already running finish
+	openGate := store.shut(t, s) // nothing more reaches the store
 	accepted, stored := s.CompleteMany("w", cs)
 	if want := []bool{true, true, true, false}; !reflect.DeepEqual(accepted, want) {
 		t.Fatalf("accepted %v, want %v", accepted, want)
@@ -293,7 +306,7 @@ func TestCompleteManyStoresBeforeStored(t *testing.T) {
 		t.Fatal("stored returned while the store had not written the completions")
 	case <-time.After(50 * time.Millisecond):
 	}
-	openGate.Do(func() { close(gate) })
+	openGate()
 	<-done
 	stop()
 	// A restart finds all three finished.
@@ -308,9 +321,7 @@ func TestCompleteManyStoresBeforeStored(t *testing.T) {
 
 // A client never sees a result before it is stored.
 func TestResultVisibleOnlyOnceStored(t *testing.T) {
-	open := make(chan struct{})
-	close(open)
-	store := &gatedStore{Memory: statestore.NewMemory(), gate: open}
+	store := newGatedStore()
 	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
 	s, stop := durableTest(t, store, clk)
 	t.Cleanup(stop) // after the gate opens (cleanups run last first)
@@ -321,11 +332,7 @@ func TestResultVisibleOnlyOnceStored(t *testing.T) {
 	if err != nil || st.Done {
 		t.Fatalf("before completion: %+v %v", st, err)
 	}
-	gate := make(chan struct{})
-	var openGate sync.Once
-	t.Cleanup(func() { openGate.Do(func() { close(gate) }) }) // so that a failed test stops
-	store.setGate(gate)
-	s.Flush(context.Background()) // let a flush already running finish
+	openGate := store.shut(t, s)
 	accepted, stored := s.CompleteMany("w", []Completion{{LeaseID: a.LeaseID, Response: okResponse()}})
 	if !accepted[0] {
 		t.Fatal("completion refused")
@@ -346,7 +353,7 @@ func TestResultVisibleOnlyOnceStored(t *testing.T) {
 		}
 	default:
 	}
-	openGate.Do(func() { close(gate) })
+	openGate()
 	stored()
 	select {
 	case <-changed:

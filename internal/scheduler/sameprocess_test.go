@@ -2,30 +2,21 @@ package scheduler
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/gantry-build/gantry/internal/statestore"
 )
 
 // A worker in the scheduler's process gets its lease while the store
 // cannot write it; a worker elsewhere waits until the lease is stored.
 // Either way the lease and its result are stored with the result.
 func TestSameProcessPollDoesNotWaitForTheLease(t *testing.T) {
-	open := make(chan struct{})
-	close(open)
-	store := &gatedStore{Memory: statestore.NewMemory(), gate: open}
+	store := newGatedStore()
 	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
 	s, stop := durableTest(t, store, clk)
 	register(s, "embedded")
 	register(s, "remote")
 	ops := []string{submit(t, s, "a"), submit(t, s, "b")}
-	gate := make(chan struct{})
-	var openGate sync.Once
-	t.Cleanup(func() { openGate.Do(func() { close(gate) }) })
-	store.setGate(gate)
-	s.Flush(context.Background())
+	openGate := store.shut(t, s)
 
 	poll := func(ctx context.Context, worker string) <-chan *Assignment {
 		got := make(chan *Assignment, 1)
@@ -53,7 +44,7 @@ func TestSameProcessPollDoesNotWaitForTheLease(t *testing.T) {
 		t.Fatalf("the remote worker was told of lease %v before it was stored", a)
 	case <-time.After(50 * time.Millisecond):
 	}
-	openGate.Do(func() { close(gate) })
+	openGate()
 	if a := <-remote; a == nil {
 		t.Fatal("the remote poll got no lease")
 	}
