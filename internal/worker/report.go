@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
+	"sync"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc/codes"
@@ -25,10 +27,32 @@ type reporter struct {
 	// killed the action.
 	minFreeDisk int64
 	log         *slog.Logger
+
+	// real holds each exec root directory with its symbolic links
+	// resolved: the worker reuses a few roots, so each is resolved once
+	// instead of a stat of every component of its path per action.
+	mu   sync.Mutex
+	real map[string]string
 }
 
 func newReporter(minFreeDisk int64, log *slog.Logger) *reporter {
-	return &reporter{minFreeDisk: minFreeDisk, log: log}
+	return &reporter{minFreeDisk: minFreeDisk, log: log, real: map[string]string{}}
+}
+
+// realDir is dir with its symbolic links resolved ("" if that fails:
+// outputs.Collect then tries itself and reports the error).
+func (r *reporter) realDir(dir string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p, ok := r.real[dir]; ok {
+		return p
+	}
+	p, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return ""
+	}
+	r.real[dir] = p
+	return p
 }
 
 // Report turns j's execution into its outcome. An error is a failure to
@@ -38,7 +62,7 @@ func (r *reporter) Report(ctx context.Context, j *job, root *execroot.Root, ex *
 	if ex.disk.killed {
 		return r.diskKilled(ctx, j, root, ex), nil
 	}
-	ar, err := outputs.Collect(ctx, j.cas, j.ad.Function, root.Dir, j.cmd, outputs.Options{})
+	ar, err := outputs.Collect(ctx, j.cas, j.ad.Function, root.Dir, j.cmd, outputs.Options{RealRoot: r.realDir(root.Dir)})
 	if err != nil {
 		return nil, outputFailure(j.ad, err)
 	}

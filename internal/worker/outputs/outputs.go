@@ -75,6 +75,10 @@ type Options struct {
 	AllowAbsoluteSymlinks bool
 	// Concurrency bounds parallel file hashing and uploads; 0 means 8.
 	Concurrency int
+	// RealRoot is the execution root with its symbolic links resolved,
+	// when the caller knows it (a worker reusing its roots resolves each
+	// once); "" has Collect resolve it.
+	RealRoot string
 }
 
 // PreconditionError reports an output that exists but cannot be returned
@@ -118,9 +122,11 @@ func Collect(ctx context.Context, cas blobstore.Store, fn digest.Function, execR
 	if err != nil {
 		return nil, fmt.Errorf("outputs: execution root %s: %w", execRoot, err)
 	}
-	realRoot, err := filepath.EvalSymlinks(execRoot)
-	if err != nil {
-		return nil, fmt.Errorf("outputs: execution root %s: %w", execRoot, err)
+	realRoot := opts.RealRoot
+	if realRoot == "" {
+		if realRoot, err = filepath.EvalSymlinks(execRoot); err != nil {
+			return nil, fmt.Errorf("outputs: execution root %s: %w", execRoot, err)
+		}
 	}
 	if err := checkPath("working directory", cmd.WorkingDirectory, true); err != nil {
 		return nil, err
@@ -133,6 +139,7 @@ func Collect(ctx context.Context, cas blobstore.Store, fn digest.Function, execR
 		cas:      cas,
 		fn:       fn,
 		opts:     opts,
+		root:     strings.TrimSuffix(execRoot, "/"),
 		realRoot: realRoot,
 		files:    make(map[string]*fileBlob),
 		blobs:    make(map[digest.Digest]source),
@@ -310,7 +317,8 @@ type collector struct {
 	cas      blobstore.Store
 	fn       digest.Function
 	opts     Options
-	realRoot string
+	root     string               // the execution root, absolute, as given
+	realRoot string               // root with its symbolic links resolved
 	files    map[string]*fileBlob // by absolute path
 	blobs    map[digest.Digest]source
 }
@@ -373,6 +381,36 @@ func (c *collector) find(decl, abs string, want wantKind) (*output, error) {
 	return out, nil
 }
 
+// resolve is filepath.EvalSymlinks(dir) for a dir below the execution
+// root that looks only at the components below it (realRoot stands for
+// the rest), when none of them is a symbolic link, "." or "..": an lstat
+// per level of the output's directory instead of one per component of
+// its whole path (about eight a file, for the worker's roots).
+func (c *collector) resolve(dir string) (string, error) {
+	rel, ok := strings.CutPrefix(dir, c.root)
+	if !ok || (rel != "" && rel[0] != '/') {
+		return filepath.EvalSymlinks(dir)
+	}
+	resolved := c.realRoot
+	for seg := range strings.SplitSeq(rel, "/") {
+		switch seg {
+		case "":
+			continue
+		case ".", "..":
+			return filepath.EvalSymlinks(dir)
+		}
+		resolved += "/" + seg
+		info, err := os.Lstat(resolved)
+		if err != nil {
+			return "", err
+		}
+		if info.Mode()&fs.ModeSymlink != 0 {
+			return filepath.EvalSymlinks(dir)
+		}
+	}
+	return resolved, nil
+}
+
 // checkInside refuses an output whose parent directory resolves outside
 // the execution root.
 func (c *collector) checkInside(decl, abs string) error {
@@ -383,7 +421,7 @@ func (c *collector) checkInside(decl, abs string) error {
 	if decl != "" {
 		dir = abs[:strings.LastIndexByte(abs, '/')]
 	}
-	parent, err := filepath.EvalSymlinks(dir)
+	parent, err := c.resolve(dir)
 	if err != nil {
 		return fmt.Errorf("outputs: resolving the directory of output %q: %w", decl, err)
 	}

@@ -514,3 +514,39 @@ func TestOtherDigestFunction(t *testing.T) {
 		t.Error("the BLAKE3 tree is not in the CAS")
 	}
 }
+
+// resolve gives what filepath.EvalSymlinks gives for directories below
+// the execution root, the root itself reached through a symbolic link:
+// plain directories, a link inside the root to inside it and to outside
+// it, "..", and a missing directory.
+func TestResolveBelowTheRoot(t *testing.T) {
+	top := t.TempDir()
+	realRoot := filepath.Join(top, "real")
+	for _, d := range []string{"a/b/c", "x"} {
+		if err := os.MkdirAll(filepath.Join(realRoot, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Symlink("a/b", filepath.Join(realRoot, "in"))
+	os.Symlink(top, filepath.Join(realRoot, "out"))
+	root := filepath.Join(top, "link")
+	if err := os.Symlink(realRoot, root); err != nil {
+		t.Fatal(err)
+	}
+	resolvedRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &collector{root: root, realRoot: resolvedRoot}
+	for _, rel := range []string{"", "a", "a/b/c", "x", "in", "in/c", "out", "a/../x", "a/./b", "missing", "a/missing/b"} {
+		dir := root
+		if rel != "" {
+			dir += "/" + rel
+		}
+		want, wantErr := filepath.EvalSymlinks(dir)
+		got, err := c.resolve(dir)
+		if got != want || (err == nil) != (wantErr == nil) {
+			t.Errorf("resolve(%s) = %q, %v; EvalSymlinks gives %q, %v", rel, got, err, want, wantErr)
+		}
+	}
+}
