@@ -255,6 +255,9 @@ func (s *Scheduler) PollMany(ctx context.Context, workerID string, free Capacity
 // must never run a lease the scheduler would forget in a restart. If
 // storing fails, the leases time out and their tasks are requeued.
 func (s *Scheduler) deliver(ctx context.Context, as []*Assignment, ticket uint64) ([]*Assignment, error) {
+	if ticket == 0 {
+		return as, nil // nothing to wait for (no store, or SameProcess)
+	}
 	// Not the poll's own context: it may end just as work was found.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()

@@ -94,10 +94,16 @@ func (c *capture) Write(p []byte) (int, error) {
 // group may hold the pipe open; after a short wait their output is cut off.
 func (c *capture) finish() {
 	select {
-	case <-c.done:
-	case <-time.After(2 * time.Second):
-		c.r.Close()
-		<-c.done
+	case <-c.done: // the usual case: no timer to arm (and disarm)
+	default:
+		t := time.NewTimer(2 * time.Second)
+		select {
+		case <-c.done:
+		case <-t.C:
+			c.r.Close()
+			<-c.done
+		}
+		t.Stop()
 	}
 	c.r.Close()
 	c.mu.Lock()
