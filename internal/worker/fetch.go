@@ -44,10 +44,10 @@ func (f *inputFetcher) Fetch(ctx context.Context, j *job) (*execroot.Root, error
 		// Only the sandbox can bind a tree read-only into the exec root.
 		link.Trees = f.trees
 	}
-	dir := f.roots.take()
-	root, err := execroot.Build(ctx, f.cache, j.cas, j.ad.Function, rootDigest, dir, j.cmd, link)
+	rec := f.roots.take()
+	root, err := rec.Build(ctx, f.cache, j.cas, j.ad.Function, rootDigest, j.cmd, link)
 	if err != nil {
-		os.RemoveAll(dir)
+		os.RemoveAll(rec.Dir)
 		return nil, inputFailure(j.ad, err)
 	}
 	j.hold(func() { f.roots.give(root) })

@@ -30,7 +30,7 @@ func TestFetchMaterializesInputs(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root.Dir, "in.txt")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the exec root was not emptied when the job left: %v", err)
 	}
-	if got := w.roots.take(); got != root.Dir {
+	if got := w.roots.take().Dir; got != root.Dir {
 		t.Errorf("the next action gets root %s, not the emptied %s", got, root.Dir)
 	}
 }

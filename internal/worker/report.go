@@ -94,7 +94,7 @@ func (r *reporter) Report(ctx context.Context, j *job, root *execroot.Root, ex *
 // and output that spilled to disk (it may be what filled it) is dropped
 // rather than copied into the CAS.
 func (r *reporter) diskKilled(ctx context.Context, j *job, root *execroot.Root, ex *execution) *outcome {
-	if err := root.Recycle(); err != nil {
+	if _, err := root.Recycle(); err != nil {
 		r.log.Warn("emptying the exec root of an action killed for disk space failed", "dir", root.Dir, "err", err)
 	}
 	st := ex.disk

@@ -12,13 +12,14 @@ import (
 
 // rootPool hands out exec root directories under one directory. Roots
 // left empty by earlier actions are reused, so that an action does not
-// pay for creating one (expensive on some file systems).
+// pay for creating one (expensive on some file systems), nor for reading
+// again what Recycle kept in it.
 type rootPool struct {
 	dir string
 	log *slog.Logger
 
 	mu    sync.Mutex
-	empty []string
+	empty []execroot.Recycled
 	next  int
 }
 
@@ -26,28 +27,28 @@ func newRootPool(dir string, log *slog.Logger) *rootPool {
 	return &rootPool{dir: dir, log: log}
 }
 
-// take returns an empty exec root directory path (not yet created when
-// new).
-func (p *rootPool) take() string {
+// take returns an empty exec root directory (not yet created when new).
+func (p *rootPool) take() execroot.Recycled {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if n := len(p.empty); n > 0 {
-		dir := p.empty[n-1]
+		rec := p.empty[n-1]
 		p.empty = p.empty[:n-1]
-		return dir
+		return rec
 	}
 	p.next++
-	return filepath.Join(p.dir, strconv.Itoa(p.next))
+	return execroot.Recycled{Dir: filepath.Join(p.dir, strconv.Itoa(p.next))}
 }
 
 // give empties an exec root for reuse, or removes it if that fails.
 func (p *rootPool) give(root *execroot.Root) {
-	if err := root.Recycle(); err != nil {
+	rec, err := root.Recycle()
+	if err != nil {
 		p.log.Warn("exec root not reusable", "dir", root.Dir, "err", err)
 		os.RemoveAll(root.Dir)
 		return
 	}
 	p.mu.Lock()
-	p.empty = append(p.empty, root.Dir)
+	p.empty = append(p.empty, rec)
 	p.mu.Unlock()
 }

@@ -58,7 +58,7 @@ func BenchmarkLinkInputDirectories(b *testing.B) {
 		if want := 10001; r.Files != want {
 			b.Fatalf("%d files, want %d", r.Files, want)
 		}
-		if err := r.Recycle(); err != nil {
+		if _, err := r.Recycle(); err != nil {
 			b.Fatal(err)
 		}
 		return time.Since(start)

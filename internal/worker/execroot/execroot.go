@@ -76,6 +76,7 @@ type Root struct {
 	mu        sync.Mutex
 	releases  []func()
 	destroyed bool
+	recycled  bool // destroyed by Recycle, which may run again
 }
 
 // Build materializes the input tree with root digest inputRoot (a Directory
@@ -93,6 +94,12 @@ type Root struct {
 // *MissingError listing every blob of the tree absent from cas, and other
 // errors for local failures. On error nothing is left behind.
 func Build(ctx context.Context, cache *filecache.Cache, cas blobstore.Store, fn digest.Function, inputRoot digest.Digest, dir string, cmd *repb.Command, link Linking) (*Root, error) {
+	return build(ctx, cache, cas, fn, inputRoot, dir, nil, cmd, link)
+}
+
+// build is Build in dir, whose directories are known to be skel when it
+// is not nil (a root Recycle just emptied) and are read otherwise.
+func build(ctx context.Context, cache *filecache.Cache, cas blobstore.Store, fn digest.Function, inputRoot digest.Digest, dir string, skel map[string]bool, cmd *repb.Command, link Linking) (*Root, error) {
 	if cache == nil || cas == nil || cmd == nil {
 		return nil, errors.New("execroot: Build needs a file cache, a CAS and a Command")
 	}
@@ -138,9 +145,10 @@ func Build(ctx context.Context, cache *filecache.Cache, cas blobstore.Store, fn 
 	if err != nil {
 		return nil, fmt.Errorf("execroot: resolving %q: %w", dir, err)
 	}
-	skel, err := prepareDir(abs)
-	if err != nil {
-		return nil, err
+	if skel == nil {
+		if skel, err = prepareDir(abs); err != nil {
+			return nil, err
+		}
 	}
 	var linked map[string]digest.Digest
 	if link.Trees != nil {
@@ -231,15 +239,19 @@ func (r *Root) Destroy() error {
 
 // Recycle is Destroy that keeps the directory itself and the directories
 // under it (emptied, mode 0755), so that the next action's Build creates
-// only the directories it does not find (see skeleton.go). On error the
-// directory may hold files and must not be reused.
-func (r *Root) Recycle() error {
+// only the directories it does not find (see skeleton.go). It returns the
+// directory with what it kept, for Recycled.Build. On error the directory
+// may hold files and must not be reused.
+func (r *Root) Recycle() (Recycled, error) {
 	r.mu.Lock()
-	if r.destroyed {
+	if r.destroyed && !r.recycled {
+		// Destroy removed the directory: Build makes it again.
 		r.mu.Unlock()
-		return nil
+		return Recycled{Dir: r.Dir}, nil
 	}
-	r.destroyed = true
+	// A second Recycle (the disk guard empties a root early, then the
+	// worker gives it back) empties it again: the releases ran once.
+	r.destroyed, r.recycled = true, true
 	releases := r.releases
 	r.releases = nil
 	r.mu.Unlock()
@@ -250,28 +262,43 @@ func (r *Root) Recycle() error {
 	}()
 	// The action may have made the root itself read-only.
 	if err := os.Chmod(r.Dir, 0o755); err != nil {
-		return fmt.Errorf("execroot: emptying %s: %w", r.Dir, err)
+		return Recycled{}, fmt.Errorf("execroot: emptying %s: %w", r.Dir, err)
 	}
-	n := 0
-	if err := emptyKeepingDirs(r.Dir, &n); err == nil {
-		return nil
+	kept := map[string]bool{}
+	if err := emptyKeepingDirs(r.Dir, "", kept); err == nil {
+		return Recycled{Dir: r.Dir, dirs: kept}, nil
 	}
 	// Too many directories, or something the walk could not remove: start
 	// from an empty directory.
 	entries, err := os.ReadDir(r.Dir)
 	if err != nil {
-		return fmt.Errorf("execroot: emptying %s: %w", r.Dir, err)
+		return Recycled{}, fmt.Errorf("execroot: emptying %s: %w", r.Dir, err)
 	}
 	for _, e := range entries {
 		p := filepath.Join(r.Dir, e.Name())
 		if err := os.RemoveAll(p); err != nil {
 			makeDirsWritable(p)
 			if err := os.RemoveAll(p); err != nil {
-				return fmt.Errorf("execroot: emptying %s: %w", r.Dir, err)
+				return Recycled{}, fmt.Errorf("execroot: emptying %s: %w", r.Dir, err)
 			}
 		}
 	}
-	return nil
+	return Recycled{Dir: r.Dir, dirs: map[string]bool{}}, nil
+}
+
+// Recycled is an exec root directory Recycle emptied, with the
+// directories it kept.
+type Recycled struct {
+	Dir string
+	// dirs are the directories under Dir (nil: not known, Build reads
+	// them).
+	dirs map[string]bool
+}
+
+// Build is the package's Build in rec.Dir, which it does not read again:
+// Recycle just listed what it kept there. rec must not be used again.
+func (rec Recycled) Build(ctx context.Context, cache *filecache.Cache, cas blobstore.Store, fn digest.Function, inputRoot digest.Digest, cmd *repb.Command, link Linking) (*Root, error) {
+	return build(ctx, cache, cas, fn, inputRoot, rec.Dir, rec.dirs, cmd, link)
 }
 
 // makeDirsWritable gives the owner full access to every directory under p

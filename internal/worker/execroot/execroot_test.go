@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -567,7 +568,7 @@ func TestRecycleEmptiesForReuse(t *testing.T) {
 		os.WriteFile(filepath.Join(ro, "f"), []byte("x"), 0o400)
 		os.Chmod(ro, 0o000)
 		os.Chmod(dir, 0o500)
-		if err := r.Recycle(); err != nil {
+		if _, err := r.Recycle(); err != nil {
 			t.Fatal(err)
 		}
 		// Only directories are left, writable again.
@@ -614,7 +615,17 @@ func tree(t *testing.T, dir string) string {
 // A recycled root keeps its directories; the next Build reuses those its
 // tree needs and removes the rest, also where the new tree has a file or a
 // symlink, so that the action sees exactly its inputs and output parents.
+// TestBuildReusesRecycledDirectories: a recycled root keeps its
+// directories for the next Build, which keeps the ones it needs and
+// removes the others, whether it reads the directory (Build) or takes
+// what Recycle kept (Recycled.Build).
 func TestBuildReusesRecycledDirectories(t *testing.T) {
+	for _, known := range []bool{false, true} {
+		t.Run(fmt.Sprintf("known=%v", known), func(t *testing.T) { testBuildReusesRecycledDirectories(t, known) })
+	}
+}
+
+func testBuildReusesRecycledDirectories(t *testing.T, known bool) {
 	e := newEnv(t)
 	hello := e.tb.file("hello")
 	first := e.tb.dir(&repb.Directory{Directories: []*repb.DirectoryNode{
@@ -634,8 +645,12 @@ func TestBuildReusesRecycledDirectories(t *testing.T) {
 	os.MkdirAll(filepath.Join(dir, "junk/deeper"), 0o700)
 	os.WriteFile(filepath.Join(dir, "junk/deeper/y"), []byte("y"), 0o644)
 	os.Chmod(filepath.Join(dir, "a"), 0o500)
-	if err := r.Recycle(); err != nil {
+	rec, err := r.Recycle()
+	if err != nil {
 		t.Fatal(err)
+	}
+	if !known {
+		rec = Recycled{Dir: dir} // as if nothing were known: Build reads it
 	}
 	want := "d a\nd a/b\nd c\nd junk\nd junk/deeper\nd out\nd out/deep\nd work\nd work/sub"
 	if got := tree(t, dir); got != want {
@@ -657,7 +672,7 @@ func TestBuildReusesRecycledDirectories(t *testing.T) {
 		},
 		Symlinks: []*repb.SymlinkNode{snode("c", "a")},
 	})
-	r, err = Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, second), dir, &repb.Command{
+	r, err = rec.Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, second), &repb.Command{
 		WorkingDirectory: "work",
 		OutputPaths:      []string{"../out/deep/x", "sub/y"},
 	}, Linking{})
@@ -929,5 +944,48 @@ func TestBuildAsksOnlyWhenNeeded(t *testing.T) {
 	_, err = build(holey)
 	if !errors.As(err, &me) || !sameSet(me.Digests, []digest.Digest{mustDigest(t, gone1), mustDigest(t, absent("no such directory"))}) {
 		t.Errorf("a tree missing a Directory and a file: %v; want a MissingError naming both", err)
+	}
+}
+
+// Recycle after Destroy hands back the directory as unknown (Build makes
+// it again); a second Recycle empties the root again and lists the same
+// directories.
+func TestRecycleAfterDestroyOrRecycle(t *testing.T) {
+	e := newEnv(t)
+	root := e.tb.dir(&repb.Directory{Directories: []*repb.DirectoryNode{dnode("a", e.tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode("f", e.tb.file("x"), false)}}))}})
+	dir := filepath.Join(t.TempDir(), "root")
+	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, &repb.Command{}, Linking{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := r.Recycle()
+	if err != nil || first.Dir != dir || !reflect.DeepEqual(first.dirs, map[string]bool{"a": true}) {
+		t.Fatalf("Recycle = %+v, %v", first, err)
+	}
+	os.WriteFile(filepath.Join(dir, "a", "late"), []byte("written after the first Recycle"), 0o644)
+	second, err := r.Recycle()
+	if err != nil || !reflect.DeepEqual(second, first) {
+		t.Fatalf("second Recycle = %+v, %v; want %+v", second, err, first)
+	}
+	if got := tree(t, dir); got != "d a" {
+		t.Errorf("after the second Recycle:\n%s", got)
+	}
+
+	r, err = second.Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), &repb.Command{}, Linking{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Destroy()
+	rec, err := r.Recycle()
+	if err != nil || rec.Dir != dir || rec.dirs != nil {
+		t.Fatalf("Recycle after Destroy = %+v, %v; want the directory, unknown", rec, err)
+	}
+	r, err = rec.Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), &repb.Command{}, Linking{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Destroy()
+	if got := tree(t, dir); got != "d a\nf a/f" {
+		t.Errorf("Build after Destroy and Recycle:\n%s", got)
 	}
 }

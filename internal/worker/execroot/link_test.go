@@ -121,7 +121,7 @@ func TestBuildLinksBigDirectory(t *testing.T) {
 	if len(r.Mounts) != 0 || r.Files != 101 {
 		t.Fatalf("mounts %v, files %d; want none and 101", r.Mounts, r.Files)
 	}
-	if err := r.Recycle(); err != nil {
+	if _, err := r.Recycle(); err != nil {
 		t.Fatal(err)
 	}
 	cmd = &repb.Command{OutputPaths: []string{"out/x"}}
@@ -146,7 +146,7 @@ func TestBuildLinksBigDirectory(t *testing.T) {
 	}
 	os.Remove(filepath.Join(src, "d003", "new"))
 	before := tree(t, src)
-	if err := r.Recycle(); err != nil {
+	if _, err := r.Recycle(); err != nil {
 		t.Fatal(err)
 	}
 	if got := tree(t, src); got != before {

@@ -131,8 +131,9 @@ func pruneSkeleton(dir string, skel, need map[string]bool) (map[string]bool, err
 }
 
 // emptyKeepingDirs removes everything under dir except directories, which
-// get mode 0755 back; n counts the directories kept.
-func emptyKeepingDirs(dir string, n *int) error {
+// get mode 0755 back and are added to kept (paths under the root, rel
+// being dir's).
+func emptyKeepingDirs(dir, rel string, kept map[string]bool) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
@@ -145,9 +146,11 @@ func emptyKeepingDirs(dir string, n *int) error {
 			}
 			continue
 		}
-		if *n++; *n > maxSkeletonDirs {
+		if len(kept) >= maxSkeletonDirs {
 			return errTooManyDirs
 		}
+		prel := joinRel(rel, e.Name())
+		kept[prel] = true
 		info, err := e.Info()
 		if err != nil {
 			return err
@@ -157,7 +160,7 @@ func emptyKeepingDirs(dir string, n *int) error {
 				return err
 			}
 		}
-		if err := emptyKeepingDirs(p, n); err != nil {
+		if err := emptyKeepingDirs(p, prel, kept); err != nil {
 			return err
 		}
 	}
