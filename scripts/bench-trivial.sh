@@ -6,8 +6,9 @@
 # always comes from the first variant's binary); per round every variant runs once on a fresh data
 # directory, the order reversed every other round. Per run: actions/s, p50, the spawn rate and the
 # ratio, the server's CPU per action (utime+stime from /proc around the measured run; the actions'
-# own CPU is the children's, printed apart), the state store's commits per action. Then medians
-# per variant and the median of each pair's per-round CPU ratios.
+# own CPU is the children's, printed apart), the state store's commits per action, and the load
+# client's whole CPU in seconds (its spawn loops included: SPAWN=0 for the client alone). Then
+# medians per variant and the median of each pair's per-round CPU ratios.
 #
 # Usage: scripts/bench-trivial.sh ROUNDS NAME=BINARY[:CONFIG]...
 #   e.g. scripts/bench-trivial.sh 5 old=/tmp/gantry-old new=/tmp/gantry-new
@@ -52,7 +53,8 @@ run() { # round name binary config
   local c0 c1 k0 k1 res
   c0=$(awk '{print $14 + $15, $16 + $17}' "/proc/$server/stat")
   k0=$(commits $http || echo 0)
-  res=$("$load" bench --server 127.0.0.1:$port --concurrency 8 --output-file=false --actions "$n" "${spawn[@]}" 2>&1)
+  # bash's time keyword: the load client's own CPU (user and system seconds), spawn loops included
+  res=$(TIMEFORMAT='LOADCPU %U %S'; { time "$load" bench --server 127.0.0.1:$port --concurrency 8 --output-file=false --actions "$n" "${spawn[@]}"; } 2>&1)
   c1=$(awk '{print $14 + $15, $16 + $17}' "/proc/$server/stat")
   k1=$(commits $http || echo 0)
   python3 - "$r" "$name" "$c0" "$c1" "$k0" "$k1" "$tck" "$n" "$(cut -d' ' -f1 /proc/loadavg)" <<PY | tee -a "$out"
@@ -61,13 +63,15 @@ r, name, c0, c1, k0, k1, tck, n, load = sys.argv[1:]
 res = """$res"""
 m = re.search(r"rate=([0-9.]+).*p50_ms=([0-9.]+)", res)
 s = re.search(r"SPAWN.*?mean=([0-9.]+)", res)
+lc = re.search(r"LOADCPU ([0-9.]+) ([0-9.]+)", res)
 a, b = [float(x) for x in c0.split()], [float(x) for x in c1.split()]
 n, tck = int(n), int(tck)
 rate = float(m.group(1)) if m else 0
 spawn = float(s.group(1)) if s else 0
 print(f"{r} {name} rate={rate:.0f} p50={m.group(2) if m else 0} spawn={spawn:.0f} ratio={rate / spawn if spawn else 0:.3f} "
       f"cpu_ms={(b[0] - a[0]) * 1000 / tck / n:.3f} children_ms={(b[1] - a[1]) * 1000 / tck / n:.3f} "
-      f"commits={(float(k1 or 0) - float(k0 or 0)) / n:.2f} load={load}")
+      f"commits={(float(k1 or 0) - float(k0 or 0)) / n:.2f} "
+      f"client_s={float(lc.group(1)) + float(lc.group(2)) if lc else 0:.2f} load={load}")
 PY
   kill "$server" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
