@@ -121,12 +121,12 @@ func (c *Client) Prepare(spec Spec) (*Action, error) {
 	if wd != "" {
 		b.root.mkdirAll(strings.Split(wd, "/"))
 	}
-	for _, in := range spec.Inputs {
-		if err := b.add(in); err != nil {
-			return nil, err
-		}
+	built, err := b.addInputs(spec.Inputs, wd)
+	if err != nil {
+		return nil, err
 	}
 	rootDigest := b.root.store(a, c.fn)
+	b.remember(built)
 
 	cmd, err := buildCommand(spec, wd)
 	if err != nil {
@@ -317,6 +317,9 @@ func (n *dirNode) removeDir(name string) {
 // store records the Directory messages of n and its children as blobs and
 // returns n's digest.
 func (n *dirNode) store(a *Action, fn digest.Function) digest.Digest {
+	if n.d.Hash != "" {
+		return n.d // a cached subtree (see subtreeCache), stored already
+	}
 	for _, child := range n.dirs {
 		child.node.store(a, fn)
 	}
