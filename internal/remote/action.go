@@ -237,6 +237,9 @@ func cleanRel(what, p string, empty bool) (string, error) {
 	if strings.HasPrefix(p, "/") {
 		return "", fmt.Errorf("%s %q is absolute; give it relative to the working directory", what, p)
 	}
+	if isClean(p) {
+		return p, nil // the usual input path: path.Clean would give it back
+	}
 	c := path.Clean(p)
 	if c == ".." || strings.HasPrefix(c, "../") {
 		return "", fmt.Errorf("%s %q is outside the working directory; REAPI paths cannot contain \"..\", so run from a directory that contains it", what, p)
@@ -248,6 +251,26 @@ func cleanRel(what, p string, empty bool) (string, error) {
 		return "", fmt.Errorf("%s %q names the working directory itself", what, p)
 	}
 	return c, nil
+}
+
+// isClean reports whether the relative slash-separated path p is what
+// path.Clean makes of it, with no ".." element: no empty, "." or ".."
+// element and no trailing slash. Prepare cleans every input's path twice.
+func isClean(p string) bool {
+	for {
+		i := strings.IndexByte(p, '/')
+		e := p
+		if i >= 0 {
+			e = p[:i]
+		}
+		if e == "" || e == "." || e == ".." {
+			return false
+		}
+		if i < 0 {
+			return true
+		}
+		p = p[i+1:]
+	}
 }
 
 // dirNode is one directory of the input tree being built. Its files and
