@@ -65,23 +65,49 @@ type groupInput struct {
 	key  fileKey
 }
 
-// inputGroup is an action's inputs under one top-level directory.
+// inputGroup is an action's inputs under one top-level directory: those
+// of inputs whose top-level element (tops) is name. They are looked at in
+// place: copying them out was a seventh of what a cold batch allocated.
 type inputGroup struct {
 	name   string
 	inputs []Input
-	ids    []groupInput
+	tops   []string
 	// cacheable: the working directory is not under name (Prepare makes
 	// its directories itself).
 	cacheable bool
 }
 
+// each calls fn with every input of g, in order.
+func (g *inputGroup) each(fn func(in Input) bool) {
+	for i, in := range g.inputs {
+		if g.tops[i] == g.name && !fn(in) {
+			return
+		}
+	}
+}
+
+func (g *inputGroup) id(in Input) groupInput {
+	return groupInput{path: in.Path, key: keyOf(in.Local, in.Info)}
+}
+
 // hash is the group's cache key, in input order.
 func (g *inputGroup) hash(seed maphash.Seed) uint64 {
 	h := maphash.String(seed, g.name)
-	for _, id := range g.ids {
-		h = h*0x100000001b3 ^ maphash.Comparable(seed, id)
-	}
+	g.each(func(in Input) bool {
+		h = h*0x100000001b3 ^ maphash.Comparable(seed, g.id(in))
+		return true
+	})
 	return h
+}
+
+// ids lists the group's inputs for a cache entry.
+func (g *inputGroup) ids() []groupInput {
+	var ids []groupInput
+	g.each(func(in Input) bool {
+		ids = append(ids, g.id(in))
+		return true
+	})
+	return ids
 }
 
 // get returns the cached subtree of g, if any.
@@ -89,13 +115,17 @@ func (sc *subtreeCache) get(h uint64, g *inputGroup) *subtree {
 	sc.mu.Lock()
 	st := sc.m[h]
 	sc.mu.Unlock()
-	if st == nil || len(st.ids) != len(g.ids) {
+	if st == nil {
 		return nil
 	}
-	for i, id := range g.ids {
-		if st.ids[i] != id {
-			return nil // another group with the same hash
-		}
+	i, same := 0, true
+	g.each(func(in Input) bool {
+		same = i < len(st.ids) && st.ids[i] == g.id(in)
+		i++
+		return same
+	})
+	if !same || i != len(st.ids) {
+		return nil // another group with the same hash
 	}
 	return st
 }
@@ -122,32 +152,26 @@ func (sc *subtreeCache) put(h uint64, st *subtree) {
 	sc.mu.Unlock()
 }
 
-// groupInputs splits inputs, regular files with known metadata, into
-// groups by the top-level directory of their (clean) path; the others
+// groupInputs finds the groups of inputs, regular files with known
+// metadata, by the top-level directory of their (clean) path; the others
 // (files at the root, invalid paths) are returned as rest, in order. wdTop
 // is the first element of the working directory ("" at the root).
 func groupInputs(inputs []Input, wdTop string) (groups []*inputGroup, rest []Input) {
-	for _, in := range inputs {
+	tops := make([]string, len(inputs))
+	for i, in := range inputs {
 		p, err := cleanRel("input path", filepath.ToSlash(in.Path), true)
 		top, _, nested := strings.Cut(p, "/")
 		if err != nil || !nested {
 			rest = append(rest, in)
 			continue
 		}
-		var g *inputGroup
-		for _, og := range groups {
-			if og.name == top {
-				g = og
-				break
-			}
+		tops[i] = top
+		known := false
+		for _, g := range groups {
+			known = known || g.name == top
 		}
-		if g == nil {
-			g = &inputGroup{name: top, cacheable: top != wdTop}
-			groups = append(groups, g)
-		}
-		g.inputs = append(g.inputs, in)
-		if g.cacheable {
-			g.ids = append(g.ids, groupInput{path: in.Path, key: keyOf(in.Local, in.Info)})
+		if !known {
+			groups = append(groups, &inputGroup{name: top, inputs: inputs, tops: tops, cacheable: top != wdTop})
 		}
 	}
 	return groups, rest
@@ -196,10 +220,13 @@ func (b *treeBuilder) addInputs(inputs []Input, wd string) ([]builtGroup, error)
 				continue
 			}
 		}
-		for _, in := range g.inputs {
-			if err := b.add(in); err != nil {
-				return nil, err
-			}
+		var err error
+		g.each(func(in Input) bool {
+			err = b.add(in)
+			return err == nil
+		})
+		if err != nil {
+			return nil, err
 		}
 		if g.cacheable && sc.sawAgain(h) {
 			built = append(built, builtGroup{g, h})
@@ -221,7 +248,9 @@ func (b *treeBuilder) graft(g *inputGroup, st *subtree) error {
 		// Only a file at the root can be there (a group holds every
 		// input under its name, and the working directory's is not
 		// cached).
-		return fmt.Errorf("input path %s needs %s to be a directory, but another input puts a file there", g.inputs[0].Path, g.name)
+		first := ""
+		g.each(func(in Input) bool { first = in.Path; return false })
+		return fmt.Errorf("input path %s needs %s to be a directory, but another input puts a file there", first, g.name)
 	}
 	b.root.dirs = slices.Insert(b.root.dirs, i, namedDir{g.name, st.node})
 	for _, bl := range st.blobs {
@@ -242,7 +271,7 @@ func (b *treeBuilder) remember(built []builtGroup) {
 		if !ok {
 			continue
 		}
-		st := &subtree{ids: bg.g.ids, node: b.root.dirs[i].node}
+		st := &subtree{ids: bg.g.ids(), node: b.root.dirs[i].node}
 		st.collect(b.a, st.node)
 		b.c.subtrees.put(bg.hash, st)
 	}
