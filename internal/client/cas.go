@@ -52,6 +52,9 @@ type CAS struct {
 	fn       digest.Function
 	maxBatch int64
 
+	// join shares BatchUpdateBlobs calls among concurrent PutNew calls.
+	join joiner
+
 	// skipLocalVerify lets tests send wrong data to see the server's error.
 	skipLocalVerify bool
 }
@@ -482,7 +485,7 @@ func (c *CAS) batchUpdate(ctx context.Context, ds []digest.Digest, data map[dige
 	return batchErrors("stored", ds, func(d digest.Digest) error {
 		st, ok := statuses[d]
 		if !ok {
-			return errors.New("the server's BatchUpdateBlobs response does not mention it")
+			return errMissingStatus
 		}
 		return st.Err()
 	})
@@ -552,8 +555,13 @@ func (c *CAS) PutMany(ctx context.Context, blobs map[digest.Digest][]byte) error
 // PutNew is PutMany without the FindMissingBlobs call, for blobs the
 // caller knows the server lacks (for example the Command of an action
 // made unique): one BatchUpdateBlobs call uploads up to the batch limit.
-// Data is not re-hashed: the caller computed the digests.
+// Blobs that fit one call may share it with those of concurrent PutNew
+// calls (see joiner). Data is not re-hashed: the caller computed the
+// digests.
 func (c *CAS) PutNew(ctx context.Context, blobs map[digest.Digest][]byte) error {
+	if size, ok := c.joinable(blobs); ok {
+		return c.putJoined(ctx, blobs, size)
+	}
 	return c.putMany(ctx, blobs, false)
 }
 

@@ -121,12 +121,12 @@ func (c *Client) Prepare(spec Spec) (*Action, error) {
 	if wd != "" {
 		b.root.mkdirAll(strings.Split(wd, "/"))
 	}
-	for _, in := range spec.Inputs {
-		if err := b.add(in); err != nil {
-			return nil, err
-		}
+	built, err := b.addInputs(spec.Inputs, wd)
+	if err != nil {
+		return nil, err
 	}
 	rootDigest := b.root.store(a, c.fn)
+	b.remember(built)
 
 	cmd, err := buildCommand(spec, wd)
 	if err != nil {
@@ -237,6 +237,9 @@ func cleanRel(what, p string, empty bool) (string, error) {
 	if strings.HasPrefix(p, "/") {
 		return "", fmt.Errorf("%s %q is absolute; give it relative to the working directory", what, p)
 	}
+	if isClean(p) {
+		return p, nil // the usual input path: path.Clean would give it back
+	}
 	c := path.Clean(p)
 	if c == ".." || strings.HasPrefix(c, "../") {
 		return "", fmt.Errorf("%s %q is outside the working directory; REAPI paths cannot contain \"..\", so run from a directory that contains it", what, p)
@@ -248,6 +251,26 @@ func cleanRel(what, p string, empty bool) (string, error) {
 		return "", fmt.Errorf("%s %q names the working directory itself", what, p)
 	}
 	return c, nil
+}
+
+// isClean reports whether the relative slash-separated path p is what
+// path.Clean makes of it, with no ".." element: no empty, "." or ".."
+// element and no trailing slash. Prepare cleans every input's path twice.
+func isClean(p string) bool {
+	for {
+		i := strings.IndexByte(p, '/')
+		e := p
+		if i >= 0 {
+			e = p[:i]
+		}
+		if e == "" || e == "." || e == ".." {
+			return false
+		}
+		if i < 0 {
+			return true
+		}
+		p = p[i+1:]
+	}
 }
 
 // dirNode is one directory of the input tree being built. Its files and
@@ -317,6 +340,9 @@ func (n *dirNode) removeDir(name string) {
 // store records the Directory messages of n and its children as blobs and
 // returns n's digest.
 func (n *dirNode) store(a *Action, fn digest.Function) digest.Digest {
+	if n.d.Hash != "" {
+		return n.d // a cached subtree (see subtreeCache), stored already
+	}
 	for _, child := range n.dirs {
 		child.node.store(a, fn)
 	}

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -313,4 +314,28 @@ func protoTree(t *testing.T, files map[string]string, dir string) digest.Digest 
 		t.Fatal(err)
 	}
 	return digest.Compute(digest.SHA256, data)
+}
+
+// TestCleanRelFastPath: paths that need no cleaning are given back as
+// they are, and every other path as path.Clean makes it (or refused).
+func TestCleanRelFastPath(t *testing.T) {
+	for _, p := range []string{
+		"a", "a/b.h", "usr/include/x86_64-linux-gnu/bits/types.h", ".a/..b/c..", "a/./b", "./a", "a/", "a//b",
+		"a/../b", "..", "../a", "a/..", ".", "a/.", "...", "a/.../b",
+	} {
+		got, err := cleanRel("input path", p, true)
+		want := path.Clean(p)
+		switch {
+		case want == ".." || strings.HasPrefix(want, "../"):
+			if err == nil {
+				t.Errorf("cleanRel(%q) = %q; want an error (outside the root)", p, got)
+			}
+		case want == ".":
+			if err != nil || got != "" {
+				t.Errorf("cleanRel(%q) = %q, %v; want the root", p, got, err)
+			}
+		case err != nil || got != want:
+			t.Errorf("cleanRel(%q) = %q, %v; want %q", p, got, err, want)
+		}
+	}
 }

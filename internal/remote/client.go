@@ -33,7 +33,8 @@ type Client struct {
 	ac       repb.ActionCacheClient
 	maxBatch int64
 
-	files *fileCache
+	files    *fileCache
+	subtrees *subtreeCache
 
 	mu      sync.Mutex
 	present map[digest.Digest]struct{} // blobs the CAS is known to hold
@@ -64,6 +65,7 @@ func New(ctx context.Context, conn *grpc.ClientConn, instance string, opts Optio
 		ac:       repb.NewActionCacheClient(conn),
 		maxBatch: maxBatch,
 		files:    newFileCache(),
+		subtrees: newSubtreeCache(),
 		present:  make(map[digest.Digest]struct{}),
 	}, nil
 }
