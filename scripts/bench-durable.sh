@@ -16,6 +16,8 @@
 # temporary directory under /tmp; /dev/shm makes a sync free), WARM (default 11000), N (8000).
 # Keep the machine otherwise idle: a build or test elsewhere moves every figure.
 set -euo pipefail
+# shellcheck source=lib/rounds.sh
+source "$(dirname "$0")/lib/rounds.sh"
 
 if [ $# -lt 2 ]; then
   echo "usage: $0 ROUNDS NAME=BINARY:CONFIG..." >&2
@@ -65,17 +67,7 @@ run() { # round name binary config
   port=$((port + 2))
 }
 
-for r in $(seq "$rounds"); do
-  order=("${variants[@]}")
-  if [ $((r % 2)) = 0 ]; then
-    order=()
-    for ((i = ${#variants[@]} - 1; i >= 0; i--)); do order+=("${variants[i]}"); done
-  fi
-  for v in "${order[@]}"; do
-    name=${v%%=*} rest=${v#*=}
-    run "$r" "$name" "${rest%%:*}" "${rest#*:}"
-  done
-done
+run_rounds "$rounds" run "${variants[@]}"
 
 python3 - "$out" <<'PY'
 import collections, statistics as st, sys

@@ -15,6 +15,8 @@
 # Environment: N (measured actions, default 2000), WARM (default 200), SPAWN (the bench's
 # --spawn-rate duration, default 3s; 0 leaves it out). Keep the machine otherwise idle.
 set -euo pipefail
+# shellcheck source=lib/rounds.sh
+source "$(dirname "$0")/lib/rounds.sh"
 
 if [ $# -lt 2 ]; then
   echo "usage: $0 ROUNDS NAME=BINARY[:CONFIG]..." >&2
@@ -80,19 +82,7 @@ PY
   port=$((port + 2))
 }
 
-for r in $(seq "$rounds"); do
-  order=("${variants[@]}")
-  if [ $((r % 2)) = 0 ]; then
-    order=()
-    for ((i = ${#variants[@]} - 1; i >= 0; i--)); do order+=("${variants[i]}"); done
-  fi
-  for v in "${order[@]}"; do
-    name=${v%%=*} rest=${v#*=}
-    bin=${rest%%:*} cfg=""
-    if [ "$rest" != "$bin" ]; then cfg=${rest#*:}; fi
-    run "$r" "$name" "$bin" "$cfg"
-  done
-done
+run_rounds "$rounds" run "${variants[@]}"
 
 python3 - "$out" <<'PY'
 import collections, statistics as st, sys

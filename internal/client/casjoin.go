@@ -82,12 +82,8 @@ func (c *CAS) putJoined(ctx context.Context, blobs map[digest.Digest][]byte, siz
 	}
 	j.waiting = append(j.waiting, r)
 	j.mu.Unlock()
-	select {
-	case g := <-r.lead:
-		return c.sendGroup(g)
-	case err := <-r.done:
+	if err := c.awaitTurn(r, ctx.Done()); err != errGaveUp {
 		return err
-	case <-ctx.Done():
 	}
 	j.mu.Lock()
 	for i, w := range j.waiting {
@@ -100,11 +96,23 @@ func (c *CAS) putJoined(ctx context.Context, blobs map[digest.Digest][]byte, siz
 	j.mu.Unlock()
 	// Already taken into a group: others may depend on this request to
 	// send it, so see it through.
+	return c.awaitTurn(r, nil)
+}
+
+// errGaveUp is awaitTurn's outcome when giveUp closed first.
+var errGaveUp = errors.New("gave up waiting")
+
+// awaitTurn waits until r leads a group, which it then sends, or another
+// request's call has sent it, and returns r's outcome; or until giveUp
+// is closed (a nil giveUp never is), returning errGaveUp.
+func (c *CAS) awaitTurn(r *joinReq, giveUp <-chan struct{}) error {
 	select {
 	case g := <-r.lead:
 		return c.sendGroup(g)
 	case err := <-r.done:
 		return err
+	case <-giveUp:
+		return errGaveUp
 	}
 }
 
