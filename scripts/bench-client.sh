@@ -17,13 +17,25 @@
 #
 # Usage: scripts/bench-client.sh [runs]   (default 3)
 # Environment: GANTRY_BENCH_JOBS (gantry batch --jobs, default 8),
-#              GANTRY_BENCH_KEEP=1 (keep the temporary directory).
+#              GANTRY_BENCH_KEEP=1 (keep the temporary directory),
+#              GANTRY_BENCH_DIR (where the temporary directory goes, default /tmp: the
+#              project, the server's data and the client cache all live there).
+#
+# Mind the filesystem: on ext4 without a journal (the root disk of the project's CI
+# machines) every file creation skips, one by one, the free inodes deleted in the last
+# 1-6 minutes, so creating a file after a few thousand deletions costs 20-25x its usual
+# CPU, for the client and a local compile alike (scripts/fs-create-cost.py measures it;
+# docs/PERFORMANCE-HISTORY.md, "the client's CPU and the filesystem"). This script
+# therefore moves the server's data and the client cache of a finished pair aside
+# (removed at the end) instead of deleting them; the objects of each build are still
+# deleted, as make clean does. Point GANTRY_BENCH_DIR at a journaled ext4 (a
+# loop-mounted file will do) or a tmpfs for figures a usual machine would give.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 RUNS=${1:-3}
 JOBS=${GANTRY_BENCH_JOBS:-8}
-TMP=$(mktemp -d /tmp/gantry-bench-client-XXXXXX)
+TMP=$(mktemp -d "${GANTRY_BENCH_DIR:-/tmp}/gantry-bench-client-XXXXXX")
 SERVER_PID=
 cleanup() {
   [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
@@ -36,7 +48,19 @@ now() { date +%s.%N; }
 ticks() { awk '{print $14+$15+$16+$17}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 
+# warn_nojournal DIR: says so when DIR is on ext4 without a journal (no jbd2 entry).
+warn_nojournal() {
+  local dev fstype
+  read -r dev fstype < <(df --output=source,fstype "$1" | tail -1)
+  [ "$fstype" = ext4 ] || return 0
+  dev=$(basename "$dev")
+  if ! compgen -G "/proc/fs/jbd2/$dev-*" >/dev/null; then
+    log "note: $1 is on ext4 without a journal ($dev): file creations there get dearer run after run, and the client's CPU a job with them; see the header of this script"
+  fi
+}
+
 cd "$REPO"
+warn_nojournal "$TMP"
 go build -o "$TMP/gantry" ./cmd/gantry
 go run ./internal/testutil/cproject/gen "$TMP/proj" >/dev/null
 GANTRY="$TMP/gantry"
@@ -44,9 +68,17 @@ PROJ="$TMP/proj"
 GRPC=127.0.0.1:$((20000 + RANDOM % 20000))
 HTTP=127.0.0.1:$((40000 + RANDOM % 20000))
 
+# set_aside PATH: moves PATH out of the way, to be removed with $TMP at the end (a
+# deletion now would make the next run's file creations dearer: see the header).
+set_aside() {
+  [ -e "$1" ] || return 0
+  mkdir -p "$TMP/set-aside"
+  mv "$1" "$(mktemp -d "$TMP/set-aside/XXXXXX")/"
+}
+
 start_server() {
   stop_server
-  rm -rf "$TMP/data"
+  set_aside "$TMP/data"
   "$GANTRY" serve --listen "$GRPC" --http-listen "$HTTP" --data-dir "$TMP/data" >"$TMP/server.log" 2>&1 &
   SERVER_PID=$!
   for _ in $(seq 1 100); do
@@ -106,12 +138,12 @@ run_make_cc() {
 }
 
 batch_pair() {
-  start_server; rm -rf "$TMP/cc-cache"
+  start_server; set_aside "$TMP/cc-cache"
   run_batch batch-cold
   run_batch batch-warm
 }
 make_pair() {
-  start_server; rm -rf "$TMP/cc-cache"
+  start_server; set_aside "$TMP/cc-cache"
   run_make_cc make-cold
   run_make_cc make-warm
 }
