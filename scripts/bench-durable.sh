@@ -69,21 +69,15 @@ run() { # round name binary config
 
 run_rounds "$rounds" run "${variants[@]}"
 
-python3 - "$out" <<'PY'
-import collections, statistics as st, sys
-d = collections.defaultdict(dict)
-for line in open(sys.argv[1]):
-    f = line.split()
-    d[f[1]][f[0]] = dict(x.split('=', 1) for x in f[2:])
+PYTHONPATH="$(dirname "$0")/lib" python3 - "$out" <<'PY'
+import statistics as st, sys
+from rounds import load, print_pair_ratios
+d = load(sys.argv[1])
 for name, runs in d.items():
     rates = [float(v['rate']) for v in runs.values()]
     cpus = [float(v['cpu_ms']) for v in runs.values()]
     c1 = [float(v['c1p50']) for v in runs.values() if v['c1p50']]
     print(f"{name}: rate median {st.median(rates):.0f} ({min(rates):.0f}-{max(rates):.0f}) actions/s, "
           f"server CPU {st.median(cpus):.3f} ms an action" + (f", one in flight p50 {st.median(c1):.2f} ms" if c1 else ""))
-names = list(d)
-for i, a in enumerate(names):
-    for b in names[i + 1:]:
-        ratios = [float(d[a][r]['rate']) / float(d[b][r]['rate']) for r in d[a] if r in d[b]]
-        print(f"{a}/{b} rate per round {[round(x, 3) for x in ratios]}, median {st.median(ratios):.3f}")
+print_pair_ratios(d, 'rate', 'rate')
 PY

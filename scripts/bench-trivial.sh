@@ -84,19 +84,13 @@ PY
 
 run_rounds "$rounds" run "${variants[@]}"
 
-python3 - "$out" <<'PY'
-import collections, statistics as st, sys
-d = collections.defaultdict(dict)
-for line in open(sys.argv[1]):
-    f = line.split()
-    d[f[1]][f[0]] = dict(x.split('=', 1) for x in f[2:])
+PYTHONPATH="$(dirname "$0")/lib" python3 - "$out" <<'PY'
+import statistics as st, sys
+from rounds import load, print_pair_ratios
+d = load(sys.argv[1])
 for name, runs in d.items():
     med = lambda k: st.median(float(v[k]) for v in runs.values())
     print(f"{name}: server CPU median {med('cpu_ms'):.3f} ms an action, rate {med('rate'):.0f}/s, "
           f"spawn ratio {med('ratio'):.3f}, commits {med('commits'):.2f} an action")
-names = list(d)
-for i, a in enumerate(names):
-    for b in names[i + 1:]:
-        ratios = [float(d[a][r]['cpu_ms']) / float(d[b][r]['cpu_ms']) for r in d[a] if r in d[b]]
-        print(f"{a}/{b} server CPU per round {[round(x, 3) for x in ratios]}, median {st.median(ratios):.3f}")
+print_pair_ratios(d, 'cpu_ms', 'server CPU')
 PY
