@@ -140,7 +140,7 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	if err != nil {
 		return err
 	}
-	sub.Name, sub.Accepted = name, accepted
+	sub.Name, sub.Accepted, sub.Metadata = name, accepted, requestMetadata(ctx)
 	sub.Invocation = s.invocationPath(ctx, req.InstanceName, sub.Platform)
 	if s.pending.cancelled(name) {
 		st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
@@ -163,7 +163,7 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	if err == nil && final.Done {
 		s.finished(Finished{Name: name, Instance: req.InstanceName, ActionDigest: ad, Queue: final.Queue,
 			Invocation: sub.Invocation, Accepted: accepted, ResultAt: final.DoneAt, Response: final.Response,
-			Metadata: requestMetadata(ctx), Command: cmd, Retries: final.Retries})
+			Metadata: sub.Metadata, Command: cmd, Retries: final.Retries})
 		endExecuteSpan(span, final.Response)
 	}
 	return err

@@ -333,6 +333,10 @@ type taskStateRecord struct {
 	Invocation []string `json:"invocation,omitempty"`
 	Lease      string   `json:"lease,omitempty"`
 	Worker     string   `json:"worker,omitempty"`
+	// Retries and LastWorker (from version 2 on) are shown by the status
+	// pages; they survive a restart with the task.
+	Retries    []Retry `json:"-"`
+	LastWorker string  `json:"-"`
 }
 
 type opRecord struct {
@@ -344,6 +348,33 @@ type opRecord struct {
 	// records written before they were kept lack them.
 	Accepted   time.Time `json:"accepted,omitzero"`
 	Invocation []string  `json:"invocation,omitempty"`
+	// From version 3 on: the caller's RequestMetadata (encoded), and the
+	// operation's instance and action, so that authorization and the
+	// status pages know whose it is after a restart even when its task
+	// is gone. HasIdentity is false for records of older versions.
+	Metadata    []byte `json:"-"`
+	HasIdentity bool   `json:"-"`
+	Instance    string `json:"-"`
+	Function    int32  `json:"-"`
+	Hash        string `json:"-"`
+	Size        int64  `json:"-"`
+	// Finished is what the status pages show of a finished operation's
+	// task, which leaves the store when it finishes (nil for an
+	// unfinished operation: its task record has it).
+	Finished *finishedTask `json:"-"`
+}
+
+// finishedTask is the part of a finished task that its operations'
+// records keep.
+type finishedTask struct {
+	Queue      string
+	Platform   platform.Properties
+	QueuedAt   time.Time
+	Priority   int32
+	Attempts   int
+	Worker     string
+	Invocation []string
+	Retries    []Retry
 }
 
 type taskSnap struct {
@@ -357,7 +388,7 @@ func (s *Scheduler) snapTaskLocked(t *Task) taskSnap {
 	if t.state == stateDone {
 		return taskSnap{id: t.ID, delete: true}
 	}
-	ts := taskSnap{id: t.ID, state: taskStateRecord{Priority: t.priority, Seq: t.seq, Attempts: t.attempts}}
+	ts := taskSnap{id: t.ID, state: taskStateRecord{Priority: t.priority, Seq: t.seq, Attempts: t.attempts, Retries: t.retries, LastWorker: t.lastWorker}}
 	if t.inv != nil {
 		ts.state.Invocation = t.inv.path()
 	}
@@ -387,15 +418,20 @@ type opSnap struct {
 	delete bool
 	rec    opRecord
 	resp   *repb.ExecuteResponse
+	meta   *repb.RequestMetadata
 }
 
 func (s *Scheduler) snapOpLocked(op *Operation) opSnap {
 	if s.ops[op.Name] != op {
 		return opSnap{name: op.Name, delete: true}
 	}
-	o := opSnap{name: op.Name, rec: opRecord{Task: op.task.ID, Done: op.done, DoneAt: op.doneAt, Accepted: op.accepted, Invocation: op.invocation}}
+	t := op.task
+	o := opSnap{name: op.Name, meta: op.meta, rec: opRecord{Task: t.ID, Done: op.done, DoneAt: op.doneAt, Accepted: op.accepted, Invocation: op.invocation,
+		HasIdentity: true, Instance: t.Instance, Function: int32(t.ActionDigest.Function), Hash: t.ActionDigest.Hash, Size: t.ActionDigest.Size}}
 	if op.done {
 		o.resp = op.response // never changed once set
+		o.rec.Finished = &finishedTask{Queue: t.Queue, Platform: t.Platform, QueuedAt: t.queuedAt, Priority: t.priority, Attempts: t.attempts,
+			Worker: t.lastWorker, Invocation: t.invPath, Retries: t.retries}
 	}
 	return o
 }
@@ -406,6 +442,9 @@ func (o opSnap) mutation() statestore.Mutation {
 	}
 	if o.resp != nil {
 		o.rec.Response, _ = proto.Marshal(o.resp)
+	}
+	if o.meta != nil {
+		o.rec.Metadata, _ = proto.Marshal(o.meta)
 	}
 	return statestore.Mutation{Kind: kindOp, Key: o.name, Value: o.rec.marshal()}
 }
@@ -458,7 +497,8 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 		t := &Task{ID: r.ID, Instance: r.Instance, ActionDigest: d, Platform: r.Platform, ActionBytes: r.Action, CommandBytes: r.Command,
 			Cacheable: r.Cacheable, Queue: r.Queue, Req: preq, bucketKey: r.Queue + "\x00" + r.Instance + "\x00" + r.Platform.Key(),
 			priority: r.Priority, seq: r.Seq, heapIndex: -1, attempts: r.Attempts, queuedAt: r.QueuedAt,
-			dedupKey: dedupKey{r.Instance, d}, inv: s.fair.node(r.Invocation), invPath: r.Invocation, stored: true}
+			dedupKey: dedupKey{r.Instance, d}, inv: s.fair.node(r.Invocation), invPath: r.Invocation, stored: true,
+			retries: r.Retries, lastWorker: r.LastWorker}
 		s.nextSeq = max(s.nextSeq, t.seq)
 		s.frontSeq = min(s.frontSeq, t.seq)
 		if t.Cacheable && s.inflightLocked(t.dedupKey) == nil {
@@ -487,22 +527,37 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 		s.fair.started(t.inv, +1, now)
 	}
 	var finished []*Operation
+	anonymous := 0
 	err = store.Load(ctx, kindOp, func(name string, value []byte) error {
 		r := &opRecord{}
 		if err := r.unmarshal(value); err != nil {
 			return fmt.Errorf("operation record %s: %w", name, err)
 		}
 		op := &Operation{Name: name, goneSince: now, accepted: r.Accepted, invocation: r.Invocation}
+		if len(r.Metadata) > 0 {
+			md := &repb.RequestMetadata{}
+			if err := proto.Unmarshal(r.Metadata, md); err != nil {
+				return fmt.Errorf("operation record %s: request metadata: %w", name, err)
+			}
+			op.meta = md
+		}
 		if r.Done {
 			resp := &repb.ExecuteResponse{}
 			if err := proto.Unmarshal(r.Response, resp); err != nil {
 				return fmt.Errorf("operation record %s: %w", name, err)
 			}
 			op.done, op.response, op.doneAt = true, resp, r.DoneAt
-			op.task = &Task{ID: r.Task, state: stateDone, stage: repb.ExecutionStage_COMPLETED, response: resp}
 			if t := byID[r.Task]; t != nil {
 				op.task = t
 				t.ops = append(t.ops, op)
+			} else if r.HasIdentity && r.Finished != nil {
+				op.task = finishedTaskOf(r, resp)
+			} else {
+				// Written by a Gantry that did not keep whose operation
+				// it was: restored with no instance, anyone with rights
+				// on the default instance could read it. Dropped.
+				anonymous++
+				return nil
 			}
 			finished = append(finished, op)
 		} else {
@@ -528,6 +583,10 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 	if err != nil {
 		return nil, fmt.Errorf("loading scheduler state: %w", err)
 	}
+	if anonymous > 0 {
+		s.cfg.Logger.Warn("finished operations stored by an older Gantry do not say whose they are: not restored (WaitExecution of them answers NOT_FOUND; their results stay in the ActionCache)",
+			"operations", anonymous)
+	}
 	sort.Slice(finished, func(i, j int) bool { return finished[i].doneAt.Before(finished[j].doneAt) })
 	s.finished = append(s.finished, finished...)
 	// Tasks nobody waits for any more are dropped.
@@ -549,4 +608,20 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 		dropped = append(dropped, t)
 	}
 	return dropped, nil
+}
+
+// finishedTaskOf rebuilds, from a finished operation's record, the part
+// of its task that authorization and the status pages read.
+func finishedTaskOf(r *opRecord, resp *repb.ExecuteResponse) *Task {
+	f := r.Finished
+	d := digest.Digest{Function: digest.Function(r.Function), Hash: r.Hash, Size: r.Size}
+	t := &Task{ID: r.Task, Instance: r.Instance, ActionDigest: d, Platform: f.Platform, Queue: f.Queue, priority: f.Priority,
+		heapIndex: -1, state: stateDone, stage: repb.ExecutionStage_COMPLETED, attempts: f.Attempts, response: resp, queuedAt: f.QueuedAt,
+		dedupKey: dedupKey{r.Instance, d}, lastWorker: f.Worker, retries: f.Retries, invPath: f.Invocation, stored: true}
+	// Only the cores are shown; a record whose properties no longer
+	// parse (the rules changed) shows none.
+	if preq, err := platform.ParseRequest(f.Platform); err == nil {
+		t.Req = preq
+	}
+	return t
 }

@@ -21,18 +21,32 @@ import (
 //	        name and value of each), action, command, cacheable (0/1),
 //	        queue, queued_at
 //	tstate: priority, seq, attempts, invocation (count, then each), lease,
-//	        worker
+//	        worker,
+//	        and from version 2 on retries (count, then at, worker, kind
+//	        and reason of each), last worker
 //	op:     task, done (0/1), response, done_at, and from version 2 on
-//	        accepted, invocation (count, then each)
+//	        accepted, invocation (count, then each), and from version 3
+//	        on metadata, instance, function, hash, size, finished (0/1)
+//	        and, when 1, the finished task: queue, properties, queued_at,
+//	        priority, attempts, worker, invocation, retries
 //
-// Operation records are written as version 2 (recordOpV2); version 1
-// operation records, written by Gantry before it kept an operation's
-// acceptance time and invocation, still decode: without those fields.
+// Operation records are written as version 3 (recordOpV3), task state
+// records as version 2 (recordStateV2); records of the older versions
+// still decode, without the fields added since.
 const recordV1 = 1
 
 // recordOpV2 is the version of operation records that carry the
 // operation's acceptance time and invocation path.
 const recordOpV2 = 2
+
+// recordOpV3 is the version of operation records that carry the caller's
+// RequestMetadata, the operation's instance and action, and for a
+// finished operation what the status pages show of its task.
+const recordOpV3 = 3
+
+// recordStateV2 is the version of task state records that carry the
+// task's retries and last worker.
+const recordStateV2 = 2
 
 // errRecord is wrapped by every decoding error.
 var errRecord = errors.New("malformed scheduler record")
@@ -244,8 +258,8 @@ func (rec *taskRecord) unmarshal(b []byte) error {
 }
 
 func (rec *taskStateRecord) marshal() []byte {
-	w := make(recWriter, 0, 32+len(rec.Lease)+len(rec.Worker))
-	w = append(w, recordV1)
+	w := make(recWriter, 0, 32+len(rec.Lease)+len(rec.Worker)+len(rec.LastWorker))
+	w = append(w, recordStateV2)
 	w.int(int64(rec.Priority))
 	w.int(rec.Seq)
 	w.uint(uint64(rec.Attempts))
@@ -255,12 +269,68 @@ func (rec *taskStateRecord) marshal() []byte {
 	}
 	w.str(rec.Lease)
 	w.str(rec.Worker)
+	w.retries(rec.Retries)
+	w.str(rec.LastWorker)
 	return w
+}
+
+func (w *recWriter) strs(ss []string) {
+	w.uint(uint64(len(ss)))
+	for _, s := range ss {
+		w.str(s)
+	}
+}
+
+func (w *recWriter) retries(rs []Retry) {
+	w.uint(uint64(len(rs)))
+	for _, r := range rs {
+		w.time(r.At)
+		w.str(r.Worker)
+		w.str(string(r.Kind))
+		w.str(r.Reason)
+	}
+}
+
+func (r *recReader) strs(what string) []string {
+	n := r.count(what, 1)
+	if n == 0 {
+		return nil
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = r.str(what)
+	}
+	return out
+}
+
+func (r *recReader) retries() []Retry {
+	n := r.count("retries", 4)
+	if n == 0 {
+		return nil
+	}
+	out := make([]Retry, n)
+	for i := range out {
+		out[i] = Retry{At: r.time("retry time"), Worker: r.str("retry worker"), Kind: RetryKind(r.str("retry kind")), Reason: r.str("retry reason")}
+	}
+	return out
+}
+
+func (r *recReader) properties() platform.Properties {
+	n := r.count("platform", 2)
+	if n == 0 {
+		return nil
+	}
+	ps := make(platform.Properties, n)
+	for i := range ps {
+		ps[i] = platform.Property{Name: r.str("property name"), Value: r.str("property value")}
+	}
+	return ps
 }
 
 func (rec *taskStateRecord) unmarshal(b []byte) error {
 	r := recReader{b: b}
-	if r.start("task state") {
+	isJSON, version := r.startUpTo("task state", recordStateV2)
+	if isJSON {
 		return json.Unmarshal(b, rec)
 	}
 	rec.Priority = r.int32("priority")
@@ -278,27 +348,49 @@ func (rec *taskStateRecord) unmarshal(b []byte) error {
 	}
 	rec.Lease = r.str("lease")
 	rec.Worker = r.str("worker")
+	if version >= recordStateV2 {
+		rec.Retries = r.retries()
+		rec.LastWorker = r.str("last worker")
+	}
 	return r.end("task state")
 }
 
 func (rec *opRecord) marshal() []byte {
-	w := make(recWriter, 0, 32+len(rec.Task)+len(rec.Response))
-	w = append(w, recordOpV2)
+	w := make(recWriter, 0, 64+len(rec.Task)+len(rec.Response)+len(rec.Metadata)+len(rec.Instance)+len(rec.Hash))
+	w = append(w, recordOpV3)
 	w.str(rec.Task)
 	w.bool(rec.Done)
 	w.bytes(rec.Response)
 	w.time(rec.DoneAt)
 	w.time(rec.Accepted)
-	w.uint(uint64(len(rec.Invocation)))
-	for _, s := range rec.Invocation {
-		w.str(s)
+	w.strs(rec.Invocation)
+	w.bytes(rec.Metadata)
+	w.str(rec.Instance)
+	w.int(int64(rec.Function))
+	w.str(rec.Hash)
+	w.int(rec.Size)
+	f := rec.Finished
+	w.bool(f != nil)
+	if f != nil {
+		w.str(f.Queue)
+		w.uint(uint64(len(f.Platform)))
+		for _, p := range f.Platform {
+			w.str(p.Name)
+			w.str(p.Value)
+		}
+		w.time(f.QueuedAt)
+		w.int(int64(f.Priority))
+		w.uint(uint64(f.Attempts))
+		w.str(f.Worker)
+		w.strs(f.Invocation)
+		w.retries(f.Retries)
 	}
 	return w
 }
 
 func (rec *opRecord) unmarshal(b []byte) error {
 	r := recReader{b: b}
-	isJSON, version := r.startUpTo("operation", recordOpV2)
+	isJSON, version := r.startUpTo("operation", recordOpV3)
 	if isJSON {
 		return json.Unmarshal(b, rec)
 	}
@@ -308,11 +400,26 @@ func (rec *opRecord) unmarshal(b []byte) error {
 	rec.DoneAt = r.time("done_at")
 	if version >= recordOpV2 {
 		rec.Accepted = r.time("accepted")
-		if n := r.count("invocation", 1); n > 0 {
-			rec.Invocation = make([]string, n)
-			for i := range rec.Invocation {
-				rec.Invocation[i] = r.str("invocation")
+		rec.Invocation = r.strs("invocation")
+	}
+	if version >= recordOpV3 {
+		rec.HasIdentity = true
+		rec.Metadata = r.bytes("metadata")
+		rec.Instance = r.str("instance")
+		rec.Function = r.int32("digest function")
+		rec.Hash = r.str("hash")
+		rec.Size = r.int("size")
+		if r.bool("finished") {
+			f := &finishedTask{Queue: r.str("queue"), Platform: r.properties(), QueuedAt: r.time("queued_at"), Priority: r.int32("priority")}
+			a := r.uint("attempts")
+			if a > 1<<31 {
+				r.fail("attempts")
 			}
+			f.Attempts = int(a)
+			f.Worker = r.str("worker")
+			f.Invocation = r.strs("invocation")
+			f.Retries = r.retries()
+			rec.Finished = f
 		}
 	}
 	return r.end("operation")

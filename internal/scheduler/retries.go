@@ -52,4 +52,5 @@ func (s *Scheduler) noteRetryLocked(t *Task, worker string, kind RetryKind, reas
 		rs = rs[len(rs)-maxRetries+1:]
 	}
 	t.retries = append(rs, r)
+	s.touchTask(t) // the retries are stored with the task
 }

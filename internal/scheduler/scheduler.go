@@ -207,6 +207,9 @@ type Operation struct {
 	// restart.
 	accepted   time.Time
 	invocation []string
+	// meta is the submitter's RequestMetadata (tool, invocation ids,
+	// mnemonic, target), nil without one; stored with the operation.
+	meta *repb.RequestMetadata
 
 	watchers  int
 	goneSince time.Time
@@ -238,6 +241,9 @@ type OperationState struct {
 	Accepted time.Time
 	// Invocation is the submitter's invocation path.
 	Invocation []string
+	// Metadata is the submitter's RequestMetadata (nil without one);
+	// shared, not to be changed.
+	Metadata *repb.RequestMetadata
 	// DoneAt is when the scheduler took the result (server clock); set
 	// when Done.
 	DoneAt time.Time
@@ -431,6 +437,10 @@ type SubmitRequest struct {
 	// operation's duration accounting); zero means now. It is stored with
 	// the operation, so it survives a restart.
 	Accepted time.Time
+	// Metadata is the caller's RequestMetadata (nil without one): kept
+	// and stored with the operation, for its log line, history entry and
+	// status page, also after a restart. Not changed after Submit.
+	Metadata *repb.RequestMetadata
 }
 
 // Submit creates an operation for the action. An identical cacheable
@@ -503,7 +513,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 	if accepted.IsZero() {
 		accepted = now
 	}
-	op := &Operation{Name: name, task: t, goneSince: now, accepted: accepted, invocation: req.Invocation}
+	op := &Operation{Name: name, task: t, goneSince: now, accepted: accepted, invocation: req.Invocation, meta: req.Metadata}
 	s.unwatched.add(op)
 	t.ops = append(t.ops, op)
 	s.ops[op.Name] = op
@@ -604,7 +614,7 @@ func (s *Scheduler) Watch(name string) (OperationState, <-chan struct{}, error) 
 func (s *Scheduler) stateLocked(op *Operation) OperationState {
 	t := op.task
 	st := OperationState{Name: op.Name, Instance: t.Instance, ActionDigest: t.ActionDigest, Stage: t.stage, Queue: t.Queue,
-		Accepted: op.accepted, Invocation: op.invocation, Retries: t.retries}
+		Accepted: op.accepted, Invocation: op.invocation, Metadata: op.meta, Retries: t.retries}
 	if op.done && !s.storedLocked(op) {
 		if st.Stage == repb.ExecutionStage_COMPLETED {
 			st.Stage = repb.ExecutionStage_EXECUTING
