@@ -70,6 +70,19 @@ func TestHelmLint(t *testing.T) {
 	}
 }
 
+// A newcomer's `helm template` and `helm lint`, without --kube-version,
+// render the chart with its defaults.
+func TestHelmRendersWithoutKubeVersion(t *testing.T) {
+	for _, args := range [][]string{{"template", "gantry", "gantry"}, {"lint", "gantry"}} {
+		out, err := helm(t, args...)
+		if err != nil {
+			t.Errorf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		} else if args[0] == "template" && !strings.Contains(out, "kind: Deployment") {
+			t.Errorf("helm %s rendered no Deployment:\n%.2000s", strings.Join(args, " "), out)
+		}
+	}
+}
+
 // rendered is one value set's objects, by kind and name.
 type rendered struct {
 	deployments map[string]*appsv1.Deployment
