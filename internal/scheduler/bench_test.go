@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/platform"
+	"github.com/gantry-build/gantry/internal/statestore"
 )
 
 // BenchmarkDispatch measures the scheduler core alone, without gRPC: each
@@ -116,4 +120,58 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkDurableAction measures one action's whole life (submit, lease,
+// complete) in a scheduler journaling to the in-memory store, each call
+// waiting for its commit: the in-core cost of durability per action, with
+// a Bazel-sized RequestMetadata on every operation. It reports the bytes
+// the journal wrote per action.
+func BenchmarkDurableAction(b *testing.B) {
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s := New(Config{HeartbeatTimeout: time.Hour, CallerGrace: time.Hour, Retention: time.Minute}, clk)
+	store := &countingStore{Store: statestore.NewMemory()}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := s.Attach(ctx, store); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { cancel(); <-s.Stopped() }()
+	s.RegisterWorker(WorkerInfo{ID: "w", Platform: platform.Worker{AllowUnmatched: true, Cores: 1}, Slots: 1})
+	plat := platform.Properties{{Name: "OSFamily", Value: "linux"}}
+	md := &repb.RequestMetadata{ToolDetails: &repb.ToolDetails{ToolName: "bazel", ToolVersion: "4.2.3"}, ActionId: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		ToolInvocationId: "3f1b2c4d-0000-4000-8000-00000000e2e1", CorrelatedInvocationsId: "3f1b2c4d-0000-4000-8000-00000000e2e2", ActionMnemonic: "CppCompile", TargetId: "//app:lib", ConfigurationId: "k8-fastbuild"}
+	inv := []string{"main", "3f1b2c4d-0000-4000-8000-00000000e2e2", "3f1b2c4d-0000-4000-8000-00000000e2e1"}
+	polled, stopPoll := context.WithCancel(context.Background())
+	stopPoll() // Poll without waiting
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d := digest.Compute(digest.SHA256, fmt.Appendf(nil, "durable-%d", i))
+		if _, err := s.Submit(SubmitRequest{Instance: "main", ActionDigest: d, Platform: plat, Invocation: inv, Metadata: md}); err != nil {
+			b.Fatal(err)
+		}
+		a, err := s.Poll(polled, "w", Capacity{Cores: 1})
+		if err != nil || a == nil {
+			b.Fatalf("poll: %v, %v", a, err)
+		}
+		if !s.Complete("w", a.LeaseID, okResponse()) {
+			b.Fatal("complete refused")
+		}
+		if err := s.Flush(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(store.bytes.Load())/float64(b.N), "journal-B/action")
+}
+
+// countingStore counts the bytes of the values applied.
+type countingStore struct {
+	statestore.Store
+	bytes atomic.Int64
+}
+
+func (c *countingStore) Apply(ctx context.Context, batch []statestore.Mutation) error {
+	for _, m := range batch {
+		c.bytes.Add(int64(len(m.Value)))
+	}
+	return c.Store.Apply(ctx, batch)
 }

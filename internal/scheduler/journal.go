@@ -35,6 +35,10 @@ const (
 	kindTask      = "task"
 	kindTaskState = "tstate"
 	kindOp        = "op"
+	// kindOpMeta is an operation's RequestMetadata (encoded), written
+	// once with its first record and removed with it: the op record is
+	// rewritten when the operation finishes, the metadata is not.
+	kindOpMeta = "opmeta"
 )
 
 type journal struct {
@@ -243,7 +247,7 @@ func (s *Scheduler) flush(ctx context.Context) {
 		batch = t.mutations(batch)
 	}
 	for _, op := range ops {
-		batch = append(batch, op.mutation())
+		batch = op.mutations(batch)
 	}
 	if len(batch) == 0 {
 		// Nothing changed since the last flush, whose commit may still be
@@ -348,25 +352,21 @@ type opRecord struct {
 	// records written before they were kept lack them.
 	Accepted   time.Time `json:"accepted,omitzero"`
 	Invocation []string  `json:"invocation,omitempty"`
-	// From version 3 on: the caller's RequestMetadata (encoded), and the
-	// operation's instance and action, so that authorization and the
-	// status pages know whose it is after a restart even when its task
-	// is gone. HasIdentity is false for records of older versions.
-	Metadata    []byte `json:"-"`
-	HasIdentity bool   `json:"-"`
-	Instance    string `json:"-"`
-	Function    int32  `json:"-"`
-	Hash        string `json:"-"`
-	Size        int64  `json:"-"`
-	// Finished is what the status pages show of a finished operation's
-	// task, which leaves the store when it finishes (nil for an
-	// unfinished operation: its task record has it).
+	// Finished (from version 3 on) is whose a finished operation is and
+	// what the status pages show of its task, which leaves the store when
+	// it finishes; nil for an unfinished operation (its task record has
+	// it) and in records of older versions.
 	Finished *finishedTask `json:"-"`
 }
 
 // finishedTask is the part of a finished task that its operations'
-// records keep.
+// records keep, so that whose it is (its instance and action) and what
+// its page shows survive its task.
 type finishedTask struct {
+	Instance   string
+	Function   int32
+	Hash       string
+	Size       int64
 	Queue      string
 	Platform   platform.Properties
 	QueuedAt   time.Time
@@ -414,39 +414,49 @@ func (ts taskSnap) mutations(batch []statestore.Mutation) []statestore.Mutation 
 }
 
 type opSnap struct {
-	name   string
-	delete bool
-	rec    opRecord
-	resp   *repb.ExecuteResponse
-	meta   *repb.RequestMetadata
+	name    string
+	delete  bool
+	hadMeta bool // when deleting: an opmeta record goes too
+	rec     opRecord
+	resp    *repb.ExecuteResponse
+	meta    *repb.RequestMetadata // set when the opmeta record is to be written
 }
 
 func (s *Scheduler) snapOpLocked(op *Operation) opSnap {
 	if s.ops[op.Name] != op {
-		return opSnap{name: op.Name, delete: true}
+		return opSnap{name: op.Name, delete: true, hadMeta: op.meta != nil}
 	}
 	t := op.task
-	o := opSnap{name: op.Name, meta: op.meta, rec: opRecord{Task: t.ID, Done: op.done, DoneAt: op.doneAt, Accepted: op.accepted, Invocation: op.invocation,
-		HasIdentity: true, Instance: t.Instance, Function: int32(t.ActionDigest.Function), Hash: t.ActionDigest.Hash, Size: t.ActionDigest.Size}}
+	o := opSnap{name: op.Name, rec: opRecord{Task: t.ID, Done: op.done, DoneAt: op.doneAt, Accepted: op.accepted, Invocation: op.invocation}}
+	if !op.stored {
+		op.stored = true
+		o.meta = op.meta // never changed
+	}
 	if op.done {
 		o.resp = op.response // never changed once set
-		o.rec.Finished = &finishedTask{Queue: t.Queue, Platform: t.Platform, QueuedAt: t.queuedAt, Priority: t.priority, Attempts: t.attempts,
+		o.rec.Finished = &finishedTask{Instance: t.Instance, Function: int32(t.ActionDigest.Function), Hash: t.ActionDigest.Hash, Size: t.ActionDigest.Size,
+			Queue: t.Queue, Platform: t.Platform, QueuedAt: t.queuedAt, Priority: t.priority, Attempts: t.attempts,
 			Worker: t.lastWorker, Invocation: t.invPath, Retries: t.retries}
 	}
 	return o
 }
 
-func (o opSnap) mutation() statestore.Mutation {
+func (o opSnap) mutations(batch []statestore.Mutation) []statestore.Mutation {
 	if o.delete {
-		return statestore.Mutation{Kind: kindOp, Key: o.name, Delete: true}
+		batch = append(batch, statestore.Mutation{Kind: kindOp, Key: o.name, Delete: true})
+		if o.hadMeta {
+			batch = append(batch, statestore.Mutation{Kind: kindOpMeta, Key: o.name, Delete: true})
+		}
+		return batch
 	}
 	if o.resp != nil {
 		o.rec.Response, _ = proto.Marshal(o.resp)
 	}
 	if o.meta != nil {
-		o.rec.Metadata, _ = proto.Marshal(o.meta)
+		md, _ := proto.Marshal(o.meta)
+		batch = append(batch, statestore.Mutation{Kind: kindOpMeta, Key: o.name, Value: md})
 	}
-	return statestore.Mutation{Kind: kindOp, Key: o.name, Value: o.rec.marshal()}
+	return append(batch, statestore.Mutation{Kind: kindOp, Key: o.name, Value: o.rec.marshal()})
 }
 
 // restoreLocked rebuilds the scheduler's state from store.
@@ -526,6 +536,18 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 		s.ten.restoredLease(l)
 		s.fair.started(t.inv, +1, now)
 	}
+	metas := map[string]*repb.RequestMetadata{}
+	err = store.Load(ctx, kindOpMeta, func(name string, value []byte) error {
+		md := &repb.RequestMetadata{}
+		if err := proto.Unmarshal(value, md); err != nil {
+			return fmt.Errorf("operation metadata record %s: %w", name, err)
+		}
+		metas[name] = md
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loading scheduler state: %w", err)
+	}
 	var finished []*Operation
 	anonymous := 0
 	err = store.Load(ctx, kindOp, func(name string, value []byte) error {
@@ -533,14 +555,7 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 		if err := r.unmarshal(value); err != nil {
 			return fmt.Errorf("operation record %s: %w", name, err)
 		}
-		op := &Operation{Name: name, goneSince: now, accepted: r.Accepted, invocation: r.Invocation}
-		if len(r.Metadata) > 0 {
-			md := &repb.RequestMetadata{}
-			if err := proto.Unmarshal(r.Metadata, md); err != nil {
-				return fmt.Errorf("operation record %s: request metadata: %w", name, err)
-			}
-			op.meta = md
-		}
+		op := &Operation{Name: name, goneSince: now, accepted: r.Accepted, invocation: r.Invocation, meta: metas[name], stored: true}
 		if r.Done {
 			resp := &repb.ExecuteResponse{}
 			if err := proto.Unmarshal(r.Response, resp); err != nil {
@@ -550,7 +565,7 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 			if t := byID[r.Task]; t != nil {
 				op.task = t
 				t.ops = append(t.ops, op)
-			} else if r.HasIdentity && r.Finished != nil {
+			} else if r.Finished != nil {
 				op.task = finishedTaskOf(r, resp)
 			} else {
 				// Written by a Gantry that did not keep whose operation
@@ -614,10 +629,10 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 // of its task that authorization and the status pages read.
 func finishedTaskOf(r *opRecord, resp *repb.ExecuteResponse) *Task {
 	f := r.Finished
-	d := digest.Digest{Function: digest.Function(r.Function), Hash: r.Hash, Size: r.Size}
-	t := &Task{ID: r.Task, Instance: r.Instance, ActionDigest: d, Platform: f.Platform, Queue: f.Queue, priority: f.Priority,
+	d := digest.Digest{Function: digest.Function(f.Function), Hash: f.Hash, Size: f.Size}
+	t := &Task{ID: r.Task, Instance: f.Instance, ActionDigest: d, Platform: f.Platform, Queue: f.Queue, priority: f.Priority,
 		heapIndex: -1, state: stateDone, stage: repb.ExecutionStage_COMPLETED, attempts: f.Attempts, response: resp, queuedAt: f.QueuedAt,
-		dedupKey: dedupKey{r.Instance, d}, lastWorker: f.Worker, retries: f.Retries, invPath: f.Invocation, stored: true}
+		dedupKey: dedupKey{f.Instance, d}, lastWorker: f.Worker, retries: f.Retries, invPath: f.Invocation, stored: true}
 	// Only the cores are shown; a record whose properties no longer
 	// parse (the rules changed) shows none.
 	if preq, err := platform.ParseRequest(f.Platform); err == nil {

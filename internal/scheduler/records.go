@@ -26,9 +26,10 @@ import (
 //	        and reason of each), last worker
 //	op:     task, done (0/1), response, done_at, and from version 2 on
 //	        accepted, invocation (count, then each), and from version 3
-//	        on metadata, instance, function, hash, size, finished (0/1)
-//	        and, when 1, the finished task: queue, properties, queued_at,
-//	        priority, attempts, worker, invocation, retries
+//	        on finished (0/1) and, when 1, the finished task: instance,
+//	        function, hash, size, queue, properties, queued_at, priority,
+//	        attempts, worker, invocation, retries
+//	opmeta: the operation's RequestMetadata, protobuf-encoded
 //
 // Operation records are written as version 3 (recordOpV3), task state
 // records as version 2 (recordStateV2); records of the older versions
@@ -39,9 +40,9 @@ const recordV1 = 1
 // operation's acceptance time and invocation path.
 const recordOpV2 = 2
 
-// recordOpV3 is the version of operation records that carry the caller's
-// RequestMetadata, the operation's instance and action, and for a
-// finished operation what the status pages show of its task.
+// recordOpV3 is the version of operation records that carry, for a
+// finished operation, its instance and action and what the status pages
+// show of its task.
 const recordOpV3 = 3
 
 // recordStateV2 is the version of task state records that carry the
@@ -356,7 +357,11 @@ func (rec *taskStateRecord) unmarshal(b []byte) error {
 }
 
 func (rec *opRecord) marshal() []byte {
-	w := make(recWriter, 0, 64+len(rec.Task)+len(rec.Response)+len(rec.Metadata)+len(rec.Instance)+len(rec.Hash))
+	w := make(recWriter, 0, 64+len(rec.Task)+len(rec.Response))
+	f := rec.Finished
+	if f != nil {
+		w = make(recWriter, 0, 160+len(rec.Task)+len(rec.Response)+len(f.Instance)+len(f.Hash))
+	}
 	w = append(w, recordOpV3)
 	w.str(rec.Task)
 	w.bool(rec.Done)
@@ -364,14 +369,12 @@ func (rec *opRecord) marshal() []byte {
 	w.time(rec.DoneAt)
 	w.time(rec.Accepted)
 	w.strs(rec.Invocation)
-	w.bytes(rec.Metadata)
-	w.str(rec.Instance)
-	w.int(int64(rec.Function))
-	w.str(rec.Hash)
-	w.int(rec.Size)
-	f := rec.Finished
 	w.bool(f != nil)
 	if f != nil {
+		w.str(f.Instance)
+		w.int(int64(f.Function))
+		w.str(f.Hash)
+		w.int(f.Size)
 		w.str(f.Queue)
 		w.uint(uint64(len(f.Platform)))
 		for _, p := range f.Platform {
@@ -403,14 +406,9 @@ func (rec *opRecord) unmarshal(b []byte) error {
 		rec.Invocation = r.strs("invocation")
 	}
 	if version >= recordOpV3 {
-		rec.HasIdentity = true
-		rec.Metadata = r.bytes("metadata")
-		rec.Instance = r.str("instance")
-		rec.Function = r.int32("digest function")
-		rec.Hash = r.str("hash")
-		rec.Size = r.int("size")
 		if r.bool("finished") {
-			f := &finishedTask{Queue: r.str("queue"), Platform: r.properties(), QueuedAt: r.time("queued_at"), Priority: r.int32("priority")}
+			f := &finishedTask{Instance: r.str("instance"), Function: r.int32("digest function"), Hash: r.str("hash"), Size: r.int("size"),
+				Queue: r.str("queue"), Platform: r.properties(), QueuedAt: r.time("queued_at"), Priority: r.int32("priority")}
 			a := r.uint("attempts")
 			if a > 1<<31 {
 				r.fail("attempts")

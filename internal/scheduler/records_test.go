@@ -24,8 +24,7 @@ func sampleRecords() (taskRecord, taskStateRecord, opRecord) {
 		taskStateRecord{Priority: -3, Seq: -7, Attempts: 2, Invocation: []string{"u", "inv"}, Lease: "l1", Worker: "w1",
 			Retries: []Retry{{At: at, Worker: "w0", Kind: RetryWorkerLost, Reason: "gone"}}, LastWorker: "w1"},
 		opRecord{Task: "t1", Done: true, Response: []byte{9, 9}, DoneAt: at.Add(time.Second), Accepted: at.Add(-time.Second), Invocation: []string{"u", "inv", "x"},
-			Metadata: []byte{1, 2, 3}, HasIdentity: true, Instance: "team-z", Function: 1, Hash: "abc", Size: 142,
-			Finished: &finishedTask{Queue: "q", Platform: platform.Properties{{Name: "OSFamily", Value: "linux"}}, QueuedAt: at, Priority: -2, Attempts: 3,
+			Finished: &finishedTask{Instance: "team-z", Function: 1, Hash: "abc", Size: 142, Queue: "q", Platform: platform.Properties{{Name: "OSFamily", Value: "linux"}}, QueuedAt: at, Priority: -2, Attempts: 3,
 				Worker: "w9", Invocation: []string{"u"}, Retries: []Retry{{At: at, Worker: "w8", Kind: RetryPreempted, Reason: "quota"}, {Worker: "w9", Kind: RetrySuspended}}}}
 }
 
@@ -39,7 +38,7 @@ func legacy(rec any) any {
 		return &c
 	case *opRecord:
 		c := *r
-		c.Metadata, c.HasIdentity, c.Instance, c.Function, c.Hash, c.Size, c.Finished = nil, false, "", 0, "", 0, nil
+		c.Finished = nil
 		return &c
 	}
 	return rec

@@ -210,6 +210,8 @@ type Operation struct {
 	// meta is the submitter's RequestMetadata (tool, invocation ids,
 	// mnemonic, target), nil without one; stored with the operation.
 	meta *repb.RequestMetadata
+	// stored: the operation's metadata record is in the store.
+	stored bool
 
 	watchers  int
 	goneSince time.Time
