@@ -137,3 +137,18 @@ func TestHTTPPortOptOutWarns(t *testing.T) {
 		t.Errorf("want one warning %q naming the port and the buttons, got %v in:\n%s", openHTTPWarning, lines, f.log.String())
 	}
 }
+
+// TestHTTPRequireTokenNeedsRestart: a reload cannot open (or close) the
+// HTTP port: it is refused, naming the key, and the port stays closed.
+func TestHTTPRequireTokenNeedsRestart(t *testing.T) {
+	f := startAuthStatusFarm(t)
+	cfg := f.srv.config()
+	open := false
+	cfg.Auth.HTTPRequireToken = &open
+	if err := f.srv.Reload(cfg); err == nil || !strings.Contains(err.Error(), "auth.http_require_token: changing whether the HTTP port requires credentials needs a restart") {
+		t.Errorf("reload opting the HTTP port out: %v, want a refusal", err)
+	}
+	if code, _, _ := f.do(t, "", "/metrics", nil); code != http.StatusUnauthorized {
+		t.Errorf("/metrics without credentials after the refused reload: %d, want 401", code)
+	}
+}
