@@ -23,18 +23,19 @@ import (
 //
 // The port is secured as `gantry serve` secures its own, from the same
 // sections of the worker's --config: TLS with tls.cert_file and key_file
-// (client certificates per tls.client_ca_file), and with
-// auth.http_require_token every path but /healthz needs an identity with
-// the status permission (auth.tokens_file, auth.jwt, client certificates,
-// auth.policy). A token requirement without TLS is refused unless addr is
-// loopback: the token would cross the network in plain text.
+// (client certificates per tls.client_ca_file), and with auth.enabled
+// every path but /healthz needs an identity with the status permission
+// (auth.tokens_file, auth.jwt, client certificates, auth.policy) unless
+// auth.http_require_token: false opts out, which is logged as a warning.
+// A token requirement without TLS is refused unless addr is loopback: the
+// token would cross the network in plain text.
 func serveWorkerHTTP(addr string, cfg config.Config, w *worker.Worker, log *slog.Logger) (bound string, stop func(), err error) {
 	sec, err := server.NewHTTPPortSecurity(cfg)
 	if err != nil {
 		return "", nil, fmt.Errorf("worker HTTP port: %w", err)
 	}
 	if sec.RequireToken() && !sec.TLS() && !isLoopbackAddr(addr) {
-		return "", nil, fmt.Errorf("worker HTTP port: auth.http_require_token on %s without TLS would let tokens cross the network in plain text; set tls.cert_file and tls.key_file in --config, or give --http-listen a loopback address", addr)
+		return "", nil, fmt.Errorf("worker HTTP port: with auth.enabled it requires a token, which would cross the network in plain text on %s without TLS; set tls.cert_file and tls.key_file in --config, give --http-listen a loopback address, or (not recommended) leave the port open to anyone who reaches it with auth.http_require_token: false", addr)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -59,8 +60,11 @@ func serveWorkerHTTP(addr string, cfg config.Config, w *worker.Worker, log *slog
 		}
 	}()
 	log.Info("worker metrics", "http", lis.Addr().String(), "tls", sec.TLS(), "require_token", sec.RequireToken())
-	if !sec.RequireToken() && !isLoopbackAddr(addr) {
-		log.Warn("the worker's HTTP port is open to anyone who can reach it (/metrics); keep --http-listen on loopback or a management network, or set auth.http_require_token", "http", lis.Addr().String())
+	switch {
+	case sec.OptedOut():
+		log.Warn("auth is enabled but auth.http_require_token: false leaves the worker's HTTP port open to anyone who reaches it (/metrics); remove the key to require credentials there", "http", lis.Addr().String())
+	case !sec.RequireToken() && !isLoopbackAddr(addr):
+		log.Warn("the worker's HTTP port is open to anyone who can reach it (/metrics); keep --http-listen on loopback or a management network, or turn auth.enabled on in --config", "http", lis.Addr().String())
 	}
 	return lis.Addr().String(), func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -38,7 +38,9 @@ func newIdleWorker(t *testing.T) *worker.Worker {
 }
 
 // securedConfig is a config whose tls and auth sections secure an HTTP
-// port: identity "scraper" holds status, "builder" only execute.
+// port: identity "scraper" holds status, "builder" only execute. It says
+// nothing about auth.http_require_token: auth.enabled alone requires a
+// token.
 func securedConfig(t *testing.T) (cfg config.Config, ca *authtest.CA, scraperToken, builderToken string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -53,7 +55,6 @@ func securedConfig(t *testing.T) (cfg config.Config, ca *authtest.CA, scraperTok
 	cfg.TLS = config.TLSConfig{CertFile: cert, KeyFile: key}
 	cfg.Auth.Enabled = true
 	cfg.Auth.TokensFile = tokens
-	cfg.Auth.HTTPRequireToken = true
 	cfg.Auth.Policy = []config.PolicyRule{
 		{Identities: []string{"scraper"}, Instances: []string{"*"}, Permissions: []string{"status"}},
 		{Identities: []string{"builder"}, Instances: []string{"*"}, Permissions: []string{"execute"}},
@@ -129,8 +130,8 @@ func TestStandaloneWorkerHTTPTokenWithoutTLS(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	w := newIdleWorker(t)
 	for _, bad := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
-		if _, _, err := serveWorkerHTTP(bad, cfg, w, log); err == nil || !strings.Contains(err.Error(), "plain text") || !strings.Contains(err.Error(), "tls.cert_file") {
-			t.Errorf("token without TLS on %s: err %v, want a refusal naming tls.cert_file", bad, err)
+		if _, _, err := serveWorkerHTTP(bad, cfg, w, log); err == nil || !strings.Contains(err.Error(), "plain text") || !strings.Contains(err.Error(), "tls.cert_file") || !strings.Contains(err.Error(), "auth.http_require_token: false") {
+			t.Errorf("token without TLS on %s: err %v, want a refusal naming tls.cert_file and the opt-out", bad, err)
 		}
 	}
 	addr, stop, err := serveWorkerHTTP("127.0.0.1:0", cfg, w, log)
@@ -166,7 +167,7 @@ func TestWorkerCommandSecuresHTTPPortFromConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfgPath := filepath.Join(dir, "worker.yaml")
-	yaml := "auth:\n  enabled: true\n  tokens_file: " + tokens + "\n  http_require_token: true\n  policy:\n    - identities: [scraper]\n      instances: [\"*\"]\n      permissions: [status]\n"
+	yaml := "auth:\n  enabled: true\n  tokens_file: " + tokens + "\n  policy:\n    - identities: [scraper]\n      instances: [\"*\"]\n      permissions: [status]\n"
 	if err := os.WriteFile(cfgPath, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -184,5 +185,32 @@ func TestWorkerCommandSecuresHTTPPortFromConfig(t *testing.T) {
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("the worker started with a token requirement on a plain-text public port")
+	}
+}
+
+// With auth on, auth.http_require_token: false opts the worker's port out
+// explicitly: /metrics is open, and the worker says so in a warning.
+func TestStandaloneWorkerHTTPOptOutWarns(t *testing.T) {
+	cfg, _, _, _ := securedConfig(t)
+	cfg.TLS = config.TLSConfig{}
+	open := false
+	cfg.Auth.HTTPRequireToken = &open
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	addr, stop, err := serveWorkerHTTP("127.0.0.1:0", cfg, newIdleWorker(t), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/metrics without a token, opted out: %d, want 200", resp.StatusCode)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "auth.http_require_token: false leaves the worker's HTTP port open") {
+		t.Errorf("no warning about the opt-out in the log:\n%s", logs.String())
 	}
 }

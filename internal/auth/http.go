@@ -54,6 +54,25 @@ func (a *Authorizer) HTTPSessionHandler(need Perm, sessions *Sessions, loginPath
 	})
 }
 
+// HTTPRequire requires the caller that an enclosing HTTPHandler or
+// HTTPSessionHandler authenticated (the identity in the request's
+// context) to also hold need on every instance: for paths that need more
+// than the rest of the port. A request without an identity is refused.
+func (a *Authorizer) HTTPRequire(need Perm, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := FromContext(r.Context())
+		if id == nil {
+			http.Error(w, "this page requires authentication, and this server did not check it; report this as a bug", http.StatusForbidden)
+			return
+		}
+		if !a.settings().Policy.Allowed(id, need, "", true) {
+			http.Error(w, status.Convert(denied(id, need, "", r.Method+" "+r.URL.Path, "every instance (a rule with instances: [\"*\"])")).Message(), http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // browserNavigation reports whether r is a browser opening a page: a GET
 // or HEAD that accepts HTML. Scripts (curl, Prometheus) get the 401.
 func browserNavigation(r *http.Request) bool {

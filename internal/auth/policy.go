@@ -16,9 +16,9 @@ const (
 	PermCASWrite                  // upload blobs (BatchUpdateBlobs, ByteStream Write)
 	PermACWrite                   // UpdateActionResult
 	PermExecute                   // Execute, WaitExecution, the operations of one's instance
-	PermAdmin                     // every method of the gantry.admin.v1.Admin service, ListOperations
+	PermAdmin                     // every method of the gantry.admin.v1.Admin service, ListOperations; the HTTP port's buttons and /debug/pprof/
 	PermWorker                    // the gantry.worker.v1.Workers service (register, poll, complete)
-	PermStatus                    // the HTTP port (status pages, /metrics, pprof) when it requires a token
+	PermStatus                    // the HTTP port (status pages, /metrics) when it requires a token
 
 	PermAssetFetch // Remote Asset Fetch (the server downloads URLs into the CAS)
 	PermAssetPush  // Remote Asset Push (record where content came from)

@@ -52,13 +52,28 @@ type AuthConfig struct {
 	// caller, in order: cn, dns, uri, email.
 	CertificateNames []string `yaml:"certificate_names"`
 	// HTTPRequireToken makes the HTTP port (status, /metrics, pprof)
-	// require the status permission; /healthz stays open.
-	HTTPRequireToken bool `yaml:"http_require_token"`
+	// require the status permission; /healthz stays open. Unset (nil)
+	// means on whenever auth is enabled: a setup that turns
+	// authentication on does not leave its admin buttons open unless it
+	// says false (HTTPTokenRequired, HTTPOptedOut).
+	HTTPRequireToken *bool `yaml:"http_require_token"`
 	// HTTPSessionTTL is how long a browser session of the HTTP port's
 	// login form lasts (a JWT's own expiry ends it sooner).
 	HTTPSessionTTL Duration `yaml:"http_session_ttl"`
 	// Policy grants permissions on instance-name patterns to identities.
 	Policy []PolicyRule `yaml:"policy"`
+}
+
+// HTTPTokenRequired reports whether the HTTP ports require credentials:
+// auth is on and http_require_token is not set to false.
+func (a AuthConfig) HTTPTokenRequired() bool {
+	return a.Enabled && (a.HTTPRequireToken == nil || *a.HTTPRequireToken)
+}
+
+// HTTPOptedOut reports whether auth is on but http_require_token: false
+// leaves the HTTP ports open to anyone who reaches them.
+func (a AuthConfig) HTTPOptedOut() bool {
+	return a.Enabled && a.HTTPRequireToken != nil && !*a.HTTPRequireToken
 }
 
 // JWTConfig configures JWT verification.
@@ -118,7 +133,7 @@ func (c *Config) validateSecurity(bad func(path, format string, args ...any)) {
 		}
 	}
 	if !a.Enabled {
-		if a.TokensFile != "" || a.JWT.Enabled() || len(a.Policy) > 0 || a.HTTPRequireToken {
+		if a.TokensFile != "" || a.JWT.Enabled() || len(a.Policy) > 0 || (a.HTTPRequireToken != nil && *a.HTTPRequireToken) {
 			bad("auth.enabled", "auth settings are given but auth is off; set auth.enabled: true (or remove them)")
 		}
 		return
@@ -144,8 +159,8 @@ func (c *Config) validateSecurity(bad func(path, format string, args ...any)) {
 	if !t.Enabled() && (a.TokensFile != "" || a.JWT.Enabled()) && !isLoopback(c.Listen) {
 		bad("tls", "bearer tokens would cross the network in plain text on %s; configure tls.cert_file and tls.key_file (or listen on loopback)", c.Listen)
 	}
-	if !t.Enabled() && a.HTTPRequireToken && (a.TokensFile != "" || a.JWT.Enabled()) && c.HTTPListen != "" && !isLoopback(c.HTTPListen) {
-		bad("auth.http_require_token", "bearer tokens for the HTTP port would cross the network in plain text on http_listen %s; configure tls.cert_file and tls.key_file (or keep http_listen on loopback)", c.HTTPListen)
+	if !t.Enabled() && a.HTTPTokenRequired() && (a.TokensFile != "" || a.JWT.Enabled()) && c.HTTPListen != "" && !isLoopback(c.HTTPListen) {
+		bad("auth.http_require_token", "with auth.enabled the HTTP port requires a token, and bearer tokens would cross the network in plain text on http_listen %s; configure tls.cert_file and tls.key_file, keep http_listen on loopback, or (not recommended) leave the HTTP port open to anyone who reaches it with auth.http_require_token: false", c.HTTPListen)
 	}
 }
 

@@ -6,6 +6,37 @@ import (
 	"time"
 )
 
+// TestHTTPRequireTokenDefault: with auth.enabled and nothing said about
+// it, the HTTP port requires credentials, and a plain loopback setup
+// still starts; false is the explicit opt-out; an old true still works.
+func TestHTTPRequireTokenDefault(t *testing.T) {
+	const auth = "auth:\n  enabled: true\n  tokens_file: t\n  policy: [{identities: [a], instances: ['*'], permissions: [status]}]\n"
+	for _, c := range []struct {
+		yaml               string
+		required, optedOut bool
+	}{
+		{"", false, false},
+		{auth, true, false},
+		{auth + "  http_require_token: true\n", true, false},
+		{auth + "  http_require_token: false\n", false, true},
+		{auth + "  http_require_token:\n", true, false},
+		{"http_listen: 0.0.0.0:9090\n" + auth + "  http_require_token: false\n", false, true},
+		{"auth: {http_require_token: false}", false, false},
+	} {
+		cfg := Default()
+		if err := Parse([]byte(c.yaml), &cfg); err != nil {
+			t.Errorf("%q: %v", c.yaml, err)
+			continue
+		}
+		if got := cfg.Auth.HTTPTokenRequired(); got != c.required {
+			t.Errorf("%q: HTTPTokenRequired %v, want %v", c.yaml, got, c.required)
+		}
+		if got := cfg.Auth.HTTPOptedOut(); got != c.optedOut {
+			t.Errorf("%q: HTTPOptedOut %v, want %v", c.yaml, got, c.optedOut)
+		}
+	}
+}
+
 func TestSecurityConfig(t *testing.T) {
 	good := `
 listen: 127.0.0.1:8980
@@ -51,6 +82,10 @@ auth:
 		{"auth: {enabled: true, tokens_file: t, certificate_names: [ou]}", `auth.certificate_names[0]: "ou" is not a certificate field`},
 		{"listen: 0.0.0.0:8980\nauth: {enabled: true, tokens_file: t, policy: [{identities: [a], instances: ['*'], permissions: [read]}]}", "plain text on 0.0.0.0:8980"},
 		{"http_listen: 0.0.0.0:9090\nauth: {enabled: true, http_require_token: true, tokens_file: t, policy: [{identities: [a], instances: ['*'], permissions: [read]}]}", "plain text on http_listen 0.0.0.0:9090"},
+		// Said nothing: the HTTP port requires a token all the same, and
+		// the error names both ways out.
+		{"http_listen: 0.0.0.0:9090\nauth: {enabled: true, tokens_file: t, policy: [{identities: [a], instances: ['*'], permissions: [read]}]}", "configure tls.cert_file and tls.key_file, keep http_listen on loopback, or (not recommended) leave the HTTP port open to anyone who reaches it with auth.http_require_token: false"},
+		{"auth: {http_require_token: true}", "auth.enabled: auth settings are given but auth is off"},
 		{"auth: {enabled: true, tokens_file: t, jwt: {hs256_secret_file: s, subject_claim: ''}}", "auth.jwt.subject_claim: must name a claim"},
 		{"auth: {enabled: true, tokens_file: t, http_session_ttl: 500ms, policy: [{identities: [a], instances: ['*'], permissions: [status]}]}", "auth.http_session_ttl: 500ms is too short"},
 		{"auth: {enabled: true, polcy: []}", "auth.polcy (line 1): unknown key"},

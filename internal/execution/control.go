@@ -141,7 +141,7 @@ func (s *AdminService) control(ctx context.Context, what string, req *adminpb.Wo
 	if err := s.store.SaveWorkerControls(s.sched.WorkerControls()); err != nil {
 		// Undo: a control that is not stored would be lost at a restart.
 		s.sched.ControlWorker(req.WorkerId, func(x *scheduler.WorkerControl) { *x = before })
-		return fail(status.Errorf(codes.Unavailable, "storing the worker controls failed, nothing changed: %v; check the data directory and retry", err))
+		return fail(status.Errorf(codes.Unavailable, "storing the worker controls failed, nothing changed: %v; check the scheduler's data directory (or its PostgreSQL database, scheduler.store.dsn) and retry", err))
 	}
 	s.log().Info("admin control", "control", what, "worker", req.WorkerId, "by", actor(ctx), "reason", req.Reason,
 		"drain", c.Drain, "pause", c.Pause, "terminate", c.Terminate)

@@ -101,8 +101,8 @@ func startSecureCluster(t *testing.T, feMod func(*config.Config)) *secureCluster
 // the frontend's embedded worker; a caller cannot pose as another
 // through the forwarded caller header. The scheduler's port refuses
 // plain text, clients without a certificate, and non-frontends that
-// claim to forward; both HTTP ports are TLS and need the status
-// permission.
+// claim to forward; both HTTP ports are TLS and, with auth.enabled and
+// nothing else said, need the status permission (the profiler admin).
 func TestClusterTLSAndAuth(t *testing.T) {
 	c := startSecureCluster(t, func(cfg *config.Config) {
 		cfg.Worker.Enabled = true
@@ -264,6 +264,16 @@ func TestClusterTLSAndAuth(t *testing.T) {
 		}
 		if code, body := c.httpsGet(n.addr, "/metrics", "p-status", n.cert...); code != 200 || !strings.Contains(body, "gantry_grpc_requests_total") {
 			t.Errorf("%s /metrics as p-status: %d %.100s", n.name, code, body)
+		}
+		// auth.enabled alone closes the rest of the port too, and the
+		// profiler needs admin besides status.
+		for _, path := range []string{"/status", "/debug/pprof/", "/debug/pprof/goroutine?debug=2", "/debug/pprof/profile?seconds=1", "/debug/pprof/trace?seconds=1"} {
+			if code, body := c.httpsGet(n.addr, path, "", n.cert...); code != n.anonymous {
+				t.Errorf("%s %s without a token: %d, want %d: %.200s", n.name, path, code, n.anonymous, body)
+			}
+		}
+		if code, body := c.httpsGet(n.addr, "/debug/pprof/goroutine?debug=2", "p-status", n.cert...); code != http.StatusForbidden || !strings.Contains(body, "token:p-status lacks permission admin") {
+			t.Errorf("%s /debug/pprof/ as p-status: %d, want 403 for lacking admin: %.200s", n.name, code, body)
 		}
 		if n.cert != nil {
 			if _, err := c.httpsClientErr(n.addr); err == nil || !strings.Contains(err.Error(), "certificate required") {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/gantry-build/gantry/internal/scheduler"
+	"github.com/gantry-build/gantry/internal/statestore"
 )
 
 // controlsFile keeps the operators' worker controls (drain, pause) by
@@ -63,4 +65,41 @@ func (f controlsFile) save(cs map[string]scheduler.WorkerControl) error {
 		d.Close()
 	}
 	return nil
+}
+
+// Scheduler nodes (role scheduler) keep the worker controls in the shared
+// state store instead (one record, the whole set, replaced atomically),
+// so that the next leader finds the workers drained and paused as the
+// last one left them.
+const (
+	kindWorkerControls = "worker-controls"
+	keyWorkerControls  = "all"
+)
+
+type controlState struct{ store statestore.Store }
+
+// load returns the stored controls (none when none were ever stored).
+func (c controlState) load(ctx context.Context) (map[string]scheduler.WorkerControl, error) {
+	var cs map[string]scheduler.WorkerControl
+	err := c.store.Load(ctx, kindWorkerControls, func(key string, value []byte) error {
+		if key != keyWorkerControls {
+			return nil
+		}
+		if err := json.Unmarshal(value, &cs); err != nil {
+			return fmt.Errorf("the stored worker controls are damaged (%v); drain or pause the workers again with gantry workers drain or pause", err)
+		}
+		return nil
+	})
+	return cs, err
+}
+
+// save replaces the stored controls (AdminService's SaveWorkerControls).
+func (c controlState) save(cs map[string]scheduler.WorkerControl) error {
+	data, err := json.Marshal(cs)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), quotaSaveTimeout)
+	defer cancel()
+	return c.store.Apply(ctx, []statestore.Mutation{{Kind: kindWorkerControls, Key: keyWorkerControls, Value: data}})
 }

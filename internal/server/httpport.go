@@ -13,7 +13,8 @@ import (
 // Listener adds TLS when tls.cert_file and key_file are set (with client
 // certificates per tls.client_ca_file and client_auth); Handler requires
 // a token, JWT or client certificate of an identity with the status
-// permission when auth.http_require_token is set, /healthz staying open.
+// permission when auth is on (unless auth.http_require_token: false),
+// /healthz staying open.
 type HTTPPortSecurity struct {
 	sec *security
 }
@@ -44,3 +45,7 @@ func (h *HTTPPortSecurity) TLS() bool { return h.sec.tls != nil }
 // RequireToken reports whether every path but /healthz needs the status
 // permission.
 func (h *HTTPPortSecurity) RequireToken() bool { return h.sec.authz != nil && h.sec.httpAuth }
+
+// OptedOut reports whether auth is on but auth.http_require_token: false
+// leaves the port open to anyone: the caller logs it as a warning.
+func (h *HTTPPortSecurity) OptedOut() bool { return h.sec.httpOpen }

@@ -13,9 +13,11 @@ import (
 // newHTTPServer builds the HTTP port of every role: /metrics (reg),
 // /healthz (ok, then what health says, if anything), /debug/pprof/, and
 // the status pages when pages is not nil (roles that run a scheduler),
-// with TLS (on the listener, httpListener) and auth.http_require_token
-// applied, and then the browser login (/login, /logout).
-func newHTTPServer(reg *prometheus.Registry, health func() string, pages func() *statusPages, sec *security, log *slog.Logger) *http.Server {
+// with TLS (on the listener, httpListener) and, with auth on, the
+// credentials check applied (unless auth.http_require_token: false, which
+// is logged as a warning), and then the browser login (/login, /logout).
+// The profiler needs admin, the rest status.
+func newHTTPServer(reg *prometheus.Registry, health func() string, pages func() *statusPages, sec *security, addr string, log *slog.Logger) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -26,10 +28,13 @@ func newHTTPServer(reg *prometheus.Registry, health func() string, pages func() 
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	handlePprof(mux)
+	handlePprof(mux, sec.adminOnly)
+	what := "/metrics, /debug/pprof/"
 	if pages != nil {
 		handleStatus(mux, pages)
+		what = "the status pages with every operation's command, environment and outputs, any blob, and the buttons that kill operations, pause, drain and terminate workers and reload the configuration; " + what
 	}
+	sec.warnOpenHTTP(log, addr, what)
 	// The HTTP server's own errors (TLS handshakes, bad requests) go to
 	// the structured log, not the standard logger.
 	return &http.Server{Handler: sec.browserHandler(mux, log.With("component", "http")), ReadHeaderTimeout: 10 * time.Second,

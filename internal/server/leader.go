@@ -131,13 +131,19 @@ func (l *leader) lead(ctx context.Context, number int64, lost <-chan struct{}) e
 	if err := restoreQuotas(stateCtx, sched, l.store, "", log); err != nil {
 		return fmt.Errorf("restoring the quotas: %w", err)
 	}
+	// Before any worker polls this leader: a worker paused or drained on
+	// the last one stays so.
+	controls := controlState{store: l.store}
+	cs, err := controls.load(stateCtx)
+	if err != nil {
+		return fmt.Errorf("restoring the worker controls: %w", err)
+	}
+	sched.RestoreWorkerControls(cs)
 	cas := newRemoteCAS(l.casConn, int64(cfg.Storage.MaxBatchSize))
 	ac := remoteAC{ac: repb.NewActionCacheClient(l.casConn)}
 	t, err := newTerm(cfg, log, sched, number, termDeps{
 		cas: cas, lookup: ac.lookup, results: ac.store,
-		// Worker controls last as long as the term: workers register
-		// again with the next leader.
-		admin:  pgAdminStore{quotas: quotaState{store: l.store}},
+		admin:  pgAdminStore{quotas: quotaState{store: l.store}, controls: controls},
 		reload: l.reload, obs: l.b.obs, policy: l.b.sec.statusPolicy(), state: l.store,
 		downloads: l.b.downloads,
 	})
@@ -171,11 +177,17 @@ func (l *leader) lead(ctx context.Context, number int64, lost <-chan struct{}) e
 	}
 }
 
-// pgAdminStore keeps the quotas in PostgreSQL, where every scheduler
-// finds them, and the worker controls in memory.
+// pgAdminStore keeps the quotas and the worker controls in PostgreSQL,
+// where every scheduler (and the next leader) finds them.
 type pgAdminStore struct {
-	execution.InMemory
-	quotas quotaState
+	quotas   quotaState
+	controls controlState
 }
 
+var _ execution.AdminStore = pgAdminStore{}
+
 func (a pgAdminStore) SaveQuotas(qs []scheduler.Quota) error { return a.quotas.save(qs) }
+
+func (a pgAdminStore) SaveWorkerControls(cs map[string]scheduler.WorkerControl) error {
+	return a.controls.save(cs)
+}

@@ -23,7 +23,8 @@ import (
 )
 
 // loginFarm is a server whose HTTP port requires the status permission
-// (auth.http_require_token) on plain-text loopback, with the browser
+// (auth.enabled says it; auth.http_require_token is left unset) on
+// plain-text loopback, with the browser
 // login. Tokens: viewer (status on every instance) and bob (no status);
 // HS256 JWTs signed with secret.
 type loginFarm struct {
@@ -54,7 +55,7 @@ func startLoginFarm(t *testing.T, sessionTTL time.Duration) *loginFarm {
 	cfg.DataDir = t.TempDir()
 	cfg.Worker.Enabled = false
 	cfg.Status.Refresh = 0
-	cfg.Auth.Enabled, cfg.Auth.TokensFile, cfg.Auth.HTTPRequireToken = true, tokensFile, true
+	cfg.Auth.Enabled, cfg.Auth.TokensFile = true, tokensFile
 	cfg.Auth.JWT.HS256SecretFile = secretFile
 	cfg.Auth.HTTPSessionTTL = config.Duration(sessionTTL)
 	cfg.Auth.Policy = []config.PolicyRule{
@@ -315,13 +316,17 @@ func TestLoginNextIsLocal(t *testing.T) {
 }
 
 // TestLoginBearerStillWorks: the Authorization header opens every page
-// as before, and a wrong one is a 401 even from a browser.
+// as before (the profiler needs admin, which viewer lacks), and a wrong
+// one is a 401 even from a browser.
 func TestLoginBearerStillWorks(t *testing.T) {
 	f := startLoginFarm(t, 12*time.Hour)
-	for _, p := range []string{"/status", "/metrics", "/debug/pprof/"} {
+	for _, p := range []string{"/status", "/metrics"} {
 		if r := f.send(t, "GET", p, nil, nil, "Authorization", "Bearer "+f.tokens["viewer"]); r.code != 200 {
 			t.Errorf("%s with the bearer token: %d %s", p, r.code, r.body)
 		}
+	}
+	if r := f.send(t, "GET", "/debug/pprof/", nil, nil, "Authorization", "Bearer "+f.tokens["viewer"]); r.code != http.StatusForbidden || !strings.Contains(r.body, "lacks permission admin") {
+		t.Errorf("/debug/pprof/ with the bearer token of a status identity: %d %s, want 403", r.code, r.body)
 	}
 	if r := f.send(t, "GET", "/status", nil, nil, "Authorization", "Bearer "+f.jwt(t, "viewer", time.Now().Add(time.Hour))); r.code != 200 || strings.Contains(r.body, `action="/logout"`) {
 		t.Errorf("/status with a bearer JWT: %d (a logout button is only for a session)\n%s", r.code, r.body)

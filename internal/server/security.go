@@ -30,7 +30,10 @@ type security struct {
 	tls      *auth.ServerTLS // nil: plain text
 	authz    *auth.Authorizer
 	internal *auth.InternalListener // the embedded worker's connection; nil when neither is on
-	httpAuth bool
+	// httpAuth: the HTTP port requires credentials (auth on, and
+	// auth.http_require_token not false); httpOpen: auth is on but the
+	// operator opted the HTTP port out.
+	httpAuth, httpOpen bool
 	// sessions are the browser sessions of the HTTP port's login form;
 	// nil unless httpAuth.
 	sessions *auth.Sessions
@@ -56,7 +59,7 @@ func newSecurity(cfg config.Config, ops auth.Operations) (*security, error) {
 			return nil, err
 		}
 		s.authz = auth.New(st, ops)
-		s.httpAuth = cfg.Auth.HTTPRequireToken
+		s.httpAuth, s.httpOpen = cfg.Auth.HTTPTokenRequired(), cfg.Auth.HTTPOptedOut()
 		if s.httpAuth {
 			s.sessions = auth.NewSessions(cfg.Auth.HTTPSessionTTL.D(), auth.MaxSessions, time.Now)
 		}
@@ -239,8 +242,8 @@ func (s *security) httpListener(l net.Listener) net.Listener {
 	return tls.NewListener(l, s.tls.Config("h2", "http/1.1"))
 }
 
-// httpHandler requires the status permission on the HTTP port when
-// auth.http_require_token is set; /healthz stays open.
+// httpHandler requires the status permission on the HTTP port when auth
+// is on (unless auth.http_require_token: false); /healthz stays open.
 func (s *security) httpHandler(h http.Handler) http.Handler {
 	if s.authz == nil || !s.httpAuth {
 		return h
@@ -260,6 +263,29 @@ func (s *security) browserHandler(mux *http.ServeMux, log *slog.Logger) http.Han
 	mux.Handle("/login", login)
 	mux.Handle("/logout", login)
 	return s.authz.HTTPSessionHandler(auth.PermStatus, s.sessions, "/login", mux, "/healthz", "/login", "/logout")
+}
+
+// adminOnly requires the admin permission (on every instance) of the
+// caller httpHandler or browserHandler authenticated, for paths that give
+// away more than the status pages (the profiler's goroutine dumps and
+// traces); open when the HTTP port knows no caller.
+func (s *security) adminOnly(h http.Handler) http.Handler {
+	if s.authz == nil || !s.httpAuth {
+		return h
+	}
+	return s.authz.HTTPRequire(auth.PermAdmin, h)
+}
+
+// openHTTPWarning is logged at start when auth is on but the HTTP port
+// is opted out of it.
+const openHTTPWarning = "auth is enabled but auth.http_require_token: false leaves the HTTP port open to anyone who reaches it; remove the key to require credentials there"
+
+// warnOpenHTTP logs openHTTPWarning when the HTTP port at addr is opted
+// out; open lists what it serves to anyone.
+func (s *security) warnOpenHTTP(log *slog.Logger, addr, open string) {
+	if s.httpOpen {
+		log.Warn(openHTTPWarning, "http", addr, "open", open)
+	}
 }
 
 // statusPolicy is what the status page checks its controls (admin) and
@@ -295,6 +321,9 @@ func (s *security) reload(cfg config.Config, log *slog.Logger) error {
 	if s.authz != nil {
 		if !cfg.Auth.Enabled {
 			return fmt.Errorf("auth.enabled: turning authentication off needs a restart")
+		}
+		if cfg.Auth.HTTPTokenRequired() != s.httpAuth {
+			return fmt.Errorf("auth.http_require_token: changing whether the HTTP port requires credentials needs a restart")
 		}
 		st, err := authSettings(cfg)
 		if err != nil {

@@ -105,7 +105,6 @@ func secureFarmConfig(t *testing.T) (*secureFarm, config.Config) {
 	cfg.Auth.Enabled = true
 	cfg.Auth.TokensFile = tokensFile
 	cfg.Auth.CertificateNames = []string{"cn", "uri"}
-	cfg.Auth.HTTPRequireToken = true
 	cfg.Auth.JWT.HS256SecretFile = f.write("hs256", string(f.hs)+"\n")
 	cfg.Auth.JWT.PublicKeyFiles = []string{
 		authtest.PublicKeyFile(t, f.dir, "rsa.pem", &rk.PublicKey),

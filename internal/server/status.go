@@ -94,10 +94,12 @@ func reloadFrom(path string, reload func(config.Config) error) func() error {
 	}
 }
 
-// handlePprof serves Go's profiler under /debug/pprof/.
-func handlePprof(mux *http.ServeMux) {
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+// handlePprof serves Go's profiler under /debug/pprof/, each path
+// wrapped in guard (the admin permission when the port authenticates: a
+// goroutine dump shows what every caller's request is doing).
+func handlePprof(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
+	mux.Handle("/debug/pprof/", guard(http.HandlerFunc(pprof.Index)))
+	mux.Handle("/debug/pprof/profile", guard(http.HandlerFunc(pprof.Profile)))
+	mux.Handle("/debug/pprof/symbol", guard(http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("/debug/pprof/trace", guard(http.HandlerFunc(pprof.Trace)))
 }

@@ -235,7 +235,8 @@ func writeFile(t *testing.T, path string) {
 }
 
 // authStatusFarm is a server whose HTTP port requires a token
-// (auth.http_require_token), on plain-text loopback, logging JSON to log.
+// (auth.enabled alone: auth.http_require_token is left unset), on
+// plain-text loopback, logging JSON to log.
 // Identities: viewer (status only), alice (status; execute, read, write
 // and admin on team-a/*), bob (execute, read, write on team-b/*) and op
 // (status, admin and cas.read on every instance).
@@ -247,7 +248,7 @@ type authStatusFarm struct {
 	tokens map[string]string // subject -> token
 }
 
-func startAuthStatusFarm(t *testing.T) *authStatusFarm {
+func startAuthStatusFarm(t *testing.T, mods ...func(*config.Config)) *authStatusFarm {
 	t.Helper()
 	f := &authStatusFarm{dir: t.TempDir(), log: &testutil.SyncBuffer{}, tokens: map[string]string{}}
 	var lines []string
@@ -266,12 +267,15 @@ func startAuthStatusFarm(t *testing.T) *authStatusFarm {
 	cfg.Scheduler.HeartbeatInterval = config.Duration(100 * time.Millisecond)
 	cfg.Scheduler.HeartbeatTimeout = config.Duration(time.Second)
 	cfg.Status.Refresh = 0
-	cfg.Auth.Enabled, cfg.Auth.TokensFile, cfg.Auth.HTTPRequireToken = true, tokensFile, true
+	cfg.Auth.Enabled, cfg.Auth.TokensFile = true, tokensFile
 	cfg.Auth.Policy = []config.PolicyRule{
 		{Identities: []string{"viewer", "alice"}, Instances: []string{"*"}, Permissions: []string{"status"}},
 		{Identities: []string{"alice"}, Instances: []string{"team-a/*"}, Permissions: []string{"read", "write", "execute", "admin"}},
 		{Identities: []string{"bob"}, Instances: []string{"team-b/*"}, Permissions: []string{"read", "write", "execute"}},
 		{Identities: []string{"op"}, Instances: []string{"*"}, Permissions: []string{"status", "admin", "cas.read"}},
+	}
+	for _, mod := range mods {
+		mod(&cfg)
 	}
 	srv, err := New(cfg, slog.New(slog.NewJSONHandler(f.log, nil)))
 	if err != nil {
@@ -300,8 +304,9 @@ func (f *authStatusFarm) conn(t *testing.T, subject string) *grpc.ClientConn {
 	return c
 }
 
-// do sends a request as subject (a form makes it a POST, as a browser
-// sends it) and returns the status, the unescaped body and the redirect.
+// do sends a request as subject ("": without credentials; a form makes
+// it a POST, as a browser sends it) and returns the status, the
+// unescaped body and the redirect.
 func (f *authStatusFarm) do(t *testing.T, subject, path string, form url.Values) (code int, body, location string) {
 	t.Helper()
 	method, rd := "GET", io.Reader(nil)
@@ -313,7 +318,9 @@ func (f *authStatusFarm) do(t *testing.T, subject, path string, form url.Values)
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("Origin", f.base)
 	}
-	req.Header.Set("Authorization", "Bearer "+f.tokens[subject])
+	if subject != "" {
+		req.Header.Set("Authorization", "Bearer "+f.tokens[subject])
+	}
 	resp, err := noRedirect.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -375,7 +382,7 @@ func logLines(t *testing.T, log string, msg string, want map[string]string) []ma
 	return out
 }
 
-// TestStatusControlsNeedAdmin: with auth.http_require_token the status
+// TestStatusControlsNeedAdmin: with auth on the status
 // permission shows the pages, but each control needs admin (on the
 // operation's instance for a kill, on every instance otherwise) and a
 // download cas.read on its instance; buttons the viewer may not use are

@@ -53,11 +53,12 @@ var pingInterval = 500 * time.Millisecond
 var ErrNotLeader = errors.New("statestore: another process holds the leadership")
 
 // OpenPostgres connects to the database at dsn (a libpq URL or key=value
-// string), creating the tables if they are missing.
+// string), creating the tables if they are missing. Its errors never quote
+// dsn's user name and password (redactDSN).
 func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, err := parseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("statestore: parsing the PostgreSQL address: %w", err)
+		return nil, err
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -41,6 +41,9 @@ worker: {enabled: false}
 auth:
   enabled: true
   tokens_file: %q
+  # waitWorkers scrapes /metrics without a token: this test is about
+  # the gRPC port, so it opts the HTTP port out of auth.
+  http_require_token: false
   policy:
     - identities: [bazel-user]
       instances: ["*"]
