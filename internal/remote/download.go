@@ -274,11 +274,11 @@ func (c *Client) writeFiles(ctx context.Context, o *outputDir, files []wantFile,
 // upToDate reports whether the local file already has f's content, and
 // then fixes its executable bit if needed.
 func (c *Client) upToDate(o *outputDir, f wantFile) bool {
-	fi, err := o.stat(f.rel)
+	fi, local, err := o.stat(f.rel)
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() != f.d.Size {
 		return false
 	}
-	d, _, _, err := c.files.digestOf(c.fn, o.local(f.rel), fi, false)
+	d, _, _, err := c.files.digestOf(c.fn, local, fi, false)
 	if err != nil || d != f.d {
 		return false
 	}

@@ -40,7 +40,17 @@ import (
 type outputDir struct {
 	base    string   // the local directory, for messages
 	outputs []string // the outputs the action asked for, relative to base
-	fds     map[string]int
+	// open holds the directories opened, by path relative to base ("" is
+	// base); a result's outputs are in one or a few, so a slice searched
+	// in order does, and small saves allocating it.
+	open  []openDir
+	small [4]openDir
+}
+
+// openDir is an open directory of an outputDir.
+type openDir struct {
+	rel string
+	fd  int
 }
 
 // maxOpenDirs bounds the directory descriptors one outputDir keeps: a
@@ -57,10 +67,28 @@ func newOutputDir(base string, outputs []string) *outputDir {
 
 // close closes the directories opened.
 func (o *outputDir) close() {
-	for _, fd := range o.fds {
-		unix.Close(fd)
+	for _, d := range o.open {
+		unix.Close(d.fd)
 	}
-	o.fds = nil
+	o.open = nil
+}
+
+// lookup returns the descriptor of the open directory rel.
+func (o *outputDir) lookup(rel string) (int, bool) {
+	for _, d := range o.open {
+		if d.rel == rel {
+			return d.fd, true
+		}
+	}
+	return -1, false
+}
+
+// keep records fd as the open directory rel.
+func (o *outputDir) keep(rel string, fd int) {
+	if o.open == nil {
+		o.open = o.small[:0]
+	}
+	o.open = append(o.open, openDir{rel, fd})
 }
 
 // local is the local path of rel, for messages.
@@ -101,7 +129,7 @@ func (o *outputDir) check(p string) error {
 // root returns the descriptor of the local directory itself, opening it
 // (and creating it if it is missing) the first time.
 func (o *outputDir) root() (int, error) {
-	if fd, ok := o.fds[""]; ok {
+	if fd, ok := o.lookup(""); ok {
 		return fd, nil
 	}
 	fd, err := unix.Open(o.base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -114,25 +142,36 @@ func (o *outputDir) root() (int, error) {
 	if err != nil {
 		return -1, outputError(o.base, &fs.PathError{Op: "open", Path: o.base, Err: err})
 	}
-	if o.fds == nil {
-		o.fds = make(map[string]int, 4)
-	}
-	o.fds[""] = fd
+	o.keep("", fd)
 	return fd, nil
 }
 
 // dir returns a descriptor of directory rel ("" for the local directory
 // itself), creating the directories on the way.
 func (o *outputDir) dir(rel string) (int, error) {
-	if fd, ok := o.fds[rel]; ok {
+	if fd, ok := o.lookup(rel); ok {
 		return fd, nil
 	}
-	if len(o.fds) >= maxOpenDirs {
-		for p, fd := range o.fds {
-			if p != "" {
-				unix.Close(fd)
-				delete(o.fds, p)
+	if len(o.open) >= maxOpenDirs {
+		kept := o.open[:0]
+		for _, d := range o.open {
+			if d.rel == "" {
+				kept = append(kept, d)
+			} else {
+				unix.Close(d.fd)
 			}
+		}
+		o.open = kept
+	}
+	if len(o.open) == 0 && rel != "" {
+		// The usual case, a result's first directory: when neither the
+		// directory's own path nor rel holds a link, the kernel resolves
+		// it whole in one call (Linux 5.6+). Anything else (a link, a
+		// directory to create, an older kernel) takes the walk below.
+		how := unix.OpenHow{Flags: openDirFlags, Resolve: unix.RESOLVE_NO_SYMLINKS}
+		if fd, err := unix.Openat2(unix.AT_FDCWD, o.local(rel), &how); err == nil {
+			o.keep(rel, fd)
+			return fd, nil
 		}
 	}
 	// Start from the deepest directory on the way already open.
@@ -143,7 +182,7 @@ func (o *outputDir) dir(rel string) (int, error) {
 			break
 		}
 		p = p[:i]
-		if f, ok := o.fds[p]; ok {
+		if f, ok := o.lookup(p); ok {
 			done, fd = p, f
 			break
 		}
@@ -167,7 +206,7 @@ func (o *outputDir) dir(rel string) (int, error) {
 		if fd, err = o.openDir(fd, done, name); err != nil {
 			return -1, err
 		}
-		o.fds[done] = fd
+		o.keep(done, fd)
 		rest = next
 	}
 	return fd, nil
@@ -334,15 +373,18 @@ func (o *outputDir) symlink(rel, target string) error {
 	return nil
 }
 
-// stat describes file rel without following a link in its place; its
-// directory is resolved as for writing (and created).
-func (o *outputDir) stat(rel string) (os.FileInfo, error) {
+// stat describes file rel without following a link in its place, and
+// returns its local path; its directory is resolved as for writing (and
+// created).
+func (o *outputDir) stat(rel string) (os.FileInfo, string, error) {
 	if _, _, err := o.parent(rel); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	// The directories on the way are real ones now, so the path leads
 	// where the descriptors do; reading through it is only a comparison.
-	return os.Lstat(o.local(rel))
+	local := o.local(rel)
+	fi, err := os.Lstat(local)
+	return fi, local, err
 }
 
 // chmod sets the mode of the regular file rel, refusing a link in its
