@@ -118,10 +118,18 @@ func TestRunNeverWritesThroughPlantedSymlinks(t *testing.T) {
 		t.Fatalf("sub -> %q (%v); want the link the result names, made as a link", got, err)
 	}
 
-	for _, out := range []string{"sub/out", "sub/made/out"} {
+	// The issue's own first step: a worker reports the link an action
+	// made (as a link, not followed), and the client makes it.
+	code, _, stderr = gantryRun(t, work, "--server", addr, "--output", "made", "--", "sh", "-c", "ln -s ../../../victim made")
+	if got, err := os.Readlink(filepath.Join(work, "made")); code != 0 || err != nil || got != "../../../victim" {
+		t.Fatalf("the executed link: exit %d (%s), made -> %q (%v)", code, stderr, got, err)
+	}
+
+	for _, out := range []string{"sub/out", "sub/new/out", "made/out"} {
 		code, _, stderr = gantryRun(t, work, "--server", addr, "--output", out, "--",
 			"sh", "-c", "mkdir -p $(dirname "+out+") && echo PWNED > "+out)
-		if code != exitOwnFailure || !strings.Contains(stderr, filepath.Join(work, "sub")+" is a symbolic link (to ../../../victim)") {
+		link := filepath.Join(work, strings.Split(out, "/")[0])
+		if code != exitOwnFailure || !strings.Contains(stderr, link+" is a symbolic link (to ../../../victim)") {
 			t.Errorf("--output %s: exit %d, stderr %q; want %d and an error naming the link", out, code, stderr, exitOwnFailure)
 		}
 		emptyDir(t, victim)
