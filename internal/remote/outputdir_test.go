@@ -15,7 +15,7 @@ import (
 	"github.com/gantry-build/gantry/internal/digest"
 )
 
-// blobsOf stores data in the CAS of c and returns its digest.
+// blobOf stores data in the CAS of c and returns its digest.
 func blobOf(t *testing.T, c *Client, data []byte) *repb.Digest {
 	t.Helper()
 	d := digest.Compute(c.fn, data)
