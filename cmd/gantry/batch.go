@@ -284,7 +284,7 @@ func (b *batchSteps) scan(ctx context.Context, t *batch.Task) batch.Result {
 		if _, made := b.dirs.Load(dir); made {
 			continue
 		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := makeOutputDir(t.Job.Dir, absIn(t.Job.Dir, o)); err != nil {
 			return batch.Result{Err: fmt.Errorf("making the directory of output %s: %w", o, err)}
 		}
 		b.dirs.Store(dir, true)
@@ -496,6 +496,22 @@ func commandSpec(j *batch.Job) (remote.Spec, error) {
 	spec.Platform = append([]string(nil), j.Platform...)
 	spec.Timeout, spec.NoCache = j.Timeout, j.NoCache
 	return spec, nil
+}
+
+// makeOutputDir creates the directory of output out (absolute) of a job
+// in directory dir. Below dir, where a result may have left symbolic
+// links, it never goes through one: a link in the way is left for the
+// download to report (or, for a local compile, the compiler to follow as
+// it would without gantry).
+func makeOutputDir(dir, out string) error {
+	rel, err := filepath.Rel(dir, out)
+	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+		return os.MkdirAll(filepath.Dir(out), 0o755) // not a remote output
+	}
+	if err := remote.MakeOutputParents(dir, filepath.ToSlash(rel)); err != nil && !errors.Is(err, remote.ErrLinkInTheWay) {
+		return err
+	}
+	return nil
 }
 
 // absIn is path p of a job in directory dir, made absolute.

@@ -205,7 +205,16 @@ func (c *Compile) WriteDepFile() error {
 	if !filepath.IsAbs(name) {
 		name = filepath.Join(c.Cwd, name)
 	}
-	if err := writeFileAtomic(name, data); err != nil {
+	name = filepath.Clean(name)
+	var err error
+	if under(name, c.Cwd) && name != c.Cwd {
+		// Where outputs go, and a result may have left symbolic links:
+		// never through one, as the object file.
+		err = remote.WriteOutputFile(c.Cwd, slashRel(c.Cwd, name), data)
+	} else {
+		err = writeFileAtomic(name, data)
+	}
+	if err != nil {
 		return fmt.Errorf("cc: writing the dependency file: %w", err)
 	}
 	return nil

@@ -17,6 +17,8 @@ import (
 	"io/fs"
 	"os"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // pathError wraps a system call's error as the os package would, so that
@@ -156,11 +158,20 @@ func (f *File) Write(p []byte) (int, error) {
 // The mode is exact whatever the process's umask (read once: a program
 // that changes its umask must not use WriteAtomic). On failure tmp is
 // removed and path is untouched.
-func WriteAtomic(path, tmp string, perm os.FileMode, fill func(io.Writer) error) (err error) {
+func WriteAtomic(path, tmp string, perm os.FileMode, fill func(io.Writer) error) error {
+	return WriteAtomicAt(unix.AT_FDCWD, path, tmp, perm, fill)
+}
+
+// WriteAtomicAt is WriteAtomic with name and tmp relative to the open
+// directory dir (unix.AT_FDCWD for the current directory). tmp is created
+// with O_EXCL and O_NOFOLLOW, so it never lands behind a symbolic link,
+// and the rename replaces whatever entry name is (a symbolic link
+// included) rather than writing through it.
+func WriteAtomicAt(dir int, name, tmp string, perm os.FileMode, fill func(io.Writer) error) (err error) {
 	var fd int
 	for {
-		fd, err = syscall.Open(tmp, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, uint32(perm.Perm()))
-		if err != syscall.EINTR {
+		fd, err = unix.Openat(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm.Perm()))
+		if err != unix.EINTR {
 			break
 		}
 	}
@@ -171,9 +182,9 @@ func WriteAtomic(path, tmp string, perm os.FileMode, fill func(io.Writer) error)
 	defer func() {
 		if err != nil {
 			if !closed {
-				syscall.Close(fd)
+				unix.Close(fd)
 			}
-			syscall.Unlink(tmp)
+			unix.Unlinkat(dir, tmp, 0)
 		}
 	}()
 	f := &File{fd: fd, path: tmp}
@@ -181,16 +192,16 @@ func WriteAtomic(path, tmp string, perm os.FileMode, fill func(io.Writer) error)
 		return err
 	}
 	if umask()&uint32(perm.Perm()) != 0 {
-		if err := syscall.Fchmod(fd, uint32(perm.Perm())); err != nil {
+		if err := unix.Fchmod(fd, uint32(perm.Perm())); err != nil {
 			return pathError("chmod", tmp, err)
 		}
 	}
 	closed = true
-	if err := syscall.Close(fd); err != nil {
+	if err := unix.Close(fd); err != nil {
 		return pathError("close", tmp, err)
 	}
-	if err := syscall.Rename(tmp, path); err != nil {
-		return &os.LinkError{Op: "rename", Old: tmp, New: path, Err: err}
+	if err := unix.Renameat(dir, tmp, dir, name); err != nil {
+		return &os.LinkError{Op: "rename", Old: tmp, New: name, Err: err}
 	}
 	return nil
 }

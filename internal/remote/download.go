@@ -2,21 +2,17 @@ package remote
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
-	"sync/atomic"
+	"strings"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/digest"
-	"github.com/gantry-build/gantry/internal/fileio"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -32,7 +28,7 @@ const downloadGroup = 32 << 20
 
 // wantFile is one output file to write locally.
 type wantFile struct {
-	local  string
+	rel    string // slash-separated, relative to the working directory
 	d      digest.Digest
 	exec   bool
 	inline []byte // the content if the server inlined it
@@ -46,16 +42,20 @@ type wantFile struct {
 // so a reader never sees half a file. Files in a local output directory
 // that the result does not list are left alone. It returns the exit code
 // and stdout and stderr, fetched if they were not inlined.
+//
+// The result is not trusted (it may come from a shared cache): a path
+// that is not one of the action's outputs (or below one) is refused, and
+// nothing is written through a symbolic link (see outputDir).
 func (c *Client) Download(ctx context.Context, a *Action, result *repb.ActionResult) (Output, DownloadStats, error) {
 	start := time.Now()
 	var stats DownloadStats
 	out := Output{ExitCode: int(result.ExitCode)}
-	base := a.localWorkDir()
+	o := newOutputDir(a.localWorkDir(), a.command.OutputPaths)
+	defer o.close()
 
 	var files []wantFile
 	for _, f := range result.OutputFiles {
-		local, err := outputPath(base, f.Path)
-		if err != nil {
+		if err := o.check(f.Path); err != nil {
 			return out, stats, err
 		}
 		d, err := digest.FromProto(c.fn, f.Digest)
@@ -66,17 +66,16 @@ func (c *Client) Download(ctx context.Context, a *Action, result *repb.ActionRes
 		if int64(len(inline)) != d.Size || (inline != nil && digest.Compute(c.fn, inline) != d) {
 			inline = nil // not inlined (or not wholly): fetch it
 		}
-		files = append(files, wantFile{local: local, d: d, exec: f.IsExecutable, inline: inline})
+		files = append(files, wantFile{rel: f.Path, d: d, exec: f.IsExecutable, inline: inline})
 		stats.DownloadedBytes += int64(len(inline))
 	}
 	var links []*repb.OutputSymlink
 	var dirs []string
 	for _, od := range result.OutputDirectories {
-		local, err := outputPath(base, od.Path)
-		if err != nil {
+		if err := o.check(od.Path); err != nil {
 			return out, stats, err
 		}
-		tf, tdirs, tlinks, n, err := c.tree(ctx, od, local)
+		tf, tdirs, tlinks, n, err := c.tree(ctx, od)
 		stats.DownloadedBytes += n
 		if err != nil {
 			return out, stats, err
@@ -85,26 +84,25 @@ func (c *Client) Download(ctx context.Context, a *Action, result *repb.ActionRes
 	}
 	for _, group := range [][]*repb.OutputSymlink{result.OutputSymlinks, result.OutputFileSymlinks, result.OutputDirectorySymlinks} {
 		for _, l := range group {
-			local, err := outputPath(base, l.Path)
-			if err != nil {
+			if err := o.check(l.Path); err != nil {
 				return out, stats, err
 			}
-			links = append(links, &repb.OutputSymlink{Path: local, Target: l.Target})
+			links = append(links, l)
 		}
 	}
 
 	for _, d := range dirs {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return out, stats, outputError(d, err)
+		if _, err := o.dir(d); err != nil {
+			return out, stats, err
 		}
 	}
-	n, err := c.writeFiles(ctx, files, &stats)
+	n, err := c.writeFiles(ctx, o, files, &stats)
 	stats.DownloadedBytes += n
 	if err != nil {
 		return out, stats, err
 	}
 	for _, l := range links {
-		if err := writeSymlink(l.Path, l.Target); err != nil {
+		if err := o.symlink(l.Path, l.Target); err != nil {
 			return out, stats, err
 		}
 	}
@@ -120,20 +118,11 @@ func (c *Client) Download(ctx context.Context, a *Action, result *repb.ActionRes
 	return out, stats, nil
 }
 
-// outputPath is the local path of output p (relative to base), refusing
-// paths that would leave base.
-func outputPath(base, p string) (string, error) {
-	c, err := cleanRel("output", p, false)
-	if err != nil {
-		return "", fmt.Errorf("the server returned a bad output path: %w; the server is faulty", err)
-	}
-	return filepath.Join(base, filepath.FromSlash(c)), nil
-}
-
 // tree fetches the Tree of output directory od and lists its files, its
-// directories (so empty ones are created too) and symbolic links under
-// local. It returns the bytes it fetched.
-func (c *Client) tree(ctx context.Context, od *repb.OutputDirectory, local string) ([]wantFile, []string, []*repb.OutputSymlink, int64, error) {
+// directories (so empty ones are created too) and symbolic links, by
+// their paths relative to the working directory. It returns the bytes it
+// fetched.
+func (c *Client) tree(ctx context.Context, od *repb.OutputDirectory) ([]wantFile, []string, []*repb.OutputSymlink, int64, error) {
 	td, err := digest.FromProto(c.fn, od.TreeDigest)
 	if err != nil {
 		return nil, nil, nil, 0, fmt.Errorf("output directory %s: %w; the server is faulty", od.Path, err)
@@ -157,12 +146,12 @@ func (c *Client) tree(ctx context.Context, od *repb.OutputDirectory, local strin
 	var files []wantFile
 	var dirs []string
 	var links []*repb.OutputSymlink
-	var walk func(dir *repb.Directory, local, rel string, depth int) error
-	walk = func(dir *repb.Directory, local, rel string, depth int) error {
+	var walk func(dir *repb.Directory, rel string, depth int) error
+	walk = func(dir *repb.Directory, rel string, depth int) error {
 		if depth > 1000 {
 			return fmt.Errorf("output directory %s is nested more than 1000 deep; the server is faulty", od.Path)
 		}
-		dirs = append(dirs, local)
+		dirs = append(dirs, rel)
 		for _, f := range dir.Files {
 			if err := checkName(f.Name); err != nil {
 				return fmt.Errorf("output directory %s: %s: %w", od.Path, rel, err)
@@ -171,13 +160,13 @@ func (c *Client) tree(ctx context.Context, od *repb.OutputDirectory, local strin
 			if err != nil {
 				return fmt.Errorf("output %s: %w; the server is faulty", path.Join(rel, f.Name), err)
 			}
-			files = append(files, wantFile{local: filepath.Join(local, f.Name), d: d, exec: f.IsExecutable})
+			files = append(files, wantFile{rel: rel + "/" + f.Name, d: d, exec: f.IsExecutable})
 		}
 		for _, l := range dir.Symlinks {
 			if err := checkName(l.Name); err != nil {
 				return fmt.Errorf("output directory %s: %s: %w", od.Path, rel, err)
 			}
-			links = append(links, &repb.OutputSymlink{Path: filepath.Join(local, l.Name), Target: l.Target})
+			links = append(links, &repb.OutputSymlink{Path: rel + "/" + l.Name, Target: l.Target})
 		}
 		for _, sub := range dir.Directories {
 			if err := checkName(sub.Name); err != nil {
@@ -191,13 +180,13 @@ func (c *Client) tree(ctx context.Context, od *repb.OutputDirectory, local strin
 			if !ok {
 				return fmt.Errorf("output directory %s: the Tree lacks directory %s (%s); the server is faulty", od.Path, path.Join(rel, sub.Name), d)
 			}
-			if err := walk(child, filepath.Join(local, sub.Name), path.Join(rel, sub.Name), depth+1); err != nil {
+			if err := walk(child, rel+"/"+sub.Name, depth+1); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	if err := walk(tree.Root, local, od.Path, 0); err != nil {
+	if err := walk(tree.Root, od.Path, 0); err != nil {
 		return nil, nil, nil, td.Size, err
 	}
 	return files, dirs, links, td.Size, nil
@@ -205,20 +194,20 @@ func (c *Client) tree(ctx context.Context, od *repb.OutputDirectory, local strin
 
 // checkName rejects a Directory entry name that is not one path element.
 func checkName(name string) error {
-	if name == "" || name == "." || name == ".." || filepath.Base(name) != name || path.Base(name) != name {
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') || strings.ContainsRune(name, 0) {
 		return fmt.Errorf("bad entry name %q; the server is faulty", name)
 	}
 	return nil
 }
 
-// writeFiles writes files locally, skipping those already up to date. It
+// writeFiles writes files below o, skipping those already up to date. It
 // fetches what it needs: small blobs in batches (a bounded group at a
 // time), large ones streamed into place. It returns the bytes fetched.
-func (c *Client) writeFiles(ctx context.Context, files []wantFile, stats *DownloadStats) (int64, error) {
+func (c *Client) writeFiles(ctx context.Context, o *outputDir, files []wantFile, stats *DownloadStats) (int64, error) {
 	stats.Files += len(files)
 	var todo []wantFile
 	for _, f := range files {
-		if c.upToDate(f) {
+		if c.upToDate(o, f) {
 			stats.Unchanged++
 			continue
 		}
@@ -245,7 +234,7 @@ func (c *Client) writeFiles(ctx context.Context, files []wantFile, stats *Downlo
 				seen[f.d] = true
 				fetched += f.d.Size
 			}
-			if err := writeFile(f.local, f.exec, blobs[f.d]); err != nil {
+			if err := writeFile(o, f, blobs[f.d]); err != nil {
 				return err
 			}
 			stats.Written++
@@ -256,7 +245,7 @@ func (c *Client) writeFiles(ctx context.Context, files []wantFile, stats *Downlo
 	for _, f := range todo {
 		switch {
 		case f.inline != nil || f.d.IsEmpty():
-			if err := writeFile(f.local, f.exec, f.inline); err != nil {
+			if err := writeFile(o, f, f.inline); err != nil {
 				return fetched, err
 			}
 			stats.Written++
@@ -264,7 +253,7 @@ func (c *Client) writeFiles(ctx context.Context, files []wantFile, stats *Downlo
 				stats.Inlined++
 			}
 		case f.d.Size > client.SmallBlobLimit:
-			if err := c.streamTo(ctx, f); err != nil {
+			if err := c.streamTo(ctx, o, f); err != nil {
 				return fetched, err
 			}
 			fetched += f.d.Size
@@ -284,17 +273,17 @@ func (c *Client) writeFiles(ctx context.Context, files []wantFile, stats *Downlo
 
 // upToDate reports whether the local file already has f's content, and
 // then fixes its executable bit if needed.
-func (c *Client) upToDate(f wantFile) bool {
-	fi, err := os.Lstat(f.local)
+func (c *Client) upToDate(o *outputDir, f wantFile) bool {
+	fi, local, err := o.stat(f.rel)
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() != f.d.Size {
 		return false
 	}
-	d, _, _, err := c.files.digestOf(c.fn, f.local, fi, false)
+	d, _, _, err := c.files.digestOf(c.fn, local, fi, false)
 	if err != nil || d != f.d {
 		return false
 	}
 	mode := fileMode(f.exec)
-	if fi.Mode().Perm() != mode && os.Chmod(f.local, mode) != nil {
+	if fi.Mode().Perm() != mode && o.chmod(f.rel, mode) != nil {
 		return false
 	}
 	return true
@@ -307,83 +296,27 @@ func fileMode(exec bool) os.FileMode {
 	return 0o644
 }
 
-// writeFile writes data to path atomically (a temporary file in the same
-// directory, renamed into place).
-func writeFile(path string, exec bool, data []byte) error {
-	return atomicWrite(path, exec, func(w io.Writer) error {
+// writeFile writes data to f's file atomically.
+func writeFile(o *outputDir, f wantFile, data []byte) error {
+	return o.writeFile(f.rel, f.exec, func(w io.Writer) error {
 		_, err := w.Write(data)
 		return err
 	})
 }
 
 // streamTo fetches the large blob of f straight into its file.
-func (c *Client) streamTo(ctx context.Context, f wantFile) error {
+func (c *Client) streamTo(ctx context.Context, o *outputDir, f wantFile) error {
 	r, err := c.cas.Open(ctx, f.d, 0)
 	if err != nil {
-		return fmt.Errorf("fetching output %s: %w", f.local, err)
+		return fmt.Errorf("fetching output %s: %w", o.local(f.rel), err)
 	}
 	defer r.Close()
-	return atomicWrite(f.local, f.exec, func(w io.Writer) error {
+	return o.writeFile(f.rel, f.exec, func(w io.Writer) error {
 		if _, err := io.Copy(w, r); err != nil {
-			return fmt.Errorf("fetching output %s: %w", f.local, err)
+			return fmt.Errorf("fetching output %s: %w", o.local(f.rel), err)
 		}
 		return nil
 	})
-}
-
-// atomicWrite creates path's parent directories, writes a temporary file
-// with fill and renames it to path.
-func atomicWrite(path string, exec bool, fill func(io.Writer) error) error {
-	dir := filepath.Dir(path)
-	for attempt := 0; ; attempt++ {
-		tmp := filepath.Join(dir, fmt.Sprintf(".gantry-out-%d-%d", os.Getpid(), tmpSeq.Add(1)))
-		err := fileio.WriteAtomic(path, tmp, fileMode(exec), fill)
-		switch {
-		case err == nil:
-			return nil
-		case attempt < 3 && errors.Is(err, fs.ErrExist) && isTmpCreate(err, tmp):
-			continue // left by an earlier process with this pid
-		case attempt < 3 && errors.Is(err, fs.ErrNotExist) && isTmpCreate(err, tmp):
-			// The directory is missing: make it, once per name.
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return outputError(path, err)
-			}
-			continue
-		}
-		var pe *fs.PathError
-		var le *os.LinkError
-		if errors.As(err, &pe) || errors.As(err, &le) {
-			return outputError(path, err)
-		}
-		return err // fill's own error
-	}
-}
-
-// tmpSeq numbers the temporary files of atomicWrite.
-var tmpSeq atomic.Uint64
-
-// isTmpCreate reports whether err is the failure to create tmp.
-func isTmpCreate(err error, tmp string) bool {
-	var pe *fs.PathError
-	return errors.As(err, &pe) && pe.Op == "open" && pe.Path == tmp
-}
-
-// writeSymlink makes path a symbolic link to target, replacing a file or
-// link already there.
-func writeSymlink(path, target string) error {
-	if cur, err := os.Readlink(path); err == nil && cur == target {
-		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return outputError(path, err)
-	}
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return outputError(path, err)
-	}
-	if err := os.Symlink(target, path); err != nil {
-		return outputError(path, err)
-	}
-	return nil
 }
 
 // outputError describes an output that cannot be written locally.

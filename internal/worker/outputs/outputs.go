@@ -35,6 +35,16 @@
 // symlink the action made) is refused too, so an unprivileged action cannot
 // make the worker upload files it could not read itself.
 //
+// A symlink (an output, or inside an output directory) whose relative
+// target leads out of the execution root is reported as a symlink with
+// its target as written: REAPI allows any target text, and what to do
+// with it is the client's affair (Gantry's clients make it a link and
+// never write through it). The worker never follows it: what it points
+// to is not read, hashed or uploaded, and the legacy fields' check of a
+// link's kind resolves it only inside the root (os.Root), so a link that
+// leaves the root counts as dangling. Output files are opened with
+// O_NOFOLLOW, so a file replaced by a link after it was found is refused.
+//
 // Output node properties (Command.output_node_properties) are not
 // reported.
 //
@@ -349,8 +359,10 @@ func (c *collector) find(decl, abs string, want wantKind) (*output, error) {
 		}
 		if want != wantAny {
 			// Legacy fields require the link's target to be of the
-			// declared kind; a dangling link is accepted as such.
-			if ti, err := os.Stat(abs); err == nil {
+			// declared kind; a dangling link is accepted as such, and
+			// so is one that leads out of the execution root, which is
+			// not looked at.
+			if ti, err := c.statInside(abs); err == nil {
 				if want == wantFile && !ti.Mode().IsRegular() {
 					return nil, &PreconditionError{Path: decl, Problem: fmt.Sprintf("declared as an output file, but it is a symlink to %q, which is not a regular file; declare it as an output directory or link to a file", target)}
 				}
@@ -429,6 +441,23 @@ func (c *collector) checkInside(decl, abs string) error {
 		return &PreconditionError{Path: decl, Problem: fmt.Sprintf("its directory resolves to %s, outside the execution root (through a symlink); outputs must be inside the execution root", parent)}
 	}
 	return nil
+}
+
+// statInside is os.Stat(abs) for abs below the execution root, resolved
+// only inside it (os.Root): a symbolic link, or a chain of them, that
+// leads out of the root is an error rather than followed, so an action
+// cannot make the worker look at the worker's own files.
+func (c *collector) statInside(abs string) (fs.FileInfo, error) {
+	rel, ok := strings.CutPrefix(abs, c.root+"/")
+	if !ok {
+		return nil, fmt.Errorf("outputs: %s is not below the execution root", abs)
+	}
+	r, err := os.OpenRoot(c.realRoot)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return r.Stat(rel)
 }
 
 func (c *collector) checkTarget(p, target string) error {
@@ -543,12 +572,14 @@ func hashFile(fn digest.Function, p string) (digest.Digest, error) {
 }
 
 // openForRead opens p, granting the owner read permission if the action
-// took it away.
+// took it away. A symbolic link in p's place (put there after the file
+// was found) is refused, not followed: the worker reads only what the
+// action left in the execution root.
 func openForRead(p string) (*os.File, error) {
-	f, err := os.Open(p)
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if errors.Is(err, fs.ErrPermission) {
 		if info, serr := os.Lstat(p); serr == nil && info.Mode().IsRegular() && os.Chmod(p, info.Mode().Perm()|0o400) == nil {
-			f, err = os.Open(p)
+			f, err = os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 		}
 	}
 	return f, err

@@ -550,3 +550,73 @@ func TestResolveBelowTheRoot(t *testing.T) {
 		}
 	}
 }
+
+// TestSymlinksOutOfTheRootAreReportedNotFollowed: output symlinks whose
+// relative targets lead out of the execution root (directly, inside an
+// output directory, or through a chain) are reported as symlinks with
+// their targets as written, in output_paths and in the legacy fields
+// alike; the worker neither uploads nor examines what they point to.
+func TestSymlinksOutOfTheRootAreReportedNotFollowed(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	secret := "the worker's own file"
+	layout(t, outside, map[string]string{"secret": secret, "dir/": ""})
+	rel := func(from, to string) string {
+		r, err := filepath.Rel(filepath.Join(root, from), filepath.Join(outside, to))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	layout(t, root, map[string]string{
+		"w/up_file":    "->" + rel("w", "secret"),
+		"w/up_dir":     "->" + rel("w", "dir"),
+		"w/chain":      "->up_dir",
+		"w/gen/up":     "->" + rel("w/gen", "secret"),
+		"w/gen/ok.txt": "ok",
+	})
+	cas := blobstore.NewMemory(0)
+	res, err := Collect(context.Background(), cas, fn, root, &repb.Command{WorkingDirectory: "w", OutputPaths: []string{"chain", "gen", "up_dir", "up_file"}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []*repb.OutputSymlink{{Path: "chain", Target: "up_dir"}, {Path: "up_dir", Target: rel("w", "dir")}, {Path: "up_file", Target: rel("w", "secret")}}
+	if !protoSliceEqual(res.OutputSymlinks, want) || len(res.OutputFiles) != 0 || len(res.OutputDirectories) != 1 {
+		t.Errorf("output_paths: result %v, want the links %v and gen", res, want)
+	}
+	tree := &repb.Tree{}
+	proto.Unmarshal(get(t, cas, res.OutputDirectories[0].TreeDigest), tree)
+	if len(tree.Root.Symlinks) != 1 || tree.Root.Symlinks[0].Target != rel("w/gen", "secret") || len(tree.Root.Files) != 1 {
+		t.Errorf("gen's tree %v, want ok.txt and the link up as written", tree.Root)
+	}
+
+	// The legacy fields check a link's target is of the declared kind;
+	// one that leaves the root counts as dangling, not looked at.
+	res, err = Collect(context.Background(), cas, fn, root, &repb.Command{WorkingDirectory: "w", OutputFiles: []string{"chain", "up_dir"}, OutputDirectories: []string{"up_file"}}, Options{})
+	if err != nil {
+		t.Fatalf("legacy fields: %v; want the links reported as declared", err)
+	}
+	wantFiles := []*repb.OutputSymlink{{Path: "chain", Target: "up_dir"}, {Path: "up_dir", Target: rel("w", "dir")}}
+	wantDirs := []*repb.OutputSymlink{{Path: "up_file", Target: rel("w", "secret")}}
+	if !protoSliceEqual(res.OutputFileSymlinks, wantFiles) || !protoSliceEqual(res.OutputDirectorySymlinks, wantDirs) {
+		t.Errorf("legacy fields: result %v, want file links %v and directory links %v", res, wantFiles, wantDirs)
+	}
+	if missing, _ := cas.FindMissing(context.Background(), []digest.Digest{digest.Compute(fn, []byte(secret))}); len(missing) != 1 {
+		t.Error("the file outside the root was uploaded")
+	}
+}
+
+// TestOutputFilesAreNotReadThroughALink: a file found as an output and
+// replaced by a link before it is hashed or uploaded (by a process of
+// the action still running) is refused, not read through the link.
+func TestOutputFilesAreNotReadThroughALink(t *testing.T) {
+	dir := t.TempDir()
+	layout(t, dir, map[string]string{"secret": "the worker's own file", "out": "->secret"})
+	if _, err := hashFile(fn, filepath.Join(dir, "out")); !errors.Is(err, syscall.ELOOP) {
+		t.Errorf("hashing a link: %v, want ELOOP", err)
+	}
+	cas := blobstore.NewMemory(0)
+	d := digest.Compute(fn, []byte("the worker's own file"))
+	if err := put(context.Background(), cas, d, source{path: filepath.Join(dir, "out")}); !errors.Is(err, syscall.ELOOP) {
+		t.Errorf("uploading a link: %v, want ELOOP", err)
+	}
+}
