@@ -207,6 +207,9 @@ type Operation struct {
 	// restart.
 	accepted   time.Time
 	invocation []string
+	// note is the submitter's SubmitRequest.Note, until the operation is
+	// reported (finished.go).
+	note any
 
 	watchers  int
 	goneSince time.Time
@@ -295,6 +298,9 @@ type Scheduler struct {
 	// halted is closed when Run returns: open sessions end then, and no
 	// new ones open (recovery.go).
 	halted chan struct{}
+	// rep tells the OnFinished listeners of finished operations
+	// (finished.go).
+	rep reporter
 }
 
 type seenWorker struct {
@@ -431,6 +437,10 @@ type SubmitRequest struct {
 	// operation's duration accounting); zero means now. It is stored with
 	// the operation, so it survives a restart.
 	Accepted time.Time
+	// Note is handed back, untouched, to the OnFinished listeners when
+	// the operation finishes (what the submitter knew that the scheduler
+	// does not keep). It is not stored.
+	Note any
 }
 
 // Submit creates an operation for the action. An identical cacheable
@@ -503,7 +513,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 	if accepted.IsZero() {
 		accepted = now
 	}
-	op := &Operation{Name: name, task: t, goneSince: now, accepted: accepted, invocation: req.Invocation}
+	op := &Operation{Name: name, task: t, goneSince: now, accepted: accepted, invocation: req.Invocation, note: req.Note}
 	s.unwatched.add(op)
 	t.ops = append(t.ops, op)
 	s.ops[op.Name] = op
