@@ -51,25 +51,36 @@ func (s *Scheduler) reportLocked(op *Operation) {
 	}
 }
 
+// reportBatch bounds the operations whose states are taken in one hold
+// of the lock (and kept at once) while reporting.
+const reportBatch = 128
+
 // deliverReports tells the listeners of the queued operations, a batch
 // at a time, until none is left.
 func (s *Scheduler) deliverReports() {
-	var batch []FinishedOperation
+	var taken []*Operation // taken from the queue, reported up to next
+	next := 0
+	batch := make([]FinishedOperation, 0, reportBatch)
 	for {
 		s.mu.Lock()
-		if len(s.rep.queue) == 0 {
-			s.rep.delivering = false
-			s.mu.Unlock()
-			return
+		if next == len(taken) {
+			// Swap the queue for the emptied slice: reused, not grown.
+			clear(taken)
+			taken, s.rep.queue, next = s.rep.queue, taken[:0], 0
+			if len(taken) == 0 {
+				s.rep.delivering = false
+				s.mu.Unlock()
+				return
+			}
 		}
-		for _, op := range s.rep.queue {
+		end := min(len(taken), next+reportBatch)
+		for _, op := range taken[next:end] {
 			batch = append(batch, FinishedOperation{OperationState: s.stateLocked(op), Note: op.note})
 			// The note (a command, the caller's metadata) is not kept for
 			// the operation's retention.
 			op.note = nil
 		}
-		clear(s.rep.queue)
-		s.rep.queue = s.rep.queue[:0]
+		next = end
 		listeners := s.rep.listeners
 		s.mu.Unlock()
 		for _, fo := range batch {
