@@ -168,16 +168,20 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 		// Asked while the submit was on its way.
 		_ = s.sched.Cancel(name)
 	}
-	// The scheduler reports the operation when it finishes
-	// (scheduledFinished), also if this call is gone by then.
+	// The operation is reported once: here, or by the scheduler when
+	// this call is gone (scheduledFinished).
 	final, err := s.follow(ctx, name, ad.Function, stream, true)
 	if err == nil && final.Done {
 		endExecuteSpan(span, final.Response)
 		// The client has the result; its call ends once the operation
-		// is reported (at once, or nearly).
-		select {
-		case <-note.reported:
-		case <-ctx.Done():
+		// is reported.
+		if note.claim() {
+			s.finishedOp(final, note)
+		} else {
+			select {
+			case <-note.reported:
+			case <-ctx.Done():
+			}
 		}
 	}
 	return err

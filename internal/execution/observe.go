@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -78,10 +79,14 @@ type callNote struct {
 	metadata  *repb.RequestMetadata
 	buildName string
 	command   *repb.Command
-	// reported is closed once the operation is reported: the Execute
-	// call, if still there, ends its stream only then, so that a client
-	// whose call ended finds its operation logged, counted and in the
-	// history.
+	// claimed is set by whoever reports the operation: the Execute call,
+	// when it sees the operation done first (as it mostly does: then the
+	// report costs no hand-over), else the scheduler's report.
+	claimed atomic.Bool
+	// reported is closed once the scheduler's report is done: an Execute
+	// call that lost the claim ends its stream only then, so that a
+	// client whose call ended finds its operation logged, counted and in
+	// the history.
 	reported chan struct{}
 }
 
@@ -89,14 +94,29 @@ func newCallNote(md *repb.RequestMetadata, buildName string, cmd *repb.Command) 
 	return &callNote{metadata: md, buildName: buildName, command: cmd, reported: make(chan struct{})}
 }
 
+// claim reports whether the caller is the one to report the operation.
+func (n *callNote) claim() bool { return n.claimed.CompareAndSwap(false, true) }
+
 // scheduledFinished reports an operation of the scheduler that finished
-// (scheduler.OnFinished): once, whoever watched it.
+// (scheduler.OnFinished), unless its Execute call claimed the report.
 func (s *Service) scheduledFinished(fo scheduler.FinishedOperation) {
-	f := Finished{Name: fo.Name, Instance: fo.Instance, ActionDigest: fo.ActionDigest, Queue: fo.Queue,
-		Invocation: fo.Invocation, Accepted: fo.Accepted, ResultAt: fo.DoneAt, Response: fo.Response, Retries: fo.Retries}
-	if n, ok := fo.Note.(*callNote); ok {
-		f.Metadata, f.BuildName, f.Command = n.metadata, n.buildName, n.command
+	n, _ := fo.Note.(*callNote)
+	if n != nil {
+		if !n.claim() {
+			return
+		}
 		defer close(n.reported)
+	}
+	s.finishedOp(fo.OperationState, n)
+}
+
+// finishedOp reports st, an operation of the scheduler that finished,
+// with what its Execute call knew (n; nil: unknown).
+func (s *Service) finishedOp(st scheduler.OperationState, n *callNote) {
+	f := Finished{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Queue: st.Queue,
+		Invocation: st.Invocation, Accepted: st.Accepted, ResultAt: st.DoneAt, Response: st.Response, Retries: st.Retries}
+	if n != nil {
+		f.Metadata, f.BuildName, f.Command = n.metadata, n.buildName, n.command
 	}
 	s.finished(f)
 }
