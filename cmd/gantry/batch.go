@@ -151,6 +151,10 @@ func runBatch(cmd *cobra.Command, f batchFlags, file string) error {
 	// remote operations and return. A second one exits at once.
 	ctx, cancel := context.WithCancel(cmd.Context())
 	defer cancel()
+	// The run is a build on the server's builds page, named by its
+	// command; its actions are labelled by their jobs.
+	inv := remote.NewInvocation("gantry", "batch", file)
+	ctx = inv.Context(ctx)
 	control := newJobControl(cancel, stderr)
 	defer control.close()
 
@@ -168,6 +172,7 @@ func runBatch(cmd *cobra.Command, f batchFlags, file string) error {
 	}
 	steps := &batchSteps{
 		client:   client,
+		inv:      inv,
 		flags:    f,
 		settings: settings,
 		ccOpts:   ccOptions(settings),
@@ -223,6 +228,7 @@ func ccOptions(s cc.Settings) cc.Options {
 // (and internal/cc for the compiles).
 type batchSteps struct {
 	client   *remote.Client
+	inv      remote.Invocation
 	flags    batchFlags
 	settings cc.Settings
 	ccOpts   cc.Options
@@ -391,7 +397,11 @@ func (b *batchSteps) execute(ctx context.Context, t *batch.Task) batch.Result {
 	st := state(t)
 	var mu sync.Mutex
 	op := ""
-	res, info, err := b.client.Execute(ctx, st.action, func(name string) {
+	mnemonic := "Command"
+	if t.Job.Kind == batch.Compile {
+		mnemonic = "Compile"
+	}
+	res, info, err := b.client.Execute(b.inv.ActionContext(ctx, mnemonic, t.Job.Name), st.action, func(name string) {
 		mu.Lock()
 		op = name
 		mu.Unlock()

@@ -115,6 +115,10 @@ func runCC(cmd *cobra.Command, compiler string, args []string) error {
 		return r.fallback(err)
 	}
 	r.verbosef("remote: %s", c)
+	// The compile is a build on the server's builds page, named by its
+	// command; its action is labelled by the object it makes (as batch
+	// labels a compile job).
+	ctx = remote.NewInvocation(append([]string{"gantry", "cc", compiler}, args...)...).ActionContext(ctx, "Compile", c.Output)
 	server := serverFromEnv()
 	conn, err := dialServer(server)
 	if err != nil {

@@ -87,6 +87,8 @@ func runRemote(cmd *cobra.Command, f runFlags, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The run is a build on the server's builds page, named by its command.
+	ctx = remote.NewInvocation(append([]string{"gantry", "run", "--"}, args...)...).Context(ctx)
 	conn, err := dialServer(f.server)
 	if err != nil {
 		return &exitStatus{code: exitOwnFailure, err: err}

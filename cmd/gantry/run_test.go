@@ -24,11 +24,21 @@ import (
 // until the test ends and returns its address.
 func startExecServer(t *testing.T) string {
 	t.Helper()
+	return startExecServerWith(t, nil).GRPCAddr()
+}
+
+// startExecServerWith is startExecServer with the config changed by mod
+// (nil: none), returning the server.
+func startExecServerWith(t *testing.T, mod func(*config.Config)) *server.Server {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.HTTPListen = ""
 	cfg.DataDir = t.TempDir()
 	cfg.Worker.Cores = 2
+	if mod != nil {
+		mod(&cfg)
+	}
 	srv, err := server.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +47,7 @@ func startExecServer(t *testing.T) string {
 	done := make(chan struct{})
 	go func() { srv.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return srv.GRPCAddr()
+	return srv
 }
 
 // gantryRun runs `gantry run args...` in-process in dir and returns its

@@ -55,7 +55,11 @@ func New(sched *scheduler.Scheduler, cas blobstore.Store, lookup ResultLookup, o
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{sched: sched, cas: cas, lookup: lookup, obs: obs, log: log, pending: newAnnounced(), recent: newRecentlyDone(recentMax)}
+	s := &Service{sched: sched, cas: cas, lookup: lookup, obs: obs, log: log, pending: newAnnounced(), recent: newRecentlyDone(recentMax)}
+	if sched != nil { // nil: a service built for its descriptors only
+		sched.OnFinished(s.scheduledFinished)
+	}
+	return s
 }
 
 // Register adds Execution and Operations to a gRPC server.
@@ -140,12 +144,18 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	if err != nil {
 		return err
 	}
-	sub.Name, sub.Accepted, sub.Metadata = name, accepted, requestMetadata(ctx)
-	sub.Invocation = s.invocationPath(ctx, req.InstanceName, sub.Platform)
+	sub.Name, sub.Accepted = name, accepted
+	var md *repb.RequestMetadata
+	sub.Invocation, md = s.callKeys(ctx, req.InstanceName, sub.Platform)
+	sub.Metadata = md
+	note := newCallNote(md, buildName(ctx), cmd)
+	sub.Note = note
 	if s.pending.cancelled(name) {
 		st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
 		st.Response = &repb.ExecuteResponse{Status: status.New(codes.Canceled, "operation cancelled by request").Proto()}
 		s.recent.add(st)
+		s.finished(Finished{Name: name, Instance: req.InstanceName, ActionDigest: ad, Invocation: sub.Invocation, Accepted: accepted,
+			Response: st.Response, Metadata: note.metadata, BuildName: note.buildName, Command: cmd})
 		return stream.Send(operation(name, st, ad.Function))
 	}
 	if err := s.submit(ctx, &sub); err != nil {
@@ -159,12 +169,21 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 		// Asked while the submit was on its way.
 		_ = s.sched.Cancel(name)
 	}
+	// The operation is reported once: here, or by the scheduler when
+	// this call is gone (scheduledFinished).
 	final, err := s.follow(ctx, name, ad.Function, stream, true)
 	if err == nil && final.Done {
-		s.finished(Finished{Name: name, Instance: req.InstanceName, ActionDigest: ad, Queue: final.Queue,
-			Invocation: sub.Invocation, Accepted: accepted, ResultAt: final.DoneAt, Response: final.Response,
-			Metadata: sub.Metadata, Command: cmd, Retries: final.Retries})
 		endExecuteSpan(span, final.Response)
+		// The client has the result; its call ends once the operation
+		// is reported.
+		if note.claim() {
+			s.finishedOp(final, note)
+		} else {
+			select {
+			case <-note.reported:
+			case <-ctx.Done():
+			}
+		}
 	}
 	return err
 }
@@ -184,11 +203,14 @@ func (s *Service) answerCached(ctx context.Context, stream repb.Execution_Execut
 		return nil, err
 	}
 	var inv []string // for the log line only: not worked out when it is off
+	var md *repb.RequestMetadata
 	if s.log.Enabled(ctx, slog.LevelInfo) {
-		inv = s.invocationPath(ctx, st.Instance, nil)
+		inv, md = s.callKeys(ctx, st.Instance, nil)
+	} else {
+		md = requestMetadata(ctx)
 	}
 	s.finished(Finished{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Accepted: accepted, Response: st.Response, Invocation: inv,
-		Metadata: requestMetadata(ctx)})
+		Metadata: md, BuildName: buildName(ctx)})
 	return st.Response, nil
 }
 
@@ -342,13 +364,9 @@ func (s *Service) WaitExecution(req *repb.WaitExecutionRequest, stream repb.Exec
 		}
 		return status.Errorf(codes.NotFound, "operation %q is not known (it finished long ago, or the server restarted); call Execute again", req.Name)
 	}
-	final, err := s.follow(stream.Context(), req.Name, st.ActionDigest.Function, stream, false)
-	if err == nil && final.Done {
-		// The scheduler keeps the operation's acceptance and invocation,
-		// also across a restart, so this line is as complete as Execute's.
-		s.finished(Finished{Name: req.Name, Instance: final.Instance, ActionDigest: final.ActionDigest, Queue: final.Queue,
-			Invocation: final.Invocation, Accepted: final.Accepted, ResultAt: final.DoneAt, Response: final.Response, Retries: final.Retries})
-	}
+	// The operation is reported once, when it finishes
+	// (scheduledFinished), not by each caller that watched it.
+	_, err = s.follow(stream.Context(), req.Name, st.ActionDigest.Function, stream, false)
 	return err
 }
 

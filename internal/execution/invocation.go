@@ -38,20 +38,21 @@ func (s *Service) SetInvocationKeys(ex []invocation.Extractor, userHeader string
 	s.keys.p.Store(&keyConfig{extractors: ex, userHeader: userHeader})
 }
 
-// invocationPath computes the invocation path of an Execute call.
-func (s *Service) invocationPath(ctx context.Context, instance string, props platform.Properties) []string {
+// callKeys computes the invocation path of an Execute call, and returns
+// the RequestMetadata it carries (nil: none), read once for both.
+func (s *Service) callKeys(ctx context.Context, instance string, props platform.Properties) ([]string, *repb.RequestMetadata) {
 	kc := s.keys.p.Load()
 	if kc == nil {
 		kc = defaultKeys
 	}
-	if len(kc.extractors) == 0 {
-		return nil
-	}
 	r := &invocation.Request{Instance: instance, UserHeader: kc.userHeader, Platform: props}
 	md, _ := metadata.FromIncomingContext(ctx)
 	r.FromHeaders(md)
+	if len(kc.extractors) == 0 {
+		return nil, r.Metadata
+	}
 	r.User = auth.User(ctx) // when authentication is on, not the header
-	return invocation.Keys(kc.extractors, r)
+	return invocation.Keys(kc.extractors, r), r.Metadata
 }
 
 // KeyNames returns the current invocation key extractors, as configured.
@@ -65,6 +66,12 @@ func (s *Service) KeyNames() []string {
 		out[i] = e.String()
 	}
 	return out
+}
+
+// buildName is the build name the call carries (invocation.BuildName), or "".
+func buildName(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return invocation.BuildName(md)
 }
 
 // requestMetadata is the RequestMetadata the call carries, or nil.

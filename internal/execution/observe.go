@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -13,8 +15,8 @@ import (
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
-// Finished describes an operation a caller saw finish, for logs and
-// metrics.
+// Finished describes an operation that finished, for logs, metrics and
+// the history.
 type Finished struct {
 	Name         string
 	Instance     string
@@ -22,7 +24,7 @@ type Finished struct {
 	// Queue is the provision queue it waited in ("" for a cache hit).
 	Queue string
 	// Invocation is its invocation path, one value per KeyNames entry;
-	// nil when not known (WaitExecution).
+	// nil when not known.
 	Invocation []string
 	// Accepted is when Execute took the action; zero when not known.
 	Accepted time.Time
@@ -30,11 +32,14 @@ type Finished struct {
 	// clock); zero for a cache hit.
 	ResultAt time.Time
 	Response *repb.ExecuteResponse
-	// Metadata is the RequestMetadata the Execute call carried (nil
-	// without one, or for WaitExecution); Command the action's command
-	// when Execute read it (not for a cache hit).
-	Metadata *repb.RequestMetadata
-	Command  *repb.Command
+	// Metadata is the RequestMetadata the Execute call carried, and
+	// BuildName the build name it sent (invocation.BuildNameHeader);
+	// Command the action's command when Execute read it (not for a cache
+	// hit). All three are unknown (nil, "") for an operation submitted
+	// before the server restarted.
+	Metadata  *repb.RequestMetadata
+	BuildName string
+	Command   *repb.Command
 	// Retries are the times the action was taken from a worker (lost,
 	// pre-empted, suspended), oldest first.
 	Retries []scheduler.Retry
@@ -43,8 +48,9 @@ type Finished struct {
 // Observer is told what the Execution and worker services do (the
 // metrics of a process).
 type Observer interface {
-	// Finished is called once per Execute or WaitExecution call that sees
-	// its operation finish (cache hits included).
+	// Finished is called once per operation that finishes (cache hits
+	// answered by Execute included), whether or not a caller still
+	// waits for it, however many do.
 	Finished(Finished)
 	// CacheLookup is called for Execute's own action cache lookups.
 	CacheLookup(hit bool)
@@ -64,6 +70,57 @@ func (Unobserved) CacheLookup(bool) {}
 
 // WorkerCompleted implements Observer.
 func (Unobserved) WorkerCompleted(string, *repb.ExecuteResponse) {}
+
+// callNote is what an Execute call knows of its operation that the
+// scheduler does not keep: handed back when the operation finishes
+// (scheduler.SubmitRequest.Note), so that its completion line and history
+// entry have it also when the call is gone.
+type callNote struct {
+	metadata  *repb.RequestMetadata
+	buildName string
+	command   *repb.Command
+	// claimed is set by whoever reports the operation: the Execute call,
+	// when it sees the operation done first (as it mostly does: then the
+	// report costs no hand-over), else the scheduler's report.
+	claimed atomic.Bool
+	// reported is closed once the scheduler's report is done: an Execute
+	// call that lost the claim ends its stream only then, so that a
+	// client whose call ended finds its operation logged, counted and in
+	// the history.
+	reported chan struct{}
+}
+
+func newCallNote(md *repb.RequestMetadata, buildName string, cmd *repb.Command) *callNote {
+	return &callNote{metadata: md, buildName: buildName, command: cmd, reported: make(chan struct{})}
+}
+
+// claim reports whether the caller is the one to report the operation.
+func (n *callNote) claim() bool { return n.claimed.CompareAndSwap(false, true) }
+
+// scheduledFinished reports an operation of the scheduler that finished
+// (scheduler.OnFinished), unless its Execute call claimed the report.
+func (s *Service) scheduledFinished(fo scheduler.FinishedOperation) {
+	n, _ := fo.Note.(*callNote)
+	if n != nil {
+		if !n.claim() {
+			return
+		}
+		defer close(n.reported)
+	}
+	s.finishedOp(fo.OperationState, n)
+}
+
+// finishedOp reports st, an operation of the scheduler that finished,
+// with what its Execute call knew (n; nil: unknown).
+func (s *Service) finishedOp(st scheduler.OperationState, n *callNote) {
+	f := Finished{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Queue: st.Queue,
+		Invocation: st.Invocation, Accepted: st.Accepted, ResultAt: st.DoneAt, Response: st.Response, Retries: st.Retries,
+		Metadata: st.Metadata} // stored with the operation: known after a restart too
+	if n != nil {
+		f.BuildName, f.Command = n.buildName, n.command
+	}
+	s.finished(f)
+}
 
 // finished logs the operation's completion line and tells the observer.
 func (s *Service) finished(f Finished) {
@@ -104,6 +161,9 @@ func (s *Service) finishedAttrsAt(f Finished, end time.Time) []slog.Attr {
 			inv = append(inv, slog.String(name, v))
 		}
 		attrs = append(attrs, slog.Group("invocation", inv...))
+	}
+	if t := f.Metadata.GetToolDetails(); t.GetToolName() != "" {
+		attrs = append(attrs, slog.String("tool", strings.TrimSpace(t.GetToolName()+" "+t.GetToolVersion())))
 	}
 	if w := md.GetWorker(); w != "" {
 		attrs = append(attrs, slog.String("worker", w))

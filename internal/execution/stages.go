@@ -43,7 +43,7 @@ type stageTimes struct {
 //	upload       execution completed → worker completed (a report slot,
 //	             uploading outputs)
 //	report       worker completed → End (the result on its way to the
-//	             scheduler, stored, the caller told)
+//	             scheduler, stored, reported)
 //
 // Without worker timestamps the stages are queued (to ResultAt) and report.
 // hasTotal is false when Accepted is not known: then only the worker's
@@ -138,7 +138,7 @@ type Stage struct {
 
 // Stages cuts a finished operation's life into the completion line's
 // contiguous stages (see operationStages): accepted and resultAt on the
-// server's clock (end, the moment it finished for its caller, too), md
+// server's clock (end, the moment its completion was reported, too), md
 // from the worker. hasTotal is false when accepted is zero: then only the
 // worker's stages are given.
 func Stages(accepted, resultAt, end time.Time, md *repb.ExecutedActionMetadata) (stages []Stage, total time.Duration, hasTotal bool) {

@@ -12,7 +12,10 @@ import (
 // tool_invocation_id): kept apart from the operations, so that it stays
 // whole when they fall out of the history.
 type Build struct {
-	ID          string    `json:"id"`
+	ID string `json:"id"`
+	// Name is what the client called the build (Operation.BuildName), ""
+	// when it gave none (Bazel): pages then show the ID.
+	Name        string    `json:"name,omitempty"`
 	Correlated  string    `json:"correlated,omitempty"`
 	Tool        string    `json:"tool,omitempty"`
 	ToolVersion string    `json:"tool_version,omitempty"`
@@ -52,6 +55,9 @@ var queueBounds = []time.Duration{
 func (b *Build) add(op Operation) {
 	if b.Tool == "" {
 		b.Tool, b.ToolVersion = op.Tool, op.ToolVersion
+	}
+	if b.Name == "" {
+		b.Name = op.BuildName
 	}
 	if b.Correlated == "" {
 		b.Correlated = op.Correlated

@@ -146,8 +146,8 @@ func New(ctx context.Context, store statestore.Store, opts Options, log *slog.Lo
 	return r, nil
 }
 
-// Record adds a finished operation (a second record of the same name, as
-// from a WaitExecution after the Execute, is ignored).
+// Record adds a finished operation (a second record of the same name is
+// ignored).
 func (r *Recorder) Record(op Operation) {
 	data, err := json.Marshal(op)
 	if err != nil {

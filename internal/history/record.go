@@ -30,8 +30,11 @@ type Operation struct {
 	Queue      string          `json:"queue,omitempty"`
 	Invocation []string        `json:"invocation,omitempty"`
 	// Build is the client's tool_invocation_id; Correlated its
-	// correlated_invocations_id.
+	// correlated_invocations_id. BuildName is the name the client gave
+	// the build (invocation.BuildNameHeader: Gantry's own commands send
+	// their command line).
 	Build       string `json:"build,omitempty"`
+	BuildName   string `json:"build_name,omitempty"`
 	Correlated  string `json:"correlated,omitempty"`
 	Tool        string `json:"tool,omitempty"`
 	ToolVersion string `json:"tool_version,omitempty"`
@@ -150,6 +153,9 @@ func FromFinished(f execution.Finished, now time.Time) Operation {
 		op.Build, op.Correlated = m.GetToolInvocationId(), m.GetCorrelatedInvocationsId()
 		op.Tool, op.ToolVersion = m.GetToolDetails().GetToolName(), m.GetToolDetails().GetToolVersion()
 		op.Target, op.Mnemonic = m.GetTargetId(), m.GetActionMnemonic()
+	}
+	if op.Build != "" {
+		op.BuildName = f.BuildName
 	}
 	if d := res.GetStdoutDigest(); d.GetSizeBytes() > 0 {
 		op.Stdout = d.GetHash() + "/" + itoa(d.GetSizeBytes())

@@ -212,6 +212,9 @@ type Operation struct {
 	meta *repb.RequestMetadata
 	// stored: the operation's metadata record is in the store.
 	stored bool
+	// note is the submitter's SubmitRequest.Note, until the operation is
+	// reported (finished.go).
+	note any
 
 	watchers  int
 	goneSince time.Time
@@ -303,6 +306,9 @@ type Scheduler struct {
 	// halted is closed when Run returns: open sessions end then, and no
 	// new ones open (recovery.go).
 	halted chan struct{}
+	// rep tells the OnFinished listeners of finished operations
+	// (finished.go).
+	rep reporter
 }
 
 type seenWorker struct {
@@ -443,6 +449,10 @@ type SubmitRequest struct {
 	// and stored with the operation, for its log line, history entry and
 	// status page, also after a restart. Not changed after Submit.
 	Metadata *repb.RequestMetadata
+	// Note is handed back, untouched, to the OnFinished listeners when
+	// the operation finishes (what the submitter knew that the scheduler
+	// does not keep). It is not stored.
+	Note any
 }
 
 // Submit creates an operation for the action. An identical cacheable
@@ -515,7 +525,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 	if accepted.IsZero() {
 		accepted = now
 	}
-	op := &Operation{Name: name, task: t, goneSince: now, accepted: accepted, invocation: req.Invocation, meta: req.Metadata}
+	op := &Operation{Name: name, task: t, goneSince: now, accepted: accepted, invocation: req.Invocation, meta: req.Metadata, note: req.Note}
 	s.unwatched.add(op)
 	t.ops = append(t.ops, op)
 	s.ops[op.Name] = op

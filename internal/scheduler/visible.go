@@ -5,10 +5,12 @@ package scheduler
 // result a restart would forget. Until then it shows EXECUTING, and its
 // watchers are woken when the commit that holds it is reported.
 
-// notifyDoneLocked wakes op's watchers now, or when its result is stored.
+// notifyDoneLocked wakes op's watchers, and reports it (finished.go), now
+// or when its result is stored.
 func (s *Scheduler) notifyDoneLocked(op *Operation) {
 	if s.jr == nil {
 		s.notifyOpLocked(op)
+		s.reportLocked(op)
 		return
 	}
 	op.doneSeq = s.jr.seq
@@ -42,6 +44,7 @@ func (s *Scheduler) notifyStored() {
 	n := 0
 	for n < len(j.doneWait) && j.doneWait[n].doneSeq <= stored {
 		s.notifyOpLocked(j.doneWait[n])
+		s.reportLocked(j.doneWait[n])
 		n++
 	}
 	if n > 0 {

@@ -140,6 +140,16 @@ func logLine(t *testing.T, logs, msg string) string {
 	return ""
 }
 
+// waitForLog waits until logs has a line containing want.
+func waitForLog(t *testing.T, logs *lockedBuffer, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(logs.String(), want); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line with %q in:\n%s", want, logs.String())
+		}
+	}
+}
+
 func wantInLine(t *testing.T, line string, wants ...string) {
 	t.Helper()
 	for _, w := range wants {
@@ -217,10 +227,12 @@ func TestRestartRequeuesEmbeddedWorkersLeaseAtOnce(t *testing.T) {
 	wantInLine(t, logLine(t, started, "scheduler state restored"), "operations=1", "queued=0", "running=1", "workers_to_return=1")
 	wantInLine(t, logLine(t, started, "restored leases wait for their worker"), "leases=1", name)
 	wantInLine(t, logLine(t, started, "leases lost with their worker"), "leases=1", "requeued=1", name, "registered again without them")
-	// The completion line (of the WaitExecution after the restart) has
-	// the operation's invocation keys, and its duration from the
-	// acceptance before the restart: stages that add up, none negative.
-	done := logLine(t, started, "operation finished")
+	// The completion line (logged when the operation finished, the
+	// WaitExecution after the restart aside) has the operation's
+	// invocation keys, and its duration from the acceptance before the
+	// restart: stages that add up, none negative.
+	waitForLog(t, &logs2, `msg="operation finished"`)
+	done := logLine(t, logs2.String(), "operation finished")
 	wantInLine(t, done, name, "invocation.tool_invocation_id=inv-restart")
 	stages := map[string]float64{}
 	for _, m := range regexp.MustCompile(`duration\.(\w+)_ms=(\S+)`).FindAllStringSubmatch(done, -1) {

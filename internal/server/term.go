@@ -90,8 +90,9 @@ func (t *term) close() {
 	}
 }
 
-// historyObserver records the operations the execution service sees
-// finish in the history, besides telling the process's observer.
+// historyObserver records every operation that finishes (once, whether
+// or not a caller waits for it) in the history, besides telling the
+// process's observer.
 type historyObserver struct {
 	execution.Observer
 	hist *history.Recorder

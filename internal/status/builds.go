@@ -183,15 +183,16 @@ var buildFuncs = template.FuncMap{
 func init() {
 	template.Must(templates.Funcs(buildFuncs).Parse(`
 {{define "builds"}}{{template "head" .}}
-<p>Builds: the operations sharing a client's tool_invocation_id (Bazel's --invocation_id, new for every command), newest first, kept durably (status.history). How the workers are shared between invocations right now: <a href="/status/fairness">fairness</a>.</p>
+<p>Builds: the operations sharing a client's tool_invocation_id (Bazel's --invocation_id, new for every command; each gantry run, cc and batch command, named by its command line), newest first, kept durably (status.history). How the workers are shared between invocations right now: <a href="/status/fairness">fairness</a>.</p>
 <table id="builds"><tr><th>Build</th><th>Tool</th><th>Instance</th><th>Started (UTC)</th><th>Duration</th><th>Executed</th><th>Cache hits</th><th>Failed</th><th>In progress</th><th>Queue p50</th><th>Queue p95</th><th>Output</th><th>Up</th><th>Down</th></tr>
-{{$f := .}}{{range .Builds}}<tr><td><a href="/status/build?id={{.ID}}">{{truncate .ID 40}}</a>{{with .Correlated}}<br><span class="muted">{{truncate . 40}}</span>{{end}}</td><td>{{.Tool}} {{.ToolVersion}}</td><td>{{or .Instance "(default)"}}</td><td>{{day .First}}</td><td>{{dur .Duration}}</td><td class="n">{{.Executed}}</td><td class="n">{{.CacheHits}}</td><td class="n">{{.Failed}}</td><td class="n">{{if $f.Known}}{{index $f.InProgress .ID}}{{else}}-{{end}}</td><td class="n">{{dur (.QueueQuantile 0.5)}}</td><td class="n">{{dur (.QueueQuantile 0.95)}}</td><td class="n">{{bytes .OutputBytes}}</td><td class="n">{{bytes .BytesUp}}</td><td class="n">{{bytes .BytesDown}}</td></tr>
+{{$f := .}}{{range .Builds}}<tr><td>{{if .Name}}<a href="/status/build?id={{.ID}}" title="{{.Name}}">{{truncate .Name 60}}</a><br><span class="muted">{{truncate .ID 40}}</span>{{else}}<a href="/status/build?id={{.ID}}">{{truncate .ID 40}}</a>{{end}}{{with .Correlated}}<br><span class="muted">{{truncate . 40}}</span>{{end}}</td><td>{{.Tool}} {{.ToolVersion}}</td><td>{{or .Instance "(default)"}}</td><td>{{day .First}}</td><td>{{dur .Duration}}</td><td class="n">{{.Executed}}</td><td class="n">{{.CacheHits}}</td><td class="n">{{.Failed}}</td><td class="n">{{if $f.Known}}{{index $f.InProgress .ID}}{{else}}-{{end}}</td><td class="n">{{dur (.QueueQuantile 0.5)}}</td><td class="n">{{dur (.QueueQuantile 0.95)}}</td><td class="n">{{bytes .OutputBytes}}</td><td class="n">{{bytes .BytesUp}}</td><td class="n">{{bytes .BytesDown}}</td></tr>
 {{else}}<tr><td colspan="14" class="muted">no builds yet</td></tr>{{end}}</table>
 {{template "pager" .Page}}
 {{template "foot" .}}{{end}}
 
 {{define "build"}}{{template "head" .}}
 {{with .Build}}<table id="summary">
+{{with .Name}}<tr><th>Command</th><td>{{.}}</td></tr>{{end}}
 <tr><th>Tool</th><td>{{.Tool}} {{.ToolVersion}}</td></tr>
 <tr><th>Instance</th><td>{{or .Instance "(default)"}}</td></tr>
 {{with .Correlated}}<tr><th>Correlated id</th><td>{{.}}</td></tr>{{end}}

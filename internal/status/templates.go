@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
@@ -75,6 +76,9 @@ var funcs = template.FuncMap{
 	"truncate": func(s string, n int) string {
 		if len(s) <= n {
 			return s
+		}
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n-- // not inside a character
 		}
 		return s[:n] + "…"
 	},
