@@ -28,9 +28,9 @@ type serverOption struct {
 // grpcServerOptions are the gRPC server options of every role: sizes,
 // windows and buffers, keepalive, the codec, TLS (and the embedded
 // worker's in-process connection), then the interceptors: metrics first,
-// the name lengths, then authentication and authorization. local tells
-// the methods of the services served here from those forwarded to the
-// leading scheduler.
+// the name lengths, authentication and authorization, then the streams
+// per caller. local tells the methods of the services served here from
+// those forwarded to the leading scheduler.
 func grpcServerOptions(cfg config.Config, sec *security, obs *observability, local func(fullMethod string) bool, log *slog.Logger) []serverOption {
 	maxMsg := cfg.GRPCMaxMessageSize()
 	opts := []serverOption{
@@ -72,6 +72,8 @@ func grpcServerOptions(cfg config.Config, sec *security, obs *observability, loc
 	return append(opts,
 		serverOption{"ChainUnaryInterceptor(security)", grpc.ChainUnaryInterceptor(sec.unary()...)},
 		serverOption{"ChainStreamInterceptor(security)", grpc.ChainStreamInterceptor(sec.stream(local)...)},
+		// After authentication, which names the caller.
+		serverOption{"ChainStreamInterceptor(streams per caller)", grpc.ChainStreamInterceptor(obs.streamLimits(cfg).Stream)},
 	)
 }
 
