@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 
@@ -71,7 +72,7 @@ type Streams struct {
 	obs Observer
 
 	mu      sync.Mutex
-	callers map[string]*callerCount
+	callers map[callerKey]*callerCount
 	total   callerCount
 }
 
@@ -80,11 +81,8 @@ type callerCount struct{ streams, uploads int }
 // NewStreams returns the bounds max, reporting refusals to obs (nil:
 // none).
 func NewStreams(max StreamLimits, obs Observer) *Streams {
-	return &Streams{max: max, obs: obs, callers: map[string]*callerCount{}}
+	return &Streams{max: max, obs: obs, callers: map[callerKey]*callerCount{}}
 }
-
-// Limits are the bounds in force.
-func (s *Streams) Limits() StreamLimits { return s.max }
 
 // Counts returns the streams open now.
 func (s *Streams) Counts() Counts {
@@ -113,7 +111,7 @@ func counted(fullMethod string) (stream, upload bool) {
 // Stream is the stream server interceptor.
 func (s *Streams) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	isStream, isUpload := counted(info.FullMethod)
-	if !isStream || (s.max.MaxStreams <= 0 && s.max.MaxUploads <= 0) {
+	if !isStream {
 		return handler(srv, ss)
 	}
 	who := caller(ss.Context())
@@ -124,7 +122,7 @@ func (s *Streams) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerI
 	return handler(srv, ss)
 }
 
-func (s *Streams) acquire(who string, upload bool) error {
+func (s *Streams) acquire(who callerKey, upload bool) error {
 	s.mu.Lock()
 	n := s.callers[who]
 	if n == nil {
@@ -158,7 +156,7 @@ func (s *Streams) acquire(who string, upload bool) error {
 	return s.refusal(who, refused)
 }
 
-func (s *Streams) release(who string, upload bool) {
+func (s *Streams) release(who callerKey, upload bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := s.callers[who]
@@ -173,26 +171,52 @@ func (s *Streams) release(who string, upload bool) {
 	}
 }
 
-func (s *Streams) refusal(who string, k Kind) error {
+func (s *Streams) refusal(who callerKey, k Kind) error {
 	if k == KindUpload {
 		return status.Errorf(codes.ResourceExhausted, "%s already has %d uploads (ByteStream Write streams) open, the most one caller may have at once (%s: %d); retry when some have finished, or ask the server's operator to raise %s", who, s.max.MaxUploads, uploadsKey, s.max.MaxUploads, uploadsKey)
 	}
 	return status.Errorf(codes.ResourceExhausted, "%s already has %d streams (ByteStream, Execute, WaitExecution, GetTree) open, the most one caller may have at once (%s: %d); retry when some have finished, or ask the server's operator to raise %s", who, s.max.MaxStreams, streamsKey, s.max.MaxStreams, streamsKey)
 }
 
-// caller names the caller of a call for counting: its identity, or for a
-// caller without one, the IP address it connects from.
-func caller(ctx context.Context) string {
+// callerKey identifies a caller for counting, without allocating: its
+// identity, or for a caller without one, the IP address it connects from
+// (or, of a connection that is not TCP, its address as a string).
+type callerKey struct {
+	source  auth.Source
+	subject string
+	ip      netip.Addr
+}
+
+func caller(ctx context.Context) callerKey {
 	if id := auth.FromContext(ctx); id != nil && id.Source != auth.SourceAnonymous {
-		return id.String()
+		return callerKey{source: id.Source, subject: id.Subject}
 	}
+	k := callerKey{source: auth.SourceAnonymous}
 	p, ok := peer.FromContext(ctx)
-	if !ok || p.Addr == nil {
-		return "an anonymous caller"
+	switch {
+	case !ok || p.Addr == nil:
+	case isTCP(p.Addr):
+		k.ip = p.Addr.(*net.TCPAddr).AddrPort().Addr().Unmap()
+	default:
+		k.subject = p.Addr.String()
 	}
-	addr := p.Addr.String()
-	if host, _, err := net.SplitHostPort(addr); err == nil {
-		addr = host
+	return k
+}
+
+func isTCP(a net.Addr) bool {
+	_, ok := a.(*net.TCPAddr)
+	return ok
+}
+
+// String names the caller in a refusal.
+func (k callerKey) String() string {
+	switch {
+	case k.source != auth.SourceAnonymous:
+		return (&auth.Identity{Source: k.source, Subject: k.subject}).String()
+	case k.ip.IsValid():
+		return "the anonymous caller at " + k.ip.String()
+	case k.subject != "":
+		return "the anonymous caller at " + k.subject
 	}
-	return "the anonymous caller at " + addr
+	return "an anonymous caller"
 }
