@@ -21,6 +21,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/inputtree"
 )
 
 // entry is one member of a test archive.
@@ -199,6 +200,10 @@ func TestUnpackRefusesHostileArchives(t *testing.T) {
 		{"hard link to nothing", []entry{hardlink("a", "missing")}, "not a file earlier", false},
 		{"hard link out", []entry{hardlink("a", "../x")}, "outside the archive", false},
 		{"device", []entry{{name: "dev", kind: tar.TypeChar}}, "only files, directories and links", false},
+		{"too deep", []entry{file(strings.Repeat("d/", 700)+"f", "x")}, "nests directories 700 deep, more than the 512 levels", true},
+		{"too deep directory", []entry{dir(strings.Repeat("d/", 513))}, "nests directories 513 deep, more than the 512 levels", true},
+		{"long name", []entry{file("src/"+strings.Repeat("n", 5000)+".c", "x")}, "has a name of 5002 bytes in its path, more than the 255 bytes", true},
+		{"long directory name", []entry{file(strings.Repeat("n", 256)+"/f", "x")}, "name of 256 bytes", true},
 	}
 	limits := Limits{MaxExpandedSize: 100 << 10, MaxEntries: 3}
 	for _, c := range cases {
@@ -214,6 +219,23 @@ func TestUnpackRefusesHostileArchives(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestUnpackAcceptsTreesAtTheLimits: the deepest tree and the longest
+// name an input tree may have unpack; the message of a refused long entry
+// quotes only its ends.
+func TestUnpackAcceptsTreesAtTheLimits(t *testing.T) {
+	deep := strings.Repeat("d/", inputtree.MaxDepth) + "f"
+	long := strings.Repeat("n", inputtree.MaxNameLength)
+	for _, f := range allFormats {
+		if _, _, err := unpack(t, f, archive(t, f, []entry{file(deep, "x"), file(long, "y")}), roomy); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	_, _, err := unpack(t, Tar, archive(t, Tar, []entry{file(strings.Repeat("d/", 5000)+"f", "x")}), roomy)
+	if err == nil || len(err.Error()) > 500 || !strings.Contains(err.Error(), "(10001 bytes)") {
+		t.Errorf("a 10001-byte entry: %.600v; want a short message with the name's length", err)
 	}
 }
 

@@ -121,6 +121,12 @@ func (f *Fetcher) dial(ctx context.Context, network, addr string) (net.Conn, err
 		return nil, err
 	}
 	trusted := f.isProxy(addr)
+	if !trusted {
+		// Before the resolver, which would take 127.1 for a name.
+		if err := f.cfg.Guard.checkSpelling(host); err != nil {
+			return nil, err
+		}
+	}
 	d := net.Dialer{Timeout: f.cfg.ConnectTimeout, Control: func(_, address string, _ syscall.RawConn) error {
 		if trusted {
 			return nil
@@ -261,10 +267,13 @@ func (f *Fetcher) Fetch(ctx context.Context, uri string, header http.Header, w i
 
 func (f *Fetcher) transportError(u *url.URL, err error) error {
 	var fe *ForbiddenError
+	var se *HostSpellingError
 	code := codes.Unavailable
 	switch {
 	case errors.As(err, &fe):
 		code = codes.PermissionDenied
+	case errors.As(err, &se):
+		code = codes.InvalidArgument
 	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
 		code = codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):

@@ -8,9 +8,12 @@ import (
 	"testing"
 
 	rapb "github.com/bazelbuild/remote-apis/build/bazel/remote/asset/v1"
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/inputtree"
 )
 
 // FuzzParseQualifiers: any qualifier parses or fails with a typed
@@ -39,11 +42,14 @@ func FuzzParseQualifiers(f *testing.F) {
 }
 
 // FuzzUnpack: no archive makes Unpack panic, escape, or store a tree
-// that does not read back.
+// that does not read back, or one Execute would refuse for its depth or
+// its names (inputtree).
 func FuzzUnpack(f *testing.F) {
 	for _, format := range allFormats {
 		f.Add(archive(f, format, []entry{file("a/b", "c"), symlink("l", "a/b"), dir("d/")}), uint8(0))
 	}
+	// Over the bounds of an input tree (Tar is format 0).
+	f.Add(archive(f, Tar, []entry{file(strings.Repeat("d/", inputtree.MaxDepth+1)+"f", "x"), file(strings.Repeat("n", inputtree.MaxNameLength+1), "y")}), uint8(0))
 	f.Fuzz(func(t *testing.T, data []byte, which uint8) {
 		format := allFormats[int(which)%len(allFormats)]
 		cas := blobstore.NewMemory(0)
@@ -58,5 +64,35 @@ func FuzzUnpack(f *testing.F) {
 		if missing, _ := cas.FindMissing(context.Background(), ds); len(missing) > 0 {
 			t.Fatalf("missing %v", missing)
 		}
+		checkTreeLimits(t, cas, root, 0)
 	})
+}
+
+// checkTreeLimits fails unless the tree at d, depth directories below the
+// root, keeps the bounds of an input tree.
+func checkTreeLimits(t *testing.T, cas blobstore.Store, d digest.Digest, depth int) {
+	if depth > inputtree.MaxDepth {
+		t.Fatalf("a directory %d deep was stored", depth)
+	}
+	dir := &repb.Directory{}
+	if err := proto.Unmarshal(mustGet(t, cas, d), dir); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range dir.Files {
+		names = append(names, f.Name)
+	}
+	for _, l := range dir.Symlinks {
+		names = append(names, l.Name)
+	}
+	for _, sub := range dir.Directories {
+		names = append(names, sub.Name)
+		sd, _ := digest.FromProto(digest.SHA256, sub.Digest)
+		checkTreeLimits(t, cas, sd, depth+1)
+	}
+	for _, n := range names {
+		if inputtree.CheckNameLength(n) != nil {
+			t.Fatalf("a name of %d bytes was stored", len(n))
+		}
+	}
 }

@@ -79,10 +79,15 @@ func (g *Guard) allowedHost(host string) bool {
 }
 
 // CheckHost resolves host and checks every address, for requests that go
-// through a proxy (where the dial is to the proxy, not to host).
+// through a proxy (where the dial is to the proxy, not to host). A
+// numeric host other than a dotted decimal address is refused
+// (checkSpelling), unresolved.
 func (g *Guard) CheckHost(ctx context.Context, host string) error {
 	if ip, err := netip.ParseAddr(host); err == nil {
 		return g.Check(host, ip)
+	}
+	if err := g.checkSpelling(host); err != nil {
+		return err
 	}
 	if g.allowedHost(host) {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/inputtree"
 )
 
 // ArchiveError is an archive Gantry refuses to unpack, and why.
@@ -26,7 +28,16 @@ func (e *ArchiveError) Error() string {
 	if e.Entry == "" {
 		return "archive refused: " + e.Msg
 	}
-	return fmt.Sprintf("archive refused: entry %q %s", e.Entry, e.Msg)
+	return fmt.Sprintf("archive refused: entry %s %s", quoteEntry(e.Entry), e.Msg)
+}
+
+// quoteEntry quotes an entry's name; of a long one, only its start and
+// end.
+func quoteEntry(name string) string {
+	if len(name) <= 200 {
+		return strconv.Quote(name)
+	}
+	return fmt.Sprintf("%q...%q (%d bytes)", name[:80], name[len(name)-80:], len(name))
 }
 
 // tree is an archive's contents being assembled into REAPI Directory
@@ -49,7 +60,8 @@ func newTree() *tree { return &tree{root: newDirNode()} }
 
 // cleanEntryPath turns an entry's name into a relative slash path
 // without "." segments; "" is the root. Absolute names, ".." segments,
-// backslashes and NUL bytes are refused.
+// backslashes, NUL bytes and segments longer than a file name may be
+// (inputtree.MaxNameLength) are refused.
 func cleanEntryPath(name string) (string, error) {
 	switch {
 	case strings.HasPrefix(name, "/"):
@@ -64,6 +76,9 @@ func cleanEntryPath(name string) (string, error) {
 			continue
 		case "..":
 			return "", &ArchiveError{name, "has a \"..\" segment, which would write outside the directory"}
+		}
+		if len(s) > inputtree.MaxNameLength {
+			return "", &ArchiveError{name, fmt.Sprintf("has a name of %d bytes in its path, more than the %d bytes a file name may have (NAME_MAX; Execute refuses such input trees too)", len(s), inputtree.MaxNameLength)}
 		}
 		segs = append(segs, s)
 	}
@@ -83,10 +98,14 @@ func checkLinkTarget(name, p, target string) error {
 }
 
 // dir returns the directory at p (clean), creating it and its parents.
+// It refuses a directory deeper than an input tree may nest.
 func (t *tree) dir(name, p string) (*dirNode, error) {
 	n := t.root
 	if p == "" {
 		return n, nil
+	}
+	if depth := strings.Count(p, "/") + 1; depth > inputtree.MaxDepth {
+		return nil, &ArchiveError{name, fmt.Sprintf("nests directories %d deep, more than the %d levels an input tree may have (Execute refuses deeper trees too); flatten the archive", depth, inputtree.MaxDepth)}
 	}
 	for _, s := range strings.Split(p, "/") {
 		if _, ok := n.files[s]; ok {

@@ -234,7 +234,22 @@ type GRPC struct {
 	// MaxMessageSize is the largest gRPC message accepted; 0 derives it
 	// from storage.max_batch_size.
 	MaxMessageSize ByteSize `yaml:"max_message_size"`
+	// MaxStreamsPerIdentity bounds the REAPI streams (ByteStream,
+	// Execute, WaitExecution, GetTree) one caller has open at once;
+	// MaxUploadsPerIdentity bounds its ByteStream uploads among them.
+	// 0: no bound.
+	MaxStreamsPerIdentity int `yaml:"max_streams_per_identity"`
+	MaxUploadsPerIdentity int `yaml:"max_uploads_per_identity"`
 }
+
+// Default bounds per caller. A Bazel build with --jobs=200 and more keeps
+// a few hundred uploads and Execute streams open at once; these leave it
+// room several times over, while one caller can no longer hold thousands
+// of stalled streams (each upload holds a temporary file and buffers).
+const (
+	defaultMaxStreamsPerIdentity = 4000
+	defaultMaxUploadsPerIdentity = 1000
+)
 
 // LogConfig configures logging.
 type LogConfig struct {
@@ -269,6 +284,7 @@ func Default() Config {
 			MinFreeDisk:             1 << 30,
 			LinkInputDirectories:    LinkInputDirectoriesAuto,
 		},
+		GRPC:    GRPC{MaxStreamsPerIdentity: defaultMaxStreamsPerIdentity, MaxUploadsPerIdentity: defaultMaxUploadsPerIdentity},
 		Log:     LogConfig{Level: "info", Format: "text"},
 		Auth:    AuthConfig{JWT: JWTConfig{SubjectClaim: "sub", RequireExpiry: true}, CertificateNames: []string{"cn"}, HTTPSessionTTL: Duration(12 * time.Hour)},
 		Role:    RoleAll,
@@ -434,6 +450,7 @@ func (c *Config) Validate() error {
 	}
 	validateStatus(c.Status, bad)
 	validateRemoteAsset(c.RemoteAsset, bad)
+	validateGRPC(c.GRPC, bad)
 	if c.Storage.CAS.PackThreshold > 1<<20 {
 		bad("storage.cas.pack_threshold", "at most 1MiB; larger blobs are better off in their own files")
 	}
@@ -567,6 +584,18 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("invalid configuration:\n  %s", strings.Join(errs, "\n  "))
 	}
 	return nil
+}
+
+// validateGRPC checks the per-caller stream bounds.
+func validateGRPC(g GRPC, bad func(path, format string, args ...any)) {
+	for path, v := range map[string]int{"grpc.max_streams_per_identity": g.MaxStreamsPerIdentity, "grpc.max_uploads_per_identity": g.MaxUploadsPerIdentity} {
+		if v < 0 {
+			bad(path, "%d is negative; give the most streams one caller may have open, or 0 for no bound", v)
+		}
+	}
+	if g.MaxStreamsPerIdentity > 0 && g.MaxUploadsPerIdentity > g.MaxStreamsPerIdentity {
+		bad("grpc.max_uploads_per_identity", "%d is more than grpc.max_streams_per_identity (%d), which bounds uploads too; raise both", g.MaxUploadsPerIdentity, g.MaxStreamsPerIdentity)
+	}
 }
 
 // GRPCMaxMessageSize is the effective gRPC message limit.

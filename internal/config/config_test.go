@@ -48,6 +48,8 @@ func TestParseErrorsNameTheKeyPath(t *testing.T) {
 		{"not a mapping", "storage: 5\n", "storage (line 1): expected a mapping"},
 		{"tiny batch", "storage:\n  max_batch_size: 10\n", "storage.max_batch_size"},
 		{"bad yaml", "storage: [\n", "not valid YAML"},
+		{"negative stream bound", "grpc:\n  max_streams_per_identity: -1\n", "grpc.max_streams_per_identity: -1 is negative"},
+		{"uploads over streams", "grpc:\n  max_streams_per_identity: 10\n  max_uploads_per_identity: 20\n", "grpc.max_uploads_per_identity: 20 is more than grpc.max_streams_per_identity (10)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Default()

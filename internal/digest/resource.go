@@ -14,11 +14,31 @@ var reservedWords = map[string]bool{
 	"operations": true, "capabilities": true, "compressed-blobs": true,
 }
 
-// ValidateInstanceName checks an instance name: empty, or segments separated
-// by single slashes, none empty, ".", "..", or a reserved word.
+// MaxInstanceNameLength bounds an instance name, in bytes. Instance names
+// come from clients and are logged, put in error messages and matched
+// against the policy on every call: a longer one is refused before any of
+// that (CheckNameLength). Operation names are held to the same bound.
+const MaxInstanceNameLength = 256
+
+// CheckNameLength refuses a name from a request (field names it in the
+// message, e.g. "instance name") longer than MaxInstanceNameLength bytes,
+// quoting only its start.
+func CheckNameLength(field, name string) error {
+	if len(name) <= MaxInstanceNameLength {
+		return nil
+	}
+	return errorf("%s of %d bytes (starting %q...) is longer than the limit of %d bytes; use a shorter one", field, len(name), name[:32], MaxInstanceNameLength)
+}
+
+// ValidateInstanceName checks an instance name: at most
+// MaxInstanceNameLength bytes; empty, or segments separated by single
+// slashes, none empty, ".", "..", or a reserved word.
 func ValidateInstanceName(name string) error {
 	if name == "" {
 		return nil
+	}
+	if err := CheckNameLength("instance name", name); err != nil {
+		return err
 	}
 	for _, seg := range strings.Split(name, "/") {
 		switch {
@@ -84,6 +104,29 @@ func ParseWriteResource(name string) (Resource, error) {
 	}
 	r.UploadID = uuid
 	return r, nil // trailing segments are optional metadata, which Gantry ignores
+}
+
+// ResourceInstance returns the instance part of a ByteStream resource
+// name, read or write: what comes before its first "blobs",
+// "compressed-blobs" or "uploads" segment (an instance name holds none of
+// them), without a trailing slash. It does not validate the rest, and
+// does not allocate: it lets a name's instance be bounded before the
+// name is parsed.
+func ResourceInstance(name string) string {
+	for start := 0; start <= len(name); {
+		end := strings.IndexByte(name[start:], '/')
+		if end < 0 {
+			end = len(name)
+		} else {
+			end += start
+		}
+		switch name[start:end] {
+		case "blobs", "compressed-blobs", "uploads":
+			return strings.TrimSuffix(name[:start], "/")
+		}
+		start = end + 1
+	}
+	return name
 }
 
 func indexOfAny(segs []string, words ...string) int {

@@ -74,6 +74,9 @@ func TestValidateInstanceName(t *testing.T) {
 		{"a/./b", "not allowed"},
 		{"..", "not allowed"},
 		{"a/..", "not allowed"},
+		{strings.Repeat("a", MaxInstanceNameLength), ""},
+		{strings.Repeat("a", MaxInstanceNameLength+1), "longer than the limit of 256 bytes"},
+		{strings.Repeat("team-a/", 15000) + "x", "instance name of 105001 bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -233,6 +236,12 @@ func checkResource(t *testing.T, name string, r Resource) {
 	if err := ValidateInstanceName(r.Instance); err != nil {
 		t.Fatalf("%q parsed to invalid instance %q: %v", name, r.Instance, err)
 	}
+	if len(r.Instance) > MaxInstanceNameLength {
+		t.Fatalf("%q parsed to an instance of %d bytes, over the limit", name, len(r.Instance))
+	}
+	if got := ResourceInstance(name); got != r.Instance {
+		t.Fatalf("ResourceInstance(%q) = %q, the parser's instance is %q", name, got, r.Instance)
+	}
 	d := r.Digest
 	if !IsSupported(d.Function) || len(d.Hash) != HexLen(d.Function) || d.Size < 0 || !isHex(d.Hash) || strings.ToLower(d.Hash) != d.Hash {
 		t.Fatalf("%q parsed to inconsistent digest %+v", name, d)
@@ -257,10 +266,15 @@ func FuzzParseReadResource(f *testing.F) {
 		"compressed-blobs//" + h64 + "/5",
 		"",
 		"blobs//",
+		strings.Repeat("i", MaxInstanceNameLength) + "/blobs/" + h64 + "/5",
+		strings.Repeat("i", MaxInstanceNameLength+1) + "/blobs/" + h64 + "/5",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
+		if inst := ResourceInstance(name); !strings.HasPrefix(name, inst) {
+			t.Fatalf("ResourceInstance(%q) = %q, not a prefix of the name", name, inst)
+		}
 		r, err := ParseReadResource(name)
 		if err != nil {
 			var de *Error
@@ -296,10 +310,14 @@ func FuzzParseWriteResource(f *testing.F) {
 		"uploads/u/blobs/" + h64 + "/+5",
 		"blobs/" + h64 + "/5",
 		"",
+		strings.Repeat("i/", MaxInstanceNameLength/2) + "uploads/u/blobs/" + h64 + "/5",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
+		if inst := ResourceInstance(name); !strings.HasPrefix(name, inst) {
+			t.Fatalf("ResourceInstance(%q) = %q, not a prefix of the name", name, inst)
+		}
 		r, err := ParseWriteResource(name)
 		if err != nil {
 			var de *Error
@@ -329,4 +347,32 @@ func FuzzParseWriteResource(f *testing.F) {
 			t.Fatalf("re-parse of %q = %+v, %v; want %+v", canonical, r2, err, r)
 		}
 	})
+}
+
+// TestInstanceNameLimitInResourceNames: a resource name whose instance is
+// over the limit is refused, with a message naming the limit and quoting
+// only the start of the name; ResourceInstance finds the instance part.
+func TestInstanceNameLimitInResourceNames(t *testing.T) {
+	long := strings.Repeat("team-a/", 15000) + "x"
+	for name, parse := range map[string]func(string) (Resource, error){
+		long + "/blobs/" + h64 + "/5":           ParseReadResource,
+		long + "/uploads/u/blobs/" + h64 + "/5": ParseWriteResource,
+	} {
+		_, err := parse(name)
+		if err == nil || !strings.Contains(err.Error(), "longer than the limit of 256 bytes") || len(err.Error()) > 300 {
+			t.Errorf("%d-byte name: %v, want a short error naming the limit", len(name), err)
+		}
+	}
+	for name, want := range map[string]string{
+		"blobs/" + h64 + "/5":                     "",
+		"a/b/blobs/" + h64 + "/5":                 "a/b",
+		"a/uploads/u/blobs/" + h64 + "/5":         "a",
+		"a/b/compressed-blobs/zstd/" + h64 + "/5": "a/b",
+		"no-reserved-word":                        "no-reserved-word",
+		"blobsx/blobs":                            "blobsx",
+	} {
+		if got := ResourceInstance(name); got != want {
+			t.Errorf("ResourceInstance(%q) = %q, want %q", name, got, want)
+		}
+	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/inputtree"
 )
 
 // missingError builds the FAILED_PRECONDITION status clients act on: one
@@ -62,7 +63,7 @@ func validName(name string) error {
 	case strings.ContainsRune(name, 0):
 		return fmt.Errorf("name %q contains a NUL byte", name)
 	}
-	return nil
+	return inputtree.CheckNameLength(name)
 }
 
 // ValidateDirectory checks one Directory of an input tree: valid names,
@@ -183,8 +184,8 @@ func checkInputRoot(ctx context.Context, cas blobstore.Store, root digest.Digest
 }
 
 // MaxInputDepth bounds how deeply an input tree's directories nest (the
-// workers refuse deeper trees too; see execroot.MaxDepth).
-var MaxInputDepth = 512
+// workers and the Remote Asset unpacker refuse deeper trees too).
+var MaxInputDepth = inputtree.MaxDepth
 
 // seenKey identifies a visited directory. Whether a relative symlink
 // escapes the root depends on the depth the directory sits at, so the same

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/inputtree"
 )
 
 // FuzzValidateDirectory feeds arbitrary Directory messages (as clients
@@ -29,6 +30,7 @@ func FuzzValidateDirectory(f *testing.F) {
 	seed(&repb.Directory{Symlinks: []*repb.SymlinkNode{{Name: "l", Target: "../../x"}}}, "d")
 	seed(&repb.Directory{Directories: []*repb.DirectoryNode{{Name: ".."}}}, "")
 	seed(&repb.Directory{Symlinks: []*repb.SymlinkNode{{Name: "abs", Target: "/etc/passwd"}}}, "a/b")
+	seed(&repb.Directory{Files: []*repb.FileNode{{Name: strings.Repeat("n", inputtree.MaxNameLength+1)}}}, "")
 	f.Fuzz(func(t *testing.T, msg []byte, at string) {
 		dir := &repb.Directory{}
 		if proto.Unmarshal(msg, dir) != nil {
@@ -42,7 +44,7 @@ func FuzzValidateDirectory(f *testing.F) {
 		}
 		seen := map[string]bool{}
 		for _, n := range names(dir) {
-			if n == "" || n == "." || n == ".." || strings.ContainsAny(n, "/\x00") || seen[n] {
+			if n == "" || n == "." || n == ".." || strings.ContainsAny(n, "/\x00") || seen[n] || len(n) > inputtree.MaxNameLength {
 				t.Fatalf("accepted bad or duplicate name %q", n)
 			}
 			seen[n] = true
@@ -94,6 +96,19 @@ func TestCheckInputRootRefusesDeepNesting(t *testing.T) {
 	err := checkInputRoot(ctx, cas, chain(MaxInputDepth+1))
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "nest more than") {
 		t.Errorf("depth %d: %v, want INVALID_ARGUMENT about nesting", MaxInputDepth+1, err)
+	}
+}
+
+// TestValidateDirectoryRefusesLongNames: a name longer than a file name
+// may be is refused, naming the limit; one at the limit passes.
+func TestValidateDirectoryRefusesLongNames(t *testing.T) {
+	at := strings.Repeat("n", inputtree.MaxNameLength)
+	if err := ValidateDirectory(&repb.Directory{Files: []*repb.FileNode{{Name: at}}}, ""); err != nil {
+		t.Errorf("a %d-byte name: %v", len(at), err)
+	}
+	err := ValidateDirectory(&repb.Directory{Directories: []*repb.DirectoryNode{{Name: strings.Repeat("n", 5000)}}}, "src")
+	if err == nil || !strings.Contains(err.Error(), "5000 bytes long, more than the 255") || len(err.Error()) > 300 {
+		t.Errorf("a 5000-byte name: %v, want a short refusal naming the limit", err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/execution"
 	"github.com/gantry-build/gantry/internal/frontend"
+	"github.com/gantry-build/gantry/internal/limits"
 )
 
 // streamWorkers is how many goroutines serve gRPC calls in turn.
@@ -27,8 +28,9 @@ type serverOption struct {
 // grpcServerOptions are the gRPC server options of every role: sizes,
 // windows and buffers, keepalive, the codec, TLS (and the embedded
 // worker's in-process connection), then the interceptors: metrics first,
-// then authentication and authorization. local tells the methods of the
-// services served here from those forwarded to the leading scheduler.
+// the name lengths, authentication and authorization, then the streams
+// per caller. local tells the methods of the services served here from
+// those forwarded to the leading scheduler.
 func grpcServerOptions(cfg config.Config, sec *security, obs *observability, local func(fullMethod string) bool, log *slog.Logger) []serverOption {
 	maxMsg := cfg.GRPCMaxMessageSize()
 	opts := []serverOption{
@@ -59,6 +61,9 @@ func grpcServerOptions(cfg config.Config, sec *security, obs *observability, loc
 		{"Creds(security)", grpc.Creds(sec.creds())},
 		{"ChainUnaryInterceptor(metrics)", grpc.ChainUnaryInterceptor(obs.unary()...)},
 		{"ChainStreamInterceptor(metrics)", grpc.ChainStreamInterceptor(obs.stream()...)},
+		// Over-long names are refused before authorization quotes them.
+		{"ChainUnaryInterceptor(name lengths)", grpc.ChainUnaryInterceptor(limits.Names{}.Unary)},
+		{"ChainStreamInterceptor(name lengths)", grpc.ChainStreamInterceptor(limits.Names{}.Stream)},
 	}
 	if sec.authz != nil {
 		// The admin controls that authorization refuses are logged.
@@ -67,6 +72,8 @@ func grpcServerOptions(cfg config.Config, sec *security, obs *observability, loc
 	return append(opts,
 		serverOption{"ChainUnaryInterceptor(security)", grpc.ChainUnaryInterceptor(sec.unary()...)},
 		serverOption{"ChainStreamInterceptor(security)", grpc.ChainStreamInterceptor(sec.stream(local)...)},
+		// After authentication, which names the caller.
+		serverOption{"ChainStreamInterceptor(streams per caller)", grpc.ChainStreamInterceptor(obs.streamLimits(cfg).Stream)},
 	)
 }
 

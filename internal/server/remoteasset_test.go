@@ -1,6 +1,8 @@
 package server
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -9,8 +11,13 @@ import (
 	"testing"
 
 	rapb "github.com/bazelbuild/remote-apis/build/bazel/remote/asset/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/inputtree"
 )
 
 // TestRemoteAssetFetchThroughServer: FetchBlob on a running server puts
@@ -80,5 +87,66 @@ func TestRemoteAssetFailuresOnStatusPage(t *testing.T) {
 	}
 	if strings.Contains(body, "s3cret") {
 		t.Error("the page shows the URI's password")
+	}
+}
+
+// tarOf is a tar archive of files (name: content).
+func tarOf(t *testing.T, files map[string]string) []byte {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for name, body := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body)), Format: tar.FormatPAX}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(body))
+	}
+	tw.Close()
+	return buf.Bytes()
+}
+
+// TestFetchDirectoryKeepsInputTreeLimits: FetchDirectory refuses an
+// archive deeper, or with a longer name, than Execute accepts in an input
+// tree, naming the entry and the limit; a tree at the limits unpacks, and
+// an action runs on it.
+func TestFetchDirectoryKeepsInputTreeLimits(t *testing.T) {
+	deep := strings.Repeat("d/", inputtree.MaxDepth) + "f"
+	long := strings.Repeat("n", inputtree.MaxNameLength)
+	archives := map[string][]byte{
+		"/deep.tar": tarOf(t, map[string]string{strings.Repeat("d/", 700) + "f": "x"}),
+		"/long.tar": tarOf(t, map[string]string{"src/" + strings.Repeat("n", 5000) + ".c": "x"}),
+		"/ok.tar":   tarOf(t, map[string]string{deep: "deep\n", long: "long\n"}),
+	}
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(archives[r.URL.Path]) }))
+	defer origin.Close()
+	f := startFarm(t, func(c *config.Config) { c.RemoteAsset.AllowHosts = []string{"127.0.0.1"} })
+	ctx := ctxT(t)
+	fetch := func(path string) (*rapb.FetchDirectoryResponse, error) {
+		return rapb.NewFetchClient(f.conn).FetchDirectory(ctx, &rapb.FetchDirectoryRequest{Uris: []string{origin.URL + path}})
+	}
+	for path, want := range map[string][]string{
+		"/deep.tar": {`entry "d/d/d/`, "nests directories 700 deep, more than the 512 levels", "(1401 bytes)"},
+		"/long.tar": {`entry "src/nnn`, "a name of 5002 bytes", "more than the 255 bytes"},
+	} {
+		_, err := fetch(path)
+		msg := status.Convert(err).Message()
+		if status.Code(err) != codes.FailedPrecondition || len(msg) > 600 {
+			t.Errorf("%s: %.700v; want a short FAILED_PRECONDITION", path, err)
+		}
+		for _, w := range append(want, origin.URL+path) {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%s: %q does not say %q", path, msg, w)
+			}
+		}
+	}
+	resp, err := fetch("/ok.tar")
+	if err != nil {
+		t.Fatalf("a tree at the limits: %v", err)
+	}
+	root, err := digest.FromProto(digest.SHA256, resp.RootDirectoryDigest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.CheckResponse(f.run(ctx, root, shCmd("cat "+deep+" "+long))); err != nil {
+		t.Fatalf("an action on the fetched tree: %v", err)
 	}
 }

@@ -37,6 +37,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/inputtree"
 	"github.com/gantry-build/gantry/internal/worker/dircache"
 	"github.com/gantry-build/gantry/internal/worker/filecache"
 )
@@ -450,6 +451,8 @@ func (b *builder) checkDir(msg *repb.Directory, p string) (*dirInfo, error) {
 			return invalidf(joinRel(p, name), "%s name %q contains '/'; each Directory entry must be a single path segment, with subdirectories as DirectoryNodes", what, name)
 		case strings.ContainsRune(name, 0):
 			return invalidf(joinRel(p, name), "%s name contains a NUL byte", what)
+		case len(name) > inputtree.MaxNameLength:
+			return invalidf(p, "a %s %v", what, inputtree.CheckNameLength(name))
 		case i > 0 && name == prev:
 			return invalidf(joinRel(p, name), "%s name %q appears twice; names in a directory must be unique", what, name)
 		case i > 0 && name < prev:

@@ -1,13 +1,16 @@
 package execroot
 
+import "github.com/gantry-build/gantry/internal/inputtree"
+
 // Bounds on an input tree, so that a hostile tree cannot make the worker
 // spend unbounded time or disk. A Directory can be shared by many parents,
 // so a tree of a few kilobytes of messages can describe billions of paths
 // ("fan-out bomb"); the count is taken over the expanded tree, as it would
 // be laid out on disk.
 var (
-	// MaxDepth bounds how deeply directories nest.
-	MaxDepth = 512
+	// MaxDepth bounds how deeply directories nest (the bound Execute
+	// and the Remote Asset unpacker apply too).
+	MaxDepth = inputtree.MaxDepth
 	// MaxEntries bounds the files, directories and symlinks of the
 	// expanded tree.
 	MaxEntries int64 = 4 << 20

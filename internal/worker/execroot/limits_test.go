@@ -14,6 +14,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/inputtree"
 	"github.com/gantry-build/gantry/internal/worker/filecache"
 )
 
@@ -76,6 +77,30 @@ func TestBuildRejectsDeepNesting(t *testing.T) {
 			t.Errorf("depth %d refused: %v", tc.depth, err)
 		case !tc.ok && (!errors.As(err, &inv) || !strings.Contains(inv.Rule, "deep")):
 			t.Errorf("depth %d: err = %v, want an InvalidError about nesting", tc.depth, err)
+		}
+		if r != nil {
+			r.Destroy()
+		}
+	}
+}
+
+// TestBuildRejectsLongNames: a name longer than a file system allows is
+// an InvalidError naming the limit, not a failure of the file system; a
+// name at the limit is laid out.
+func TestBuildRejectsLongNames(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		n  int
+		ok bool
+	}{{inputtree.MaxNameLength, true}, {5000, false}} {
+		d := e.tb.dir(&repb.Directory{Files: []*repb.FileNode{fnode(strings.Repeat("n", tc.n), e.tb.file("x"), false)}})
+		r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, d), filepath.Join(t.TempDir(), "r"), &repb.Command{}, Linking{})
+		var inv *InvalidError
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("a %d-byte name refused: %v", tc.n, err)
+		case !tc.ok && (!errors.As(err, &inv) || !strings.Contains(inv.Rule, "more than the 255")):
+			t.Errorf("a %d-byte name: err = %v, want an InvalidError naming the limit", tc.n, err)
 		}
 		if r != nil {
 			r.Destroy()
