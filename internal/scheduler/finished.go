@@ -41,7 +41,7 @@ func (s *Scheduler) OnFinished(f func(FinishedOperation)) {
 // reportLocked queues op, which callers now see done, for the listeners.
 func (s *Scheduler) reportLocked(op *Operation) {
 	if len(s.rep.listeners) == 0 {
-		op.note = nil
+		op.note, op.meta = nil, nil
 		return
 	}
 	s.rep.queue = append(s.rep.queue, op)
@@ -76,9 +76,11 @@ func (s *Scheduler) deliverReports() {
 		end := min(len(taken), next+reportBatch)
 		for _, op := range taken[next:end] {
 			batch = append(batch, FinishedOperation{OperationState: s.stateLocked(op), Note: op.note})
-			// The note (a command, the caller's metadata) is not kept for
-			// the operation's retention.
-			op.note = nil
+			// The note (a command, the caller's metadata) and the stored
+			// metadata are not kept for the operation's retention: the
+			// report was their last reader (the store keeps the metadata
+			// until the operation goes).
+			op.note, op.meta = nil, nil
 		}
 		next = end
 		listeners := s.rep.listeners

@@ -424,7 +424,7 @@ type opSnap struct {
 
 func (s *Scheduler) snapOpLocked(op *Operation) opSnap {
 	if s.ops[op.Name] != op {
-		return opSnap{name: op.Name, delete: true, hadMeta: op.meta != nil}
+		return opSnap{name: op.Name, delete: true, hadMeta: op.hasMeta}
 	}
 	t := op.task
 	o := opSnap{name: op.Name, rec: opRecord{Task: t.ID, Done: op.done, DoneAt: op.doneAt, Accepted: op.accepted, Invocation: op.invocation}}
@@ -555,7 +555,10 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 		if err := r.unmarshal(value); err != nil {
 			return fmt.Errorf("operation record %s: %w", name, err)
 		}
-		op := &Operation{Name: name, goneSince: now, accepted: r.Accepted, invocation: r.Invocation, meta: metas[name], stored: true}
+		op := &Operation{Name: name, goneSince: now, accepted: r.Accepted, invocation: r.Invocation, hasMeta: metas[name] != nil, stored: true}
+		if !r.Done {
+			op.meta = metas[name] // a finished one was reported before
+		}
 		if r.Done {
 			resp := &repb.ExecuteResponse{}
 			if err := proto.Unmarshal(r.Response, resp); err != nil {

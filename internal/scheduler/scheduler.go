@@ -210,8 +210,9 @@ type Operation struct {
 	// meta is the submitter's RequestMetadata (tool, invocation ids,
 	// mnemonic, target), nil without one; stored with the operation.
 	meta *repb.RequestMetadata
-	// stored: the operation's metadata record is in the store.
-	stored bool
+	// stored: the operation's metadata record is in the store (when
+	// hasMeta); meta itself is let go once the operation is reported.
+	stored, hasMeta bool
 	// note is the submitter's SubmitRequest.Note, until the operation is
 	// reported (finished.go).
 	note any
@@ -525,7 +526,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 	if accepted.IsZero() {
 		accepted = now
 	}
-	op := &Operation{Name: name, task: t, goneSince: now, accepted: accepted, invocation: req.Invocation, meta: req.Metadata, note: req.Note}
+	op := &Operation{Name: name, task: t, goneSince: now, accepted: accepted, invocation: req.Invocation, meta: req.Metadata, hasMeta: req.Metadata != nil, note: req.Note}
 	s.unwatched.add(op)
 	t.ops = append(t.ops, op)
 	s.ops[op.Name] = op
