@@ -128,7 +128,8 @@ func actionDigest(t *testing.T, res cmdResult) string {
 // serve` (with its embedded worker): CAS blobs and directory trees with
 // symlinks, actions run with rexec then re-run by digest with remotetool,
 // check_determinism both ways, download_action_result, and rexec's inputs,
-// outputs, failing commands and timeouts.
+// outputs (an output directory with a symlink, under a working directory),
+// failing commands and timeouts.
 func TestSDKTools(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real-client end-to-end test: skipped with -short")
@@ -261,6 +262,28 @@ func TestSDKTools(t *testing.T) {
 			if !strings.Contains(chk.stderr, want) {
 				t.Errorf("check_determinism did not say %q; stderr:\n%s", want, tail(chk.stderr))
 			}
+		}
+	})
+
+	t.Run("rexec_working_directory", func(t *testing.T) {
+		// Inputs are relative to the exec root, outputs to the working
+		// directory (as remote_execution.proto's Command says; rexec's
+		// --help says "relative to exec root" for them too).
+		root := testDir(t, "sdk-wd")
+		sdkWriteFile(t, filepath.Join(root, "sub", "in.txt"), []byte("input\n"), 0o644)
+		s.run(t, root, []string{"--working_directory=sub", "--inputs=sub/in.txt", "--output_files=f.txt", "--output_directories=od"},
+			"/bin/sh", "-c", "mkdir -p od/deep && cp in.txt od/deep/c.txt && ln -s deep/c.txt od/link && echo f > f.txt")
+		const want = `./
+sub/
+sub/f.txt exec=false "f\n"
+sub/in.txt exec=false "input\n"
+sub/od/
+sub/od/deep/
+sub/od/deep/c.txt exec=false "input\n"
+sub/od/link -> deep/c.txt
+`
+		if got := sdkTreeListing(t, root); got != want {
+			t.Errorf("after rexec --working_directory=sub the exec root holds\n%s\nwant\n%s", got, want)
 		}
 	})
 
