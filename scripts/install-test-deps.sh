@@ -7,6 +7,8 @@
 #   - MinIO server (built with `go install` into $REPO/.tools/bin, about 5 minutes)
 #   - helm and nfpm (pinned, built with `go install` into $REPO/.tools/bin) and
 #     podman, runc and systemd (systemd-analyze) for the deployment tests
+#   - remotetool and rexec (remote-apis-sdks, pinned, built from the Go module proxy
+#     into $REPO/.tools/bin)
 #
 # Idempotent and non-interactive: it installs only what is missing, so a second run
 # returns in well under a second. Runs as root (as CI does), or through sudo when not
@@ -149,6 +151,34 @@ go_tool() { # name module version
 }
 go_tool helm helm.sh/helm/v3 v3.22.0
 go_tool nfpm github.com/goreleaser/nfpm/v2 v2.45.2
+
+# --- remotetool and rexec (remote-apis-sdks) ----------------------------------------
+# The SDK's own clients, for test/e2e/sdk_test.go. Pinned to a commit: the module
+# proxy refuses the module's version list, so `go install ...@latest` (and even
+# `go install ...@<pseudo-version>`, which reads that list for deprecations) fails;
+# `go get` of the pinned pseudo-version in a scratch module and `go build` work.
+# About 1 minute of CPU.
+SDK_MODULE=github.com/bazelbuild/remote-apis-sdks
+SDK_VERSION=v0.0.0-20250924144931-212b8b213918
+sdk_current() { # name
+  local bin="$REPO/.tools/bin/$1"
+  [ -x "$bin" ] && go version -m "$bin" 2>/dev/null | grep -q "mod[[:space:]]*$SDK_MODULE[[:space:]]*$SDK_VERSION"
+}
+if sdk_current remotetool && sdk_current rexec; then
+  log "remotetool and rexec $SDK_VERSION present"
+else
+  log "building remotetool and rexec $SDK_VERSION into $REPO/.tools/bin"
+  scratch="$REPO/.tools/src/remote-apis-sdks"
+  rm -rf "$scratch"
+  mkdir -p "$scratch" "$REPO/.tools/bin"
+  (
+    cd "$scratch"
+    export GOFLAGS="-mod=mod -buildvcs=false" GOWORK=off
+    go mod init gantry-test-tools/remote-apis-sdks >/dev/null 2>&1
+    go get "$SDK_MODULE/go/cmd/remotetool@$SDK_VERSION" "$SDK_MODULE/go/cmd/rexec@$SDK_VERSION"
+    go build -o "$REPO/.tools/bin/" "$SDK_MODULE/go/cmd/remotetool" "$SDK_MODULE/go/cmd/rexec"
+  ) </dev/null
+fi
 
 # --- .gitignore ------------------------------------------------------------------
 GI="$REPO/.gitignore"
