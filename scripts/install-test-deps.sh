@@ -4,6 +4,8 @@
 #   - Bazel 2.1.0 (npm package @bazel/bazel-linux_x64@2.1.0 under $REPO/.tools/npm)
 #   - protobuf-compiler, bubblewrap, postgresql (server binaries), chromium (headless),
 #     haproxy (the load balancer of the multi-node test)
+#   - BuildStream 1.6 (Debian's buildstream) and busybox-static, for BuildStream
+#     with Gantry as its artifact server
 #   - MinIO server (built with `go install` into $REPO/.tools/bin, about 5 minutes)
 #   - helm and nfpm (pinned, built with `go install` into $REPO/.tools/bin) and
 #     podman, runc and systemd (systemd-analyze) for the deployment tests
@@ -66,6 +68,16 @@ for tool in cmake make gcc; do
     missing+=("$tool")
   fi
 done
+
+# buildstream (1.6, /usr/bin/bst) and busybox-static (/bin/busybox, the
+# sysroot of its project): BuildStream with Gantry as its artifact server
+# (test/e2e/buildstream_cache_test.go).
+if ! command -v bst >/dev/null 2>&1; then
+  missing+=(buildstream)
+fi
+if ! have_pkg busybox-static; then
+  missing+=(busybox-static)
+fi
 
 # podman and runc: the OCI image's run test (deploy/image); crun, podman's
 # default runtime, refuses the CI machines' hybrid cgroups. systemd:

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -203,6 +204,26 @@ func redact(uri string) string {
 		return "(a URI that does not parse)"
 	}
 	return u.Redacted()
+}
+
+// downloadable reports whether uri names something the fetcher can
+// download: its scheme (RFC 3986: a letter, then letters, digits, "+",
+// "-" or "."; before the first ":") is http or https, in any case. Other
+// URIs (urn:, file:, a bare name) can only have been pushed.
+func downloadable(uri string) bool {
+	for i := 0; i < len(uri); i++ {
+		c := uri[i]
+		switch {
+		case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
+		case i > 0 && c == ':':
+			scheme := strings.ToLower(uri[:i])
+			return scheme == "http" || scheme == "https"
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // Fetch downloads uri into w, sending header, and returns the bytes

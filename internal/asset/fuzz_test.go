@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -95,4 +96,22 @@ func checkTreeLimits(t *testing.T, cas blobstore.Store, d digest.Digest, depth i
 			t.Fatalf("a name of %d bytes was stored", len(n))
 		}
 	}
+}
+
+// FuzzDownloadable: a URI is downloaded exactly when its scheme is http
+// or https, as net/url reads the scheme of a URI it parses.
+func FuzzDownloadable(f *testing.F) {
+	for _, s := range []string{"http://example.com/a.tar", "HTTPS://x/y", "urn:fdc:buildstream.build:2020:v1:p/e/k", "file:///etc/passwd", "http", "http:", ":http", "a/http://x", "h+t.t-p://x", "1http://x", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, uri string) {
+		got := downloadable(uri)
+		u, err := url.Parse(uri)
+		if err != nil {
+			return
+		}
+		if want := u.Scheme == "http" || u.Scheme == "https"; got != want {
+			t.Fatalf("downloadable(%q) = %v; net/url reads the scheme %q", uri, got, u.Scheme)
+		}
+	})
 }

@@ -25,7 +25,8 @@ import (
 
 // Observer is told about every fetch from an origin, for metrics.
 type Observer interface {
-	// Fetched reports one answer from the index (result "cached") or one
+	// Fetched reports one answer from the index (result "cached"), one
+	// miss on a URI only a Push can provide ("not_pushed"), or one
 	// download from an origin ("fetched", or why it failed: see
 	// resultLabel), with its bytes and duration. Callers that joined a
 	// download in progress are not counted again.
@@ -172,17 +173,13 @@ func (s *Service) FetchBlob(ctx context.Context, req *rapb.FetchBlobRequest) (*r
 	return &rapb.FetchBlobResponse{Status: nil, Uri: uri, Qualifiers: r.q.Identifying(), ExpiresAt: expires(e), BlobDigest: e.Digest.Proto(), DigestFunction: r.fn}, nil
 }
 
-// FetchDirectory implements rapb.FetchServer: the archive is fetched as a
-// blob would be, then unpacked into Directory messages.
+// FetchDirectory implements rapb.FetchServer: a pushed directory is
+// answered from the index whatever its URI; otherwise the archive is
+// fetched as a blob would be, then unpacked into Directory messages.
 func (s *Service) FetchDirectory(ctx context.Context, req *rapb.FetchDirectoryRequest) (*rapb.FetchDirectoryResponse, error) {
 	r, err := s.parse(req.InstanceName, req.DigestFunction, req.Uris, req.Qualifiers, req.OldestContentAccepted)
 	if err != nil {
 		return nil, err
-	}
-	for _, u := range r.uris {
-		if _, err := DetectFormat(u, r.q.ResourceType); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
-		}
 	}
 	ctx, cancel := s.timeout(ctx, req.Timeout.AsDuration())
 	defer cancel()
@@ -200,7 +197,12 @@ func expires(e Entry) *timestamppb.Timestamp {
 	return timestamppb.New(e.ExpireAt)
 }
 
-// fetch answers from the index if it can, else tries the URIs in order.
+// fetch answers from the index if it can, else downloads the URIs it can
+// in order. A URI Gantry cannot download (not http or https: urn:,
+// file:...) is only ever answered from the index, where a Push put it, so
+// a miss on it is NOT_FOUND (remote_asset.proto: "a minimal compliant Fetch
+// implementation may support only Push'd content and return NOT_FOUND").
+// The archive format of a directory matters only for a download.
 func (s *Service) fetch(ctx context.Context, r request, kind Kind) (string, Entry, error) {
 	ident := r.q.Identifying()
 	now := s.opts.Now()
@@ -216,6 +218,17 @@ func (s *Service) fetch(ctx context.Context, r request, kind Kind) (string, Entr
 	}
 	var errs []error
 	for i, u := range r.uris {
+		if !downloadable(u) {
+			s.observe(kind, "not_pushed", 0, 0)
+			errs = append(errs, &notPushedError{kind: kind, uri: u})
+			continue
+		}
+		if kind == Directory {
+			if _, err := DetectFormat(redact(u), r.q.ResourceType); err != nil {
+				errs = append(errs, status.Error(codes.InvalidArgument, err.Error()))
+				continue
+			}
+		}
 		d, err := s.downloadShared(ctx, r, i, kind)
 		if err != nil {
 			errs = append(errs, err)
@@ -238,19 +251,33 @@ func (s *Service) fetch(ctx context.Context, r request, kind Kind) (string, Entr
 	return "", Entry{}, fetchFailed(errs)
 }
 
+// notPushedError is a miss on a URI Gantry cannot download: only a Push
+// could have put it in the index.
+type notPushedError struct {
+	kind Kind
+	uri  string
+}
+
+func (e *notPushedError) Error() string {
+	push := "PushBlob"
+	if e.kind == Directory {
+		push = "PushDirectory"
+	}
+	return fmt.Sprintf("%s was never pushed as a %s with these qualifiers (or its push expired, is older than oldest_content_accepted, or its content left the CAS), and Gantry downloads only http and https URLs; push it first (%s)", redact(e.uri), e.kind, push)
+}
+
 // fetchFailed is the error of a fetch none of whose URIs worked: the
-// code of the last failure, the messages of all.
+// code of the last download that failed (NOT_FOUND when every URI was
+// one that can only be pushed), the messages of all.
 func fetchFailed(errs []error) error {
 	last := errs[len(errs)-1]
-	code := codes.Unavailable
-	var fe *FetchError
-	var ce *ChecksumError
-	if errors.As(last, &ce) {
-		code = ce.Code
-	} else if errors.As(last, &fe) {
-		code = fe.Code
-	} else if st, ok := status.FromError(last); ok {
-		code = st.Code()
+	code := codes.NotFound
+	for i := len(errs) - 1; i >= 0; i-- {
+		var np *notPushedError
+		if !errors.As(errs[i], &np) {
+			code = errorCode(errs[i])
+			break
+		}
 	}
 	msg := last.Error()
 	if st, ok := status.FromError(last); ok {
@@ -264,6 +291,22 @@ func fetchFailed(errs []error) error {
 		msg = m + "; " + msg
 	}
 	return status.Error(code, msg)
+}
+
+// errorCode is the gRPC code a client gets for err, a failed download.
+func errorCode(err error) codes.Code {
+	var fe *FetchError
+	var ce *ChecksumError
+	switch {
+	case errors.As(err, &ce):
+		return ce.Code
+	case errors.As(err, &fe):
+		return fe.Code
+	}
+	if st, ok := status.FromError(err); ok {
+		return st.Code()
+	}
+	return codes.Unavailable
 }
 
 // resultLabel names why a fetch failed, for the metrics.

@@ -339,6 +339,34 @@ func TestPushDirectoryThenFetch(t *testing.T) {
 	}
 }
 
+// TestPushedURNExpires: a blob pushed under a urn: is served until its
+// expire_at, and NOT_FOUND after it (no origin to ask, unlike an http
+// URI, which is downloaded again).
+func TestPushedURNExpires(t *testing.T) {
+	fx := newFixture(t, nil)
+	ctx := context.Background()
+	data := []byte("an artifact")
+	d := digest.Compute(digest.SHA256, data)
+	if err := blobstore.Put(ctx, fx.cas, d, data); err != nil {
+		t.Fatal(err)
+	}
+	uri := "urn:fdc:buildstream.build:2020:v1:project/element/key"
+	push := &rapb.PushBlobRequest{Uris: []string{uri}, BlobDigest: d.Proto(), ExpireAt: timestamppb.New(fx.clock.Now().Add(time.Hour))}
+	if _, err := fx.svc.PushBlob(ctx, push); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := fx.fetchBlob([]string{uri}); err != nil || resp.BlobDigest.Hash != d.Hash {
+		t.Fatalf("before expire_at: %v, %v", resp, err)
+	}
+	fx.clock.Add(time.Hour)
+	msg := wantCode(t, firstErr(fx.fetchBlob([]string{uri})), codes.NotFound)
+	if !strings.Contains(msg, "never pushed") || !strings.Contains(msg, "expired") {
+		t.Fatalf("message %q", msg)
+	}
+}
+
+func firstErr(_ any, err error) error { return err }
+
 func TestUnsupportedQualifier(t *testing.T) {
 	fx := newFixture(t, nil)
 	_, err := fx.fetchBlob([]string{"https://example.com/x"}, q("vcs.commit", "abc"))

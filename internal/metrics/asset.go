@@ -24,7 +24,7 @@ func NewAsset(reg prometheus.Registerer) *Asset {
 	m := &Asset{
 		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gantry_remote_asset_fetches_total",
-			Help: "Remote Asset fetches by kind (blob, directory) and result: cached (answered from the index, no origin contacted), fetched (downloaded), or the failure (not_found, permission_denied, deadline_exceeded, checksum_mismatch, too_large, bad_archive, invalid, unavailable). A request trying several URIs counts once per URI tried.",
+			Help: "Remote Asset fetches by kind (blob, directory) and result: cached (answered from the index, no origin contacted), fetched (downloaded), not_pushed (a URI Gantry cannot download, urn: for one, that no Push recorded: a cache miss), or the failure (not_found, permission_denied, deadline_exceeded, checksum_mismatch, too_large, bad_archive, invalid, unavailable). A request trying several URIs counts once per URI tried.",
 		}, []string{"kind", "result"}),
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gantry_remote_asset_downloaded_bytes_total",
@@ -37,7 +37,7 @@ func NewAsset(reg prometheus.Registerer) *Asset {
 		}, []string{"result"}),
 	}
 	for _, k := range []string{"blob", "directory"} {
-		for _, r := range []string{"cached", "fetched"} {
+		for _, r := range []string{"cached", "fetched", "not_pushed"} {
 			m.fetches.WithLabelValues(k, r)
 		}
 	}
@@ -48,8 +48,8 @@ func NewAsset(reg prometheus.Registerer) *Asset {
 // Fetched implements asset.Observer.
 func (m *Asset) Fetched(kind asset.Kind, result string, n int64, d time.Duration) {
 	m.fetches.WithLabelValues(kind.String(), result).Inc()
-	if result == "cached" {
-		return
+	if result == "cached" || result == "not_pushed" {
+		return // no origin contacted
 	}
 	m.bytes.Add(float64(n))
 	m.latency.WithLabelValues(result).Observe(d.Seconds())
