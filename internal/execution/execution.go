@@ -23,6 +23,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/inputtree"
 	"github.com/gantry-build/gantry/internal/platform"
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
@@ -273,14 +274,17 @@ func validateCommand(cmd *repb.Command) error {
 			return fmt.Errorf("environment_variables are not sorted by name or repeat %q; the spec requires sorted, unique names", ev.Name)
 		}
 	}
-	if cmd.WorkingDirectory != "" {
-		if err := CheckRelativePath("working_directory", cmd.WorkingDirectory); err != nil {
-			return err
-		}
+	if _, err := inputtree.WorkingDirectory(cmd.WorkingDirectory); err != nil {
+		return err
 	}
-	for field, paths := range map[string][]string{"output_paths": cmd.OutputPaths, "output_files": cmd.OutputFiles, "output_directories": cmd.OutputDirectories} {
-		for _, p := range paths {
-			if err := CheckRelativePath(field, p); err != nil {
+	// The worker applies the same rule (execroot, outputs), so what
+	// passes here is not refused there.
+	for _, f := range []struct {
+		field inputtree.OutputField
+		paths []string
+	}{{inputtree.OutputPaths, cmd.OutputPaths}, {inputtree.OutputFiles, cmd.OutputFiles}, {inputtree.OutputDirectories, cmd.OutputDirectories}} {
+		for _, p := range f.paths {
+			if _, err := inputtree.OutputLocation(f.field, cmd.WorkingDirectory, p); err != nil {
 				return err
 			}
 		}
