@@ -164,6 +164,10 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 		if errors.As(err, &nq) {
 			return noQueueStatus(nq)
 		}
+		var nw *scheduler.NoWorkerError
+		if errors.As(err, &nw) {
+			return noWorkerStatus(nw)
+		}
 		return err
 	}
 	if s.pending.remove(name) {
@@ -460,6 +464,31 @@ func (s *Service) WaitOperation(ctx context.Context, req *longrunningpb.WaitOper
 		}
 	}
 }
+
+// noWorkerStatus is FAILED_PRECONDITION with one violation per reason a
+// known worker cannot run the action (an execution environment none of
+// them declares), for the closest maxVerdictWorkers workers.
+func noWorkerStatus(e *scheduler.NoWorkerError) error {
+	pf := &errdetails.PreconditionFailure{}
+	for i, v := range e.Verdicts {
+		if i == maxVerdictWorkers {
+			break // a large farm's every worker would swell the trailer
+		}
+		for _, r := range v.Reasons {
+			pf.Violations = append(pf.Violations, &errdetails.PreconditionFailure_Violation{
+				Type: "PLATFORM", Subject: "worker:" + v.Worker + "/" + r.Property, Description: r.String(),
+			})
+		}
+	}
+	st := status.New(codes.FailedPrecondition, e.Error()+"; gantry queues explain shows this analysis for every worker")
+	if d, err := st.WithDetails(pf); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// maxVerdictWorkers bounds the workers noWorkerStatus details.
+const maxVerdictWorkers = 10
 
 // noQueueStatus is FAILED_PRECONDITION with one violation per reason a
 // provision queue refused the action, so tools can show the analysis.
