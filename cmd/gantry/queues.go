@@ -91,6 +91,7 @@ with the execute permission on --instance may ask (not only admins).`,
 				if err != nil {
 					return err
 				}
+				ps = ps.Without(cfg.Scheduler.IgnoredProperties) // as the scheduler matches them
 				_, invalid := platform.ParseRequest(ps)
 				if invalid != nil {
 					fmt.Fprintf(out, "invalid properties: %v\n", invalid)

@@ -62,6 +62,10 @@ type SchedulerConfig struct {
 	Retention Duration `yaml:"retention"`
 	// Queues are the provision queues, in matching order.
 	Queues []QueueConfig `yaml:"queues"`
+	// IgnoredProperties are platform property names dropped from every
+	// action before matching (e.g. container-image, which no worker
+	// honours unless it declares it).
+	IgnoredProperties []string `yaml:"ignored_properties"`
 	// UnsatisfiableWait is how long an action no worker could ever run
 	// stays queued before it fails with an explanation.
 	UnsatisfiableWait Duration `yaml:"unsatisfiable_wait"`
@@ -548,6 +552,11 @@ func (c *Config) Validate() error {
 			if k == "" || len(vs) == 0 {
 				bad(path+".properties", "property %q needs a name and at least one value", k)
 			}
+		}
+	}
+	for i, name := range c.Scheduler.IgnoredProperties {
+		if name == "" {
+			bad(fmt.Sprintf("scheduler.ignored_properties[%d]", i), "is empty; list property names, e.g. [container-image]")
 		}
 	}
 	for name, n := range c.Worker.Resources {

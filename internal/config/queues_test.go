@@ -13,6 +13,7 @@ func TestParseQueuesAndWorkerMatchSettings(t *testing.T) {
 scheduler:
   unsatisfiable_wait: 5m
   startup_grace: 30s
+  ignored_properties: [container-image, dockerRuntime]
   queues:
     - name: cpu
       allow_unmatched: true
@@ -43,6 +44,9 @@ worker:
 	if !reflect.DeepEqual(cfg.Scheduler.Queues, want) {
 		t.Errorf("queues = %+v\nwant %+v", cfg.Scheduler.Queues, want)
 	}
+	if !reflect.DeepEqual(cfg.Scheduler.IgnoredProperties, []string{"container-image", "dockerRuntime"}) {
+		t.Errorf("ignored properties = %v", cfg.Scheduler.IgnoredProperties)
+	}
 	if cfg.Scheduler.UnsatisfiableWait.D() != 5*time.Minute || cfg.Scheduler.StartupGrace.D() != 30*time.Second {
 		t.Errorf("waits = %s, %s", cfg.Scheduler.UnsatisfiableWait, cfg.Scheduler.StartupGrace)
 	}
@@ -60,6 +64,9 @@ worker:
 
 func TestQueueDefaults(t *testing.T) {
 	d := Default()
+	if len(d.Scheduler.IgnoredProperties) != 0 {
+		t.Errorf("default ignored properties %v, want none", d.Scheduler.IgnoredProperties)
+	}
 	if len(d.Scheduler.Queues) != 0 {
 		t.Errorf("default queues %v, want none (one default queue at run time)", d.Scheduler.Queues)
 	}
@@ -88,6 +95,8 @@ func TestQueueConfigErrorsNameTheKeyPath(t *testing.T) {
 		{"property list holds a mapping", "scheduler:\n  queues:\n    - name: gpu\n      properties:\n        gpu: [{a: b}]\n",
 			"expected a value or a list of values"},
 		{"queues not a list", "scheduler:\n  queues: cpu\n", "scheduler.queues (line 2)"},
+		{"empty ignored property", "scheduler:\n  ignored_properties: [container-image, \"\"]\n", "scheduler.ignored_properties[1]: is empty"},
+		{"ignored properties not a list", "scheduler:\n  ignored_properties: container-image\n", "scheduler.ignored_properties (line 2)"},
 		{"bad unsatisfiable_wait", "scheduler:\n  unsatisfiable_wait: forever\n", "scheduler.unsatisfiable_wait (line 2)"},
 		{"negative startup_grace", "scheduler:\n  startup_grace: -1m\n", "scheduler.startup_grace (line 2)"},
 		{"wrapper without a command", "worker:\n  process_wrappers:\n    nice: []\n", "worker.process_wrappers.nice: a wrapper needs a name and a command"},

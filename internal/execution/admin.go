@@ -75,6 +75,7 @@ func (s *AdminService) ExplainPlatform(_ context.Context, req *adminpb.ExplainPl
 		props = append(props, platform.Property{Name: p.Name, Value: p.Value})
 	}
 	props.Sort()
+	props = s.sched.MatchedProperties(props) // as Execute's would be matched
 	resp := &adminpb.ExplainPlatformResponse{}
 	r, err := platform.ParseRequest(props)
 	if err != nil {

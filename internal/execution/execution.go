@@ -23,6 +23,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/inputtree"
 	"github.com/gantry-build/gantry/internal/platform"
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
@@ -163,6 +164,10 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 		if errors.As(err, &nq) {
 			return noQueueStatus(nq)
 		}
+		var nw *scheduler.NoWorkerError
+		if errors.As(err, &nw) {
+			return noWorkerStatus(nw)
+		}
 		return err
 	}
 	if s.pending.remove(name) {
@@ -273,14 +278,17 @@ func validateCommand(cmd *repb.Command) error {
 			return fmt.Errorf("environment_variables are not sorted by name or repeat %q; the spec requires sorted, unique names", ev.Name)
 		}
 	}
-	if cmd.WorkingDirectory != "" {
-		if err := CheckRelativePath("working_directory", cmd.WorkingDirectory); err != nil {
-			return err
-		}
+	if _, err := inputtree.WorkingDirectory(cmd.WorkingDirectory); err != nil {
+		return err
 	}
-	for field, paths := range map[string][]string{"output_paths": cmd.OutputPaths, "output_files": cmd.OutputFiles, "output_directories": cmd.OutputDirectories} {
-		for _, p := range paths {
-			if err := CheckRelativePath(field, p); err != nil {
+	// The worker applies the same rule (execroot, outputs), so what
+	// passes here is not refused there.
+	for _, f := range []struct {
+		field inputtree.OutputField
+		paths []string
+	}{{inputtree.OutputPaths, cmd.OutputPaths}, {inputtree.OutputFiles, cmd.OutputFiles}, {inputtree.OutputDirectories, cmd.OutputDirectories}} {
+		for _, p := range f.paths {
+			if _, err := inputtree.OutputLocation(f.field, cmd.WorkingDirectory, p); err != nil {
 				return err
 			}
 		}
@@ -456,6 +464,31 @@ func (s *Service) WaitOperation(ctx context.Context, req *longrunningpb.WaitOper
 		}
 	}
 }
+
+// noWorkerStatus is FAILED_PRECONDITION with one violation per reason a
+// known worker cannot run the action (an execution environment none of
+// them declares), for the closest maxVerdictWorkers workers.
+func noWorkerStatus(e *scheduler.NoWorkerError) error {
+	pf := &errdetails.PreconditionFailure{}
+	for i, v := range e.Verdicts {
+		if i == maxVerdictWorkers {
+			break // a large farm's every worker would swell the trailer
+		}
+		for _, r := range v.Reasons {
+			pf.Violations = append(pf.Violations, &errdetails.PreconditionFailure_Violation{
+				Type: "PLATFORM", Subject: "worker:" + v.Worker + "/" + r.Property, Description: r.String(),
+			})
+		}
+	}
+	st := status.New(codes.FailedPrecondition, e.Error()+"; gantry queues explain shows this analysis for every worker")
+	if d, err := st.WithDetails(pf); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// maxVerdictWorkers bounds the workers noWorkerStatus details.
+const maxVerdictWorkers = 10
 
 // noQueueStatus is FAILED_PRECONDITION with one violation per reason a
 // provision queue refused the action, so tools can show the analysis.

@@ -135,18 +135,6 @@ func checkSymlinkTarget(linkPath, target string) error {
 	return nil
 }
 
-// CheckRelativePath validates an output path or working directory: relative,
-// and not climbing out of the input root.
-func CheckRelativePath(field, p string) error {
-	if path.IsAbs(p) {
-		return fmt.Errorf("%s %q is absolute; it must be relative to the input root", field, p)
-	}
-	if c := path.Clean(p); c == ".." || strings.HasPrefix(c, "../") {
-		return fmt.Errorf("%s %q leads outside the input root", field, p)
-	}
-	return nil
-}
-
 // inputWalk validates a whole input tree and lists the blobs it needs.
 type inputWalk struct {
 	cas     blobstore.Store

@@ -2,7 +2,9 @@
 // accepting one applies: Execute's validation (internal/execution), the
 // worker that lays the tree out (internal/worker/execroot) and the Remote
 // Asset API's archive unpacker (internal/asset). One definition, so that
-// a tree one of them accepts, the others accept too.
+// a tree one of them accepts, the others accept too. The same holds for
+// where a Command's working directory and outputs lie (outputpath.go),
+// which Execute and the worker's output collection apply alike.
 package inputtree
 
 import "fmt"

@@ -298,6 +298,9 @@ func TestWorkerAccepts(t *testing.T) {
 	}
 	loose := base
 	loose.AllowUnmatched = true
+	withImage, anyImage := loose, loose
+	withImage.Properties = props("OSFamily=linux", "container-image=docker://x")
+	anyImage.Properties = props("container-image=*")
 	free := func(cores int, res map[string]int64) *Free { return &Free{Cores: cores, Resources: res} }
 	for _, tc := range []struct {
 		name    string
@@ -331,6 +334,14 @@ func TestWorkerAccepts(t *testing.T) {
 		// Undeclared properties.
 		{"undeclared without allow unmatched", base, []string{"gpu=1"}, nil, []brief{{ReasonUnmatched, "gpu", "1"}}},
 		{"undeclared with allow unmatched", loose, []string{"gpu=1"}, nil, nil},
+		// Execution environments: only a worker declaring them takes them.
+		{"container image undeclared", base, []string{"container-image=docker://x"}, nil, []brief{{ReasonEnvironment, ContainerImage, "docker://x"}}},
+		{"container image undeclared even with allow unmatched", loose, []string{"container-image=docker://x"}, nil, []brief{{ReasonEnvironment, ContainerImage, "docker://x"}}},
+		{"docker setting undeclared even with allow unmatched", loose, []string{"dockerPrivileged=true"}, nil, []brief{{ReasonEnvironment, "dockerPrivileged", "true"}}},
+		{"container image declared", withImage, []string{"container-image=docker://x"}, nil, nil},
+		{"container image declared as any", anyImage, []string{"container-image=docker://y"}, nil, nil},
+		{"container image declared with another value", withImage, []string{"container-image=docker://y"}, nil, []brief{{ReasonMismatch, ContainerImage, "docker://y"}}},
+		{"dockerNetwork is a sandbox request", base, []string{"dockerNetwork=off"}, nil, nil},
 		{"special keys are not labels", base, []string{"min-cores=1", "max-cores=2", "min-mem=1", "resource:gpu=1", "Worker=w1", "process-wrapper=nice"}, nil, nil},
 		// resource:NAME against total and free capacity.
 		{"resource within total", base, []string{"resource:gpu=2"}, nil, nil},
@@ -382,6 +393,7 @@ func TestWorkerReasonText(t *testing.T) {
 		{[]string{"process-wrapper=strace"}, nil, []string{"unknown process wrapper process-wrapper", "action: strace, offered: nice", `process wrapper named "strace"`}},
 		{[]string{"OSFamily=windows"}, nil, []string{"value mismatch OSFamily", "action: windows, offered: linux", "use OSFamily=linux"}},
 		{[]string{"gpu=1"}, nil, []string{"unmatched property gpu", "declare gpu on the worker", "accept unmatched"}},
+		{[]string{"container-image=docker://x"}, nil, []string{"execution environment not provided container-image", "action: docker://x", "worker property container-image=docker://x", "list container-image in scheduler.ignored_properties"}},
 	} {
 		t.Run(strings.Join(tc.action, ","), func(t *testing.T) {
 			rs := w.Accepts(mustParse(t, tc.action...), tc.free)
@@ -426,6 +438,33 @@ func TestIsSpecial(t *testing.T) {
 		if got := IsSpecial(name); got != want {
 			t.Errorf("IsSpecial(%q) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+func TestIsEnvironment(t *testing.T) {
+	for name, want := range map[string]bool{
+		"container-image": true, "dockerPrivileged": true, "dockerRuntime": true, "dockerUser": true,
+		"dockerNetwork": false, "OSFamily": false, "ISA": false, "pool": false, "network": false, "Container-Image": false, "image": false,
+	} {
+		if got := IsEnvironment(name); got != want {
+			t.Errorf("IsEnvironment(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func TestWithout(t *testing.T) {
+	ps := props("ISA=x86-64", "container-image=docker://x", "pool=a", "pool=b")
+	if got := ps.Without([]string{"container-image", "pool"}); !reflect.DeepEqual(got, props("ISA=x86-64")) {
+		t.Errorf("Without = %v, want ISA only", got)
+	}
+	if got := ps.Without([]string{"zone"}); !reflect.DeepEqual(got, ps) {
+		t.Errorf("Without of an absent name = %v, want %v", got, ps)
+	}
+	if got := ps.Without(nil); !reflect.DeepEqual(got, ps) {
+		t.Errorf("Without(nil) = %v", got)
+	}
+	if !reflect.DeepEqual(ps, props("ISA=x86-64", "container-image=docker://x", "pool=a", "pool=b")) {
+		t.Errorf("Without changed its receiver: %v", ps)
 	}
 }
 

@@ -33,6 +33,9 @@ const (
 	ReasonPinned    ReasonKind = "pinned elsewhere"
 	ReasonWrapper   ReasonKind = "unknown process wrapper"
 	ReasonQueue     ReasonKind = "queue not served"
+	// ReasonEnvironment: the action asks for an execution environment
+	// (IsEnvironment) the worker does not declare.
+	ReasonEnvironment ReasonKind = "execution environment not provided"
 )
 
 // Reason is one rule an action failed, with what would fix it.

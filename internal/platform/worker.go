@@ -176,6 +176,12 @@ func (w Worker) Accepts(r Request, free *Free) []Reason {
 			continue
 		}
 		offered := w.Properties.Values(name)
+		if len(offered) == 0 && IsEnvironment(name) {
+			// Never covered by AllowUnmatched (environment.go).
+			reasons = append(reasons, Reason{Kind: ReasonEnvironment, Property: name, Want: strings.Join(r.Properties.Values(name), ","),
+				Fix: fmt.Sprintf("a worker does not build this environment, it only runs where it is; declare %s on a worker whose host or sandbox provides it (worker property %s=%s, or * for any value), or list %s in %s to run the action without it", name, name, r.Properties.Values(name)[0], name, IgnoredPropertiesKey)})
+			continue
+		}
 		if len(offered) == 0 {
 			if !w.AllowUnmatched {
 				reasons = append(reasons, Reason{Kind: ReasonUnmatched, Property: name, Want: strings.Join(r.Properties.Values(name), ","),

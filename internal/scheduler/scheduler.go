@@ -52,6 +52,9 @@ type Config struct {
 	// Queues are the provision queues in order; none means one default
 	// queue that takes everything.
 	Queues []platform.Queue
+	// IgnoredProperties are platform property names dropped from every
+	// action before matching (environment.go).
+	IgnoredProperties []string
 	// UnsatisfiableWait is how long an action that no known worker could
 	// ever run stays queued before it fails with an explanation.
 	UnsatisfiableWait time.Duration
@@ -280,6 +283,9 @@ type Scheduler struct {
 	frontSeq    int64
 	listeners   []func(Event)
 	queues      []platform.Queue
+	// ignored are the property names dropped before matching
+	// (environment.go).
+	ignored []string
 	// unwatched are the unfinished operations no caller is streaming;
 	// finished are finished operations in the order they finished.
 	unwatched opList
@@ -355,7 +361,7 @@ func New(cfg Config, clock Clock) *Scheduler {
 		cfg: cfg, clock: clock, fair: f, ten: newTenancy(cfg),
 		ops: map[string]*Operation{}, inflight: map[uint64]*Task{},
 		queue: newQueue(f), workers: map[string]*worker{}, leases: map[string]*lease{},
-		queues: cfg.Queues, seen: map[string]seenWorker{}, started: clock.Now(),
+		queues: cfg.Queues, ignored: cfg.IgnoredProperties, seen: map[string]seenWorker{}, started: clock.Now(),
 		idPrefix: uuid.NewString()[:13] + "-", refused: refusals{}, halted: make(chan struct{}),
 	}
 }
@@ -383,7 +389,7 @@ func (s *Scheduler) SetQueues(qs []platform.Queue) {
 func (s *Scheduler) ExplainQueues(props platform.Properties) platform.Analysis {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return platform.SelectQueue(s.queues, props)
+	return platform.SelectQueue(s.queues, props.Without(s.ignored))
 }
 
 // WorkerVerdict says whether one worker could ever run an action.
@@ -471,12 +477,13 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 }
 
 func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	req.Platform = req.Platform.Without(s.ignored)
 	preq, err := platform.ParseRequest(req.Platform)
 	if err != nil {
 		return "", 0, status.Error(codes.InvalidArgument, err.Error())
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	name := req.Name
 	if name == "" {
 		name = "op-" + s.newID()
@@ -490,6 +497,9 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 	}
 	queueName := analysis.Verdicts[analysis.Chosen].Queue
 	now := s.clock.Now()
+	if err := s.environmentRefusalLocked(queueName, preq, now); err != nil {
+		return "", 0, err
+	}
 	key := dedupKey{req.Instance, req.ActionDigest}
 	if err := s.refused.check(key, now); err != nil {
 		return "", 0, err

@@ -19,6 +19,7 @@ func schedulerConfig(cfg config.Config, log *slog.Logger) scheduler.Config {
 		CallerGrace:       sc.CallerGrace.D(),
 		Retention:         sc.Retention.D(),
 		Queues:            Queues(sc.Queues),
+		IgnoredProperties: sc.IgnoredProperties,
 		UnsatisfiableWait: sc.UnsatisfiableWait.D(),
 		StartupGrace:      sc.StartupGrace.D(),
 		PriorityHalving:   sc.Fairness.PriorityHalving,

@@ -110,11 +110,12 @@ func newScheduler(cfg config.Config, log *slog.Logger) *scheduler.Scheduler {
 }
 
 // apply applies what a reloaded configuration may change while the
-// scheduler runs: the provision queues and the fairness keys (cfg's,
-// parsed). Queued work stays where it is.
+// scheduler runs: the provision queues, the ignored properties and the
+// fairness keys (cfg's, parsed). Queued work stays where it is.
 func (t *term) apply(cfg config.Config, keys []invocation.Extractor, log *slog.Logger) {
 	queues := Queues(cfg.Scheduler.Queues)
 	t.sched.SetQueues(queues)
+	t.sched.SetIgnoredProperties(cfg.Scheduler.IgnoredProperties)
 	logQueues(log, queues)
 	t.exec.SetInvocationKeys(keys, cfg.Scheduler.Fairness.UserHeader)
 }

@@ -12,16 +12,30 @@ import (
 )
 
 // HostProperties returns the platform properties of this machine, spelled
-// as Bazel users write them: OSFamily=linux, ISA=x86-64 (or aarch64).
+// as Bazel users write them and BuildStream sends them: OSFamily=linux,
+// ISA=x86-64 (or aarch64, x86-32, aarch32, power-isa-le, power-isa-be).
+// Other architectures keep Go's name.
 func HostProperties() map[string]string {
-	isa := runtime.GOARCH
-	switch isa {
+	return map[string]string{"OSFamily": runtime.GOOS, "ISA": isaName(runtime.GOARCH)}
+}
+
+// isaName spells a Go architecture as BuildStream's ISA names it.
+func isaName(goarch string) string {
+	switch goarch {
 	case "amd64":
-		isa = "x86-64"
+		return "x86-64"
 	case "arm64":
-		isa = "aarch64"
+		return "aarch64"
+	case "386":
+		return "x86-32"
+	case "arm":
+		return "aarch32"
+	case "ppc64le":
+		return "power-isa-le"
+	case "ppc64":
+		return "power-isa-be"
 	}
-	return map[string]string{"OSFamily": runtime.GOOS, "ISA": isa}
+	return goarch
 }
 
 // Properties merges the host's properties with configured ones (which

@@ -630,8 +630,9 @@ func (b *builder) validateSymlinks(stack []*dirInfo, p string) error {
 }
 
 // validatePaths checks that the working directory is a directory of the
-// input tree and that every output's parent resolves inside the root and
-// does not pass through an input file.
+// input tree and that every output's parent (or, for an output ending in
+// "." or "..", the directory it names) resolves inside the root and does
+// not pass through an input file.
 func (b *builder) validatePaths(root *dirInfo, wd string, outs []string) error {
 	top := []*dirInfo{root}
 	if wd != "" {
@@ -647,10 +648,18 @@ func (b *builder) validatePaths(root *dirInfo, wd string, outs []string) error {
 		// Not path.Dir: lexical cleaning would hide a ".." after a symlink.
 		rel := joinRel(wd, o)
 		i := strings.LastIndexByte(rel, '/')
-		if o == "" || i < 0 {
-			continue
+		at := "" // what must resolve inside the root: the output's directory
+		switch last := rel[i+1:]; {
+		case o == "":
+			continue // the working directory, checked above
+		case last == "." || last == "..":
+			at = rel // names a directory: all of it must stay inside
+		case i < 0:
+			continue // a name in the root
+		default:
+			at = rel[:i]
 		}
-		r := b.resolve(top, rel[:i])
+		r := b.resolve(top, at)
 		switch {
 		case r.escapes:
 			return invalidf(o, "the output path leads outside the input root")

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/inputtree"
 	"github.com/gantry-build/gantry/internal/worker/filecache"
 )
 
@@ -325,7 +326,9 @@ func TestBuildInvalid(t *testing.T) {
 		{name: "empty output file", root: empty, cmd: &repb.Command{OutputFiles: []string{""}}, wantPath: "", wantRule: "empty"},
 		{name: "output directory trailing slash", root: empty, cmd: &repb.Command{OutputDirectories: []string{"out/"}}, wantPath: "out/", wantRule: "trailing slash"},
 		{name: "output path double slash", root: empty, cmd: &repb.Command{OutputPaths: []string{"a//b"}}, wantPath: "a//b", wantRule: "empty segment"},
-		{name: "output path ending in dot dot", root: empty, cmd: &repb.Command{OutputPaths: []string{"a/.."}}, wantPath: "a/..", wantRule: "must end with a name"},
+		{name: "output path ending in dot dot escapes", root: empty, cmd: &repb.Command{OutputPaths: []string{"a/../.."}}, wantPath: "a/../..", wantRule: "outside the input root"},
+		{name: "output file ending in dot", root: empty, cmd: &repb.Command{OutputFiles: []string{"."}}, wantPath: ".", wantRule: `ends in "."`},
+		{name: "output directory ending in dot dot escapes through a symlink", root: &repb.Directory{Symlinks: []*repb.SymlinkNode{snode("l", ".")}}, cmd: &repb.Command{OutputDirectories: []string{"l/.."}}, wantPath: "l/..", wantRule: "outside the input root"},
 		{name: "output escapes", root: empty, cmd: &repb.Command{OutputPaths: []string{"../../x"}}, wantPath: "../../x", wantRule: "outside the input root"},
 		{name: "output escapes from working directory", root: &repb.Directory{Directories: []*repb.DirectoryNode{dnode("w", emptyD)}}, cmd: &repb.Command{WorkingDirectory: "w", OutputFiles: []string{"../../x"}}, wantPath: "../../x", wantRule: "outside the input root"},
 		{name: "output escapes physically through a symlink", root: &repb.Directory{Symlinks: []*repb.SymlinkNode{snode("l", ".")}}, cmd: &repb.Command{OutputPaths: []string{"l/../x"}}, wantPath: "l/../x", wantRule: "outside the input root"},
@@ -368,6 +371,34 @@ func TestBuildInvalid(t *testing.T) {
 	}
 	if s := e.cache.Stats(); s.Referenced != 0 {
 		t.Errorf("%d cache references leaked", s.Referenced)
+	}
+}
+
+// TestBuildRefusesWithExecutesMessage: the worker refuses an output that
+// leaves the input root with the words Execute uses (one rule,
+// inputtree.OutputLocation), and accepts the outputs Execute accepts:
+// "." and a path climbing out of the working directory, whose parents
+// it creates.
+func TestBuildRefusesWithExecutesMessage(t *testing.T) {
+	e := newEnv(t)
+	c := e.tb.dir(&repb.Directory{})
+	root := e.tb.dir(&repb.Directory{Directories: []*repb.DirectoryNode{dnode("a", e.tb.dir(&repb.Directory{Directories: []*repb.DirectoryNode{dnode("c", c)}}))}})
+	bad := &repb.Command{WorkingDirectory: "a/c", OutputDirectories: []string{"../../../x"}}
+	_, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), filepath.Join(t.TempDir(), "root"), bad, Linking{})
+	_, want := inputtree.OutputLocation(inputtree.OutputDirectories, bad.WorkingDirectory, bad.OutputDirectories[0])
+	var ie *InvalidError
+	if want == nil || !errors.As(err, &ie) || ie.Rule != want.Error() {
+		t.Errorf("Build: %v; want an InvalidError saying %v", err, want)
+	}
+	dir := filepath.Join(t.TempDir(), "root")
+	good := &repb.Command{WorkingDirectory: "a/c", OutputDirectories: []string{".", "../../install/bin"}}
+	r, err := Build(context.Background(), e.cache, e.cas, fn, mustDigest(t, root), dir, good, Linking{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Destroy()
+	if info, err := os.Stat(filepath.Join(dir, "install")); err != nil || !info.IsDir() {
+		t.Errorf("the parent of ../../install/bin was not created: %v", err)
 	}
 }
 

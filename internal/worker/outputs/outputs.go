@@ -18,7 +18,9 @@
 //   - A declared output that does not exist is left out; the client
 //     decides whether that is an error.
 //   - Paths are relative to the working directory and reported exactly as
-//     declared.
+//     declared: "." (or "") is the whole working directory, and a path
+//     may climb out of it ("../../../install") while it stays inside the
+//     input root (inputtree.OutputLocation, the rule Execute applies).
 //
 // An output directory becomes a Tree message (root plus every descendant
 // Directory, each stored once, parents before children) uploaded to the
@@ -70,6 +72,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/inputtree"
 )
 
 // findMissingBatch bounds the digests sent in one FindMissing call.
@@ -138,8 +141,8 @@ func Collect(ctx context.Context, cas blobstore.Store, fn digest.Function, execR
 			return nil, fmt.Errorf("outputs: execution root %s: %w", execRoot, err)
 		}
 	}
-	if err := checkPath("working directory", cmd.WorkingDirectory, true); err != nil {
-		return nil, err
+	if _, err := inputtree.WorkingDirectory(cmd.WorkingDirectory); err != nil {
+		return nil, pathInvalid(err)
 	}
 	base := strings.TrimSuffix(execRoot, "/")
 	if cmd.WorkingDirectory != "" {
@@ -156,7 +159,7 @@ func Collect(ctx context.Context, cas blobstore.Store, fn digest.Function, execR
 	}
 
 	// Pass 1: find each output and walk output directories.
-	found, err := c.findAll(base, declared(cmd))
+	found, err := c.findAll(base, cmd.WorkingDirectory, declared(cmd))
 	if err != nil {
 		return nil, err
 	}
@@ -201,13 +204,13 @@ func declared(cmd *repb.Command) []declaredOutput {
 	return outs
 }
 
-// findAll finds the declared outputs under base (the working directory);
-// those that do not exist are left out.
-func (c *collector) findAll(base string, outs []declaredOutput) ([]*output, error) {
+// findAll finds the declared outputs under base (the working directory,
+// wd relative to the root); those that do not exist are left out.
+func (c *collector) findAll(base, wd string, outs []declaredOutput) ([]*output, error) {
 	var found []*output
 	for _, o := range outs {
-		if err := checkPath("output path", o.path, o.want != wantFile); err != nil {
-			return nil, err
+		if _, err := inputtree.OutputLocation(o.want.field(), wd, o.path); err != nil {
+			return nil, pathInvalid(err)
 		}
 		abs := base
 		if o.path != "" {
@@ -254,19 +257,14 @@ func (c *collector) result(found []*output) (*repb.ActionResult, error) {
 	return res, nil
 }
 
-// checkPath enforces the spec's form of a relative path.
-func checkPath(what, p string, allowEmpty bool) error {
-	switch {
-	case p == "" && !allowEmpty:
-		return &InvalidError{Path: p, Rule: "an output file path must not be empty"}
-	case strings.HasPrefix(p, "/"):
-		return &InvalidError{Path: p, Rule: "the " + what + " must be relative, not absolute"}
-	case strings.HasSuffix(p, "/"):
-		return &InvalidError{Path: p, Rule: "the " + what + " must not end with '/'"}
-	case strings.Contains(p, "//"):
-		return &InvalidError{Path: p, Rule: "the " + what + " has an empty segment ('//')"}
+// pathInvalid turns the shared rule's refusal (inputtree.OutputLocation,
+// which Execute applies too) into an *InvalidError with its message.
+func pathInvalid(err error) error {
+	var pe *inputtree.PathError
+	if errors.As(err, &pe) {
+		return &InvalidError{Path: pe.Path, Rule: pe.Error()}
 	}
-	return nil
+	return err
 }
 
 type wantKind int
@@ -276,6 +274,17 @@ const (
 	wantFile
 	wantDir
 )
+
+// field is the Command field outputs of this kind come from.
+func (k wantKind) field() inputtree.OutputField {
+	switch k {
+	case wantFile:
+		return inputtree.OutputFiles
+	case wantDir:
+		return inputtree.OutputDirectories
+	}
+	return inputtree.OutputPaths
+}
 
 // output is one declared output that exists.
 type output struct {
@@ -427,10 +436,12 @@ func (c *collector) resolve(dir string) (string, error) {
 // the execution root.
 func (c *collector) checkInside(decl, abs string) error {
 	// Not filepath.Dir, which would clean ".." lexically; EvalSymlinks
-	// applies ".." to the resolved path, as the kernel does. The output ""
-	// is the working directory itself, which must be inside.
+	// applies ".." to the resolved path, as the kernel does. An output
+	// that names a directory by its path ("" for the working directory,
+	// or one ending in "." or "..") is reached through every component,
+	// so all of it must resolve inside.
 	dir := abs
-	if decl != "" {
+	if last := decl[strings.LastIndexByte(decl, '/')+1:]; last != "" && last != "." && last != ".." {
 		dir = abs[:strings.LastIndexByte(abs, '/')]
 	}
 	parent, err := c.resolve(dir)

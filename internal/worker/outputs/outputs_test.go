@@ -286,6 +286,67 @@ func TestCollectWholeWorkingDirectory(t *testing.T) {
 	}
 }
 
+// TestCollectOutputsRelativeToTheWorkingDirectory: BuildStream 2's
+// outputs, "." (the whole working directory) and a directory three
+// levels up, are collected from where the working directory puts them
+// and reported with their paths as declared (relative to the working
+// directory), in output_paths and in output_directories.
+func TestCollectOutputsRelativeToTheWorkingDirectory(t *testing.T) {
+	root := t.TempDir()
+	layout(t, root, map[string]string{"a/b/c/built.o": "object", "install/bin/tool": "#!/bin/sh\n", "other.txt": "not an output"})
+	cas := blobstore.NewMemory(0)
+	for _, cmd := range []*repb.Command{
+		{WorkingDirectory: "a/b/c", OutputDirectories: []string{".", "../../../install"}},
+		{WorkingDirectory: "a/b/c", OutputPaths: []string{".", "../../../install"}},
+	} {
+		res, err := Collect(context.Background(), cas, fn, root, cmd, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.OutputDirectories) != 2 || res.OutputDirectories[0].Path != "." || res.OutputDirectories[1].Path != "../../../install" {
+			t.Fatalf("output directories = %v, want . and ../../../install", res.OutputDirectories)
+		}
+		for i, want := range []string{"built.o", "bin"} {
+			tree := &repb.Tree{}
+			proto.Unmarshal(get(t, cas, res.OutputDirectories[i].TreeDigest), tree)
+			var names []string
+			for _, f := range tree.Root.Files {
+				names = append(names, f.Name)
+			}
+			for _, d := range tree.Root.Directories {
+				names = append(names, d.Name)
+			}
+			if len(names) != 1 || names[0] != want {
+				t.Errorf("tree of %s holds %v, want [%s]", res.OutputDirectories[i].Path, names, want)
+			}
+		}
+	}
+}
+
+// TestCollectRefusesADirectoryNamedThroughALinkOutOfTheRoot: an output
+// ending in ".." after a link the action made resolves outside the
+// execution root, although its parent is inside: refused, nothing read.
+func TestCollectRefusesADirectoryNamedThroughALinkOutOfTheRoot(t *testing.T) {
+	parent := t.TempDir()
+	root := filepath.Join(parent, "root")
+	layout(t, parent, map[string]string{"secret": "the worker's own file", "root/w/l": "->.."})
+	layout(t, root, map[string]string{"self": "->."})
+	for _, cmd := range []*repb.Command{
+		{OutputDirectories: []string{"self/.."}},
+		{WorkingDirectory: "w", OutputPaths: []string{"l/.."}},
+	} {
+		cas := &countingStore{Store: blobstore.NewMemory(0)}
+		_, err := Collect(context.Background(), cas, fn, root, cmd, Options{})
+		var pe *PreconditionError
+		if !errors.As(err, &pe) || !strings.Contains(pe.Problem, "outside the execution root") {
+			t.Errorf("%v: got %v, want a PreconditionError: outside the execution root", cmd, err)
+		}
+		if n := cas.creates.Load(); n != 0 {
+			t.Errorf("%v: %d uploads", cmd, n)
+		}
+	}
+}
+
 func TestCollectErrors(t *testing.T) {
 	root := setup(t)
 	if err := syscall.Mkfifo(filepath.Join(root, "w", "fifo"), 0o644); err != nil {
@@ -310,9 +371,9 @@ func TestCollectErrors(t *testing.T) {
 		{name: "parent escapes through a relative symlink", cmd: &repb.Command{OutputPaths: []string{"esc_rel/etc"}}, wantPre: "outside the execution root", wantPath: "esc_rel/etc"},
 		{name: "special file", cmd: &repb.Command{OutputPaths: []string{"fifo"}}, wantPre: "not a regular file, directory or symlink", wantPath: "fifo"},
 		{name: "absolute output path", cmd: &repb.Command{OutputPaths: []string{"/etc/passwd"}}, wantInval: "absolute"},
-		{name: "trailing slash", cmd: &repb.Command{OutputDirectories: []string{"gen/"}}, wantInval: "end with '/'"},
+		{name: "trailing slash", cmd: &repb.Command{OutputDirectories: []string{"gen/"}}, wantInval: "trailing slash"},
 		{name: "empty segment", cmd: &repb.Command{OutputFiles: []string{"out//a.o"}}, wantInval: "empty segment"},
-		{name: "empty output file", cmd: &repb.Command{OutputFiles: []string{""}}, wantInval: "must not be empty"},
+		{name: "empty output file", cmd: &repb.Command{OutputFiles: []string{""}}, wantInval: "is empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
