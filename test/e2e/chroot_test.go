@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"debug/elf"
 	"fmt"
 	"os"
 	"os/exec"
@@ -154,9 +155,15 @@ func requireChrootTools(t *testing.T) string {
 		}
 	}
 	const busybox = "/bin/busybox"
-	out, err := exec.Command("file", "-L", busybox).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "statically linked") {
-		missing("no static %s (Debian busybox-static): %v %s", busybox, err, out)
+	f, err := elf.Open(busybox)
+	if err != nil {
+		missing("no %s (Debian busybox-static): %v", busybox, err)
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			missing("%s is dynamically linked: it cannot run in an input root without shared libraries (install Debian's busybox-static)", busybox)
+		}
 	}
 	return busybox
 }
