@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"debug/elf"
-	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,25 +13,8 @@ import (
 
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/testutil"
 )
-
-// requireStaticBusybox returns the host's static busybox (Debian
-// busybox-static), the program of a chroot test's input root; missing, it
-// skips on a developer machine and fails under CI=true.
-func requireStaticBusybox(t *testing.T) []byte {
-	t.Helper()
-	if err := checkStatic("/bin/busybox"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("a static /bin/busybox is required under CI=true (apt-get install busybox-static): %v", err)
-		}
-		t.Skipf("no static /bin/busybox (apt-get install busybox-static): %v", err)
-	}
-	b, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 // gantry serve's own worker in sandbox mode chroot, serving the chroot
 // instance: the sysroot's busybox runs as / with the sandbox's uid, the
@@ -41,7 +22,7 @@ func requireStaticBusybox(t *testing.T) []byte {
 // the action.
 func TestEmbeddedChrootWorkerRunsSysroot(t *testing.T) {
 	requireSandbox(t)
-	busybox := requireStaticBusybox(t)
+	busybox := testutil.StaticBusybox(t)
 	f := startFarm(t, func(c *config.Config) {
 		// bwrap runs as the action user and binds the exec root from
 		// the host's view: the data directory must be traversable.
@@ -94,21 +75,4 @@ echo "$(readlink /proc/$$/exe) $(uname -n) $(id -u)" > out.txt`
 	if err == nil || !strings.Contains(err.Error(), "scheduler.chroot_instances") {
 		t.Errorf("on instance \"\": %v, want a refusal naming scheduler.chroot_instances", err)
 	}
-}
-
-// checkStatic says why p is not a statically linked executable (one with
-// no program interpreter), which runs in an input root with no shared
-// libraries.
-func checkStatic(p string) error {
-	f, err := elf.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	for _, prog := range f.Progs {
-		if prog.Type == elf.PT_INTERP {
-			return errors.New("it is dynamically linked")
-		}
-	}
-	return nil
 }

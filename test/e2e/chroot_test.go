@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"debug/elf"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,6 +22,7 @@ import (
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/testutil"
 )
 
 // bst2Outputs are the action's two output directories and the directories
@@ -154,18 +154,8 @@ func requireChrootTools(t *testing.T) string {
 			missing("%s not found (%v)", tool, err)
 		}
 	}
-	const busybox = "/bin/busybox"
-	f, err := elf.Open(busybox)
-	if err != nil {
-		missing("no %s (Debian busybox-static): %v", busybox, err)
-	}
-	defer f.Close()
-	for _, prog := range f.Progs {
-		if prog.Type == elf.PT_INTERP {
-			missing("%s is dynamically linked: it cannot run in an input root without shared libraries (install Debian's busybox-static)", busybox)
-		}
-	}
-	return busybox
+	testutil.StaticBusybox(t)
+	return testutil.BusyboxPath
 }
 
 // assertNotOnHost fails if the action's writes to /marker or

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"debug/elf"
 	"errors"
 	"os"
 	"os/exec"
@@ -10,39 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gantry-build/gantry/internal/testutil"
 )
-
-// requireBusybox returns the host's static busybox (Debian busybox-static),
-// the one program a chroot test's input root holds: it skips on a
-// developer machine without it and fails under CI=true.
-func requireBusybox(t *testing.T) string {
-	t.Helper()
-	const p = "/bin/busybox"
-	if err := checkStatic(p); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("a static %s is required under CI=true (apt-get install busybox-static): %v", p, err)
-		}
-		t.Skipf("no static %s (apt-get install busybox-static): %v", p, err)
-	}
-	return p
-}
-
-// checkStatic says why p is not a statically linked executable (one
-// with no program interpreter), which runs in an input root with no
-// shared libraries.
-func checkStatic(p string) error {
-	f, err := elf.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	for _, prog := range f.Progs {
-		if prog.Type == elf.PT_INTERP {
-			return errors.New("it is dynamically linked")
-		}
-	}
-	return nil
-}
 
 // chrootFixture is a work directory the action user can reach and an
 // exec root in it holding busybox, reached through absolute symlinks as
@@ -53,7 +22,7 @@ type chrootFixture struct {
 
 func newChrootFixture(t *testing.T, withTmp bool) chrootFixture {
 	t.Helper()
-	busybox := requireBusybox(t)
+	busybox := testutil.StaticBusybox(t)
 	base := t.TempDir()
 	// In chroot mode bwrap runs as the action user and must reach the
 	// exec root from the host's view.
@@ -73,11 +42,7 @@ func newChrootFixture(t *testing.T, withTmp bool) chrootFixture {
 			t.Fatal(err)
 		}
 	}
-	data, err := os.ReadFile(busybox)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), data, 0o555); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "bin", "busybox"), busybox, 0o555); err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range []string{"bin/sh", "usr/bin/env", "bin/cat", "bin/grep", "bin/id", "bin/readlink", "bin/test"} {
