@@ -3,6 +3,7 @@ package worker
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -79,4 +80,14 @@ ln -s /bin/busybox out`
 		t.Errorf("tree cache %+v: big was not bound from it", s)
 	}
 	checkReleased(t, w)
+}
+
+// No worker may offer the chroot wrapper by configuring one of that name:
+// it would take actions that need their input root as "/" and run them
+// on its host's root.
+func TestChrootWrapperNameIsReserved(t *testing.T) {
+	_, err := New(nil, nil, Config{ID: "w", Cores: 1, WorkDir: t.TempDir(), ProcessWrappers: map[string][]string{ChrootWrapper: {"/usr/sbin/chroot"}}})
+	if err == nil || !strings.Contains(err.Error(), "reserved") || !strings.Contains(err.Error(), "worker.sandbox.mode chroot") {
+		t.Fatalf("New with a process wrapper named %s: %v, want a refusal", ChrootWrapper, err)
+	}
 }
