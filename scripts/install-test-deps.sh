@@ -47,6 +47,10 @@ fi
 if ! command -v bwrap >/dev/null 2>&1; then
   missing+=(bubblewrap)
 fi
+# busybox-static: a static /bin/busybox, the sysroot of the chroot mode's tests.
+if ! have_pkg busybox-static; then
+  missing+=(busybox-static)
+fi
 # postgresql: we need the server binaries (initdb, postgres) under /usr/lib/postgresql/*/bin.
 if ! compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null; then
   missing+=(postgresql)

@@ -25,6 +25,7 @@ import (
 type workerFlags struct {
 	configPath, scheduler, workDir, id string
 	httpListen                         string
+	sandbox                            string
 	cores                              int
 	props, queues, instances           []string
 	acceptUnknown                      bool
@@ -54,6 +55,7 @@ sections secure --http-listen as they secure gantry serve's HTTP port.`,
 	fl.StringArrayVar(&f.queues, "queue", nil, "provision queue to serve (repeatable; default: all)")
 	fl.StringArrayVar(&f.instances, "instance", nil, "instance name to serve (repeatable; default or \"*\": every instance)")
 	fl.BoolVar(&f.acceptUnknown, "accept-unknown-properties", true, "take actions with properties this worker does not list")
+	fl.StringVar(&f.sandbox, "sandbox", "", "sandbox mode: off, per_action, all or chroot (every action with its input root as /, for scheduler.chroot_instances); default: worker.sandbox.mode of --config, else off")
 	return cmd
 }
 
@@ -68,6 +70,11 @@ func runWorkerCommand(cmd *cobra.Command, f workerFlags) error {
 	}
 	wc, err := f.apply(cmd.Flags(), cfg.Worker)
 	if err != nil {
+		return err
+	}
+	// The flags may have changed what the file's validation passed.
+	cfg.Worker = wc
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	applyClientConfig(cmd.Flags(), cfg.Client)
@@ -141,6 +148,9 @@ func (f workerFlags) apply(flags *pflag.FlagSet, wc config.WorkerConfig) (config
 	}
 	if flags.Changed("instance") {
 		wc.Instances = f.instances
+	}
+	if flags.Changed("sandbox") {
+		wc.Sandbox.Mode = f.sandbox
 	}
 	if wc.ID == "" {
 		host, _ := os.Hostname()

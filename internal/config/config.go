@@ -89,6 +89,9 @@ type SchedulerConfig struct {
 	MaxSuspend Duration `yaml:"max_suspend"`
 	// Store is where the scheduler's state is kept durably.
 	Store StoreConfig `yaml:"store"`
+	// ChrootInstances are the instances whose actions run with their
+	// input root as "/" on workers in sandbox mode chroot (chroot.go).
+	ChrootInstances []string `yaml:"chroot_instances"`
 }
 
 // StoreConfig selects the scheduler's state store.
@@ -570,6 +573,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	validateSandbox(c.Worker.Sandbox, bad)
+	validateChroot(c, bad)
 	validateDiskLimits(c.Worker, bad)
 	validateLinkInputDirectories(c.Worker, bad)
 	if c.Worker.Cores < 0 || c.Worker.InputFetchSlots < 0 || c.Worker.ReportSlots < 0 {

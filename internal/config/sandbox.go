@@ -6,7 +6,8 @@ import "path/filepath"
 // (worker.sandbox).
 type SandboxConfig struct {
 	// Mode is "off" (no sandbox), "per_action" (actions that set
-	// process-wrapper=bubblewrap run in it) or "all" (every action).
+	// process-wrapper=bubblewrap run in it), "all" (every action) or
+	// "chroot" (every action, with its input root as "/": chroot.go).
 	Mode string `yaml:"mode"`
 	// Bwrap is the bubblewrap binary; empty looks up bwrap on PATH.
 	Bwrap string `yaml:"bwrap"`
@@ -41,9 +42,9 @@ func defaultSandbox() SandboxConfig {
 // validateSandbox reports the sandbox section's mistakes through bad.
 func validateSandbox(s SandboxConfig, bad func(path, format string, args ...any)) {
 	switch s.Mode {
-	case "off", "per_action", "all":
+	case "off", "per_action", "all", SandboxChroot:
 	default:
-		bad("worker.sandbox.mode", "%q is not a mode; use off, per_action or all", s.Mode)
+		bad("worker.sandbox.mode", "%q is not a mode; use off, per_action, all or chroot", s.Mode)
 	}
 	if s.Mode == "off" {
 		return

@@ -245,7 +245,7 @@ func (s *Service) prepare(ctx context.Context, req *repb.ExecuteRequest, ad dige
 	if err := validateCommand(cmd); err != nil {
 		return scheduler.SubmitRequest{}, nil, status.Errorf(codes.InvalidArgument, "command %s: %v", cd, err)
 	}
-	if err := checkInputRoot(ctx, s.cas, rd); err != nil {
+	if err := checkInputRoot(ctx, s.cas, rd, s.sched.RunsInChroot(req.InstanceName)); err != nil {
 		return scheduler.SubmitRequest{}, nil, err
 	}
 	plat := action.Platform

@@ -47,10 +47,17 @@ func newEnv(t *testing.T) *env {
 // through wrap (nil: as it is).
 func newEnvWith(t *testing.T, wrap func(ResultLookup) ResultLookup) *env {
 	t.Helper()
+	return newEnvChroot(t, wrap, nil)
+}
+
+// newEnvChroot is newEnvWith with chroot the instances whose actions run
+// with the input root as "/" (scheduler.chroot_instances).
+func newEnvChroot(t *testing.T, wrap func(ResultLookup) ResultLookup, chroot []string) *env {
+	t.Helper()
 	cas := blobstore.NewMemory(0)
 	ac := actioncache.NewMemory(0)
-	fe := frontend.New(cas, ac, frontend.Options{CompletenessCheck: true, ExecEnabled: true})
-	sched := scheduler.New(scheduler.Config{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 2 * time.Second}, nil)
+	fe := frontend.New(cas, ac, frontend.Options{CompletenessCheck: true, ExecEnabled: true, ChrootInstances: chroot})
+	sched := scheduler.New(scheduler.Config{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 2 * time.Second, ChrootInstances: chroot}, nil)
 	g := grpc.NewServer(frontend.ServerCodec())
 	fe.Register(g)
 	lookup := ResultLookup(fe.LookupActionResult)

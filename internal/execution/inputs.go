@@ -71,6 +71,12 @@ func validName(name string) error {
 // root. dirPath is the directory's path from the root, for messages and
 // symlink checks.
 func ValidateDirectory(dir *repb.Directory, dirPath string) error {
+	return validateDirectory(dir, dirPath, checkSymlinkTarget)
+}
+
+// validateDirectory is ValidateDirectory with checkTarget deciding which
+// symlink targets are allowed (chroot.go).
+func validateDirectory(dir *repb.Directory, dirPath string, checkTarget func(linkPath, target string) error) error {
 	seen := map[string]string{}
 	check := func(kind, name, prev string) error {
 		if err := validName(name); err != nil {
@@ -105,7 +111,7 @@ func ValidateDirectory(dir *repb.Directory, dirPath string) error {
 			return err
 		}
 		prev = l.Name
-		if err := checkSymlinkTarget(path.Join(dirPath, l.Name), l.Target); err != nil {
+		if err := checkTarget(path.Join(dirPath, l.Name), l.Target); err != nil {
 			return err
 		}
 	}
@@ -126,7 +132,7 @@ func checkSymlinkTarget(linkPath, target string) error {
 		return fmt.Errorf("symlink %q has an empty target", linkPath)
 	}
 	if path.IsAbs(target) {
-		return fmt.Errorf("symlink %q points to the absolute path %q; this server only allows relative symlink targets inside the input root", linkPath, target)
+		return fmt.Errorf("symlink %q points to the absolute path %q; this instance only allows relative symlink targets inside the input root (absolute ones only where actions run with the input root as /: an instance listed in scheduler.chroot_instances)", linkPath, target)
 	}
 	joined := path.Join(path.Dir(linkPath), target)
 	if joined == ".." || strings.HasPrefix(joined, "../") {
@@ -143,15 +149,22 @@ type inputWalk struct {
 	files   map[digest.Digest]bool
 	missing []digest.Digest
 	err     error
+	// checkTarget decides which symlink targets are allowed.
+	checkTarget func(linkPath, target string) error
 }
 
 // checkInputRoot walks the tree under root, validating every directory,
-// and fails with MISSING violations for every blob not in the CAS.
-func checkInputRoot(ctx context.Context, cas blobstore.Store, root digest.Digest) error {
+// and fails with MISSING violations for every blob not in the CAS. chroot
+// says the action runs with its input root as "/", where symlinks may
+// have any target (chroot.go).
+func checkInputRoot(ctx context.Context, cas blobstore.Store, root digest.Digest, chroot bool) error {
 	if root.IsEmpty() {
 		return nil // the empty directory: nothing to fetch, nothing to check
 	}
-	w := &inputWalk{cas: cas, seen: map[seenKey]bool{}, files: map[digest.Digest]bool{}}
+	w := &inputWalk{cas: cas, seen: map[seenKey]bool{}, files: map[digest.Digest]bool{}, checkTarget: checkSymlinkTarget}
+	if chroot {
+		w.checkTarget = checkChrootSymlinkTarget
+	}
 	w.walk(ctx, root, "")
 	if w.err != nil {
 		return w.err
@@ -234,7 +247,7 @@ func (w *inputWalk) walk(ctx context.Context, root digest.Digest, rootPath strin
 					w.fail(err)
 					return
 				}
-				if err := ValidateDirectory(dir, n.path); err != nil {
+				if err := validateDirectory(dir, n.path, w.checkTarget); err != nil {
 					w.fail(status.Errorf(codes.InvalidArgument, "input tree: %v", err))
 					return
 				}

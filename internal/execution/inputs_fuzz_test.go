@@ -90,10 +90,10 @@ func TestCheckInputRootRefusesDeepNesting(t *testing.T) {
 		}
 		return d
 	}
-	if err := checkInputRoot(ctx, cas, chain(MaxInputDepth)); err != nil {
+	if err := checkInputRoot(ctx, cas, chain(MaxInputDepth), false); err != nil {
 		t.Errorf("depth %d refused: %v", MaxInputDepth, err)
 	}
-	err := checkInputRoot(ctx, cas, chain(MaxInputDepth+1))
+	err := checkInputRoot(ctx, cas, chain(MaxInputDepth+1), false)
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "nest more than") {
 		t.Errorf("depth %d: %v, want INVALID_ARGUMENT about nesting", MaxInputDepth+1, err)
 	}

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"slices"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	smpb "github.com/bazelbuild/remote-apis/build/bazel/semver"
@@ -27,7 +28,7 @@ func (s *Server) GetCapabilities(_ context.Context, req *repb.GetCapabilitiesReq
 			DigestFunctions:                 fns,
 			ActionCacheUpdateCapabilities:   &repb.ActionCacheUpdateCapabilities{UpdateEnabled: true},
 			MaxBatchTotalSizeBytes:          s.opts.MaxBatchSize,
-			SymlinkAbsolutePathStrategy:     repb.SymlinkAbsolutePathStrategy_DISALLOWED,
+			SymlinkAbsolutePathStrategy:     s.symlinkStrategy(req.InstanceName),
 			SupportedCompressors:            []repb.Compressor_Value{repb.Compressor_ZSTD},
 			SupportedBatchUpdateCompressors: []repb.Compressor_Value{repb.Compressor_ZSTD},
 		},
@@ -42,4 +43,14 @@ func (s *Server) GetCapabilities(_ context.Context, req *repb.GetCapabilitiesReq
 		LowApiVersion:  LowAPIVersion,
 		HighApiVersion: HighAPIVersion,
 	}, nil
+}
+
+// symlinkStrategy says whether input trees of instance may hold symlinks
+// with absolute targets: only where its actions run with the input root
+// as "/", so that such a target stays inside it (Options.ChrootInstances).
+func (s *Server) symlinkStrategy(instance string) repb.SymlinkAbsolutePathStrategy_Value {
+	if slices.Contains(s.opts.ChrootInstances, instance) {
+		return repb.SymlinkAbsolutePathStrategy_ALLOWED
+	}
+	return repb.SymlinkAbsolutePathStrategy_DISALLOWED
 }

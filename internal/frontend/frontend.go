@@ -35,6 +35,10 @@ type Options struct {
 	ExecEnabled bool
 	// UploadIdle is how long an interrupted upload is kept for resumption.
 	UploadIdle time.Duration
+	// ChrootInstances are the instances whose actions run with the input
+	// root as "/" (scheduler.chroot_instances): their capabilities allow
+	// absolute symlinks.
+	ChrootInstances []string
 	// Logger receives diagnostics; nil means slog.Default().
 	Logger *slog.Logger
 }

@@ -168,7 +168,7 @@ func (w Worker) Accepts(r Request, free *Free) []Reason {
 	for _, wr := range r.Wrappers {
 		if !contains(w.Wrappers, wr) {
 			reasons = append(reasons, Reason{Kind: ReasonWrapper, Property: ProcessWrapper, Want: wr, Have: strings.Join(w.Wrappers, ","),
-				Fix: "configure a process wrapper named " + strconv.Quote(wr) + " on the worker"})
+				Fix: wrapperFix(wr)})
 		}
 	}
 	for _, name := range r.Properties.names() {

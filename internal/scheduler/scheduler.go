@@ -81,6 +81,9 @@ type Config struct {
 	// SessionGrace is how long a worker whose session stream ended has to
 	// open a new one before its leases are requeued (recovery.go).
 	SessionGrace time.Duration
+	// ChrootInstances are the instances whose actions run with their
+	// input root as "/" (chroot.go).
+	ChrootInstances []string
 	// Logger hears of leases lost with their workers; nil discards.
 	Logger *slog.Logger
 }
@@ -479,7 +482,7 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	req.Platform = req.Platform.Without(s.ignored)
+	req.Platform = s.chrootPlatform(req.Instance, req.Platform.Without(s.ignored))
 	preq, err := platform.ParseRequest(req.Platform)
 	if err != nil {
 		return "", 0, status.Error(codes.InvalidArgument, err.Error())

@@ -56,6 +56,7 @@ func newLocalStorage(b *builder) (*localStorage, error) {
 		InlineLimit:       int64(cfg.Storage.InlineLimit),
 		CompletenessCheck: cfg.Storage.CompletenessCheck,
 		ExecEnabled:       true,
+		ChrootInstances:   cfg.Scheduler.ChrootInstances,
 		Logger:            b.log,
 	})
 	ra, err := newRemoteAsset(b, cas.serve, ac)

@@ -8,20 +8,22 @@ import (
 )
 
 // SandboxConfig turns worker.sandbox into the worker's sandbox settings:
-// nil when the mode is off; all says every action runs sandboxed.
+// nil when the mode is off; all says every action runs sandboxed (so
+// does every action of a chroot worker).
 func SandboxConfig(s config.SandboxConfig) (cfg *sandbox.Config, all bool) {
 	if s.Mode == "" || s.Mode == "off" {
 		return nil, false
 	}
 	return &sandbox.Config{
-		Bwrap: s.Bwrap, UID: s.UID, GID: s.GID, UIDCount: s.UIDCount,
+		Chroot: s.Mode == config.SandboxChroot,
+		Bwrap:  s.Bwrap, UID: s.UID, GID: s.GID, UIDCount: s.UIDCount,
 		HiddenPaths: s.HiddenPaths, CgroupParent: s.CgroupParent, TmpSize: int64(s.TmpSize),
 		Limits: sandbox.Limits{
 			AllowNetwork: s.AllowNetwork,
 			MemoryLimit:  int64(s.MemoryLimit), MaxMemoryLimit: int64(s.MaxMemoryLimit),
 			PidsLimit: s.PidsLimit, MaxPidsLimit: s.MaxPidsLimit,
 		},
-	}, s.Mode == "all"
+	}, s.Mode == "all" || s.Mode == config.SandboxChroot
 }
 
 // hideDataDir adds the server's data directory (CAS, state, keys) to the

@@ -29,6 +29,7 @@ func schedulerConfig(cfg config.Config, log *slog.Logger) scheduler.Config {
 		PreemptionDelay:   sc.PreemptionDelay.D(),
 		Preemption:        scheduler.PreemptionMode(sc.Preemption),
 		MaxSuspend:        sc.MaxSuspend.D(),
+		ChrootInstances:   sc.ChrootInstances,
 		Logger:            log,
 	}
 }

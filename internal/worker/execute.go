@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"time"
 
@@ -106,7 +107,10 @@ func (e *executor) prepare(j *job, root *execroot.Root) (runner.Spec, *sandbox.A
 		}
 		wrapper = append(append([]string{}, sbx.Wrapper...), wrapper...)
 		spec.UseCgroupFD, spec.CgroupFD = sbx.UseCgroupFD, sbx.CgroupFD
-		for _, m := range root.Mounts {
+		// The program and working directory as the action sees them (in
+		// chroot mode, inside its input root).
+		spec.Dir = sbx.Dir
+		for _, m := range sbx.Mounts {
 			spec.Mounts = append(spec.Mounts, runner.Mount{Src: m.Src, Dst: m.Dst})
 		}
 	}
@@ -128,6 +132,10 @@ func (e *executor) sandbox(j *job, root *execroot.Root, workDir string) (*sandbo
 		ro[i] = sandbox.Bind{Src: m.Src, Dst: m.Dst}
 	}
 	sbx, err := e.sb.Prepare(root.Dir, workDir, pol, ro)
+	var unusable *sandbox.InputRootError
+	if errors.As(err, &unusable) {
+		return nil, failf(codes.InvalidArgument, "action %s: %v", j.ad, err)
+	}
 	if err != nil {
 		return nil, failf(codes.Internal, "action %s: %v", j.ad, err)
 	}

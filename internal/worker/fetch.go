@@ -39,7 +39,7 @@ func (f *inputFetcher) Fetch(ctx context.Context, j *job) (*execroot.Root, error
 	if err != nil {
 		return nil, failf(codes.InvalidArgument, "action %s: input_root_digest: %v", j.ad, err)
 	}
-	var link execroot.Linking
+	link := execroot.Linking{Chroot: f.wrap.chroot}
 	if f.trees != nil && f.wrap.sandboxes(j.action, j.cmd) {
 		// Only the sandbox can bind a tree read-only into the exec root.
 		link.Trees = f.trees

@@ -26,7 +26,10 @@ type reporter struct {
 	// minFreeDisk is worker.min_free_disk, named when the disk guard
 	// killed the action.
 	minFreeDisk int64
-	log         *slog.Logger
+	// absoluteSymlinks accepts output symlinks with absolute targets: a
+	// chroot worker's actions run with the input root as "/".
+	absoluteSymlinks bool
+	log              *slog.Logger
 
 	// real holds each exec root directory with its symbolic links
 	// resolved: the worker reuses a few roots, so each is resolved once
@@ -35,8 +38,8 @@ type reporter struct {
 	real map[string]string
 }
 
-func newReporter(minFreeDisk int64, log *slog.Logger) *reporter {
-	return &reporter{minFreeDisk: minFreeDisk, log: log, real: map[string]string{}}
+func newReporter(minFreeDisk int64, absoluteSymlinks bool, log *slog.Logger) *reporter {
+	return &reporter{minFreeDisk: minFreeDisk, absoluteSymlinks: absoluteSymlinks, log: log, real: map[string]string{}}
 }
 
 // realDir is dir with its symbolic links resolved ("" if that fails:
@@ -62,7 +65,7 @@ func (r *reporter) Report(ctx context.Context, j *job, root *execroot.Root, ex *
 	if ex.disk.killed {
 		return r.diskKilled(ctx, j, root, ex), nil
 	}
-	ar, err := outputs.Collect(ctx, j.cas, j.ad.Function, root.Dir, j.cmd, outputs.Options{RealRoot: r.realDir(root.Dir)})
+	ar, err := outputs.Collect(ctx, j.cas, j.ad.Function, root.Dir, j.cmd, outputs.Options{RealRoot: r.realDir(root.Dir), AllowAbsoluteSymlinks: r.absoluteSymlinks})
 	if err != nil {
 		return nil, outputFailure(j.ad, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/gantry-build/gantry/internal/platform"
 	"github.com/gantry-build/gantry/internal/worker/runner"
 	"github.com/gantry-build/gantry/internal/worker/sandbox"
 )
@@ -12,15 +13,26 @@ import (
 // bubblewrap sandbox on a worker that has one (worker.sandbox).
 const SandboxWrapper = "bubblewrap"
 
+// ChrootWrapper is the process-wrapper value a worker in sandbox mode
+// chroot offers instead (platform.ChrootWrapper): the actions of chroot
+// instances ask for it, so they reach no other worker.
+const ChrootWrapper = platform.ChrootWrapper
+
 // setupSandbox builds the worker's sandbox, if configured, and logs which
 // isolation and limits are active.
 func (w *Worker) setupSandbox() error {
+	if _, clash := w.cfg.ProcessWrappers[ChrootWrapper]; clash {
+		return fmt.Errorf("worker.process_wrappers.%s: the name is reserved for workers with worker.sandbox.mode chroot (the actions of scheduler.chroot_instances ask for it); rename the wrapper", ChrootWrapper)
+	}
 	if w.cfg.Sandbox == nil {
 		w.log.Info("actions run without a sandbox (worker.sandbox.mode is off)")
 		return nil
 	}
 	if _, clash := w.cfg.ProcessWrappers[SandboxWrapper]; clash {
 		return fmt.Errorf("worker.process_wrappers.%s clashes with the built-in sandbox of that name; rename the wrapper", SandboxWrapper)
+	}
+	if err := w.checkChroot(); err != nil {
+		return err
 	}
 	sc := *w.cfg.Sandbox
 	sc.WorkDir = w.cfg.WorkDir
@@ -30,7 +42,10 @@ func (w *Worker) setupSandbox() error {
 	}
 	w.sb = sb
 	scope := "actions that ask for it (process-wrapper=" + SandboxWrapper + ")"
-	if w.cfg.SandboxAll {
+	switch {
+	case sc.Chroot:
+		scope = "every action, with its input root as / (chroot)"
+	case w.cfg.SandboxAll:
 		scope = "every action"
 	}
 	w.log.Info("sandbox active for "+scope, "sandbox", sb.Describe())

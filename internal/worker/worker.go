@@ -226,7 +226,7 @@ func New(conn *grpc.ClientConn, sched workerpb.WorkersClient, cfg Config) (*Work
 	wrap := newWrapping(cfg, w.sb != nil, w.prlimit)
 	w.inputs = newInputFetcher(w.cache, w.trees, wrap, w.roots)
 	w.executor = newExecutor(w.sup, w.sb, wrap, w.logs, w)
-	w.reporter = newReporter(cfg.MinFreeDisk, w.log)
+	w.reporter = newReporter(cfg.MinFreeDisk, wrap.chroot, w.log)
 	w.completer = newCompleter(w.sched, cfg.ID, w, w.log)
 	started = true
 	return w, nil
@@ -498,7 +498,7 @@ func (w *Worker) wrapperNames() []string {
 		names = append(names, n)
 	}
 	if w.sb != nil {
-		names = append(names, SandboxWrapper)
+		names = append(names, w.sandboxWrapper())
 	}
 	sort.Strings(names)
 	return names

@@ -20,9 +20,10 @@ type wrapping struct {
 	// process_wrappers actions select.
 	base  []string
 	named map[string][]string
-	// sandboxed: the sandbox exists; all: every action runs in it.
-	sandboxed, all bool
-	limits         sandbox.Limits
+	// sandboxed: the sandbox exists; all: every action runs in it;
+	// chroot: with its input root as "/" (sandbox mode chroot).
+	sandboxed, all, chroot bool
+	limits                 sandbox.Limits
 	// prlimit is the prlimit binary that sets maxFileSize ("" when off).
 	prlimit     string
 	maxFileSize int64
@@ -36,6 +37,7 @@ func newWrapping(cfg Config, hasSandbox bool, prlimit string) wrapping {
 		sandboxed: hasSandbox, all: hasSandbox && cfg.SandboxAll, prlimit: prlimit, maxFileSize: cfg.MaxFileSize}
 	if cfg.Sandbox != nil {
 		wr.limits = cfg.Sandbox.Limits
+		wr.chroot = hasSandbox && cfg.Sandbox.Chroot
 	}
 	return wr
 }
@@ -56,7 +58,7 @@ func (wr wrapping) wrap(action *repb.Action, cmd *repb.Command, env []string) (w
 	for _, prop := range properties(action, cmd).GetProperties() {
 		switch prop.Name {
 		case platform.ProcessWrapper:
-			if prop.Value == SandboxWrapper && wr.sandboxed {
+			if (prop.Value == SandboxWrapper && wr.sandboxed && !wr.chroot) || (prop.Value == ChrootWrapper && wr.chroot) {
 				continue
 			}
 			argv, ok := wr.named[prop.Value]

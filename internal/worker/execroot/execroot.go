@@ -111,7 +111,7 @@ func build(ctx context.Context, cache *filecache.Cache, cas blobstore.Store, fn 
 	if err != nil {
 		return nil, err
 	}
-	b := &builder{cache: cache, cas: cas, fn: fn, dirs: make(map[digest.Digest]*dirInfo)}
+	b := &builder{cache: cache, cas: cas, fn: fn, dirs: make(map[digest.Digest]*dirInfo), chroot: link.Chroot}
 	missing, err := b.fetchTree(ctx, inputRoot)
 	if err != nil {
 		return nil, err
@@ -168,7 +168,7 @@ func build(ctx context.Context, cache *filecache.Cache, cas blobstore.Store, fn 
 		r.Destroy()
 		return nil, err
 	}
-	if err := createOutputParents(abs, cmd.WorkingDirectory, outs); err != nil {
+	if err := b.outputParents(root, abs, cmd.WorkingDirectory, outs); err != nil {
 		r.Destroy()
 		return nil, err
 	}
@@ -365,6 +365,8 @@ type builder struct {
 	cas   blobstore.Store
 	fn    digest.Function
 	dirs  map[digest.Digest]*dirInfo
+	// chroot: the tree is the action's "/" (Linking.Chroot, chroot.go).
+	chroot bool
 }
 
 func joinRel(dir, name string) string {
@@ -499,8 +501,8 @@ func (b *builder) checkDir(msg *repb.Directory, p string) (*dirInfo, error) {
 			return nil, invalidf(joinRel(p, l.Name), "symlink has an empty target")
 		case strings.ContainsRune(l.Target, 0):
 			return nil, invalidf(joinRel(p, l.Name), "symlink target contains a NUL byte")
-		case strings.HasPrefix(l.Target, "/"):
-			return nil, invalidf(joinRel(p, l.Name), "symlink target %q is absolute; this server does not allow absolute symlinks (SymlinkAbsolutePathStrategy DISALLOWED), use a target relative to the symlink's directory", l.Target)
+		case strings.HasPrefix(l.Target, "/") && !b.chroot:
+			return nil, invalidf(joinRel(p, l.Name), "symlink target %q is absolute; this worker does not allow absolute symlinks (only a worker with worker.sandbox.mode chroot, for the instances in scheduler.chroot_instances, does), use a target relative to the symlink's directory", l.Target)
 		}
 		di.links = append(di.links, l)
 	}
@@ -571,6 +573,9 @@ func (b *builder) resolve(stack []*dirInfo, p string) resolution {
 			if virtual > 0 {
 				virtual--
 			} else if len(stack) == 1 {
+				if b.chroot {
+					continue // "/.." is "/"
+				}
 				return resolution{escapes: true}
 			} else {
 				stack = stack[:len(stack)-1]
@@ -595,7 +600,10 @@ func (b *builder) resolve(stack []*dirInfo, p string) resolution {
 			}
 			t := top.links[r.idx].Target
 			if strings.HasPrefix(t, "/") {
-				return resolution{escapes: true}
+				if !b.chroot {
+					return resolution{escapes: true}
+				}
+				stack = stack[:1] // from the input root, the action's "/"
 			}
 			comps = append(strings.Split(t, "/"), comps...)
 		case kindFile:

@@ -48,6 +48,10 @@ type Linking struct {
 	// MinFiles is the least number of files, subdirectories' included,
 	// a directory needs to be linked (0 means DefaultLinkMinFiles).
 	MinFiles int
+	// Chroot builds the exec root of an action that runs with it as "/"
+	// (sandbox mode chroot): symlinks may have absolute targets, which
+	// resolve from the input root (chroot.go).
+	Chroot bool
 }
 
 // Mount is an input directory taken whole from the tree cache: Dst, an

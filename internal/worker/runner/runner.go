@@ -101,13 +101,22 @@ func hostPath(p string, mounts []Mount) string {
 	if len(mounts) == 0 {
 		return p
 	}
+	// The deepest mount holding view wins: a chroot's Dst is "/", with
+	// the input directories bound read-only below it.
 	toHost := func(view string) string {
-		for _, m := range mounts {
-			if view == m.Dst || strings.HasPrefix(view, m.Dst+"/") {
-				return m.Src + view[len(m.Dst):]
+		best := -1
+		for i, m := range mounts {
+			if (view == m.Dst || m.Dst == "/" || strings.HasPrefix(view, m.Dst+"/")) && (best < 0 || len(m.Dst) > len(mounts[best].Dst)) {
+				best = i
 			}
 		}
-		return view
+		switch {
+		case best < 0:
+			return view
+		case mounts[best].Dst == "/":
+			return mounts[best].Src + view
+		}
+		return mounts[best].Src + view[len(mounts[best].Dst):]
 	}
 	view := "" // resolved so far, without symlinks; "" is "/"
 	comps := strings.Split(p, "/")

@@ -27,6 +27,10 @@
 // RLIMIT_AS makes allocations fail rather than killing anything, so
 // Explain infers a probable out-of-memory failure from how the action
 // ended and what it wrote to stderr.
+//
+// In chroot mode (Config.Chroot, chroot.go) the host's root is not
+// mounted at all: the exec root is bound read-write as "/", with the
+// same /proc, /dev, /tmp, namespaces, uid pool and limits.
 package sandbox
 
 import (
@@ -45,6 +49,9 @@ import (
 
 // Config configures the sandbox of a worker.
 type Config struct {
+	// Chroot runs every action with its exec root as "/" (chroot.go)
+	// instead of in a read-only view of the host's root.
+	Chroot bool
 	// Bwrap is the bubblewrap binary ("" = bwrap on PATH).
 	Bwrap string
 	// UID and GID are the user actions run as when the worker is root;
@@ -143,6 +150,9 @@ func New(cfg Config) (*Sandbox, error) {
 func (s *Sandbox) Describe() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "bubblewrap %s", s.bwrap)
+	if s.cfg.Chroot {
+		b.WriteString(", chroot: every action runs with its input root as /")
+	}
 	if s.asRoot {
 		fmt.Fprintf(&b, ", actions run as uid %d", s.cfg.UID)
 		if s.cfg.UIDCount > 1 {
@@ -175,6 +185,9 @@ func (s *Sandbox) selfTest() error {
 	if err := s.checkReachable(dir); err != nil {
 		return err
 	}
+	if s.cfg.Chroot {
+		return s.chrootSelfTest(dir)
+	}
 	a, err := s.Prepare(dir, "", Policy{}, nil)
 	if err != nil {
 		return err
@@ -201,7 +214,9 @@ func (s *Sandbox) checkReachable(dir string) error {
 		return nil
 	}
 	for d := filepath.Dir(s.cfg.WorkDir); ; d = filepath.Dir(d) {
-		if inPrivateTmp(d) || slices.Contains(s.hide, d) || under(d, s.hide) {
+		// In chroot mode bwrap runs as the action user and binds the exec
+		// root from the host's view: every ancestor counts.
+		if !s.cfg.Chroot && (inPrivateTmp(d) || slices.Contains(s.hide, d) || under(d, s.hide)) {
 			break // covered by a tmpfs in the sandbox: bwrap creates it traversable
 		}
 		info, err := os.Stat(d)
@@ -234,6 +249,12 @@ type Action struct {
 	CgroupFD    int
 	// Cgroup is the action's cgroup directory, or "".
 	Cgroup string
+	// Dir is the working directory as the action sees it, and Mounts
+	// map what it sees to the host (where its program is found): the
+	// read-only binds over the host's paths, or in chroot mode the exec
+	// root at "/" with those binds below it.
+	Dir    string
+	Mounts []Bind
 
 	s        *Sandbox
 	uid      uint32
@@ -299,6 +320,14 @@ func (s *Sandbox) Prepare(dir, workDir string, pol Policy, ro []Bind) (*Action, 
 	if workDir == "" {
 		workDir = dir
 	}
+	if s.cfg.Chroot {
+		if err := s.prepareChroot(a, dir, workDir); err != nil {
+			a.Finish()
+			return nil, err
+		}
+		return a, nil
+	}
+	a.Dir, a.Mounts = workDir, ro
 	a.Wrapper = s.argv(dir, workDir, a)
 	return a, nil
 }
@@ -363,7 +392,16 @@ func (s *Sandbox) argv(dir, workDir string, a *Action) []string {
 	if !s.asRoot {
 		args = append(args, "--unshare-user")
 	}
-	args = append(args, "--")
+	args = append(append(args, "--"), s.limits(a)...)
+	if s.asRoot {
+		args = append(args, s.dropRoot(a)...)
+	}
+	return args
+}
+
+// limits is the command prefix that sets a's fallback resource limits
+// (prlimit, without a cgroup), or nothing.
+func (s *Sandbox) limits(a *Action) []string {
 	var lim []string
 	if s.cgroup == "" {
 		if a.pol.MemoryLimit > 0 {
@@ -373,16 +411,19 @@ func (s *Sandbox) argv(dir, workDir string, a *Action) []string {
 			lim = append(lim, "--nproc="+strconv.FormatInt(a.pol.PidsLimit, 10))
 		}
 	}
-	if len(lim) > 0 {
-		args = append(append(append(args, s.prlimit), lim...), "--")
+	if len(lim) == 0 {
+		return nil
 	}
-	if s.asRoot {
-		args = append(args, s.setpriv,
-			"--reuid="+strconv.FormatUint(uint64(a.uid), 10),
-			"--regid="+strconv.FormatUint(uint64(s.cfg.GID), 10),
-			"--clear-groups", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--")
-	}
-	return args
+	return append(append([]string{s.prlimit}, lim...), "--")
+}
+
+// dropRoot is the command prefix that drops a root worker's privileges
+// to a's uid: no groups, no capabilities, no_new_privs.
+func (s *Sandbox) dropRoot(a *Action) []string {
+	return []string{s.setpriv,
+		"--reuid=" + strconv.FormatUint(uint64(a.uid), 10),
+		"--regid=" + strconv.FormatUint(uint64(s.cfg.GID), 10),
+		"--clear-groups", "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"}
 }
 
 // under reports whether d is inside one of the mount points.
