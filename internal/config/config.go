@@ -14,7 +14,6 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gantry-build/gantry/internal/invocation"
-	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
 // Config is the whole configuration. docs/CONFIGURATION.md documents every key.
@@ -301,25 +300,27 @@ func Default() Config {
 	}
 }
 
-// defaultScheduler is the scheduler section's defaults, which are the
-// scheduler's own (scheduler.DefaultConfig).
+// defaultScheduler is the scheduler section's defaults, as
+// docs/CONFIGURATION.md lists them. The scheduler fills in the same values
+// for zero fields (scheduler.DefaultConfig); a test of the assembly
+// (internal/server) keeps the two equal, so that config need not import
+// the scheduler.
 func defaultScheduler() SchedulerConfig {
-	d := scheduler.DefaultConfig()
 	return SchedulerConfig{
-		HeartbeatInterval: Duration(d.HeartbeatInterval),
-		HeartbeatTimeout:  Duration(d.HeartbeatTimeout),
-		MaxAttempts:       d.MaxAttempts,
-		CallerGrace:       Duration(d.CallerGrace),
-		Retention:         Duration(d.Retention),
-		UnsatisfiableWait: Duration(d.UnsatisfiableWait),
-		StartupGrace:      Duration(d.StartupGrace),
-		PreemptionDelay:   Duration(d.PreemptionDelay),
-		Preemption:        string(d.Preemption),
-		MaxSuspend:        Duration(d.MaxSuspend),
+		HeartbeatInterval: Duration(2 * time.Second),
+		HeartbeatTimeout:  Duration(20 * time.Second),
+		MaxAttempts:       3,
+		CallerGrace:       Duration(time.Minute),
+		Retention:         Duration(10 * time.Minute),
+		UnsatisfiableWait: Duration(10 * time.Minute),
+		StartupGrace:      Duration(time.Minute),
+		PreemptionDelay:   Duration(10 * time.Second),
+		Preemption:        "cancel",
+		MaxSuspend:        Duration(10 * time.Minute),
 		Store:             StoreConfig{Backend: "embedded"},
 		Fairness: FairnessConfig{
 			Keys:            append([]string(nil), invocation.Default...),
-			PriorityHalving: d.PriorityHalving,
+			PriorityHalving: 10,
 			UserHeader:      invocation.DefaultUserHeader,
 		},
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/inputtree"
 	"github.com/gantry-build/gantry/internal/platform"
+	"github.com/gantry-build/gantry/internal/protocol"
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
@@ -155,7 +156,7 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 		st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
 		st.Response = &repb.ExecuteResponse{Status: status.New(codes.Canceled, "operation cancelled by request").Proto()}
 		s.recent.add(st)
-		s.finished(Finished{Name: name, Instance: req.InstanceName, ActionDigest: ad, Invocation: sub.Invocation, Accepted: accepted,
+		s.finished(protocol.Finished{Name: name, Instance: req.InstanceName, ActionDigest: ad, Invocation: sub.Invocation, Accepted: accepted,
 			Response: st.Response, Metadata: note.metadata, BuildName: note.buildName, Command: cmd})
 		return stream.Send(operation(name, st, ad.Function))
 	}
@@ -214,7 +215,7 @@ func (s *Service) answerCached(ctx context.Context, stream repb.Execution_Execut
 	} else {
 		md = requestMetadata(ctx)
 	}
-	s.finished(Finished{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Accepted: accepted, Response: st.Response, Invocation: inv,
+	s.finished(protocol.Finished{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Accepted: accepted, Response: st.Response, Invocation: inv,
 		Metadata: md, BuildName: buildName(ctx)})
 	return st.Response, nil
 }

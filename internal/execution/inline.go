@@ -9,16 +9,8 @@ import (
 
 	"github.com/gantry-build/gantry/internal/actioncache"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/protocol"
 )
-
-// InlineOutputsHeader is the request header with which a client asks
-// Execute (and WaitExecution) to carry the output files' contents in the
-// final ExecuteResponse, as GetActionResult does with inline_output_files:
-// Gantry's own client sends it to save the call that would fetch a
-// compile's object file. REAPI has no such field for Execute and says a
-// server should not inline unasked, so other clients (Bazel) never get
-// contents they did not ask for.
-const InlineOutputsHeader = "gantry-inline-outputs"
 
 // executeInlineLimit bounds the bytes of output files one ExecuteResponse
 // carries inline, well below gRPC's default 4 MiB message limit.
@@ -26,7 +18,7 @@ const executeInlineLimit = 1 << 20
 
 // wantsInline reports whether the caller asked for inlined outputs.
 func wantsInline(ctx context.Context) bool {
-	return len(metadata.ValueFromIncomingContext(ctx, InlineOutputsHeader)) > 0
+	return len(metadata.ValueFromIncomingContext(ctx, protocol.InlineOutputsHeader)) > 0
 }
 
 // withInlineOutputs returns resp with the contents of its result's output

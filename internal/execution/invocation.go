@@ -10,6 +10,7 @@ import (
 	"github.com/gantry-build/gantry/internal/auth"
 	"github.com/gantry-build/gantry/internal/invocation"
 	"github.com/gantry-build/gantry/internal/platform"
+	"github.com/gantry-build/gantry/internal/protocol"
 )
 
 // keyConfig is how Execute derives an operation's invocation path.
@@ -68,10 +69,10 @@ func (s *Service) KeyNames() []string {
 	return out
 }
 
-// buildName is the build name the call carries (invocation.BuildName), or "".
+// buildName is the build name the call carries (protocol.BuildName), or "".
 func buildName(ctx context.Context) string {
 	md, _ := metadata.FromIncomingContext(ctx)
-	return invocation.BuildName(md)
+	return protocol.BuildName(md)
 }
 
 // requestMetadata is the RequestMetadata the call carries, or nil.

@@ -17,6 +17,7 @@ import (
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/frontend"
 	"github.com/gantry-build/gantry/internal/invocation"
+	"github.com/gantry-build/gantry/internal/protocol"
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
@@ -60,7 +61,7 @@ func submitWith(t *testing.T, e *env, instance, name string, rm *repb.RequestMet
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := metadata.AppendToOutgoingContext(context.Background(), append(kv, invocation.RequestMetadataHeader, string(b))...)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), append(kv, protocol.RequestMetadataHeader, string(b))...)
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
 	ad := e.action(emptyRoot(), simpleCmd("true", name))

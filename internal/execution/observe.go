@@ -11,39 +11,9 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc/codes"
 
-	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/protocol"
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
-
-// Finished describes an operation that finished, for logs, metrics and
-// the history.
-type Finished struct {
-	Name         string
-	Instance     string
-	ActionDigest digest.Digest
-	// Queue is the provision queue it waited in ("" for a cache hit).
-	Queue string
-	// Invocation is its invocation path, one value per KeyNames entry;
-	// nil when not known.
-	Invocation []string
-	// Accepted is when Execute took the action; zero when not known.
-	Accepted time.Time
-	// ResultAt is when the scheduler took the result (the server's
-	// clock); zero for a cache hit.
-	ResultAt time.Time
-	Response *repb.ExecuteResponse
-	// Metadata is the RequestMetadata the Execute call carried, and
-	// BuildName the build name it sent (invocation.BuildNameHeader);
-	// Command the action's command when Execute read it (not for a cache
-	// hit). All three are unknown (nil, "") for an operation submitted
-	// before the server restarted.
-	Metadata  *repb.RequestMetadata
-	BuildName string
-	Command   *repb.Command
-	// Retries are the times the action was taken from a worker (lost,
-	// pre-empted, suspended), oldest first.
-	Retries []scheduler.Retry
-}
 
 // Observer is told what the Execution and worker services do (the
 // metrics of a process).
@@ -51,7 +21,7 @@ type Observer interface {
 	// Finished is called once per operation that finishes (cache hits
 	// answered by Execute included), whether or not a caller still
 	// waits for it, however many do.
-	Finished(Finished)
+	Finished(protocol.Finished)
 	// CacheLookup is called for Execute's own action cache lookups.
 	CacheLookup(hit bool)
 	// WorkerCompleted is called for every result a worker delivers for a
@@ -63,7 +33,7 @@ type Observer interface {
 type Unobserved struct{}
 
 // Finished implements Observer.
-func (Unobserved) Finished(Finished) {}
+func (Unobserved) Finished(protocol.Finished) {}
 
 // CacheLookup implements Observer.
 func (Unobserved) CacheLookup(bool) {}
@@ -113,8 +83,8 @@ func (s *Service) scheduledFinished(fo scheduler.FinishedOperation) {
 // finishedOp reports st, an operation of the scheduler that finished,
 // with what its Execute call knew (n; nil: unknown).
 func (s *Service) finishedOp(st scheduler.OperationState, n *callNote) {
-	f := Finished{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Queue: st.Queue,
-		Invocation: st.Invocation, Accepted: st.Accepted, ResultAt: st.DoneAt, Response: st.Response, Retries: st.Retries,
+	f := protocol.Finished{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Queue: st.Queue,
+		Invocation: st.Invocation, Accepted: st.Accepted, ResultAt: st.DoneAt, Response: st.Response, Retries: retries(st.Retries),
 		Metadata: st.Metadata} // stored with the operation: known after a restart too
 	if n != nil {
 		f.BuildName, f.Command = n.buildName, n.command
@@ -122,8 +92,20 @@ func (s *Service) finishedOp(st scheduler.OperationState, n *callNote) {
 	s.finished(f)
 }
 
+// retries is rs as an observer sees them.
+func retries(rs []scheduler.Retry) []protocol.Retry {
+	if rs == nil {
+		return nil
+	}
+	out := make([]protocol.Retry, len(rs))
+	for i, r := range rs {
+		out[i] = protocol.Retry{At: r.At, Worker: r.Worker, Kind: string(r.Kind), Reason: r.Reason}
+	}
+	return out
+}
+
 // finished logs the operation's completion line and tells the observer.
-func (s *Service) finished(f Finished) {
+func (s *Service) finished(f protocol.Finished) {
 	s.obs.Finished(f)
 	if s.log.Enabled(context.Background(), slog.LevelInfo) {
 		s.log.LogAttrs(context.Background(), slog.LevelInfo, "operation finished", s.finishedAttrs(f)...)
@@ -134,12 +116,12 @@ func (s *Service) finished(f Finished) {
 // asked (invocation keys), what ran where, how long each stage took
 // (milliseconds, contiguous stages that add up to total_ms: see
 // operationStages) and the result.
-func (s *Service) finishedAttrs(f Finished) []slog.Attr {
+func (s *Service) finishedAttrs(f protocol.Finished) []slog.Attr {
 	return s.finishedAttrsAt(f, time.Now())
 }
 
 // finishedAttrsAt is finishedAttrs with the operation ending at end.
-func (s *Service) finishedAttrsAt(f Finished, end time.Time) []slog.Attr {
+func (s *Service) finishedAttrsAt(f protocol.Finished, end time.Time) []slog.Attr {
 	resp := f.Response
 	md := resp.GetResult().GetExecutionMetadata()
 	attrs := []slog.Attr{

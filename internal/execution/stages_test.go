@@ -10,6 +10,8 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/gantry-build/gantry/internal/protocol"
 )
 
 // workerRun is a worker's metadata on its own clock: start at t0, then
@@ -131,7 +133,7 @@ func TestCompletionLineStagesAddUp(t *testing.T) {
 	md := workerRun(accepted.Add(-7*time.Second), 3*time.Millisecond, time.Second, 2*time.Second, 5*time.Millisecond)
 	resp := &repb.ExecuteResponse{Result: &repb.ActionResult{ExecutionMetadata: md}}
 	end := accepted.Add(4 * time.Second)
-	attrs := s.finishedAttrsAt(Finished{Name: "op", Accepted: accepted, ResultAt: end.Add(-time.Millisecond), Response: resp}, end)
+	attrs := s.finishedAttrsAt(protocol.Finished{Name: "op", Accepted: accepted, ResultAt: end.Add(-time.Millisecond), Response: resp}, end)
 	s.log.LogAttrs(t.Context(), slog.LevelInfo, "operation finished", attrs...)
 	var line struct {
 		Duration map[string]float64 `json:"duration"`

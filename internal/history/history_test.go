@@ -16,7 +16,7 @@ import (
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/digest"
-	"github.com/gantry-build/gantry/internal/execution"
+	"github.com/gantry-build/gantry/internal/protocol"
 	"github.com/gantry-build/gantry/internal/statestore"
 )
 
@@ -241,7 +241,7 @@ func TestDamagedRecords(t *testing.T) {
 func TestFromFinished(t *testing.T) {
 	at := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
 	ts := func(d time.Duration) *timestamppb.Timestamp { return timestamppb.New(at.Add(d)) }
-	f := execution.Finished{
+	f := protocol.Finished{
 		Name: "op1", Instance: "main", ActionDigest: digest.Compute(digest.SHA256, []byte("a")), Queue: "default",
 		Invocation: []string{"main", "", "inv"}, Accepted: at,
 		Response: &repb.ExecuteResponse{Status: &spb.Status{Code: int32(codes.OK)}, Result: &repb.ActionResult{

@@ -13,7 +13,7 @@ import (
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/digest"
-	"github.com/gantry-build/gantry/internal/execution"
+	"github.com/gantry-build/gantry/internal/protocol"
 )
 
 // Operation is one finished operation as the history keeps it: who asked
@@ -31,7 +31,7 @@ type Operation struct {
 	Invocation []string        `json:"invocation,omitempty"`
 	// Build is the client's tool_invocation_id; Correlated its
 	// correlated_invocations_id. BuildName is the name the client gave
-	// the build (invocation.BuildNameHeader: Gantry's own commands send
+	// the build (protocol.BuildNameHeader: Gantry's own commands send
 	// their command line).
 	Build       string `json:"build,omitempty"`
 	BuildName   string `json:"build_name,omitempty"`
@@ -134,7 +134,7 @@ func (o Operation) QueueTime() time.Duration {
 
 // FromFinished is the record of an operation the execution service saw
 // finish at now.
-func FromFinished(f execution.Finished, now time.Time) Operation {
+func FromFinished(f protocol.Finished, now time.Time) Operation {
 	resp := f.Response
 	res := resp.GetResult()
 	md := res.GetExecutionMetadata()
@@ -191,7 +191,7 @@ func FromFinished(f execution.Finished, now time.Time) Operation {
 		}
 	}
 	for _, r := range f.Retries {
-		op.Retries = append(op.Retries, Retry{At: r.At, Worker: r.Worker, Kind: string(r.Kind), Reason: r.Reason})
+		op.Retries = append(op.Retries, Retry{At: r.At, Worker: r.Worker, Kind: r.Kind, Reason: r.Reason})
 	}
 	op.Label = label(op, f.Command)
 	return op

@@ -12,7 +12,7 @@ import (
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/digest"
-	"github.com/gantry-build/gantry/internal/execution"
+	"github.com/gantry-build/gantry/internal/protocol"
 	"github.com/gantry-build/gantry/internal/scheduler"
 	"github.com/gantry-build/gantry/internal/statestore"
 )
@@ -80,12 +80,12 @@ func TestRetriesAndInputRootKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := execution.Finished{Name: "op1", Instance: "main", ActionDigest: digest.Compute(digest.SHA256, []byte("a")), Accepted: at,
+	f := protocol.Finished{Name: "op1", Instance: "main", ActionDigest: digest.Compute(digest.SHA256, []byte("a")), Accepted: at,
 		Response: &repb.ExecuteResponse{Status: &spb.Status{}, Result: &repb.ActionResult{
 			ExecutionMetadata: &repb.ExecutedActionMetadata{Worker: "w2", AuxiliaryMetadata: []*anypb.Any{u}}}},
-		Retries: []scheduler.Retry{
-			{At: at.Add(time.Second), Worker: "w1", Kind: scheduler.RetryWorkerLost, Reason: "no heartbeat reported them for 10s"},
-			{At: at.Add(2 * time.Second), Worker: "w3", Kind: scheduler.RetryPreempted, Reason: "min_quota of small"},
+		Retries: []protocol.Retry{
+			{At: at.Add(time.Second), Worker: "w1", Kind: string(scheduler.RetryWorkerLost), Reason: "no heartbeat reported them for 10s"},
+			{At: at.Add(2 * time.Second), Worker: "w3", Kind: string(scheduler.RetryPreempted), Reason: "min_quota of small"},
 		}}
 	r := open(t, store, Options{})
 	r.Record(FromFinished(f, at.Add(3*time.Second)))

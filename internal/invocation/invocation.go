@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gantry-build/gantry/internal/platform"
+	"github.com/gantry-build/gantry/internal/protocol"
 )
 
 // Kind names what an extractor reads.
@@ -79,10 +80,6 @@ func ParseAll(specs []string) ([]Extractor, error) {
 	return out, nil
 }
 
-// RequestMetadataHeader is the gRPC header REAPI clients send their
-// RequestMetadata in.
-const RequestMetadataHeader = "build.bazel.remote.execution.v2.requestmetadata-bin"
-
 // DefaultUserHeader is the header the user extractor reads until
 // authentication supplies the user.
 const DefaultUserHeader = "x-gantry-user"
@@ -104,7 +101,7 @@ type Request struct {
 // RequestMetadata is ignored (it only steers fairness).
 func (r *Request) FromHeaders(md metadata.MD) {
 	r.Headers = md
-	if vs := md.Get(RequestMetadataHeader); len(vs) > 0 {
+	if vs := md.Get(protocol.RequestMetadataHeader); len(vs) > 0 {
 		m := &repb.RequestMetadata{}
 		if proto.Unmarshal([]byte(vs[0]), m) == nil {
 			r.Metadata = m

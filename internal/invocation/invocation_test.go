@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gantry-build/gantry/internal/platform"
+	"github.com/gantry-build/gantry/internal/protocol"
 )
 
 func TestParseRoundTrips(t *testing.T) {
@@ -30,7 +31,7 @@ func TestParseRoundTrips(t *testing.T) {
 
 func TestKeys(t *testing.T) {
 	rm, _ := proto.Marshal(&repb.RequestMetadata{ToolInvocationId: "t", CorrelatedInvocationsId: "c", ActionMnemonic: "m", TargetId: "//a:b"})
-	md := metadata.Pairs(RequestMetadataHeader, string(rm), DefaultUserHeader, "alice", "x-team", "infra")
+	md := metadata.Pairs(protocol.RequestMetadataHeader, string(rm), DefaultUserHeader, "alice", "x-team", "infra")
 	r := &Request{Instance: "main", Platform: platform.Properties{{Name: "image", Value: "a"}, {Name: "image", Value: "b"}}}
 	r.FromHeaders(md)
 	ex, err := ParseAll([]string{"instance_name", "user", "header:X-Team", "correlated_invocations_id", "tool_invocation_id", "action_mnemonic", "target_id", "platform:image", "platform:none"})
@@ -47,7 +48,7 @@ func TestKeys(t *testing.T) {
 	}
 	// A malformed RequestMetadata is ignored, not fatal.
 	r2 := &Request{}
-	r2.FromHeaders(metadata.Pairs(RequestMetadataHeader, "\xff\xff"))
+	r2.FromHeaders(metadata.Pairs(protocol.RequestMetadataHeader, "\xff\xff"))
 	if r2.Metadata != nil || Keys(ex[4:5], r2)[0] != "" {
 		t.Errorf("malformed metadata: %+v", r2.Metadata)
 	}

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-build/gantry/internal/client"
-	"github.com/gantry-build/gantry/internal/execution"
+	"github.com/gantry-build/gantry/internal/protocol"
 )
 
 // Execute runs a on the server and waits for its result. started, unless
@@ -36,7 +36,7 @@ func (c *Client) Execute(ctx context.Context, a *Action, started func(opName str
 	// A Gantry server then sends the (small) outputs with the result, so
 	// Download needs no call to the CAS; other servers ignore the header.
 	// Nor does it need an Operation message for every stage in between.
-	ctx = metadata.AppendToOutgoingContext(ctx, execution.InlineOutputsHeader, "1", execution.StageUpdatesHeader, "off")
+	ctx = metadata.AppendToOutgoingContext(ctx, protocol.InlineOutputsHeader, "1", protocol.StageUpdatesHeader, "off")
 	resp, name, err := client.ExecuteNamed(ctx, c.conn, req, started)
 	info := ExecInfo{OperationName: name, Duration: time.Since(start)}
 	if err != nil {

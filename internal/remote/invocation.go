@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gantry-build/gantry/internal/client"
-	"github.com/gantry-build/gantry/internal/invocation"
+	"github.com/gantry-build/gantry/internal/protocol"
 	"github.com/gantry-build/gantry/internal/version"
 )
 
@@ -22,7 +22,7 @@ const ToolName = "gantry"
 // Its calls carry REAPI RequestMetadata, as Bazel's do (tool_details, a
 // tool_invocation_id new for every run), which also groups the run's
 // actions in the server's fairness, and the name
-// (invocation.BuildNameHeader).
+// (protocol.BuildNameHeader).
 type Invocation struct {
 	// ID is the tool_invocation_id.
 	ID string
@@ -34,13 +34,13 @@ type Invocation struct {
 
 // NewInvocation is a new invocation named by the command line args
 // (quoted for a shell where needed, shortened to
-// invocation.MaxBuildName).
+// protocol.MaxBuildName).
 func NewInvocation(args ...string) Invocation {
 	words := make([]string, len(args))
 	for i, a := range args {
 		words[i] = shellWord(a)
 	}
-	return Invocation{ID: client.NewUUID(), Name: invocation.CleanBuildName(strings.Join(words, " ")), Version: version.Get().Version}
+	return Invocation{ID: client.NewUUID(), Name: protocol.CleanBuildName(strings.Join(words, " ")), Version: version.Get().Version}
 }
 
 // Context returns ctx whose calls carry inv.
@@ -58,9 +58,9 @@ func (inv Invocation) ActionContext(ctx context.Context, mnemonic, target string
 	})
 	md, _ := metadata.FromOutgoingContext(ctx)
 	md = md.Copy()
-	md.Set(invocation.RequestMetadataHeader, string(rm))
+	md.Set(protocol.RequestMetadataHeader, string(rm))
 	if inv.Name != "" {
-		md.Set(invocation.BuildNameHeader, inv.Name)
+		md.Set(protocol.BuildNameHeader, inv.Name)
 	}
 	return metadata.NewOutgoingContext(ctx, md)
 }

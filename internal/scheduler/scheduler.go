@@ -97,8 +97,9 @@ const DefaultPreemptionDelay = 10 * time.Second
 const DefaultSessionGrace = time.Second
 
 // DefaultConfig returns the defaults documented in docs/CONFIGURATION.md:
-// the one place they are set (config.Default takes its scheduler section
-// from here, and New fills in every zero field from here).
+// New fills in every zero field from here. config.Default sets the same
+// values in its scheduler section (config is a leaf and does not import
+// the scheduler); a test in internal/server keeps them equal.
 func DefaultConfig() Config {
 	return Config{
 		HeartbeatInterval: 2 * time.Second,

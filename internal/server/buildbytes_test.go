@@ -19,8 +19,8 @@ import (
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/digest"
-	"github.com/gantry-build/gantry/internal/invocation"
 	"github.com/gantry-build/gantry/internal/platform"
+	"github.com/gantry-build/gantry/internal/protocol"
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
@@ -46,7 +46,7 @@ func TestBuildBytesInputRootAndRetries(t *testing.T) {
 	defer cancel()
 	as := func(build string) context.Context {
 		b, _ := proto.Marshal(&repb.RequestMetadata{ToolDetails: &repb.ToolDetails{ToolName: "bazel"}, ToolInvocationId: build})
-		return metadata.AppendToOutgoingContext(ctx, invocation.RequestMetadataHeader, string(b))
+		return metadata.AppendToOutgoingContext(ctx, protocol.RequestMetadataHeader, string(b))
 	}
 	inv := as("inv-bytes")
 	cas := repb.NewContentAddressableStorageClient(f.conn)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/history"
 	"github.com/gantry-build/gantry/internal/invocation"
+	"github.com/gantry-build/gantry/internal/protocol"
 )
 
 // buildTraffic counts the CAS bytes of the calls that carry a
@@ -37,7 +38,7 @@ const (
 // decode) instead of decoding the message: this runs for every storage
 // call, and costs a header lookup without a RequestMetadata.
 func buildOf(ctx context.Context) string {
-	vs := metadata.ValueFromIncomingContext(ctx, invocation.RequestMetadataHeader)
+	vs := metadata.ValueFromIncomingContext(ctx, protocol.RequestMetadataHeader)
 	if len(vs) == 0 {
 		return ""
 	}

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gantry-build/gantry/internal/history"
-	"github.com/gantry-build/gantry/internal/invocation"
+	"github.com/gantry-build/gantry/internal/protocol"
 	"github.com/gantry-build/gantry/internal/statestore"
 )
 
@@ -34,7 +34,7 @@ func BenchmarkBuildTraffic(b *testing.B) {
 		name string
 		ctx  context.Context
 	}{
-		{"build", metadata.NewIncomingContext(context.Background(), metadata.Pairs(invocation.RequestMetadataHeader, string(md)))},
+		{"build", metadata.NewIncomingContext(context.Background(), metadata.Pairs(protocol.RequestMetadataHeader, string(md)))},
 		{"anonymous", metadata.NewIncomingContext(context.Background(), metadata.Pairs("user-agent", "grpc-go"))},
 	} {
 		b.Run(c.name, func(b *testing.B) {

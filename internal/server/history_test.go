@@ -15,7 +15,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
-	"github.com/gantry-build/gantry/internal/invocation"
+	"github.com/gantry-build/gantry/internal/protocol"
 )
 
 // The builds pages list what Bazel-like clients ran, from the history,
@@ -35,7 +35,7 @@ func TestBuildHistorySurvivesRestart(t *testing.T) {
 	defer cancel()
 	withMD := func(md *repb.RequestMetadata) context.Context {
 		b, _ := proto.Marshal(md)
-		return metadata.AppendToOutgoingContext(ctx, invocation.RequestMetadataHeader, string(b))
+		return metadata.AppendToOutgoingContext(ctx, protocol.RequestMetadataHeader, string(b))
 	}
 	root := f.put(&repb.Directory{})
 	exec := func(ctx context.Context, cmd *repb.Command) (string, *repb.ExecuteResponse) {

@@ -7,7 +7,7 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/gantry-build/gantry/internal/execution"
+	"github.com/gantry-build/gantry/internal/protocol"
 )
 
 // TestExecuteInlinesOutputsOnlyWhenAsked: Execute's result carries the
@@ -18,7 +18,7 @@ import (
 func TestExecuteInlinesOutputsOnlyWhenAsked(t *testing.T) {
 	f := startFarm(t, nil)
 	ctx := context.Background()
-	asking := metadata.AppendToOutgoingContext(ctx, execution.InlineOutputsHeader, "1")
+	asking := metadata.AppendToOutgoingContext(ctx, protocol.InlineOutputsHeader, "1")
 	root := f.put(&repb.Directory{})
 	contents := func(resp *repb.ExecuteResponse) string {
 		if resp.GetResult() == nil || len(resp.Result.OutputFiles) != 1 {

@@ -20,6 +20,7 @@ import (
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/execution"
 	"github.com/gantry-build/gantry/internal/metrics"
+	"github.com/gantry-build/gantry/internal/protocol"
 	"github.com/gantry-build/gantry/internal/scheduler"
 	"github.com/gantry-build/gantry/internal/statestore"
 	"github.com/gantry-build/gantry/internal/tracing"
@@ -133,7 +134,7 @@ func (r reflectedServices) GetServiceInfo() map[string]grpc.ServiceInfo {
 var _ execution.Observer = (*observability)(nil)
 
 // Finished implements execution.Observer.
-func (o *observability) Finished(f execution.Finished) {
+func (o *observability) Finished(f protocol.Finished) {
 	if o.outcomes != nil {
 		o.outcomes.OperationDone(f.Response)
 	}

@@ -39,7 +39,7 @@ import (
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/digest"
-	"github.com/gantry-build/gantry/internal/invocation"
+	"github.com/gantry-build/gantry/internal/protocol"
 	"github.com/gantry-build/gantry/internal/testutil"
 	"github.com/gantry-build/gantry/internal/tracing"
 )
@@ -267,7 +267,7 @@ func TestOperationCompletionLogLine(t *testing.T) {
 	cmd := shCmd("exit 7")
 	a := f.put(&repb.Action{CommandDigest: f.put(cmd).Proto(), InputRootDigest: root.Proto()})
 	rm, _ := proto.Marshal(&repb.RequestMetadata{ToolInvocationId: "inv-42", CorrelatedInvocationsId: "build-7"})
-	ctx := metadata.AppendToOutgoingContext(context.Background(), invocation.RequestMetadataHeader, string(rm))
+	ctx := metadata.AppendToOutgoingContext(context.Background(), protocol.RequestMetadataHeader, string(rm))
 	resp, _, err := client.Execute(ctx, f.conn, &repb.ExecuteRequest{ActionDigest: a.Proto(), InstanceName: "team"})
 	if err != nil || resp.Result.GetExitCode() != 7 {
 		t.Fatalf("Execute: %v %v", resp, err)

@@ -20,7 +20,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/digest"
-	"github.com/gantry-build/gantry/internal/invocation"
+	"github.com/gantry-build/gantry/internal/protocol"
 	"github.com/gantry-build/gantry/internal/testutil"
 )
 
@@ -56,7 +56,7 @@ func heldAction(t *testing.T, f *farm) (ad digest.Digest, started, release strin
 func bazelLike(ctx context.Context, build string) context.Context {
 	rm, _ := proto.Marshal(&repb.RequestMetadata{ToolDetails: &repb.ToolDetails{ToolName: "bazel", ToolVersion: "7.4.1"},
 		ToolInvocationId: build, TargetId: "//app:gen", ActionMnemonic: "Genrule"})
-	return metadata.AppendToOutgoingContext(ctx, invocation.RequestMetadataHeader, string(rm))
+	return metadata.AppendToOutgoingContext(ctx, protocol.RequestMetadataHeader, string(rm))
 }
 
 // An operation whose only caller went away (a Ctrl-C'd CI job, a crashed

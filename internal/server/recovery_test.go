@@ -26,7 +26,7 @@ import (
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/digest"
-	"github.com/gantry-build/gantry/internal/invocation"
+	"github.com/gantry-build/gantry/internal/protocol"
 	"github.com/gantry-build/gantry/internal/statestore/pgtest"
 	"github.com/gantry-build/gantry/internal/worker"
 )
@@ -180,7 +180,7 @@ func TestRestartRequeuesEmbeddedWorkersLeaseAtOnce(t *testing.T) {
 	// The operation's invocation keys survive the restart, into its
 	// completion line.
 	rm, _ := proto.Marshal(&repb.RequestMetadata{ToolInvocationId: "inv-restart"})
-	ectx := metadata.AppendToOutgoingContext(ctx, invocation.RequestMetadataHeader, string(rm))
+	ectx := metadata.AppendToOutgoingContext(ctx, protocol.RequestMetadataHeader, string(rm))
 	stream, err := repb.NewExecutionClient(f.conn).Execute(ectx, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
 	if err != nil {
 		t.Fatal(err)

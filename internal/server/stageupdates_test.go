@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/gantry-build/gantry/internal/execution"
+	"github.com/gantry-build/gantry/internal/protocol"
 )
 
 // stagesOf reads an Operation stream to its end and returns each
@@ -49,7 +49,7 @@ func TestExecuteStageUpdatesOff(t *testing.T) {
 	f := startFarm(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	off := metadata.AppendToOutgoingContext(ctx, execution.StageUpdatesHeader, "off")
+	off := metadata.AppendToOutgoingContext(ctx, protocol.StageUpdatesHeader, "off")
 	root := f.put(&repb.Directory{})
 	exec := repb.NewExecutionClient(f.conn)
 	execute := func(ctx context.Context, script string) grpc.ServerStreamingClient[longrunningpb.Operation] {

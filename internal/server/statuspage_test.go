@@ -29,7 +29,7 @@ import (
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/digest"
-	"github.com/gantry-build/gantry/internal/invocation"
+	"github.com/gantry-build/gantry/internal/protocol"
 	"github.com/gantry-build/gantry/internal/scheduler"
 	"github.com/gantry-build/gantry/internal/testutil"
 )
@@ -85,7 +85,7 @@ func startScenarioLog(t *testing.T, ctx context.Context, log *slog.Logger, opts 
 // invocations id) and one of its commands (tool invocation id).
 func withInvocation(ctx context.Context, build, tool string) context.Context {
 	b, _ := proto.Marshal(&repb.RequestMetadata{CorrelatedInvocationsId: build, ToolInvocationId: tool, ToolDetails: &repb.ToolDetails{ToolName: "bazel"}})
-	return metadata.AppendToOutgoingContext(ctx, invocation.RequestMetadataHeader, string(b))
+	return metadata.AppendToOutgoingContext(ctx, protocol.RequestMetadataHeader, string(b))
 }
 
 func (s *scenario) get(t *testing.T, path string, hdr ...string) (int, string) {

@@ -14,6 +14,7 @@ import (
 	"github.com/gantry-build/gantry/internal/execution"
 	"github.com/gantry-build/gantry/internal/history"
 	"github.com/gantry-build/gantry/internal/invocation"
+	"github.com/gantry-build/gantry/internal/protocol"
 	"github.com/gantry-build/gantry/internal/scheduler"
 	"github.com/gantry-build/gantry/internal/statestore"
 	"github.com/gantry-build/gantry/internal/status"
@@ -99,7 +100,7 @@ type historyObserver struct {
 }
 
 // Finished implements execution.Observer.
-func (o historyObserver) Finished(f execution.Finished) {
+func (o historyObserver) Finished(f protocol.Finished) {
 	o.Observer.Finished(f)
 	o.hist.Record(history.FromFinished(f, time.Now()))
 }

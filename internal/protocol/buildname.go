@@ -1,4 +1,4 @@
-package invocation
+package protocol
 
 import (
 	"strings"
