@@ -169,7 +169,7 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 		if errors.As(err, &nw) {
 			return noWorkerStatus(nw)
 		}
-		return err
+		return grpcError(err)
 	}
 	if s.pending.remove(name) {
 		// Asked while the submit was on its way.

@@ -35,7 +35,7 @@ func configuredQuotas(sched *scheduler.Scheduler) []scheduler.Quota {
 func (s *AdminService) GetQuota(_ context.Context, req *adminpb.GetQuotaRequest) (*adminpb.QuotaStatus, error) {
 	st, err := s.sched.QuotaOf(req.InstanceName, req.Cohort)
 	if err != nil {
-		return nil, err
+		return nil, grpcError(err)
 	}
 	return quotaStatusPB(st), nil
 }
@@ -58,14 +58,14 @@ func (s *AdminService) PutQuota(_ context.Context, req *adminpb.PutQuotaRequest)
 	s.quotas.mu.Lock()
 	defer s.quotas.mu.Unlock()
 	if err := s.sched.ValidateQuota(q); err != nil {
-		return nil, err
+		return nil, grpcError(err)
 	}
 	if err := s.persist(append(without(configuredQuotas(s.sched), q.Instance, q.Cohort), q)); err != nil {
 		return nil, err
 	}
 	warning, err := s.sched.SetQuota(q)
 	if err != nil {
-		return nil, err
+		return nil, grpcError(err)
 	}
 	st, _ := s.sched.QuotaOf(q.Instance, q.Cohort)
 	s.log().Info("quota set", "instance", q.Instance, "cohort", q.Cohort, "min_quota", q.Min, "max_quota", q.Max)

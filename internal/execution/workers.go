@@ -85,7 +85,7 @@ func (s *WorkerService) Session(req *workerpb.SessionRequest, stream grpc.Server
 		return stream.Send(&workerpb.SessionMessage{Reregister: true})
 	}
 	if err != nil {
-		return err
+		return grpcError(err)
 	}
 	defer sess.Close()
 	if err := stream.Send(&workerpb.SessionMessage{}); err != nil {
@@ -95,7 +95,7 @@ func (s *WorkerService) Session(req *workerpb.SessionRequest, stream grpc.Server
 	case <-stream.Context().Done():
 		return status.FromContextError(stream.Context().Err()).Err()
 	case <-sess.Done():
-		return scheduler.ErrHalted
+		return grpcError(scheduler.ErrHalted)
 	}
 }
 
@@ -133,7 +133,7 @@ func (s *WorkerService) Poll(ctx context.Context, req *workerpb.PollRequest) (*w
 		return &workerpb.PollResponse{Reregister: true, CompletionsAccepted: accepted}, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, grpcError(err)
 	}
 	resp := &workerpb.PollResponse{CompletionsAccepted: accepted}
 	if len(as) == 0 {
@@ -185,7 +185,7 @@ func (s *WorkerService) Heartbeat(_ context.Context, req *workerpb.HeartbeatRequ
 		return &workerpb.HeartbeatResponse{Reregister: true}, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, grpcError(err)
 	}
 	ctl := s.sched.WorkerControlOf(req.WorkerId)
 	resp := &workerpb.HeartbeatResponse{Drain: ctl.Drain, Pause: ctl.Pause, Terminate: ctl.Terminate}

@@ -13,20 +13,32 @@ const module = "github.com/gantry-build/gantry/"
 // TestLayers keeps the packages below the server from leaning on it: the
 // client library links none of the server (it reads header names from
 // this package), config owns its defaults, the history reads what the
-// execution service reports from this package, and this package stays a
-// leaf. It asks the go command, as `go list -deps` shows it.
+// execution service reports from this package, this package stays a leaf,
+// and the scheduler returns errors of its own, not gRPC statuses. It asks
+// the go command, as `go list` shows it.
 func TestLayers(t *testing.T) {
 	for _, tc := range []struct {
 		pkg       string
 		forbidden []string // packages pkg must not link, directly or not
 		only      []string // if set, the only Gantry packages pkg may link
+		imports   []string // packages pkg must not import itself
 	}{
 		{pkg: "internal/remote", forbidden: []string{"internal/scheduler", "internal/statestore", "internal/auth", "internal/execution"}},
 		{pkg: "internal/client", forbidden: []string{"internal/scheduler", "internal/statestore", "internal/auth", "internal/execution"}},
 		{pkg: "internal/config", forbidden: []string{"internal/scheduler"}},
 		{pkg: "internal/history", forbidden: []string{"internal/execution"}},
 		{pkg: "internal/protocol", only: []string{"internal/digest", "internal/protocol"}},
+		{pkg: "internal/scheduler", imports: []string{"google.golang.org/grpc", "google.golang.org/grpc/status"}},
 	} {
+		if tc.imports != nil {
+			own := goList(t, "-f", "{{join .Imports \"\\n\"}}", module+tc.pkg)
+			for _, f := range tc.imports {
+				if slices.Contains(own, f) {
+					t.Errorf("%s imports %s: return a scheduler.Error and let the service edge (internal/execution) give it a code", tc.pkg, f)
+				}
+			}
+			continue
+		}
 		deps := goListDeps(t, tc.pkg)
 		for _, f := range tc.forbidden {
 			if slices.Contains(deps, f) {
@@ -47,17 +59,9 @@ func TestLayers(t *testing.T) {
 // to the module.
 func goListDeps(t *testing.T, pkg string) []string {
 	t.Helper()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go command is needed to list dependencies: %v", err)
-	}
-	cmd := exec.Command(goTool, "list", "-deps", "-f", "{{.ImportPath}}", module+pkg)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v", pkg, err)
-	}
 	var deps []string
-	for _, l := range strings.Fields(string(out)) {
+	out := goList(t, "-deps", "-f", "{{.ImportPath}}", module+pkg)
+	for _, l := range out {
 		if rel, ok := strings.CutPrefix(l, module); ok {
 			deps = append(deps, rel)
 		}
@@ -66,4 +70,18 @@ func goListDeps(t *testing.T, pkg string) []string {
 		t.Fatalf("go list -deps %s did not list the package itself: %q", pkg, out)
 	}
 	return deps
+}
+
+// goList is what `go list args...` prints, one entry a line.
+func goList(t *testing.T, args ...string) []string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to list packages: %v", err)
+	}
+	out, err := exec.Command(goTool, append([]string{"list"}, args...)...).Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v", strings.Join(args, " "), err)
+	}
+	return strings.Fields(string(out))
 }

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gantry-build/gantry/internal/digest"
@@ -201,7 +199,7 @@ func (s *Scheduler) durable(ctx context.Context, ticket uint64) error {
 		j.cond.Wait()
 	}
 	if j.err != nil {
-		return status.Errorf(codes.Unavailable, "the scheduler could not store the change: %v; retry", j.err)
+		return errorf(ErrUnavailable, "the scheduler could not store the change: %v; retry", j.err)
 	}
 	return nil
 }

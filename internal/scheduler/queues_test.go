@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/gantry-build/gantry/internal/platform"
 )
@@ -455,8 +454,8 @@ func TestSubmitRejectsInvalidSpecialProperties(t *testing.T) {
 		p("min-cores=0"), p("min-cores=2", "max-cores=1"), p("min-mem=lots"), p("resource:gpu=0"), p("Worker=a", "Worker=b"),
 	} {
 		_, err := s.Submit(SubmitRequest{Instance: "main", ActionDigest: action(props.String()), Platform: props})
-		if status.Code(err) != codes.InvalidArgument {
-			t.Errorf("Submit(%v) = %v, want INVALID_ARGUMENT", props, err)
+		if !errors.Is(err, ErrInvalid) {
+			t.Errorf("Submit(%v) = %v, want ErrInvalid", props, err)
 		}
 	}
 	if st := s.Stats(); st.Queued != 0 || st.Operations != 0 {

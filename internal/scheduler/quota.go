@@ -8,8 +8,6 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/gantry-build/gantry/internal/platform"
 )
@@ -182,15 +180,15 @@ func (s *Scheduler) validateQuotaLocked(q Quota) error {
 			names[i] = c.Name
 		}
 		if len(names) == 0 {
-			return status.Errorf(codes.InvalidArgument, "unknown cohort %q: no cohorts are configured; define them under scheduler.cohorts", q.Cohort)
+			return errorf(ErrInvalid, "unknown cohort %q: no cohorts are configured; define them under scheduler.cohorts", q.Cohort)
 		}
-		return status.Errorf(codes.InvalidArgument, "unknown cohort %q; configured cohorts: %s", q.Cohort, strings.Join(names, ", "))
+		return errorf(ErrInvalid, "unknown cohort %q; configured cohorts: %s", q.Cohort, strings.Join(names, ", "))
 	}
 	if q.Min < 0 {
-		return status.Errorf(codes.InvalidArgument, "min_quota %d is negative; use 0 or more", q.Min)
+		return errorf(ErrInvalid, "min_quota %d is negative; use 0 or more", q.Min)
 	}
 	if q.Max >= 0 && q.Min > q.Max {
-		return status.Errorf(codes.InvalidArgument, "min_quota %d is greater than max_quota %d; raise max_quota or lower min_quota", q.Min, q.Max)
+		return errorf(ErrInvalid, "min_quota %d is greater than max_quota %d; raise max_quota or lower min_quota", q.Min, q.Max)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -252,8 +253,8 @@ func TestQuotaValidation(t *testing.T) {
 		{Quota{Instance: "a", Cohort: "x86", Min: 3, Max: 2}, "min_quota 3 is greater than max_quota 2"},
 	} {
 		_, err := s.SetQuota(tc.q)
-		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%+v: %v, want InvalidArgument containing %q", tc.q, err, tc.want)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want ErrInvalid containing %q", tc.q, err, tc.want)
 		}
 	}
 	x86Worker(s, "w1")

@@ -7,7 +7,6 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // A worker's leases die with its process. The scheduler learns of that in
@@ -88,7 +87,7 @@ func (s *Scheduler) loseLeasesLocked(w *worker, ls []*lease, why string) {
 		s.counters.workersLost++
 		if t.attempts >= s.cfg.MaxAttempts {
 			msg := fmt.Sprintf("the action was started %d times and each time its worker stopped responding (last: %s); giving up. Check the workers' health, or retry the build", t.attempts, w.info.ID)
-			s.completeTaskLocked(t, &repb.ExecuteResponse{Status: status.New(codes.Unavailable, msg).Proto()})
+			s.completeTaskLocked(t, &repb.ExecuteResponse{Status: resultStatus(codes.Unavailable, msg)})
 			s.emit(Event{Kind: EventGaveUp, Task: t.ID})
 			s.counters.gaveUp++
 			gaveUp++
@@ -124,7 +123,7 @@ type Session struct {
 }
 
 // ErrHalted is returned by OpenSession once Run has returned.
-var ErrHalted = status.Error(codes.Unavailable, "the scheduler is stopping; open the session again (with the next scheduler)")
+var ErrHalted error = &Error{Kind: ErrUnavailable, Msg: "the scheduler is stopping; open the session again (with the next scheduler)"}
 
 // OpenSession records an open session of a registered worker. It fails
 // with ErrUnknownWorker for a worker that must register (again) first,

@@ -2,9 +2,6 @@ package scheduler
 
 import (
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // MaxRefusal is the longest an operator's kill may refuse an action.
@@ -48,7 +45,7 @@ func (rs refusals) check(key dedupKey, now time.Time) error {
 		delete(rs, key)
 		return nil
 	}
-	return status.Errorf(codes.FailedPrecondition,
+	return errorf(ErrRefused,
 		"action %s on instance %q was killed by an operator (operation %s: %s) and is refused until %s; ask the operator, wait until then, or change the action (any change to its command or inputs makes it a new action)",
 		key.action, key.instance, r.op, r.reason, r.until.UTC().Format(time.RFC3339))
 }

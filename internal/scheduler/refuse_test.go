@@ -1,12 +1,10 @@
 package scheduler
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // TestKillThatSticksRefusesResubmission: a kill with a refusal fails
@@ -29,8 +27,8 @@ func TestKillThatSticksRefusesResubmission(t *testing.T) {
 		return err
 	}
 	err := resubmit("main")
-	if status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("resubmitting the killed action: %v, want FAILED_PRECONDITION", err)
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("resubmitting the killed action: %v, want ErrRefused", err)
 	}
 	for _, want := range []string{"killed by an operator", "runs forever", stuck, "refused until", action("stuck").String()} {
 		if !strings.Contains(err.Error(), want) {
@@ -48,7 +46,7 @@ func TestKillThatSticksRefusesResubmission(t *testing.T) {
 		t.Fatalf("second Kill = %v, %v", done, err)
 	}
 	clk.Advance(29 * time.Minute)
-	if err := resubmit("main"); status.Code(err) != codes.FailedPrecondition {
+	if err := resubmit("main"); !errors.Is(err, ErrRefused) {
 		t.Fatalf("49 min after the first kill, 29 after the second: %v", err)
 	}
 	clk.Advance(time.Minute)

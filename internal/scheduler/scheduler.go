@@ -19,7 +19,6 @@ import (
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/platform"
@@ -486,14 +485,14 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 	req.Platform = s.chrootPlatform(req.Instance, req.Platform.Without(s.ignored))
 	preq, err := platform.ParseRequest(req.Platform)
 	if err != nil {
-		return "", 0, status.Error(codes.InvalidArgument, err.Error())
+		return "", 0, &Error{Kind: ErrInvalid, Msg: err.Error()}
 	}
 	name := req.Name
 	if name == "" {
 		name = "op-" + s.newID()
 	}
 	if _, taken := s.ops[name]; taken {
-		return "", 0, status.Errorf(codes.AlreadyExists, "operation name %s is taken", name)
+		return "", 0, errorf(ErrExists, "operation name %s is taken", name)
 	}
 	analysis := platform.SelectQueue(s.queues, req.Platform)
 	if analysis.Chosen < 0 {
@@ -718,7 +717,7 @@ func (s *Scheduler) cancelWithLocked(name, msg string) error {
 	if op.done {
 		return nil
 	}
-	s.finishOpLocked(op, &repb.ExecuteResponse{Status: status.New(codes.Canceled, msg).Proto()})
+	s.finishOpLocked(op, &repb.ExecuteResponse{Status: resultStatus(codes.Canceled, msg)})
 	t := op.task
 	for _, other := range t.ops {
 		if !other.done {

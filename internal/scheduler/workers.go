@@ -8,7 +8,6 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/gantry-build/gantry/internal/platform"
 )
@@ -139,7 +138,7 @@ type LeaseCommand struct {
 }
 
 // ErrUnknownWorker means the worker must register (again).
-var ErrUnknownWorker = status.Error(codes.FailedPrecondition, "worker is not registered with this scheduler; register again")
+var ErrUnknownWorker error = &Error{Kind: ErrRefused, Msg: "worker is not registered with this scheduler; register again"}
 
 // RegisterWorker adds or replaces a worker. Leases of a previous
 // incarnation with the same id stay until they time out or are reported
@@ -542,7 +541,7 @@ func (s *Scheduler) Tick() {
 	for op, next := s.unwatched.head, (*Operation)(nil); op != nil; op = next {
 		next = op.uwNext
 		if now.Sub(op.goneSince) > s.cfg.CallerGrace {
-			s.finishOpLocked(op, &repb.ExecuteResponse{Status: status.New(codes.Canceled, fmt.Sprintf("no client waited for the operation for %s", s.cfg.CallerGrace)).Proto()})
+			s.finishOpLocked(op, &repb.ExecuteResponse{Status: resultStatus(codes.Canceled, fmt.Sprintf("no client waited for the operation for %s", s.cfg.CallerGrace))})
 			if allDone(op.task) {
 				s.abandonTaskLocked(op.task, "no client is waiting for the result")
 			}
@@ -651,7 +650,7 @@ func (s *Scheduler) failUnsatisfiableLocked(now time.Time) {
 		}
 		for _, t := range old {
 			s.queue.remove(t)
-			s.completeTaskLocked(t, &repb.ExecuteResponse{Status: status.New(codes.FailedPrecondition, msg).Proto()})
+			s.completeTaskLocked(t, &repb.ExecuteResponse{Status: resultStatus(codes.FailedPrecondition, msg)})
 			s.emit(Event{Kind: EventGaveUp, Task: t.ID, Reason: msg})
 			s.counters.gaveUp++
 		}
