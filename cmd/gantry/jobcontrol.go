@@ -112,9 +112,9 @@ type localProcs struct {
 
 func newLocalProcs() *localProcs { return &localProcs{running: map[int]bool{}} }
 
-// run runs args in dir with the process's environment plus env and returns
+// Run runs args in dir with the process's environment plus env and returns
 // what it printed (stdout, then stderr) and its exit code. ctx ends it.
-func (p *localProcs) run(ctx context.Context, args []string, dir string, env []string) ([]byte, int, error) {
+func (p *localProcs) Run(ctx context.Context, args []string, dir string, env []string) ([]byte, int, error) {
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
