@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/loadgen"
 )
 
 // The operations gantry bench cas measures.
@@ -187,7 +188,7 @@ func runBenchCAS(ctx context.Context, p *casPlan, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "gantry bench cas: %s against %s, %d runs after a warm-up\n", p.op, p.server, p.runs)
 	var rates, cpus, own []float64
-	stopProfile, err := startCPUProfile(p.cpuProfile)
+	stopProfile, err := loadgen.StartCPUProfile(p.cpuProfile)
 	if err != nil {
 		return err
 	}
