@@ -11,7 +11,7 @@
 // The package does the work through internal/remote and internal/cc; the
 // commands in cmd/gantry keep their flags, signals and output. Batch is
 // the step set of `gantry batch` (NewBatch; Batch.Steps for batch.New),
-// Compile one compile of `gantry cc` (NewCompile, Compile.Run), and
-// Operation remembers the remote operation a run started, so that Ctrl-C
+// Compile one compile of `gantry cc` (NewCompile, Compile.Run),
+// LocalProcs the runner of the jobs that run here, and Operation remembers the remote operation a run started, so that Ctrl-C
 // can cancel it.
 package job

@@ -1,9 +1,7 @@
 package job
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -77,22 +75,4 @@ func writeTree(t *testing.T, dir string, files map[string]string) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// processes is a Local that runs each command as a real process and
-// remembers which ran.
-type processes struct{ ran []string }
-
-func (p *processes) Run(ctx context.Context, args []string, dir string, env []string) ([]byte, int, error) {
-	p.ran = append(p.ran, args[0])
-	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return out.Bytes(), ee.ExitCode(), nil
-	}
-	return out.Bytes(), 0, err
 }
