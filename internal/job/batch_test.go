@@ -14,7 +14,7 @@ import (
 )
 
 // runJobs runs jobs through Batch's steps on c, as gantry batch does.
-func runJobs(t *testing.T, c *remote.Client, jobs []*batch.Job, local Local, log *testutil.SyncBuffer) batch.Summary {
+func runJobs(t testing.TB, c *remote.Client, jobs []*batch.Job, local Local, log *testutil.SyncBuffer) batch.Summary {
 	t.Helper()
 	settings, err := cc.SettingsFromEnv(func(string) string { return "" })
 	if err != nil {

@@ -64,7 +64,7 @@ func needGCC(t *testing.T) {
 }
 
 // writeTree creates files (path -> content) under dir.
-func writeTree(t *testing.T, dir string, files map[string]string) {
+func writeTree(t testing.TB, dir string, files map[string]string) {
 	t.Helper()
 	for p, content := range files {
 		full := filepath.Join(dir, p)
