@@ -6,21 +6,17 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/spf13/cobra"
 
 	"github.com/gantry-build/gantry/internal/batch"
 	"github.com/gantry-build/gantry/internal/cc"
+	"github.com/gantry-build/gantry/internal/job"
 	"github.com/gantry-build/gantry/internal/remote"
 )
 
@@ -170,18 +166,20 @@ func runBatch(cmd *cobra.Command, f batchFlags, file string) error {
 		}
 		return &exitStatus{code: exitOwnFailure, err: unreachable(f.server, err)}
 	}
-	steps := &batchSteps{
-		client:   client,
-		inv:      inv,
-		flags:    f,
-		settings: settings,
-		ccOpts:   ccOptions(settings),
-		procs:    control.procs,
-		stderr:   stderr,
-		cpus:     newProcsGovernor(setRuntimeProcs, time.Now),
-	}
-	defer steps.cpus.restore()
-	s, err := batch.New(jobs, steps.steps(), limits, batch.Options{KeepGoing: f.keepGoing, Progress: display(stderr)})
+	cpus := job.NewProcsGovernor(job.SetRuntimeProcs, time.Now)
+	defer cpus.Restore()
+	steps := job.NewBatch(job.BatchConfig{
+		Client:     client,
+		Invocation: inv,
+		Compile:    job.CompileOptions(settings, os.Environ(), true),
+		Local:      control.procs,
+		CPUs:       cpus,
+		Log:        stderr,
+		Verbose:    f.verbose,
+		NoCache:    f.noCache,
+		Platform:   f.platform,
+	})
+	s, err := batch.New(jobs, steps.Steps(), limits, batch.Options{KeepGoing: f.keepGoing, Progress: display(stderr)})
 	if err != nil {
 		return &exitStatus{code: exitOwnFailure, err: err}
 	}
@@ -197,7 +195,7 @@ func runBatch(cmd *cobra.Command, f batchFlags, file string) error {
 	}
 	switch {
 	case control.interrupted():
-		fmt.Fprintf(stderr, "gantry batch: interrupted; cancelled %d remote operations\n", steps.cancelled.Load())
+		fmt.Fprintf(stderr, "gantry batch: interrupted; cancelled %d remote operations\n", steps.Cancelled())
 		return &exitStatus{code: exitInterrupted}
 	case !sum.OK():
 		return &exitStatus{code: 1}
@@ -212,327 +210,4 @@ func display(stderr io.Writer) batch.Progress {
 		return batch.NewDisplay(f)
 	}
 	return batch.NewPlain(stderr)
-}
-
-// ccOptions are the options of the compiles' Spec: the launcher's
-// settings and caches, shared by every job.
-func ccOptions(s cc.Settings) cc.Options {
-	o := cc.Options{Settings: s, Env: os.Environ(), Identities: cc.NewIdentities(s.CacheDir), Scanner: cc.NewScanner(s.CacheDir, true)}
-	if s.CacheDir != "" && s.CacheEntries > 0 {
-		o.Deps = cc.NewDepsCache(s.CacheDir, s.CacheEntries)
-	}
-	return o
-}
-
-// batchSteps are the queue steps of gantry batch, wired to internal/remote
-// (and internal/cc for the compiles).
-type batchSteps struct {
-	client   *remote.Client
-	inv      remote.Invocation
-	flags    batchFlags
-	settings cc.Settings
-	ccOpts   cc.Options
-	procs    *localProcs
-	stderr   io.Writer
-	// cancelled counts the remote operations cancelled after Ctrl-C.
-	cancelled atomic.Int64
-	// dirs holds the output directories made (or found) so far.
-	dirs sync.Map
-	// lookups decides whether a job asks the ActionCache before Execute.
-	lookups lookupGate
-	// cpus runs the client on one processor while the run is cold.
-	cpus *procsGovernor
-}
-
-// jobState is what one job's steps hand each other (batch.Task.Data).
-type jobState struct {
-	compile *cc.Compile // nil for a Command job
-	action  *remote.Action
-	result  *repb.ActionResult
-	// lookedUp is set when the job asked the ActionCache before Execute
-	// (so Execute's answer is not a second outcome for lookupGate).
-	lookedUp bool
-}
-
-func (b *batchSteps) steps() batch.Steps {
-	s := batch.Steps{
-		Scan:     batch.StepFunc(b.scan),
-		Cache:    batch.StepFunc(b.cache),
-		Upload:   batch.StepFunc(b.upload),
-		Execute:  batch.StepFunc(b.execute),
-		Download: batch.StepFunc(b.download),
-		Local:    batch.StepFunc(b.local),
-	}
-	if b.flags.noCache {
-		s.Cache = nil
-	}
-	return s
-}
-
-func state(t *batch.Task) *jobState {
-	if st, ok := t.Data.(*jobState); ok {
-		return st
-	}
-	st := &jobState{}
-	t.Data = st
-	return st
-}
-
-// scan prepares the job's action: a compile's inputs come from the
-// include scanner (or, where it cannot follow, the compiler's dependency
-// listing or the direct-mode cache), a command's from the job file.
-func (b *batchSteps) scan(ctx context.Context, t *batch.Task) batch.Result {
-	st := state(t)
-	// As ninja does, make the directories the outputs go in: the
-	// compiler does not (and a compile_commands.json assumes they exist).
-	for _, o := range t.Job.Outputs {
-		dir := filepath.Dir(absIn(t.Job.Dir, o))
-		if _, made := b.dirs.Load(dir); made {
-			continue
-		}
-		if err := makeOutputDir(t.Job.Dir, absIn(t.Job.Dir, o)); err != nil {
-			return batch.Result{Err: fmt.Errorf("making the directory of output %s: %w", o, err)}
-		}
-		b.dirs.Store(dir, true)
-		b.ccOpts.Scanner.Forget(dir)
-	}
-	var spec remote.Spec
-	switch t.Job.Kind {
-	case batch.Compile:
-		c, err := cc.Parse(t.Job.Args[0], t.Job.Args[1:], t.Job.Dir)
-		if reason, ok := cc.IsLocal(err); ok {
-			return b.toLocal(t, reason)
-		}
-		if err != nil {
-			return batch.Result{Err: err}
-		}
-		if spec, err = c.Spec(ctx, b.ccOpts); err != nil {
-			if reason, ok := cc.IsLocal(err); ok {
-				return b.toLocal(t, reason)
-			}
-			if ctx.Err() != nil {
-				return batch.Result{Err: ctx.Err()}
-			}
-			// The dependency listing failed (a missing header, a syntax
-			// error the preprocessor sees): the local compile reports it
-			// as the compiler's users expect.
-			return b.toLocal(t, "the dependency listing failed: "+firstLine(err.Error()))
-		}
-		st.compile = c
-	default:
-		var err error
-		if spec, err = commandSpec(t.Job); err != nil {
-			return batch.Result{Err: err}
-		}
-	}
-	spec.Platform = append(spec.Platform, b.flags.platform...)
-	spec.NoCache = spec.NoCache || b.flags.noCache
-	a, err := b.client.Prepare(spec)
-	if err != nil {
-		return batch.Result{Err: err}
-	}
-	st.action = a
-	return batch.Result{}
-}
-
-// toLocal sends a job to the Local queue (a compile only: a command job
-// has no local form the user asked for).
-func (b *batchSteps) toLocal(t *batch.Task, reason string) batch.Result {
-	if b.flags.verbose {
-		fmt.Fprintf(b.stderr, "gantry batch: %s runs locally: %s\n", t.Job.Name, reason)
-	}
-	return batch.Result{Next: batch.RunLocally}
-}
-
-// infraFailure handles a failure to run a job remotely: a compile falls
-// back to a local compile (unless GANTRY_CC_FALLBACK=false), a command
-// fails.
-func (b *batchSteps) infraFailure(ctx context.Context, t *batch.Task, err error) batch.Result {
-	if ctx.Err() != nil {
-		return batch.Result{Err: ctx.Err()}
-	}
-	if t.Job.Kind == batch.Compile && b.settings.Fallback {
-		return b.toLocal(t, err.Error())
-	}
-	return batch.Result{Err: err}
-}
-
-func (b *batchSteps) cache(ctx context.Context, t *batch.Task) batch.Result {
-	st := state(t)
-	if !b.lookups.ask() {
-		// Execute checks the cache too; see lookupGate.
-		return batch.Result{}
-	}
-	res, stats, err := b.client.Lookup(ctx, st.action)
-	if err != nil {
-		return b.infraFailure(ctx, t, err)
-	}
-	st.lookedUp = true
-	b.recordHit(stats.Hit)
-	if !stats.Hit {
-		return batch.Result{}
-	}
-	st.result = res
-	return batch.Result{Next: batch.SkipToDownload, Stats: batch.Stats{CacheHit: true}}
-}
-
-// recordHit tells the lookup gate whether a job's result came from the
-// cache, and the processor governor whether the run is now cold.
-func (b *batchSteps) recordHit(hit bool) {
-	b.lookups.record(hit)
-	b.cpus.update(!b.lookups.ask())
-}
-
-func (b *batchSteps) upload(ctx context.Context, t *batch.Task) batch.Result {
-	stats, err := b.client.Upload(ctx, state(t).action)
-	if err != nil {
-		return b.infraFailure(ctx, t, err)
-	}
-	return batch.Result{Stats: batch.Stats{BytesUp: stats.UploadedBytes, BlobsUp: stats.Uploaded}}
-}
-
-// execute runs the action; on Ctrl-C it cancels the remote operation and
-// waits for the server's answer before it returns.
-func (b *batchSteps) execute(ctx context.Context, t *batch.Task) batch.Result {
-	st := state(t)
-	var mu sync.Mutex
-	op := ""
-	mnemonic := "Command"
-	if t.Job.Kind == batch.Compile {
-		mnemonic = "Compile"
-	}
-	res, info, err := b.client.Execute(b.inv.ActionContext(ctx, mnemonic, t.Job.Name), st.action, func(name string) {
-		mu.Lock()
-		op = name
-		mu.Unlock()
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			mu.Lock()
-			name := op
-			mu.Unlock()
-			if name != "" {
-				cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				cerr := b.client.Cancel(cctx, name)
-				cancel()
-				if cerr != nil {
-					fmt.Fprintf(b.stderr, "gantry batch: %s: cancelling operation %s: %v\n", t.Job.Name, name, cerr)
-				} else {
-					b.cancelled.Add(1)
-				}
-			}
-			return batch.Result{Err: ctx.Err()}
-		}
-		return b.infraFailure(ctx, t, err)
-	}
-	st.result = res
-	if !st.lookedUp {
-		b.recordHit(info.Cached)
-	}
-	return batch.Result{Stats: batch.Stats{CacheHit: info.Cached}}
-}
-
-func (b *batchSteps) download(ctx context.Context, t *batch.Task) batch.Result {
-	st := state(t)
-	out, stats, err := b.client.Download(ctx, st.action, st.result)
-	b.forgetOutputs(t.Job)
-	if st.compile != nil {
-		b.ccOpts.Scanner.Forget(absIn(st.compile.Cwd, st.compile.Output))
-	}
-	if err != nil {
-		return b.infraFailure(ctx, t, err)
-	}
-	r := batch.Result{Stats: batch.Stats{BytesDown: stats.DownloadedBytes, BlobsDown: stats.Written}}
-	if out.ExitCode != 0 && st.compile != nil && st.compile.Scanned() {
-		// The include scanner may have missed a header the compiler
-		// needed: when the compiler's own listing names one, compile
-		// locally, which gives the true verdict either way.
-		if _, missed, err := st.compile.Relist(ctx, b.ccOpts); err == nil && missed {
-			if b.flags.verbose {
-				fmt.Fprintf(b.stderr, "gantry batch: %s: the include scanner missed a header; compiling locally\n", t.Job.Name)
-			}
-			return batch.Result{Next: batch.RunLocally, Stats: r.Stats}
-		}
-	}
-	stderr := out.Stderr
-	if st.compile != nil {
-		stderr = st.compile.MapDiagnostics(stderr)
-		// The compiler writes the dependency file even when it fails.
-		if err := st.compile.WriteDepFile(); err != nil {
-			r.Err = err
-			return r
-		}
-	}
-	r.Output = append(append([]byte{}, out.Stdout...), stderr...)
-	if out.ExitCode != 0 {
-		r.Err = fmt.Errorf("exit code %d", out.ExitCode)
-	}
-	return r
-}
-
-// local runs the job's command here, under a process token.
-func (b *batchSteps) local(ctx context.Context, t *batch.Task) batch.Result {
-	out, code, err := b.procs.run(ctx, t.Job.Args, t.Job.Dir, t.Job.Env)
-	// A local command may write anywhere.
-	b.ccOpts.Scanner.ForgetAll()
-	r := batch.Result{Output: out}
-	switch {
-	case err != nil:
-		r.Err = err
-	case code != 0:
-		r.Err = fmt.Errorf("exit code %d (run locally)", code)
-	}
-	return r
-}
-
-// forgetOutputs tells the include scanner that j's outputs were written:
-// a later compile may include one.
-func (b *batchSteps) forgetOutputs(j *batch.Job) {
-	for _, o := range j.Outputs {
-		b.ccOpts.Scanner.Forget(absIn(j.Dir, o))
-	}
-	for _, o := range j.OutputDirs {
-		b.ccOpts.Scanner.ForgetTree(absIn(j.Dir, o))
-	}
-}
-
-// commandSpec is the remote spec of a job-list job: its inputs and
-// outputs, relative to its directory.
-func commandSpec(j *batch.Job) (remote.Spec, error) {
-	spec, err := remote.LocalSpec(j.Dir, j.Args, j.Env, j.Inputs, j.Outputs, j.OutputDirs)
-	if err != nil {
-		return spec, fmt.Errorf("job %s: %w", j.Name, err)
-	}
-	spec.Platform = append([]string(nil), j.Platform...)
-	spec.Timeout, spec.NoCache = j.Timeout, j.NoCache
-	return spec, nil
-}
-
-// makeOutputDir creates the directory of output out (absolute) of a job
-// in directory dir. Below dir, where a result may have left symbolic
-// links, it never goes through one: a link in the way is left for the
-// download to report (or, for a local compile, the compiler to follow as
-// it would without gantry).
-func makeOutputDir(dir, out string) error {
-	rel, err := filepath.Rel(dir, out)
-	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
-		return os.MkdirAll(filepath.Dir(out), 0o755) // not a remote output
-	}
-	if err := remote.MakeOutputParents(dir, filepath.ToSlash(rel)); err != nil && !errors.Is(err, remote.ErrLinkInTheWay) {
-		return err
-	}
-	return nil
-}
-
-// absIn is path p of a job in directory dir, made absolute.
-func absIn(dir, p string) string {
-	if filepath.IsAbs(p) {
-		return filepath.Clean(p)
-	}
-	return filepath.Join(dir, p)
-}
-
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
 }

@@ -15,7 +15,6 @@ import (
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
-	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -28,89 +27,14 @@ import (
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/frontend"
+	"github.com/gantry-build/gantry/internal/loadgen"
 )
 
-func ms2d(ms ...int) []time.Duration {
-	out := make([]time.Duration, len(ms))
-	for i, m := range ms {
-		out[i] = time.Duration(m) * time.Millisecond
-	}
-	return out
-}
-
-func TestPercentile(t *testing.T) {
-	oneToHundred := make([]int, 100)
-	for i := range oneToHundred {
-		oneToHundred[i] = i + 1
-	}
-	tests := []struct {
-		name   string
-		sorted []time.Duration
-		p      float64
-		want   time.Duration
-	}{
-		{"empty", nil, 50, 0},
-		{"single p50", ms2d(7), 50, 7 * time.Millisecond},
-		{"single p99", ms2d(7), 99, 7 * time.Millisecond},
-		{"two p50 is the lower", ms2d(1, 2), 50, 1 * time.Millisecond},
-		{"two p51 is the upper", ms2d(1, 2), 51, 2 * time.Millisecond},
-		{"hundred p50", ms2d(oneToHundred...), 50, 50 * time.Millisecond},
-		{"hundred p90", ms2d(oneToHundred...), 90, 90 * time.Millisecond},
-		{"hundred p99", ms2d(oneToHundred...), 99, 99 * time.Millisecond},
-		{"hundred p100", ms2d(oneToHundred...), 100, 100 * time.Millisecond},
-		{"ten p99 is the max", ms2d(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 99, 10 * time.Millisecond},
-		{"ten p90", ms2d(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 90, 9 * time.Millisecond},
-		{"tiny p is the min", ms2d(3, 4, 5), 0.1, 3 * time.Millisecond},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := percentile(tt.sorted, tt.p); got != tt.want {
-				t.Errorf("percentile(%v, %v) = %v, want %v", tt.sorted, tt.p, got, tt.want)
-			}
-		})
-	}
-}
-
-func TestSummarize(t *testing.T) {
-	tests := []struct {
-		name string
-		in   []time.Duration
-		want latencySummary
-	}{
-		{"none", nil, latencySummary{}},
-		{"one", ms2d(4), latencySummary{n: 1, min: 4e6, mean: 4e6, p50: 4e6, p90: 4e6, p99: 4e6, max: 4e6}},
-		{"unsorted", ms2d(30, 10, 20, 40), latencySummary{n: 4, min: 10e6, mean: 25e6, p50: 20e6, p90: 40e6, p99: 40e6, max: 40e6}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			in := append([]time.Duration(nil), tt.in...)
-			if got := summarize(in); got != tt.want {
-				t.Errorf("summarize(%v) = %+v, want %+v", tt.in, got, tt.want)
-			}
-			if fmt.Sprint(in) != fmt.Sprint(tt.in) {
-				t.Errorf("summarize reordered its input to %v", in)
-			}
-		})
-	}
-}
-
-func TestResultLine(t *testing.T) {
-	s := &benchStats{ok: 200, failed: 3, cached: 1, concurrency: 8, elapsed: 4 * time.Second,
-		latency: summarize(ms2d(1, 2, 3, 4))}
-	want := "RESULT actions=200 errors=3 cached=1 concurrency=8 elapsed_s=4.000 rate=50.00 min_ms=1.000 mean_ms=2.500 p50_ms=2.000 p90_ms=4.000 p99_ms=4.000 max_ms=4.000"
-	if got := s.resultLine(); got != want {
-		t.Errorf("resultLine =\n%s\nwant\n%s", got, want)
-	}
-	if got := (&benchStats{}).rate(); got != 0 {
-		t.Errorf("rate with no elapsed time = %v, want 0", got)
-	}
-}
-
 // parseFlags runs "bench args..." with a runner that only captures the plan.
-func parseFlags(t *testing.T, args ...string) (*benchPlan, error) {
+func parseFlags(t *testing.T, args ...string) (*loadgen.Plan, error) {
 	t.Helper()
-	var plan *benchPlan
-	cmd := newBenchCommandWith(func(_ context.Context, p *benchPlan, _, _ io.Writer) error {
+	var plan *loadgen.Plan
+	cmd := newBenchCommandWith(func(_ context.Context, p *loadgen.Plan, _, _ io.Writer) error {
 		plan = p
 		return nil
 	})
@@ -126,32 +50,32 @@ func TestBenchFlags(t *testing.T) {
 		name    string
 		args    []string
 		wantErr string // substring; "" means valid
-		check   func(*benchPlan) string
+		check   func(*loadgen.Plan) string
 	}{
-		{name: "defaults", check: func(p *benchPlan) string {
-			if p.server != serverFromEnv() || p.instance != "" || p.concurrency != 8 || p.actions != 1000 || p.duration != 0 ||
-				!p.outputFile || p.platform != nil || p.skipCacheLookup || p.noopWorkers != 0 {
+		{name: "defaults", check: func(p *loadgen.Plan) string {
+			if p.Server != serverFromEnv() || p.Instance != "" || p.Concurrency != 8 || p.Actions != 1000 || p.Duration != 0 ||
+				!p.OutputFile || p.Platform != nil || p.SkipCacheLookup || p.NoopWorkers != 0 {
 				return fmt.Sprintf("%+v", *p)
 			}
 			return ""
 		}},
 		{name: "everything", args: []string{"--server", "bb:8980", "--instance", "a/b", "--concurrency", "3", "--actions", "5",
-			"--output-file=false", "--skip-cache-lookup", "--noop-workers", "2"}, check: func(p *benchPlan) string {
-			if p.server != "bb:8980" || p.instance != "a/b" || p.concurrency != 3 || p.actions != 5 || p.outputFile || !p.skipCacheLookup || p.noopWorkers != 2 {
+			"--output-file=false", "--skip-cache-lookup", "--noop-workers", "2"}, check: func(p *loadgen.Plan) string {
+			if p.Server != "bb:8980" || p.Instance != "a/b" || p.Concurrency != 3 || p.Actions != 5 || p.OutputFile || !p.SkipCacheLookup || p.NoopWorkers != 2 {
 				return fmt.Sprintf("%+v", *p)
 			}
 			return ""
 		}},
-		{name: "duration", args: []string{"--duration", "90s"}, check: func(p *benchPlan) string {
-			if p.duration != 90*time.Second || p.actions != 0 {
-				return fmt.Sprintf("duration %s, actions %d; want 90s and no count", p.duration, p.actions)
+		{name: "duration", args: []string{"--duration", "90s"}, check: func(p *loadgen.Plan) string {
+			if p.Duration != 90*time.Second || p.Actions != 0 {
+				return fmt.Sprintf("duration %s, actions %d; want 90s and no count", p.Duration, p.Actions)
 			}
 			return ""
 		}},
 		{name: "platform sorted", args: []string{"--platform", "b=2", "--platform", "a=x=y", "--platform", "b=1", "--platform", "c="},
-			check: func(p *benchPlan) string {
+			check: func(p *loadgen.Plan) string {
 				var got []string
-				for _, pp := range p.platform.GetProperties() {
+				for _, pp := range p.Platform.GetProperties() {
 					got = append(got, pp.Name+"="+pp.Value)
 				}
 				if s := strings.Join(got, " "); s != "a=x=y b=1 b=2 c=" {
@@ -204,181 +128,6 @@ func TestBenchHelpMentionsGantryOnlyWorkers(t *testing.T) {
 			t.Errorf("help does not mention %q:\n%s", want, out.String())
 		}
 	}
-}
-
-func TestBuildAction(t *testing.T) {
-	plat, err := parsePlatform([]string{"OSFamily=linux"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name      string
-		plan      benchPlan
-		wantArgs  string
-		wantFiles []string
-	}{
-		{"output file", benchPlan{outputFile: true, platform: plat}, "/bin/sh -c echo ID > out", []string{"out"}},
-		{"no outputs", benchPlan{}, "true", nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			cmd, action := buildAction(&tt.plan, "ID")
-			if got := strings.Join(cmd.Arguments, " "); got != tt.wantArgs {
-				t.Errorf("arguments %q, want %q", got, tt.wantArgs)
-			}
-			if fmt.Sprint(cmd.OutputFiles) != fmt.Sprint(tt.wantFiles) {
-				t.Errorf("output files %v, want %v", cmd.OutputFiles, tt.wantFiles)
-			}
-			// A server of REAPI 2.1 or later reads only output_paths.
-			if fmt.Sprint(cmd.OutputPaths) != fmt.Sprint(tt.wantFiles) {
-				t.Errorf("output paths %v, want %v", cmd.OutputPaths, tt.wantFiles)
-			}
-			env := cmd.EnvironmentVariables
-			if len(env) == 0 || env[0].Name != benchIDVar || env[0].Value != "ID" {
-				t.Errorf("environment %v does not start with %s=ID", env, benchIDVar)
-			}
-			for i := 1; i < len(env); i++ {
-				if env[i-1].Name >= env[i].Name {
-					t.Errorf("environment %v is not sorted by name", env)
-				}
-			}
-			if !proto.Equal(cmd.Platform, tt.plan.platform) || !proto.Equal(action.Platform, tt.plan.platform) {
-				t.Errorf("platforms %v (command), %v (action), want %v on both", cmd.Platform, action.Platform, tt.plan.platform)
-			}
-			if !proto.Equal(action.InputRootDigest, digest.Empty(digest.SHA256).Proto()) {
-				t.Errorf("input root %v, want the empty directory", action.InputRootDigest)
-			}
-			// Different ids make different commands, hence different actions.
-			other, _ := buildAction(&tt.plan, "ID2")
-			if proto.Equal(cmd, other) {
-				t.Error("two actions with different ids have the same command")
-			}
-		})
-	}
-}
-
-func TestCheckBenchResponse(t *testing.T) {
-	good := digest.Compute(digest.SHA256, []byte("ID\n")).Proto()
-	empty := digest.Empty(digest.SHA256).Proto()
-	withOut := func(d *repb.Digest) *repb.ExecuteResponse {
-		return &repb.ExecuteResponse{Result: &repb.ActionResult{OutputFiles: []*repb.OutputFile{{Path: "other", Digest: empty}, {Path: "out", Digest: d}}}}
-	}
-	tests := []struct {
-		name       string
-		resp       *repb.ExecuteResponse
-		outputFile bool
-		noop       bool
-		wantErr    string
-	}{
-		{"good output", withOut(good), true, false, ""},
-		{"no outputs wanted", &repb.ExecuteResponse{Result: &repb.ActionResult{}}, false, false, ""},
-		{"empty output from a no-op worker", withOut(empty), true, true, ""},
-		{"empty output from a real worker", withOut(empty), true, false, "the server returned the wrong output"},
-		{"wrong output", withOut(digest.Compute(digest.SHA256, []byte("x")).Proto()), true, true, "wrong output"},
-		{"missing output", &repb.ExecuteResponse{Result: &repb.ActionResult{}}, true, false, `no output file "out"`},
-		{"exit code", &repb.ExecuteResponse{Result: &repb.ActionResult{ExitCode: 3}}, false, false, "exited with code 3"},
-		{"status", &repb.ExecuteResponse{Status: &rpcstatus.Status{Code: int32(codes.Internal), Message: "worker lost"}}, false, false, "worker lost"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := checkBenchResponse(tt.resp, tt.outputFile, "ID", tt.noop)
-			if tt.wantErr == "" && err != nil {
-				t.Errorf("checkBenchResponse = %v, want nil", err)
-			}
-			if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
-				t.Errorf("checkBenchResponse = %v, want an error containing %q", err, tt.wantErr)
-			}
-		})
-	}
-}
-
-func TestRunLoad(t *testing.T) {
-	t.Run("count", func(t *testing.T) {
-		var mu sync.Mutex
-		seen := map[int]int{}
-		run := func(_ context.Context, i int) (time.Duration, bool, error) {
-			mu.Lock()
-			seen[i]++
-			mu.Unlock()
-			switch {
-			case i%10 == 3:
-				return 0, false, fmt.Errorf("action %d broke", i)
-			case i%10 == 5:
-				return time.Duration(i), true, nil
-			}
-			return time.Duration(i), false, nil
-		}
-		var errOut bytes.Buffer
-		s := runLoad(context.Background(), &benchPlan{concurrency: 7, actions: 100}, run, progress{}, &errOut)
-		if len(seen) != 100 {
-			t.Errorf("ran %d distinct actions, want 100", len(seen))
-		}
-		for i, n := range seen {
-			if i < 0 || i >= 100 || n != 1 {
-				t.Errorf("action %d ran %d times", i, n)
-			}
-		}
-		if s.ok != 90 || s.failed != 10 || s.cached != 10 || s.cancelled != 0 || s.concurrency != 7 {
-			t.Errorf("stats ok %d failed %d cached %d cancelled %d concurrency %d; want 90, 10, 10, 0, 7", s.ok, s.failed, s.cached, s.cancelled, s.concurrency)
-		}
-		if s.firstErr == nil || !strings.Contains(errOut.String(), "first failure: "+s.firstErr.Error()) {
-			t.Errorf("first error %v, stderr %q; want it reported once", s.firstErr, errOut.String())
-		}
-		if s.latency.n != 90 || s.latency.max != 99 {
-			t.Errorf("latency summary %+v, want 90 values up to 99", s.latency)
-		}
-	})
-	t.Run("duration", func(t *testing.T) {
-		var n atomic.Int64
-		run := func(context.Context, int) (time.Duration, bool, error) {
-			n.Add(1)
-			time.Sleep(time.Millisecond)
-			return time.Millisecond, false, nil
-		}
-		s := runLoad(context.Background(), &benchPlan{concurrency: 2, duration: 20 * time.Millisecond}, run, progress{}, io.Discard)
-		if s.ok == 0 || int64(s.ok) != n.Load() {
-			t.Errorf("ok %d of %d run; want all of at least one", s.ok, n.Load())
-		}
-	})
-	t.Run("stalled", func(t *testing.T) {
-		// The one action completes only after a progress line asked
-		// why nothing has (or, if none does, after a while).
-		asked := make(chan struct{})
-		var once sync.Once
-		prog := progress{every: time.Millisecond, stalled: func(context.Context) string {
-			once.Do(func() { close(asked) })
-			return "NOTE"
-		}}
-		run := func(context.Context, int) (time.Duration, bool, error) {
-			select {
-			case <-asked:
-			case <-time.After(10 * time.Second): // the test fails below
-			}
-			return time.Millisecond, false, nil
-		}
-		var errOut lockedBuffer
-		s := runLoad(context.Background(), &benchPlan{concurrency: 1, actions: 1}, run, prog, &errOut)
-		if s.ok != 1 || !strings.Contains(errOut.String(), "0 ok, 0 failed, 1 in flight (NOTE)") {
-			t.Errorf("ok %d, stderr %q; want the stalled note on the progress line", s.ok, errOut.String())
-		}
-	})
-	t.Run("interrupted", func(t *testing.T) {
-		ctx, cancel := context.WithCancel(context.Background())
-		var n atomic.Int64
-		run := func(ctx context.Context, i int) (time.Duration, bool, error) {
-			if n.Add(1) == 5 {
-				cancel()
-			}
-			if ctx.Err() != nil {
-				return 0, false, ctx.Err()
-			}
-			return time.Millisecond, false, nil
-		}
-		s := runLoad(ctx, &benchPlan{concurrency: 1, actions: 100}, run, progress{}, io.Discard)
-		if s.ok != 4 || s.failed != 0 || s.cancelled != 1 {
-			t.Errorf("ok %d failed %d cancelled %d; want 4, 0, 1 (the interrupted action is not a failure)", s.ok, s.failed, s.cancelled)
-		}
-	})
 }
 
 // fakeExecutor is an Execution service that "runs" bench actions itself:

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/loadgen"
 )
 
 // TestBenchCASAgainstServer runs every gantry bench cas operation against
@@ -21,10 +22,10 @@ func TestBenchCASAgainstServer(t *testing.T) {
 		args  []string
 		blobs int // the store holds this many more after the run
 	}{
-		{casOpWrite, []string{"--size", "3MiB", "--chunk", "64KiB"}, 3},
-		{casOpRead, []string{"--size", "3MiB"}, 1},
-		{casOpBatchUpdate, []string{"--blobs", "50", "--per-call", "7", "--in-flight", "3"}, 150},
-		{casOpBatchRead, []string{"--blobs", "50", "--per-call", "7", "--zstd"}, 50},
+		{loadgen.CASWrite, []string{"--size", "3MiB", "--chunk", "64KiB"}, 3},
+		{loadgen.CASRead, []string{"--size", "3MiB"}, 1},
+		{loadgen.CASBatchUpdate, []string{"--blobs", "50", "--per-call", "7", "--in-flight", "3"}, 150},
+		{loadgen.CASBatchRead, []string{"--blobs", "50", "--per-call", "7", "--zstd"}, 50},
 	} {
 		t.Run(c.op, func(t *testing.T) {
 			before, _ := store.(*blobstore.Memory).Stats()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,12 +8,12 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime/debug"
-	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gantry-build/gantry/internal/cc"
+	"github.com/gantry-build/gantry/internal/job"
 	"github.com/gantry-build/gantry/internal/remote"
 )
 
@@ -100,11 +99,7 @@ func runCC(cmd *cobra.Command, compiler string, args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := cc.Options{Settings: settings, Env: os.Environ(), Identities: cc.NewIdentities(settings.CacheDir), Scanner: cc.NewScanner(settings.CacheDir, false)}
-	if settings.CacheDir != "" && settings.CacheEntries > 0 {
-		opts.Deps = cc.NewDepsCache(settings.CacheDir, settings.CacheEntries)
-	}
-	spec, err := c.Spec(ctx, opts)
+	j, err := job.NewCompile(ctx, c, job.CompileOptions(settings, os.Environ(), false))
 	if reason, ok := cc.IsLocal(err); ok {
 		r.verbosef("local: %s", reason)
 		return r.local()
@@ -114,11 +109,11 @@ func runCC(cmd *cobra.Command, compiler string, args []string) error {
 		// as the compiler's users expect.
 		return r.fallback(err)
 	}
-	r.verbosef("remote: %s", c)
+	r.verbosef("remote: %s", j)
 	// The compile is a build on the server's builds page, named by its
 	// command; its action is labelled by the object it makes (as batch
 	// labels a compile job).
-	ctx = remote.NewInvocation(append([]string{"gantry", "cc", compiler}, args...)...).ActionContext(ctx, "Compile", c.Output)
+	ctx = remote.NewInvocation(append([]string{"gantry", "cc", compiler}, args...)...).ActionContext(ctx, "Compile", j.Output())
 	server := serverFromEnv()
 	conn, err := dialServer(server)
 	if err != nil {
@@ -132,45 +127,27 @@ func runCC(cmd *cobra.Command, compiler string, args []string) error {
 		}
 		return r.fallback(unreachable(server, err))
 	}
-	var mu sync.Mutex
-	opName := ""
-	started := func(name string) {
-		mu.Lock()
-		opName = name
-		mu.Unlock()
-	}
-	var stdout, stderr bytes.Buffer
-	code, info, err := client.Run(ctx, spec, &stdout, &stderr, started)
-	if err == nil && code != 0 && c.Scanned() {
-		// The include scanner may have missed a header the compiler
-		// needed: when the compiler's own listing names one, retry once.
-		if relisted, missed, lerr := c.Relist(ctx, opts); lerr == nil && missed {
-			r.verbosef("the include scanner missed a header; retrying with the dependency listing")
-			stdout.Reset()
-			stderr.Reset()
-			code, info, err = client.Run(ctx, relisted, &stdout, &stderr, started)
-		}
+	var op job.Operation
+	res, err := j.Run(ctx, client, op.Started)
+	if res.Relisted {
+		r.verbosef("the include scanner missed a header; retrying with the dependency listing")
 	}
 	if err != nil {
 		if ctx.Err() != nil && cmd.Context().Err() == nil {
-			mu.Lock()
-			name := opName
-			mu.Unlock()
-			return &exitStatus{code: exitInterrupted, err: cancelOperation(client, name)}
+			return &exitStatus{code: exitInterrupted, err: cancelOperation(client, op.Name())}
 		}
 		return r.fallback(unreachable(server, err))
 	}
 	if settings.Verbose {
-		describeCC(r.stderr, info)
+		describeCC(r.stderr, res.Info)
 	}
-	cmd.OutOrStdout().Write(stdout.Bytes())
-	r.stderr.Write(c.MapDiagnostics(stderr.Bytes()))
-	// gcc writes the dependency file even when the compile fails.
-	if err := c.WriteDepFile(); err != nil {
-		return &exitStatus{code: exitOwnFailure, err: err}
+	cmd.OutOrStdout().Write(res.Stdout)
+	r.stderr.Write(res.Stderr)
+	if res.DepFileErr != nil {
+		return &exitStatus{code: exitOwnFailure, err: res.DepFileErr}
 	}
-	if code != 0 {
-		return &exitStatus{code: code}
+	if res.Code != 0 {
+		return &exitStatus{code: res.Code}
 	}
 	return nil
 }

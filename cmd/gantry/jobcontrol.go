@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"sync"
 	"sync/atomic"
@@ -15,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gantry-build/gantry/internal/batch"
+	"github.com/gantry-build/gantry/internal/job"
 )
 
 // jobControl turns the terminal's signals into control of a batch run:
@@ -25,7 +23,7 @@ import (
 type jobControl struct {
 	cancel context.CancelFunc
 	stderr io.Writer
-	procs  *localProcs
+	procs  *job.LocalProcs
 	sigs   chan os.Signal
 	done   chan struct{}
 	intr   atomic.Bool
@@ -40,7 +38,7 @@ func newJobControl(cancel context.CancelFunc, stderr io.Writer) *jobControl {
 	j := &jobControl{
 		cancel: cancel,
 		stderr: stderr,
-		procs:  newLocalProcs(),
+		procs:  job.NewLocalProcs(),
 		sigs:   make(chan os.Signal, 4),
 		done:   make(chan struct{}),
 	}
@@ -88,74 +86,17 @@ func (j *jobControl) loop() {
 				if s := j.scheduler(); s != nil {
 					s.Suspend()
 				}
-				j.procs.signal(syscall.SIGSTOP)
+				j.procs.Signal(syscall.SIGSTOP)
 				// Stop for real, so that the shell gets its prompt back;
 				// SIGCONT (fg, bg) continues here.
 				_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
 			case syscall.SIGCONT:
-				j.procs.signal(syscall.SIGCONT)
+				j.procs.Signal(syscall.SIGCONT)
 				if s := j.scheduler(); s != nil {
 					s.Resume()
 				}
 			}
 		}
-	}
-}
-
-// localProcs runs the local processes of a batch (local compiles) and
-// signals them all for job control. Each runs in its own process group,
-// so a signal reaches what it spawns too (cc1, as).
-type localProcs struct {
-	mu      sync.Mutex
-	running map[int]bool // process group ids
-}
-
-func newLocalProcs() *localProcs { return &localProcs{running: map[int]bool{}} }
-
-// run runs args in dir with the process's environment plus env and returns
-// what it printed (stdout, then stderr) and its exit code. ctx ends it.
-func (p *localProcs) run(ctx context.Context, args []string, dir string, env []string) ([]byte, int, error) {
-	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	if err := cmd.Start(); err != nil {
-		return nil, 0, fmt.Errorf("running %s locally: %w", args[0], err)
-	}
-	pid := cmd.Process.Pid
-	p.mu.Lock()
-	p.running[pid] = true
-	p.mu.Unlock()
-	err := cmd.Wait()
-	p.mu.Lock()
-	delete(p.running, pid)
-	p.mu.Unlock()
-	out := append(stdout.Bytes(), stderr.Bytes()...)
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return out, 0, nil
-	case ctx.Err() != nil:
-		return out, 0, ctx.Err()
-	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return out, 128 + int(ws.Signal()), nil
-		}
-		return out, ee.ExitCode(), nil
-	default:
-		return out, 0, fmt.Errorf("running %s locally: %w", args[0], err)
-	}
-}
-
-// signal sends sig to every running local process group.
-func (p *localProcs) signal(sig syscall.Signal) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for pgid := range p.running {
-		_ = syscall.Kill(-pgid, sig)
 	}
 }
 

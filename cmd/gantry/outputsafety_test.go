@@ -16,6 +16,7 @@ import (
 	"github.com/gantry-build/gantry/internal/batch"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/job"
 	"github.com/gantry-build/gantry/internal/remote"
 )
 
@@ -250,7 +251,7 @@ func TestBatchNeverWritesThroughPlantedSymlinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := commandSpec(jobs[0])
+	spec, err := job.CommandSpec(jobs[0])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,12 +8,12 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gantry-build/gantry/internal/job"
 	"github.com/gantry-build/gantry/internal/remote"
 )
 
@@ -102,15 +102,9 @@ func runRemote(cmd *cobra.Command, f runFlags, args []string) error {
 		}
 		return &exitStatus{code: exitOwnFailure, err: unreachable(f.server, err)}
 	}
-	var mu sync.Mutex
-	opName := ""
-	started := func(name string) {
-		mu.Lock()
-		opName = name
-		mu.Unlock()
-	}
+	var op job.Operation
 	stderr := cmd.ErrOrStderr()
-	code, info, err := c.Run(ctx, spec, cmd.OutOrStdout(), stderr, started)
+	code, info, err := c.Run(ctx, spec, cmd.OutOrStdout(), stderr, op.Started)
 	if f.verbose && info.Action != "" {
 		describeRun(stderr, info)
 	}
@@ -119,10 +113,7 @@ func runRemote(cmd *cobra.Command, f runFlags, args []string) error {
 			// A second Ctrl-C while the cancel is on its way ends the
 			// process at once.
 			stop()
-			mu.Lock()
-			name := opName
-			mu.Unlock()
-			return &exitStatus{code: exitInterrupted, err: cancelOperation(c, name)}
+			return &exitStatus{code: exitInterrupted, err: cancelOperation(c, op.Name())}
 		}
 		return &exitStatus{code: exitOwnFailure, err: unreachable(f.server, err)}
 	}

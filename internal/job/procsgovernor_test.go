@@ -1,4 +1,4 @@
-package main
+package job
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ func TestProcsGovernor(t *testing.T) {
 	t.Setenv("GOMAXPROCS", "")
 	var calls []bool
 	clock := time.Unix(1000, 0)
-	g := newProcsGovernor(func(single bool) { calls = append(calls, single) }, func() time.Time { return clock })
+	g := NewProcsGovernor(func(single bool) { calls = append(calls, single) }, func() time.Time { return clock })
 	g.update(false) // warm: nothing to change
 	g.update(true)  // cold: one processor
 	g.update(true)
@@ -24,8 +24,8 @@ func TestProcsGovernor(t *testing.T) {
 	g.update(false) // warm again: the default
 	clock = clock.Add(2 * procsHold)
 	g.update(true)
-	g.restore() // the run ends on one processor: the default is put back
-	g.restore()
+	g.Restore() // the run ends on one processor: the default is put back
+	g.Restore()
 	if got := fmt.Sprint(calls); got != "[true false true false]" {
 		t.Errorf("settings applied %s; want one processor when cold, the default when warm (not within %v of a change) and at the end", got, procsHold)
 	}
@@ -33,9 +33,9 @@ func TestProcsGovernor(t *testing.T) {
 	// A GOMAXPROCS the user set is left alone.
 	t.Setenv("GOMAXPROCS", "2")
 	calls = nil
-	u := newProcsGovernor(func(single bool) { calls = append(calls, single) }, time.Now)
+	u := NewProcsGovernor(func(single bool) { calls = append(calls, single) }, time.Now)
 	u.update(true)
-	u.restore()
+	u.Restore()
 	if len(calls) != 0 {
 		t.Errorf("with GOMAXPROCS set the governor applied %v", calls)
 	}

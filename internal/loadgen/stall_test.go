@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"context"
@@ -68,12 +68,8 @@ func TestStalledNote(t *testing.T) {
 // embedded worker, and that it cannot run an action it lacks a
 // property for.
 func TestAskWorkers(t *testing.T) {
-	addr := startExecServer(t)
-	conn, err := dialServer(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := startServer(t)
+	var err error
 	ctx := context.Background()
 	var v workerView
 	for deadline := time.Now().Add(30 * time.Second); v.able == 0; time.Sleep(20 * time.Millisecond) {

@@ -1,4 +1,4 @@
-package main
+package loadgen
 
 import (
 	"context"
@@ -10,13 +10,13 @@ import (
 	"time"
 )
 
-// spawnProgram and spawnParallel are the spawn-rate baseline of issue 23:
+// SpawnProgram and spawnParallel are the spawn-rate baseline of issue 23:
 // the rate at which this machine starts and reaps a trivial program, a
 // few at a time, which bounds any executor of trivial actions here. It
 // varies several-fold between machines of the same kind, so an action
 // rate means something only as a ratio to it, measured in the same run.
 const (
-	spawnProgram  = "/bin/true"
+	SpawnProgram  = "/bin/true"
 	spawnParallel = 4
 )
 
@@ -73,6 +73,6 @@ func (s spawnBaseline) report(w io.Writer, rate float64) {
 		ratio = rate / s.mean()
 	}
 	fmt.Fprintf(w, "spawn rate: %.1f/s before, %.1f/s after (%s, %d at a time); the run's rate is %.2fx their mean\n",
-		s.before, s.after, spawnProgram, spawnParallel, ratio)
+		s.before, s.after, SpawnProgram, spawnParallel, ratio)
 	fmt.Fprintf(w, "SPAWN before=%.2f after=%.2f mean=%.2f ratio=%.3f\n", s.before, s.after, s.mean(), ratio)
 }

@@ -1,4 +1,4 @@
-package main
+package job
 
 import (
 	"os"
@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// procsGovernor runs gantry batch on one processor (GOMAXPROCS=1) while
+// ProcsGovernor runs gantry batch on one processor (GOMAXPROCS=1) while
 // the run is cold and on the default number again once cache hits
 // dominate. A cold run's client mostly waits for remote compiles, a few
 // milliseconds of work a job spread over goroutines woken one at a time
@@ -16,7 +16,7 @@ import (
 // client's CPU (PERFORMANCE-HISTORY.md, 2026-11-26 afternoon). A run of
 // cache hits is the opposite, CPU-bound in the client, and keeps every
 // processor. The run is cold when lookupGate has stopped asking.
-type procsGovernor struct {
+type ProcsGovernor struct {
 	set func(single bool) // applies the setting (runtime, or a test's recorder)
 	now func() time.Time
 
@@ -31,15 +31,15 @@ type procsGovernor struct {
 // stop-the-world each) job after job.
 const procsHold = time.Second
 
-// newProcsGovernor returns a governor that applies its setting with set.
+// NewProcsGovernor returns a governor that applies its setting with set.
 // It does nothing when the user set GOMAXPROCS, or with one CPU.
-func newProcsGovernor(set func(single bool), now func() time.Time) *procsGovernor {
-	return &procsGovernor{set: set, now: now, enabled: os.Getenv("GOMAXPROCS") == "" && runtime.NumCPU() > 1}
+func NewProcsGovernor(set func(single bool), now func() time.Time) *ProcsGovernor {
+	return &ProcsGovernor{set: set, now: now, enabled: os.Getenv("GOMAXPROCS") == "" && runtime.NumCPU() > 1}
 }
 
-// setRuntimeProcs is the runtime's setting: one processor, or the
+// SetRuntimeProcs is the runtime's setting: one processor, or the
 // default (which also follows later changes of the CPU quota).
-func setRuntimeProcs(single bool) {
+func SetRuntimeProcs(single bool) {
 	if single {
 		runtime.GOMAXPROCS(1)
 	} else {
@@ -48,7 +48,7 @@ func setRuntimeProcs(single bool) {
 }
 
 // update tells the governor whether the run is cold now.
-func (g *procsGovernor) update(cold bool) {
+func (g *ProcsGovernor) update(cold bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.enabled || cold == g.single {
@@ -62,8 +62,8 @@ func (g *procsGovernor) update(cold bool) {
 	g.set(cold)
 }
 
-// restore puts the default back at the end of the run.
-func (g *procsGovernor) restore() {
+// Restore puts the default back at the end of the run.
+func (g *ProcsGovernor) Restore() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.single {
