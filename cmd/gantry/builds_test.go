@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/server"
@@ -60,7 +61,16 @@ func TestClientCommandsAreBuilds(t *testing.T) {
 		t.Fatalf("gantry batch: exit %d (want 1: one job fails)\n%s\n%s", code, stdout, stderr)
 	}
 
-	builds := statusPage(t, srv, "/status/invocations")
+	// The client has its results when the server has sent them; the
+	// server records them in its history right after: wait for both runs
+	// and the batch (bounded).
+	var builds string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		builds = statusPage(t, srv, "/status/invocations")
+		if len(buildsNamed(builds, "gantry run -- sh -c 'echo one'")) == 2 && len(buildsNamed(builds, "gantry batch jobs.yaml")) == 1 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if want := "gantry " + version.Get().Version; !strings.Contains(builds, "<td>"+want+"</td>") {
 		t.Errorf("the builds page does not show the tool %q:\n%s", want, builds)
 	}
@@ -73,7 +83,13 @@ func TestClientCommandsAreBuilds(t *testing.T) {
 	if !strings.Contains(run, "<tr><th>Command</th><td>gantry run -- sh -c &#39;echo one&#39;</td></tr>") || !strings.Contains(run, "<tr><th>Executed</th><td>1</td></tr>") {
 		t.Errorf("the run's build page lacks its command or its action:\n%s", run)
 	}
-	batch := statusPage(t, srv, "/status/build?id="+batches[0])
+	var batch string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		batch = statusPage(t, srv, "/status/build?id="+batches[0])
+		if strings.Contains(batch, "<tr><th>Failed</th><td>1</td></tr>") && strings.Contains(batch, ">gen (Command)</a>") || time.Now().After(deadline) {
+			break
+		}
+	}
 	for _, want := range []string{">gen (Command)</a>", ">use (Command)</a>", ">bad (Command)</a>", "<tr><th>Failed</th><td>1</td></tr>"} {
 		if !strings.Contains(batch, want) {
 			t.Errorf("the batch's build page lacks %q:\n%s", want, batch)
@@ -93,7 +109,10 @@ func TestClientCommandsAreBuilds(t *testing.T) {
 			t.Fatalf("gantry cc: exit %d: %s", code, stderr)
 		}
 		name := "gantry cc " + strings.Join(argv, " ")
-		ids := buildsNamed(statusPage(t, srv, "/status/invocations"), name)
+		var ids []string
+		for deadline := time.Now().Add(10 * time.Second); len(ids) == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			ids = buildsNamed(statusPage(t, srv, "/status/invocations"), name)
+		}
 		if len(ids) != 1 {
 			t.Fatalf("the builds page lists %q as %v; want one build", name, ids)
 		}
