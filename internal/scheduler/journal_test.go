@@ -307,7 +307,7 @@ func TestCompleteManyStoresBeforeStored(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	openGate()
-	<-done
+	receive(t, "end of the completions", done)
 	stop()
 	// A restart finds all three finished.
 	s2, stop2 := durableTest(t, store.Memory, clk)
