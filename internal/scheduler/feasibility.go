@@ -7,8 +7,7 @@ package scheduler
 // free now), quota (the instance's max on the worker's cohort) and
 // pre-emption (the worker's cores are held by suspended actions, or the
 // task was moved off it). Among the tasks every step admits, the
-// fairness order and the worker's stickiness choose (queue.go: best and
-// pick).
+// fairness order and the worker's stickiness choose (choice.go).
 //
 // waiter.why runs the steps in that order, the cheapest and most often
 // refusing first; it calls them as concrete types, so the dispatch path
