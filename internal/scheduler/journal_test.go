@@ -204,7 +204,7 @@ func TestGroupCommit(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	waitGroup(t, "end of the submissions", &wg)
 	n2 := 0
 	store.Load(context.Background(), kindOp, func(string, []byte) error { n2++; return nil })
 	if n2 != n {

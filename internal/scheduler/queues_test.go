@@ -92,6 +92,15 @@ func waitForWaiters(t testing.TB, s *Scheduler, n int) {
 // rather than the whole run at its timeout.
 const waitLimit = 10 * time.Second
 
+// waitGroup waits for wg, failing the test if it is not done within
+// waitLimit.
+func waitGroup(t testing.TB, what string, wg *sync.WaitGroup) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	receive(t, what, done)
+}
+
 // receive is the next value on ch, failing the test if none comes within
 // waitLimit.
 func receive[T any](t testing.TB, what string, ch <-chan T) T {
@@ -153,7 +162,7 @@ func TestGPUActionOnlyReachesGPUWorker(t *testing.T) {
 				}
 			}
 			cancel()
-			wg.Wait()
+			waitGroup(t, "end of the CPU workers' polls", &wg)
 			close(got)
 			for a := range got {
 				if a != nil {
@@ -311,17 +320,14 @@ func TestResourcesNeverOversubscribed(t *testing.T) {
 			}
 		}()
 	}
-	submitters.Wait()
+	waitGroup(t, "end of the submitters", &submitters)
 	// Wait (for a state, not a time) until nothing is queued or leased.
-	for {
+	eventually(t, "nothing is queued or leased", func() bool {
 		st := s.Stats()
-		if st.Queued == 0 && st.Leased == 0 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return st.Queued == 0 && st.Leased == 0
+	})
 	cancel()
-	pollers.Wait()
+	waitGroup(t, "end of the pollers", &pollers)
 	if pk := peak.Load(); pk > capacity {
 		t.Fatalf("%d gpus in use at once, capacity %d", pk, capacity)
 	}
