@@ -15,7 +15,7 @@ import (
 // AdminService answers operators' questions about the scheduler.
 type AdminService struct {
 	adminpb.UnimplementedAdminServer
-	sched *scheduler.Scheduler
+	sched scheduler.Admin
 	keys  func() []string
 	store AdminStore
 	// reload re-reads and applies the configuration; nil refuses.
@@ -55,7 +55,7 @@ func (s *AdminService) log() *slog.Logger { return s.logger }
 // reload re-reads and applies the configuration file (nil: the process
 // has none, and ReloadConfig refuses); log logs every quota change and
 // control (nil: slog.Default()).
-func NewAdminService(sched *scheduler.Scheduler, keys func() []string, store AdminStore, reload func() error, log *slog.Logger) *AdminService {
+func NewAdminService(sched scheduler.Admin, keys func() []string, store AdminStore, reload func() error, log *slog.Logger) *AdminService {
 	if log == nil {
 		log = slog.Default()
 	}

@@ -37,7 +37,7 @@ type Service struct {
 	repb.UnimplementedExecutionServer
 	longrunningpb.UnimplementedOperationsServer
 
-	sched  *scheduler.Scheduler
+	sched  scheduler.Operations
 	cas    blobstore.Store
 	lookup ResultLookup
 	log    *slog.Logger
@@ -53,7 +53,7 @@ type Service struct {
 // New returns the service of sched. It reads actions from cas, looks
 // results up with lookup, tells obs about finished operations and cache
 // lookups (observe.go), and logs to log (nil: slog.Default()).
-func New(sched *scheduler.Scheduler, cas blobstore.Store, lookup ResultLookup, obs Observer, log *slog.Logger) *Service {
+func New(sched scheduler.Operations, cas blobstore.Store, lookup ResultLookup, obs Observer, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.Default()
 	}

@@ -21,7 +21,7 @@ func quotaStatusPB(st scheduler.QuotaStatus) *adminpb.QuotaStatus {
 		Configured: st.Configured, Usage: int64(st.Usage), Queued: int64(st.Queued), CohortSlots: int64(st.CohortSlots), CohortMinSum: int64(st.MinSum)}
 }
 
-func configuredQuotas(sched *scheduler.Scheduler) []scheduler.Quota {
+func configuredQuotas(sched scheduler.Controls) []scheduler.Quota {
 	var out []scheduler.Quota
 	for _, st := range sched.QuotaList() {
 		if st.Configured {

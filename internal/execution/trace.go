@@ -56,7 +56,7 @@ func (s *Service) submit(ctx context.Context, sub *scheduler.SubmitRequest) erro
 
 // leaseTraceParent records the scheduler.Lease span of an assignment and
 // returns the context to send to the worker ("" without tracing).
-func leaseTraceParent(sched *scheduler.Scheduler, workerID string, a *scheduler.Assignment) string {
+func leaseTraceParent(sched scheduler.Leases, workerID string, a *scheduler.Assignment) string {
 	if !tracing.Enabled() {
 		return ""
 	}

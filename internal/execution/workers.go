@@ -22,7 +22,7 @@ import (
 // WorkerService implements Gantry's worker protocol over the scheduler.
 type WorkerService struct {
 	workerpb.UnimplementedWorkersServer
-	sched *scheduler.Scheduler
+	sched scheduler.Leases
 	store ResultStore
 	obs   Observer
 	// MaxPollWait bounds how long a Poll is held.
@@ -35,7 +35,7 @@ type ResultStore func(ctx context.Context, instance string, action digest.Digest
 // NewWorkerService returns the worker protocol service of sched: store
 // writes the results workers ask to cache, obs hears about every result
 // accepted.
-func NewWorkerService(sched *scheduler.Scheduler, store ResultStore, obs Observer) *WorkerService {
+func NewWorkerService(sched scheduler.Leases, store ResultStore, obs Observer) *WorkerService {
 	return &WorkerService{sched: sched, store: store, obs: obs, MaxPollWait: 30 * time.Second}
 }
 

@@ -78,7 +78,7 @@ func TestHeldWorkerGetsNoWorkUntilReleased(t *testing.T) {
 	if c, _ := s.ControlWorker("w", func(c *WorkerControl) { c.Pause = false }); c != (WorkerControl{}) {
 		t.Fatalf("controls after resume: %+v", c)
 	}
-	if a := <-got; a == nil {
+	if a := receive(t, "assignment", got); a == nil {
 		t.Fatal("the resumed worker's poll got nothing")
 	}
 	if len(s.WorkerControls()) != 0 {

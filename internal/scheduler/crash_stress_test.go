@@ -157,7 +157,7 @@ func TestKillKeepsEveryResultShown(t *testing.T) {
 		}
 		select {
 		case <-done:
-			wg.Wait()
+			waitGroup(t, "end of the load", &wg)
 			for _, k := range atShow {
 				s2, stop2 := restoreCopy(t, k.dir, clk)
 				if st, _, err := s2.Watch(k.op); err != nil || !st.Done {
@@ -176,5 +176,5 @@ func TestKillKeepsEveryResultShown(t *testing.T) {
 		default:
 		}
 	}
-	wg.Wait()
+	waitGroup(t, "end of the load", &wg)
 }

@@ -271,11 +271,11 @@ func TestLocalityKeepsInvocationOnItsWorker(t *testing.T) {
 			}
 			results <- got{id, a}
 		}()
-		waitForWaiters(s, n+1)
+		waitForWaiters(t, s, n+1)
 	}
 	run := func(inv string, i int) string {
 		submit(t, s, fmt.Sprintf("%s-%d", inv, i), func(r *SubmitRequest) { r.Invocation = []string{inv} })
-		g := <-results
+		g := receive(t, "assignment", results)
 		if !s.Complete(g.worker, g.a.LeaseID, okResponse()) {
 			t.Fatal("complete failed")
 		}

@@ -205,7 +205,7 @@ func TestGroupCommit(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	waitGroup(t, "end of the submissions", &wg)
 	n2 := 0
 	store.Load(context.Background(), kindOp, func(string, []byte) error { n2++; return nil })
 	if n2 != n {
@@ -308,7 +308,7 @@ func TestCompleteManyStoresBeforeStored(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	openGate()
-	<-done
+	receive(t, "end of the completions", done)
 	stop()
 	// A restart finds all three finished.
 	s2, stop2 := durableTest(t, store.Memory, clk)

@@ -113,7 +113,7 @@ func TestPipelinedResultVisibleOnlyOnceCommitted(t *testing.T) {
 	default:
 	}
 	store.release()
-	<-done
+	receive(t, "end of the wait", done)
 	select {
 	case <-changed:
 	case <-time.After(10 * time.Second):
@@ -152,10 +152,10 @@ func TestPipelinedEmptyFlushWaitsForQueuedCommit(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	store.release()
-	if err := <-flushed; err != nil {
+	if err := receive(t, "flush", flushed); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-submitted; err != nil {
+	if err := receive(t, "submission", submitted); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -205,11 +205,11 @@ func TestCompleteManyLeavesTheFlushToThePoll(t *testing.T) {
 	}()
 	eventually(t, "the Poll starts a flush", func() bool { return len(s.jr.kick) == 1 })
 	unstall.Do(func() { close(stall) })
-	if b := <-leased; b == nil {
+	if b := receive(t, "lease of b", leased); b == nil {
 		t.Fatal("no lease of b")
 	}
 	stored()
-	if err := <-submitted; err != nil {
+	if err := receive(t, "submission", submitted); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -122,66 +122,11 @@ func (q *queue) fix(t *Task) {
 	}
 }
 
-// best returns the first queued task in the fairness order that the
-// waiter accepts, or nil. Each bucket offers its next task.
-//
-// Work of instances below their min quota on the worker's cohort comes
-// first (urgent); among equals, the fairness order decides.
-func (q *queue) best(wt *waiter) (best *Task, urgent bool) {
-	ten, cohort := wt.worker.ten, wt.worker.cohort
-	for _, b := range q.buckets {
-		head := b.root.next
-		if head == nil {
-			continue
-		}
-		u := ten != nil && len(ten.quotas) > 0 && ten.belowMin(b.instance, cohort)
-		if best != nil && (urgent && !u || u == urgent && !q.f.before(head, best)) {
-			continue
-		}
-		if wt.accepts(b, head) {
-			best, urgent = head, u
-		}
-	}
-	return best, urgent
-}
-
 // pick chooses the task for a worker whose last work was in invocation
-// from: the fair choice, unless the worker's stickiness keeps it in its
-// own subtree (see fair.go, switchCost and waited).
+// from: among the tasks the feasibility chain admits (feasibility.go),
+// the fair choice, unless the worker's stickiness keeps it in its own
+// subtree (choice.go).
 func (q *queue) pick(from *inode, now time.Time, wt *waiter) *Task {
-	fair, urgent := q.best(wt)
-	if fair == nil || urgent || len(q.f.stickiness) == 0 || from == nil || from.parent == nil {
-		return fair
-	}
-	anc, _, cf := lca(from, fair.inv)
-	if anc == from {
-		return fair // the fair choice is in the worker's own subtree
-	}
-	// The sticky candidate: the next task of the deepest invocation on
-	// the worker's path that has work it can take.
-	var sticky *Task
-	var stickyAnc *inode
-	for _, b := range q.buckets {
-		for n := from; n != nil && n.depth > anc.depth; n = n.parent {
-			if stickyAnc != nil && n.depth < stickyAnc.depth {
-				break
-			}
-			bn := n.bnodeIn(b)
-			if bn == nil || bn.next == nil {
-				continue
-			}
-			if wt.accepts(b, bn.next) && (sticky == nil || n.depth > stickyAnc.depth || q.f.before(bn.next, sticky)) {
-				sticky, stickyAnc = bn.next, n
-			}
-			break
-		}
-	}
-	if sticky == nil {
-		return fair
-	}
-	extra := q.f.switchCost(anc, from) - q.f.switchCost(stickyAnc, from)
-	if waited(anc, cf, now) < extra {
-		return sticky
-	}
-	return fair
+	fair, urgent := fairnessStep{q}.choose(wt)
+	return stickinessStep{q}.choose(from, now, wt, fair, urgent)
 }

@@ -70,16 +70,47 @@ func keepAlive(t *testing.T, s *Scheduler, ids ...string) {
 }
 
 // waitForWaiters blocks until n polls are parked in the scheduler. It
-// waits for a state, not for time.
-func waitForWaiters(s *Scheduler, n int) {
-	for {
+// waits for a state, not for time, and fails the test after waitLimit.
+func waitForWaiters(t testing.TB, s *Scheduler, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(waitLimit); ; time.Sleep(time.Millisecond) {
 		s.mu.Lock()
 		k := len(s.waiters)
 		s.mu.Unlock()
 		if k >= n {
 			return
 		}
-		time.Sleep(time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatalf("%d polls parked after %s, want %d", k, waitLimit, n)
+		}
+	}
+}
+
+// waitLimit bounds every wait of a test for another goroutine: far more
+// than any wait needs, so that a hang fails the test with a message
+// rather than the whole run at its timeout.
+const waitLimit = 10 * time.Second
+
+// waitGroup waits for wg, failing the test if it is not done within
+// waitLimit.
+func waitGroup(t testing.TB, what string, wg *sync.WaitGroup) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	receive(t, what, done)
+}
+
+// receive is the next value on ch, failing the test if none comes within
+// waitLimit.
+func receive[T any](t testing.TB, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(waitLimit):
+		t.Fatalf("no %s within %s", what, waitLimit)
+		var zero T
+		return zero
 	}
 }
 
@@ -116,7 +147,7 @@ func TestGPUActionOnlyReachesGPUWorker(t *testing.T) {
 					got <- a
 				}()
 			}
-			waitForWaiters(s, len(cpus))
+			waitForWaiters(t, s, len(cpus))
 			var ops []string
 			for i := range 5 {
 				ops = append(ops, submit(t, s, fmt.Sprintf("gpu-%d", i), withPlatform("gpu=1", "OSFamily=linux")))
@@ -130,7 +161,7 @@ func TestGPUActionOnlyReachesGPUWorker(t *testing.T) {
 				}
 			}
 			cancel()
-			wg.Wait()
+			waitGroup(t, "end of the CPU workers' polls", &wg)
 			close(got)
 			for a := range got {
 				if a != nil {
@@ -174,10 +205,10 @@ func TestWorkerServingOnlyGPUQueueNeverGetsCPUWork(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan *Assignment, 1)
 	go func() { a, _ := s.Poll(ctx, "gpu-1", Capacity{Cores: 8}); got <- a }()
-	waitForWaiters(s, 1)
+	waitForWaiters(t, s, 1)
 	submit(t, s, "cpu-late", withPlatform("min-cores=1", "max-cores=1"))
 	gpuOp := submit(t, s, "gpu", withPlatform("gpu=1"))
-	a := <-got
+	a := receive(t, "assignment", got)
 	cancel()
 	if a == nil || a.Task.Queue != "gpu" {
 		t.Fatalf("parked gpu worker got %+v, want the gpu action", a)
@@ -288,17 +319,14 @@ func TestResourcesNeverOversubscribed(t *testing.T) {
 			}
 		}()
 	}
-	submitters.Wait()
+	waitGroup(t, "end of the submitters", &submitters)
 	// Wait (for a state, not a time) until nothing is queued or leased.
-	for {
+	eventually(t, "nothing is queued or leased", func() bool {
 		st := s.Stats()
-		if st.Queued == 0 && st.Leased == 0 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return st.Queued == 0 && st.Leased == 0
+	})
 	cancel()
-	pollers.Wait()
+	waitGroup(t, "end of the pollers", &pollers)
 	if pk := peak.Load(); pk > capacity {
 		t.Fatalf("%d gpus in use at once, capacity %d", pk, capacity)
 	}
@@ -380,13 +408,13 @@ func TestWorkerPinGetsItsAction(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan *Assignment, 1)
 	go func() { a, _ := s.Poll(ctx, "w1", Capacity{Cores: 4}); got <- a }()
-	waitForWaiters(s, 1)
+	waitForWaiters(t, s, 1)
 	op := submit(t, s, "pinned", withPlatform("Worker=w2", "OSFamily=linux"))
 	if a := pollNow(t, s, "w3", 4); a != nil {
 		t.Fatal("w3 took an action pinned to w2")
 	}
 	cancel()
-	if a := <-got; a != nil {
+	if a := receive(t, "end of the poll", got); a != nil {
 		t.Fatal("w1 took an action pinned to w2")
 	}
 	a := pollNow(t, s, "w2", 4)
@@ -797,12 +825,12 @@ func TestFreedResourcesGoToAParkedPoll(t *testing.T) {
 	defer cancel()
 	got := make(chan *Assignment, 1)
 	go func() { a, _ := s.Poll(ctx, "g", Capacity{Cores: 7}); got <- a }()
-	waitForWaiters(s, 1)
+	waitForWaiters(t, s, 1)
 	s.Complete("g", a1.LeaseID, okResponse())
 	if st := s.Stats(); st.Queued != 0 || st.Leased != 1 {
 		t.Fatalf("after the gpu was freed: %+v; the parked poll should have been given the queued gpu action", st)
 	}
-	a2 := <-got
+	a2 := receive(t, "assignment", got)
 	if a2 == nil || a2.Task.ActionDigest != action("second") {
 		t.Fatalf("parked poll got %+v", a2)
 	}

@@ -214,7 +214,7 @@ func TestNoPreemptionWhileASlotIsFree(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		clk.Advance(5 * time.Second)
 		keepAlive(t, s, "w1", "w2", "w3")
-		waitForWaiters(s, 0)
+		waitForWaiters(t, s, 0)
 		s.Tick()
 	}
 	if *n != 0 {

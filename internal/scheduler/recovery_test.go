@@ -192,8 +192,8 @@ func TestSessionNeedsRegistrationAndEndsWithRun(t *testing.T) {
 	default:
 	}
 	cancel()
-	<-done
-	<-sess.Done()
+	receive(t, "end of Run", done)
+	receive(t, "end of the session", sess.Done())
 	if _, err := s.OpenSession("w"); err != ErrHalted {
 		t.Fatalf("OpenSession after Run returned: %v, want ErrHalted", err)
 	}

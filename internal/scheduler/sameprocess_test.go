@@ -45,7 +45,7 @@ func TestSameProcessPollDoesNotWaitForTheLease(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	openGate()
-	if a := <-remote; a == nil {
+	if a := receive(t, "remote poll", remote); a == nil {
 		t.Fatal("the remote poll got no lease")
 	}
 	_, stored := s.CompleteMany("embedded", []Completion{{LeaseID: local.LeaseID, Response: okResponse()}})

@@ -187,7 +187,7 @@ func TestPollWaitsForWork(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	op := submit(t, s, "late")
-	a := <-got
+	a := receive(t, "assignment", got)
 	if a == nil || a.Task.ActionDigest != action("late") {
 		t.Fatalf("waiting poll got %+v", a)
 	}
@@ -394,7 +394,7 @@ func TestPollAbandonedAfterHandoffRequeues(t *testing.T) {
 	// whichever wins, the task must not be lost.
 	cancel()
 	opName := submit(t, s, "handoff")
-	a := <-done
+	a := receive(t, "end of the poll", done)
 	if a == nil {
 		if b := pollNow(t, s, "w", 1); b == nil {
 			t.Fatal("task lost after an abandoned poll")

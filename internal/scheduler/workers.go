@@ -104,12 +104,6 @@ type waiter struct {
 	ch     chan *Assignment
 }
 
-func (w *waiter) accepts(b *bucket, t *Task) bool {
-	wk := w.worker
-	return !wk.hold && wk.matches(b) && wk.serves(b.instance) && wk.fits(t.Req, w.free.Cores) &&
-		(wk.cohort == "" || !wk.ten.maxReached(b.instance, wk.cohort) && wk.ten.admits(wk, b.instance, t))
-}
-
 // Assignment is a leased task handed to a worker.
 type Assignment struct {
 	LeaseID string

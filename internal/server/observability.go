@@ -252,7 +252,7 @@ func registerCASMetrics(reg prometheus.Registerer, cas blobstore.Store, limit co
 // registerSchedulerMetrics exports the state of the scheduler sched
 // returns, read when scraped. A standby scheduler node returns an empty
 // scheduler, so every value is 0 there.
-func registerSchedulerMetrics(reg prometheus.Registerer, cfg config.Config, sched func() *scheduler.Scheduler) {
+func registerSchedulerMetrics(reg prometheus.Registerer, cfg config.Config, sched func() scheduler.Snapshot) {
 	for _, g := range []struct {
 		name, help string
 		get        func(scheduler.Stats) int

@@ -88,7 +88,7 @@ func (q quotaState) migrateQuotaFile(ctx context.Context, path string, log *slog
 
 // applyQuotas sets stored quotas on sched, logging those that no longer
 // fit the configuration.
-func applyQuotas(sched *scheduler.Scheduler, qs []scheduler.Quota, log *slog.Logger) {
+func applyQuotas(sched scheduler.Controls, qs []scheduler.Quota, log *slog.Logger) {
 	for _, q := range qs {
 		if warning, err := sched.SetQuota(q); err != nil {
 			log.Error("stored quota does not fit the configuration; it is not applied (and is dropped at the next quota change)", "instance", q.Instance, "cohort", q.Cohort, "min_quota", q.Min, "max_quota", q.Max, "err", err)
@@ -100,7 +100,7 @@ func applyQuotas(sched *scheduler.Scheduler, qs []scheduler.Quota, log *slog.Log
 
 // restoreQuotas migrates an old quota file (if any) and applies the
 // stored quotas to sched.
-func restoreQuotas(ctx context.Context, sched *scheduler.Scheduler, store statestore.Store, oldFile string, log *slog.Logger) error {
+func restoreQuotas(ctx context.Context, sched scheduler.Controls, store statestore.Store, oldFile string, log *slog.Logger) error {
 	q := quotaState{store: store}
 	if oldFile != "" {
 		if err := q.migrateQuotaFile(ctx, oldFile, log); err != nil {

@@ -13,7 +13,7 @@ import (
 // leases the stop loses. (The scheduler itself logs leases it requeues.)
 
 // logRestored logs the scheduler state restored from its store.
-func logRestored(log *slog.Logger, sched *scheduler.Scheduler) {
+func logRestored(log *slog.Logger, sched scheduler.Snapshot) {
 	st := sched.Stats()
 	running := sched.Running()
 	waiting, leases := 0, 0
@@ -37,7 +37,7 @@ func logRestored(log *slog.Logger, sched *scheduler.Scheduler) {
 // it: the embedded worker (id embedded; "" for none) stops its actions,
 // so its leases are requeued when the server starts again; standalone
 // workers keep theirs if they report them to the next scheduler.
-func logStopping(log *slog.Logger, sched *scheduler.Scheduler, embedded string) {
+func logStopping(log *slog.Logger, sched scheduler.Snapshot, embedded string) {
 	st := sched.Stats()
 	var own, other scheduler.WorkerLeases
 	workers := 0

@@ -25,7 +25,7 @@ type invocationJSON struct {
 // /status/invocations also as text and JSON.
 type statusPages struct {
 	page  *status.Handler
-	sched *scheduler.Scheduler
+	sched scheduler.Snapshot
 	keys  func() []string
 }
 

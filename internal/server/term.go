@@ -150,7 +150,7 @@ func (ts *terms) scheduler() *scheduler.Scheduler {
 
 // forMetrics is the scheduler whose state the metrics export: the
 // current term's, or an empty one.
-func (ts *terms) forMetrics() *scheduler.Scheduler {
+func (ts *terms) forMetrics() scheduler.Snapshot {
 	if s := ts.scheduler(); s != nil {
 		return s
 	}

@@ -56,7 +56,7 @@ type Options struct {
 
 // Handler serves the status pages.
 type Handler struct {
-	sched *scheduler.Scheduler
+	sched scheduler.Snapshot
 	admin *execution.AdminService
 	cas   blobstore.Store
 	hist  *history.Recorder
@@ -77,7 +77,7 @@ type Handler struct {
 // download cas.read on the instance it is read under. A nil policy
 // allows everything: the HTTP port without auth.http_require_token
 // knows no caller.
-func New(sched *scheduler.Scheduler, admin *execution.AdminService, cas blobstore.Store, hist *history.Recorder, keys func() []string, policy func() *auth.Policy, opts Options) *Handler {
+func New(sched scheduler.Snapshot, admin *execution.AdminService, cas blobstore.Store, hist *history.Recorder, keys func() []string, policy func() *auth.Policy, opts Options) *Handler {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
