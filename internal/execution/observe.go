@@ -87,7 +87,9 @@ func (s *Service) finishedOp(st scheduler.OperationState, n *callNote) {
 		Invocation: st.Invocation, Accepted: st.Accepted, ResultAt: st.DoneAt, Response: st.Response, Retries: retries(st.Retries),
 		Metadata: st.Metadata} // stored with the operation: known after a restart too
 	if n != nil {
-		f.BuildName, f.Command = n.buildName, n.command
+		// The note's own: st may have been taken after the scheduler's
+		// reporter let the operation's copy go.
+		f.Metadata, f.BuildName, f.Command = n.metadata, n.buildName, n.command
 	}
 	s.finished(f)
 }
