@@ -32,11 +32,10 @@ import (
 type fieldKind uint8
 
 const (
-	kindString   fieldKind = iota // string, length-delimited, absent when empty
-	kindInt64                     // int64, varint, absent when 0
-	kindEnum                      // int32 enum, varint (sign-extended), absent when 0
+	kindEnum     fieldKind = iota // int32 enum, varint (sign-extended), absent when 0
 	kindBytes                     // []byte, length-delimited, absent when empty
-	kindMessage                   // *M described by sub, absent when nil
+	kindDigest                    // *repb.Digest, absent when nil
+	kindDigests                   // []*repb.Digest, none nil
 	kindStatus                    // *rpcstatus.Status, absent when nil; through proto unless plain OK
 	kindRepeated                  // []*M described by sub, none nil
 )
@@ -51,7 +50,8 @@ type fieldDesc struct {
 
 // msgDesc describes the fields of one generated message type.
 type msgDesc struct {
-	unknown uintptr // offset of the message's unknown fields ([]byte)
+	typ     reflect.Type // the message struct, for checking descriptions at init
+	unknown uintptr      // offset of the message's unknown fields ([]byte)
 	fields  []fieldDesc
 }
 
@@ -69,12 +69,12 @@ type field struct {
 // does not fit its kind: a mistake in a description, found by any test.
 func describe(v proto.Message, fields ...field) *msgDesc {
 	t := reflect.TypeOf(v).Elem()
-	d := &msgDesc{unknown: structField(t, "unknownFields", reflect.TypeOf([]byte(nil))).Offset}
+	d := &msgDesc{typ: t, unknown: structField(t, "unknownFields", reflect.TypeOf([]byte(nil))).Offset}
 	want := map[fieldKind]reflect.Type{
-		kindString: reflect.TypeOf(""),
-		kindInt64:  reflect.TypeOf(int64(0)),
-		kindBytes:  reflect.TypeOf([]byte(nil)),
-		kindStatus: reflect.TypeOf((*rpcstatus.Status)(nil)),
+		kindBytes:   reflect.TypeOf([]byte(nil)),
+		kindDigest:  reflect.TypeOf((*repb.Digest)(nil)),
+		kindDigests: reflect.TypeOf([]*repb.Digest(nil)),
+		kindStatus:  reflect.TypeOf((*rpcstatus.Status)(nil)),
 	}
 	for i, f := range fields {
 		if f.num >= 16 || (i > 0 && f.num <= fields[i-1].num) {
@@ -89,27 +89,15 @@ func describe(v proto.Message, fields ...field) *msgDesc {
 				panic(fmt.Sprintf("frontend: %s.%s is %s, not an enum", t.Name(), f.name, sf.Type))
 			}
 			wt = protowire.VarintType
-		case kindInt64:
-			sf = structField(t, f.name, want[f.kind])
-			wt = protowire.VarintType
-		case kindMessage:
-			sf = structField(t, f.name, reflect.PointerTo(f.sub.typ()))
 		case kindRepeated:
-			sf = structField(t, f.name, reflect.SliceOf(reflect.PointerTo(f.sub.typ())))
+			sf = structField(t, f.name, reflect.SliceOf(reflect.PointerTo(f.sub.typ)))
 		default:
 			sf = structField(t, f.name, want[f.kind])
 		}
 		d.fields = append(d.fields, fieldDesc{tag: byte(protowire.EncodeTag(f.num, wt)), kind: f.kind, off: sf.Offset, sub: f.sub})
 	}
-	descTypes[d] = t
 	return d
 }
-
-// descTypes is the Go type of each description, for checking
-// descriptions of submessages at init.
-var descTypes = map[*msgDesc]reflect.Type{}
-
-func (d *msgDesc) typ() reflect.Type { return descTypes[d] }
 
 // structField is t's field name, which must be of type want (any type if
 // want is nil).
@@ -123,18 +111,15 @@ func structField(t reflect.Type, name string, want reflect.Type) reflect.StructF
 
 // The messages the codec encodes itself.
 var (
-	digestDesc = describe(&repb.Digest{},
-		field{1, "Hash", kindString, nil},
-		field{2, "SizeBytes", kindInt64, nil})
 	findMissingResponseDesc = describe(&repb.FindMissingBlobsResponse{},
-		field{2, "MissingBlobDigests", kindRepeated, digestDesc})
+		field{2, "MissingBlobDigests", kindDigests, nil})
 	batchUpdateResponseDesc = describe(&repb.BatchUpdateBlobsResponse{},
 		field{1, "Responses", kindRepeated, describe(&repb.BatchUpdateBlobsResponse_Response{},
-			field{1, "Digest", kindMessage, digestDesc},
+			field{1, "Digest", kindDigest, nil},
 			field{2, "Status", kindStatus, nil})})
 	batchReadResponseDesc = describe(&repb.BatchReadBlobsResponse{},
 		field{1, "Responses", kindRepeated, describe(&repb.BatchReadBlobsResponse_Response{},
-			field{1, "Digest", kindMessage, digestDesc},
+			field{1, "Digest", kindDigest, nil},
 			field{2, "Data", kindBytes, nil},
 			field{3, "Status", kindStatus, nil},
 			field{4, "Compressor", kindEnum, nil})})
@@ -156,7 +141,7 @@ func encodeResponse(v any) (mem.BufferSlice, bool) {
 
 // encodeMessage writes the message at p, described by d, as
 // proto.Marshal would, into one buffer (pooled if large); false if the
-// msgWriter does not take it (see above).
+// writer does not take it (see above).
 func encodeMessage(d *msgDesc, p unsafe.Pointer) (mem.BufferSlice, bool) {
 	w := msgWriters.Get().(*msgWriter)
 	defer w.release()
@@ -202,14 +187,6 @@ func (w *msgWriter) size(d *msgDesc, p unsafe.Pointer) (int, bool) {
 		f := &d.fields[i]
 		q := unsafe.Add(p, f.off)
 		switch f.kind {
-		case kindString:
-			if k := len(*(*string)(q)); k > 0 {
-				n += 1 + protowire.SizeBytes(k)
-			}
-		case kindInt64:
-			if v := *(*int64)(q); v != 0 {
-				n += 1 + protowire.SizeVarint(uint64(v))
-			}
 		case kindEnum:
 			if v := *(*int32)(q); v != 0 {
 				n += 1 + protowire.SizeVarint(uint64(v))
@@ -218,13 +195,19 @@ func (w *msgWriter) size(d *msgDesc, p unsafe.Pointer) (int, bool) {
 			if k := len(*(*[]byte)(q)); k > 0 {
 				n += 1 + protowire.SizeBytes(k)
 			}
-		case kindMessage:
-			if s := *(*unsafe.Pointer)(q); s != nil {
-				k, ok := w.sizeSub(f.sub, s)
-				if !ok {
+		case kindDigest:
+			if d := *(**repb.Digest)(q); d != nil {
+				if !plainDigest(d) {
 					return 0, false
 				}
-				n += 1 + protowire.SizeBytes(k)
+				n += 1 + protowire.SizeBytes(digestLen(d))
+			}
+		case kindDigests:
+			for _, d := range *(*[]*repb.Digest)(q) {
+				if d == nil || !plainDigest(d) {
+					return 0, false
+				}
+				n += 1 + protowire.SizeBytes(digestLen(d))
 			}
 		case kindStatus:
 			if st := *(**rpcstatus.Status)(q); st != nil {
@@ -264,16 +247,6 @@ func (w *msgWriter) write(b []byte, d *msgDesc, p unsafe.Pointer) ([]byte, bool)
 		f := &d.fields[i]
 		q := unsafe.Add(p, f.off)
 		switch f.kind {
-		case kindString:
-			if s := *(*string)(q); len(s) > 0 {
-				b = append(b, f.tag)
-				b = protowire.AppendString(b, s)
-			}
-		case kindInt64:
-			if v := *(*int64)(q); v != 0 {
-				b = append(b, f.tag)
-				b = protowire.AppendVarint(b, uint64(v))
-			}
 		case kindEnum:
 			if v := *(*int32)(q); v != 0 {
 				b = append(b, f.tag)
@@ -284,12 +257,13 @@ func (w *msgWriter) write(b []byte, d *msgDesc, p unsafe.Pointer) ([]byte, bool)
 				b = append(b, f.tag)
 				b = protowire.AppendBytes(b, v)
 			}
-		case kindMessage:
-			if s := *(*unsafe.Pointer)(q); s != nil {
-				var ok bool
-				if b, ok = w.writeSub(b, f.tag, f.sub, s); !ok {
-					return b, false
-				}
+		case kindDigest:
+			if d := *(**repb.Digest)(q); d != nil {
+				b = appendDigestField(b, f.tag, d)
+			}
+		case kindDigests:
+			for _, d := range *(*[]*repb.Digest)(q) {
+				b = appendDigestField(b, f.tag, d)
 			}
 		case kindStatus:
 			if st := *(**rpcstatus.Status)(q); st != nil {
@@ -324,6 +298,41 @@ func (w *msgWriter) writeSub(b []byte, tag byte, d *msgDesc, p unsafe.Pointer) (
 	b = append(b, tag)
 	b = protowire.AppendVarint(b, uint64(k))
 	return w.write(b, d, p)
+}
+
+// digestLen is the encoded length of a Digest without unknown fields
+// (plainDigest).
+func digestLen(d *repb.Digest) int {
+	n := 0
+	if len(d.Hash) > 0 {
+		n += 1 + protowire.SizeBytes(len(d.Hash))
+	}
+	if d.SizeBytes != 0 {
+		n += 1 + protowire.SizeVarint(uint64(d.SizeBytes))
+	}
+	return n
+}
+
+// appendDigestField appends d, a plain Digest, as a field under tag:
+// hash (1), size_bytes (2).
+func appendDigestField(b []byte, tag byte, d *repb.Digest) []byte {
+	b = append(b, tag)
+	b = protowire.AppendVarint(b, uint64(digestLen(d)))
+	if len(d.Hash) > 0 {
+		b = append(b, tagBytes1)
+		b = protowire.AppendString(b, d.Hash)
+	}
+	if d.SizeBytes != 0 {
+		b = append(b, tagVarint2)
+		b = protowire.AppendVarint(b, uint64(d.SizeBytes))
+	}
+	return b
+}
+
+// plainDigest reports whether d has no unknown fields: digestLen and
+// appendDigestField encode it.
+func plainDigest(d *repb.Digest) bool {
+	return len(d.ProtoReflect().GetUnknown()) == 0
 }
 
 // okStatus reports whether st is a plain OK status: it encodes to nothing.
