@@ -26,7 +26,9 @@ import (
 // The Read handler never changes a ReadResponse's data after sending it,
 // which is what makes handing gRPC the slice itself safe. A pooledChunk
 // (see bytestream.go) is sent the same way, its buffer going back to its
-// pool once gRPC has written it.
+// pool once gRPC has written it. The responses to FindMissingBlobs,
+// BatchUpdateBlobs and BatchReadBlobs are written by one table-driven
+// writer (encode.go); FuzzEncoders checks it against proto.Marshal.
 //
 // Receiving: WriteRequest, BatchUpdateBlobsRequest and
 // FindMissingBlobsRequest, the messages a server receives in bulk, are

@@ -55,9 +55,9 @@ type msgDesc struct {
 	fields  []fieldDesc
 }
 
-// field is a field of a description before it is resolved: number, Go
+// fieldSpec is a field of a description before it is resolved: number, Go
 // field name, kind and, for messages, the description of the submessage.
-type field struct {
+type fieldSpec struct {
 	num  protowire.Number
 	name string
 	kind fieldKind
@@ -67,7 +67,7 @@ type field struct {
 // describe resolves the description of the message type of v (a
 // pointer). It panics on a field that does not exist or whose Go type
 // does not fit its kind: a mistake in a description, found by any test.
-func describe(v proto.Message, fields ...field) *msgDesc {
+func describe(v proto.Message, fields ...fieldSpec) *msgDesc {
 	t := reflect.TypeOf(v).Elem()
 	d := &msgDesc{typ: t, unknown: structField(t, "unknownFields", reflect.TypeOf([]byte(nil))).Offset}
 	want := map[fieldKind]reflect.Type{
@@ -112,17 +112,17 @@ func structField(t reflect.Type, name string, want reflect.Type) reflect.StructF
 // The messages the codec encodes itself.
 var (
 	findMissingResponseDesc = describe(&repb.FindMissingBlobsResponse{},
-		field{2, "MissingBlobDigests", kindDigests, nil})
+		fieldSpec{2, "MissingBlobDigests", kindDigests, nil})
 	batchUpdateResponseDesc = describe(&repb.BatchUpdateBlobsResponse{},
-		field{1, "Responses", kindRepeated, describe(&repb.BatchUpdateBlobsResponse_Response{},
-			field{1, "Digest", kindDigest, nil},
-			field{2, "Status", kindStatus, nil})})
+		fieldSpec{1, "Responses", kindRepeated, describe(&repb.BatchUpdateBlobsResponse_Response{},
+			fieldSpec{1, "Digest", kindDigest, nil},
+			fieldSpec{2, "Status", kindStatus, nil})})
 	batchReadResponseDesc = describe(&repb.BatchReadBlobsResponse{},
-		field{1, "Responses", kindRepeated, describe(&repb.BatchReadBlobsResponse_Response{},
-			field{1, "Digest", kindDigest, nil},
-			field{2, "Data", kindBytes, nil},
-			field{3, "Status", kindStatus, nil},
-			field{4, "Compressor", kindEnum, nil})})
+		fieldSpec{1, "Responses", kindRepeated, describe(&repb.BatchReadBlobsResponse_Response{},
+			fieldSpec{1, "Digest", kindDigest, nil},
+			fieldSpec{2, "Data", kindBytes, nil},
+			fieldSpec{3, "Status", kindStatus, nil},
+			fieldSpec{4, "Compressor", kindEnum, nil})})
 )
 
 // encodeResponse writes v as proto.Marshal would if it is a response the

@@ -250,3 +250,25 @@ func BenchmarkEncodeResponses(b *testing.B) {
 		})
 	}
 }
+
+// TestDescribeRejectsMistakes: a description whose field does not exist,
+// does not fit its kind or is out of order stops the program at init
+// rather than writing wrong bytes.
+func TestDescribeRejectsMistakes(t *testing.T) {
+	for name, fields := range map[string][]fieldSpec{
+		"no such field":   {{1, "Hush", kindBytes, nil}},
+		"string as bytes": {{1, "Hash", kindBytes, nil}},
+		"int64 as enum":   {{2, "SizeBytes", kindEnum, nil}},
+		"out of order":    {{2, "SizeBytes", kindBytes, nil}, {1, "Hash", kindBytes, nil}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Error("describe took it")
+				}
+			}()
+			describe(&repb.Digest{}, fields...)
+		})
+	}
+	describe(&repb.BatchReadBlobsResponse_Response{}, fieldSpec{2, "Data", kindBytes, nil}, fieldSpec{4, "Compressor", kindEnum, nil})
+}
