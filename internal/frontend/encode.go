@@ -2,9 +2,7 @@ package frontend
 
 import (
 	"fmt"
-	"reflect"
 	"sync"
-	"unsafe"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
@@ -17,112 +15,238 @@ import (
 // hold thousands of small messages; proto.Marshal walks them through
 // reflection tables twice (size, then bytes). The codec writes the same
 // bytes with one writer driven by a short description of each message
-// (msgDesc): its fields in number order, each a tag, a kind and where the
-// field lies in the Go struct. The descriptions are resolved once, at
-// init, against the generated types (by field name, checking each
-// field's Go type against its kind), so the writer does no reflection and
-// no interface calls per field. Encoding another message is one more
-// description.
+// (msgDesc): its fields in number order, each a tag and a pair of
+// functions that measure and write it, built once, at init, from the
+// generated getters (digestField, statusField, ...). The descriptions use
+// only the generated types' public API: a getter of the wrong type does
+// not compile, and unknown fields are found through ProtoReflect.
+// Encoding another message is one more description.
 //
 // The writer takes only the messages the handlers build: no unknown
 // fields in the described messages, no nil entries in repeated fields.
 // For anything else it reports false and the standard codec does it.
 
-// fieldKind is how a field is stored and encoded.
-type fieldKind uint8
-
-const (
-	kindEnum     fieldKind = iota // int32 enum, varint (sign-extended), absent when 0
-	kindBytes                     // []byte, length-delimited, absent when empty
-	kindDigest                    // *repb.Digest, absent when nil
-	kindDigests                   // []*repb.Digest, none nil
-	kindStatus                    // *rpcstatus.Status, absent when nil; through proto unless plain OK
-	kindRepeated                  // []*M described by sub, none nil
-)
-
-// fieldDesc is one field of a msgDesc.
-type fieldDesc struct {
-	tag  byte // field number << 3 | wire type (numbers below 16)
-	kind fieldKind
-	off  uintptr // offset of the Go field in the message struct
-	sub  *msgDesc
+// field is one field of a message of type T.
+type field[T any] struct {
+	num protowire.Number
+	// size is the encoded length of the field in m (tag included); false
+	// if the writer does not take it. It records the length of each
+	// submessage in w, for write.
+	size func(w *msgWriter, m *T) (int, bool)
+	// write appends the field in m, which size has measured; false if a
+	// status cannot be marshalled.
+	write func(w *msgWriter, b []byte, m *T) ([]byte, bool)
 }
 
 // msgDesc describes the fields of one generated message type.
-type msgDesc struct {
-	typ     reflect.Type // the message struct, for checking descriptions at init
-	unknown uintptr      // offset of the message's unknown fields ([]byte)
-	fields  []fieldDesc
+type msgDesc[T any] struct {
+	plain  func(m *T) bool // m has no unknown fields
+	fields []field[T]
 }
 
-// fieldSpec is a field of a description before it is resolved: number, Go
-// field name, kind and, for messages, the description of the submessage.
-type fieldSpec struct {
-	num  protowire.Number
-	name string
-	kind fieldKind
-	sub  *msgDesc
+// message is the pointer type of a generated message T.
+type message[T any] interface {
+	*T
+	proto.Message
 }
 
-// describe resolves the description of the message type of v (a
-// pointer). It panics on a field that does not exist or whose Go type
-// does not fit its kind: a mistake in a description, found by any test.
-func describe(v proto.Message, fields ...fieldSpec) *msgDesc {
-	t := reflect.TypeOf(v).Elem()
-	d := &msgDesc{typ: t, unknown: structField(t, "unknownFields", reflect.TypeOf([]byte(nil))).Offset}
-	want := map[fieldKind]reflect.Type{
-		kindBytes:   reflect.TypeOf([]byte(nil)),
-		kindDigest:  reflect.TypeOf((*repb.Digest)(nil)),
-		kindDigests: reflect.TypeOf([]*repb.Digest(nil)),
-		kindStatus:  reflect.TypeOf((*rpcstatus.Status)(nil)),
-	}
+// describe is the description of message type T with fields. It panics
+// unless the field numbers rise and stay below 16 (one-byte tags): a
+// mistake in a description, found by any test.
+func describe[T any, P message[T]](fields ...field[T]) *msgDesc[T] {
 	for i, f := range fields {
-		if f.num >= 16 || (i > 0 && f.num <= fields[i-1].num) {
-			panic(fmt.Sprintf("frontend: %s.%s: field numbers must rise and stay below 16", t.Name(), f.name))
+		if f.num < 1 || f.num >= 16 || (i > 0 && f.num <= fields[i-1].num) {
+			var m T
+			panic(fmt.Sprintf("frontend: %s field %d: field numbers must rise and stay below 16",
+				P(&m).ProtoReflect().Descriptor().FullName(), f.num))
 		}
-		var sf reflect.StructField
-		wt := protowire.BytesType
-		switch f.kind {
-		case kindEnum:
-			sf = structField(t, f.name, nil)
-			if sf.Type.Kind() != reflect.Int32 {
-				panic(fmt.Sprintf("frontend: %s.%s is %s, not an enum", t.Name(), f.name, sf.Type))
-			}
-			wt = protowire.VarintType
-		case kindRepeated:
-			sf = structField(t, f.name, reflect.SliceOf(reflect.PointerTo(f.sub.typ)))
-		default:
-			sf = structField(t, f.name, want[f.kind])
-		}
-		d.fields = append(d.fields, fieldDesc{tag: byte(protowire.EncodeTag(f.num, wt)), kind: f.kind, off: sf.Offset, sub: f.sub})
 	}
-	return d
+	return &msgDesc[T]{
+		plain:  func(m *T) bool { return len(P(m).ProtoReflect().GetUnknown()) == 0 },
+		fields: fields,
+	}
 }
 
-// structField is t's field name, which must be of type want (any type if
-// want is nil).
-func structField(t reflect.Type, name string, want reflect.Type) reflect.StructField {
-	sf, ok := t.FieldByName(name)
-	if !ok || len(sf.Index) != 1 || (want != nil && sf.Type != want) {
-		panic(fmt.Sprintf("frontend: %s has no field %s of type %v", t.Name(), name, want))
+// tag is the one-byte tag of field num of wire type t (describe checks
+// num).
+func tag(num protowire.Number, t protowire.Type) byte { return byte(protowire.EncodeTag(num, t)) }
+
+// enumField is an enum field num (a varint, sign-extended; absent when 0).
+func enumField[T any, E ~int32](num protowire.Number, get func(*T) E) field[T] {
+	t := tag(num, protowire.VarintType)
+	return field[T]{
+		num: num,
+		size: func(_ *msgWriter, m *T) (int, bool) {
+			if v := get(m); v != 0 {
+				return 1 + protowire.SizeVarint(uint64(v)), true
+			}
+			return 0, true
+		},
+		write: func(_ *msgWriter, b []byte, m *T) ([]byte, bool) {
+			if v := get(m); v != 0 {
+				b = append(b, t)
+				b = protowire.AppendVarint(b, uint64(v))
+			}
+			return b, true
+		},
 	}
-	return sf
+}
+
+// bytesField is a bytes field num (absent when empty).
+func bytesField[T any](num protowire.Number, get func(*T) []byte) field[T] {
+	t := tag(num, protowire.BytesType)
+	return field[T]{
+		num: num,
+		size: func(_ *msgWriter, m *T) (int, bool) {
+			if k := len(get(m)); k > 0 {
+				return 1 + protowire.SizeBytes(k), true
+			}
+			return 0, true
+		},
+		write: func(_ *msgWriter, b []byte, m *T) ([]byte, bool) {
+			if v := get(m); len(v) > 0 {
+				b = append(b, t)
+				b = protowire.AppendBytes(b, v)
+			}
+			return b, true
+		},
+	}
+}
+
+// digestField is a Digest field num (absent when nil).
+func digestField[T any](num protowire.Number, get func(*T) *repb.Digest) field[T] {
+	t := tag(num, protowire.BytesType)
+	return field[T]{
+		num: num,
+		size: func(_ *msgWriter, m *T) (int, bool) {
+			d := get(m)
+			if d == nil {
+				return 0, true
+			}
+			if !plainDigest(d) {
+				return 0, false
+			}
+			return 1 + protowire.SizeBytes(digestLen(d)), true
+		},
+		write: func(_ *msgWriter, b []byte, m *T) ([]byte, bool) {
+			if d := get(m); d != nil {
+				b = appendDigestField(b, t, d)
+			}
+			return b, true
+		},
+	}
+}
+
+// digestsField is a repeated Digest field num (no entry nil).
+func digestsField[T any](num protowire.Number, get func(*T) []*repb.Digest) field[T] {
+	t := tag(num, protowire.BytesType)
+	return field[T]{
+		num: num,
+		size: func(_ *msgWriter, m *T) (int, bool) {
+			n := 0
+			for _, d := range get(m) {
+				if d == nil || !plainDigest(d) {
+					return 0, false
+				}
+				n += 1 + protowire.SizeBytes(digestLen(d))
+			}
+			return n, true
+		},
+		write: func(_ *msgWriter, b []byte, m *T) ([]byte, bool) {
+			for _, d := range get(m) {
+				b = appendDigestField(b, t, d)
+			}
+			return b, true
+		},
+	}
+}
+
+// statusField is a google.rpc.Status field num (absent when nil), written
+// by proto unless it is a plain OK status.
+func statusField[T any](num protowire.Number, get func(*T) *rpcstatus.Status) field[T] {
+	t := tag(num, protowire.BytesType)
+	return field[T]{
+		num: num,
+		size: func(w *msgWriter, m *T) (int, bool) {
+			st := get(m)
+			if st == nil {
+				return 0, true
+			}
+			k := statusLen(st)
+			w.sizes = append(w.sizes, k)
+			return 1 + protowire.SizeBytes(k), true
+		},
+		write: func(w *msgWriter, b []byte, m *T) ([]byte, bool) {
+			st := get(m)
+			if st == nil {
+				return b, true
+			}
+			k := w.sizes[w.next]
+			w.next++
+			b = append(b, t)
+			b = protowire.AppendVarint(b, uint64(k))
+			if k == 0 {
+				return b, true
+			}
+			b, err := (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(b, st)
+			return b, err == nil
+		},
+	}
+}
+
+// repeatedField is a repeated message field num of messages described by
+// sub (no entry nil).
+func repeatedField[T, E any](num protowire.Number, get func(*T) []*E, sub *msgDesc[E]) field[T] {
+	t := tag(num, protowire.BytesType)
+	return field[T]{
+		num: num,
+		size: func(w *msgWriter, m *T) (int, bool) {
+			n := 0
+			for _, e := range get(m) {
+				if e == nil {
+					return 0, false
+				}
+				i := len(w.sizes)
+				w.sizes = append(w.sizes, 0)
+				k, ok := sub.size(w, e)
+				if !ok {
+					return 0, false
+				}
+				w.sizes[i] = k
+				n += 1 + protowire.SizeBytes(k)
+			}
+			return n, true
+		},
+		write: func(w *msgWriter, b []byte, m *T) ([]byte, bool) {
+			for _, e := range get(m) {
+				k := w.sizes[w.next]
+				w.next++
+				b = append(b, t)
+				b = protowire.AppendVarint(b, uint64(k))
+				var ok bool
+				if b, ok = sub.write(w, b, e); !ok {
+					return b, false
+				}
+			}
+			return b, true
+		},
+	}
 }
 
 // The messages the codec encodes itself.
 var (
-	findMissingResponseDesc = describe(&repb.FindMissingBlobsResponse{},
-		fieldSpec{2, "MissingBlobDigests", kindDigests, nil})
-	batchUpdateResponseDesc = describe(&repb.BatchUpdateBlobsResponse{},
-		fieldSpec{1, "Responses", kindRepeated, describe(&repb.BatchUpdateBlobsResponse_Response{},
-			fieldSpec{1, "Digest", kindDigest, nil},
-			fieldSpec{2, "Status", kindStatus, nil})})
-	batchReadResponseDesc = describe(&repb.BatchReadBlobsResponse{},
-		fieldSpec{1, "Responses", kindRepeated, describe(&repb.BatchReadBlobsResponse_Response{},
-			fieldSpec{1, "Digest", kindDigest, nil},
-			fieldSpec{2, "Data", kindBytes, nil},
-			fieldSpec{3, "Status", kindStatus, nil},
-			fieldSpec{4, "Compressor", kindEnum, nil})})
+	findMissingResponseDesc = describe(
+		digestsField(2, (*repb.FindMissingBlobsResponse).GetMissingBlobDigests))
+	batchUpdateResponseDesc = describe(
+		repeatedField(1, (*repb.BatchUpdateBlobsResponse).GetResponses, describe(
+			digestField(1, (*repb.BatchUpdateBlobsResponse_Response).GetDigest),
+			statusField(2, (*repb.BatchUpdateBlobsResponse_Response).GetStatus))))
+	batchReadResponseDesc = describe(
+		repeatedField(1, (*repb.BatchReadBlobsResponse).GetResponses, describe(
+			digestField(1, (*repb.BatchReadBlobsResponse_Response).GetDigest),
+			bytesField(2, (*repb.BatchReadBlobsResponse_Response).GetData),
+			statusField(3, (*repb.BatchReadBlobsResponse_Response).GetStatus),
+			enumField(4, (*repb.BatchReadBlobsResponse_Response).GetCompressor))))
 )
 
 // encodeResponse writes v as proto.Marshal would if it is a response the
@@ -130,35 +254,35 @@ var (
 func encodeResponse(v any) (mem.BufferSlice, bool) {
 	switch m := v.(type) {
 	case *repb.FindMissingBlobsResponse:
-		return encodeMessage(findMissingResponseDesc, unsafe.Pointer(m))
+		return encodeMessage(findMissingResponseDesc, m)
 	case *repb.BatchUpdateBlobsResponse:
-		return encodeMessage(batchUpdateResponseDesc, unsafe.Pointer(m))
+		return encodeMessage(batchUpdateResponseDesc, m)
 	case *repb.BatchReadBlobsResponse:
-		return encodeMessage(batchReadResponseDesc, unsafe.Pointer(m))
+		return encodeMessage(batchReadResponseDesc, m)
 	}
 	return nil, false
 }
 
-// encodeMessage writes the message at p, described by d, as
-// proto.Marshal would, into one buffer (pooled if large); false if the
-// writer does not take it (see above).
-func encodeMessage(d *msgDesc, p unsafe.Pointer) (mem.BufferSlice, bool) {
+// encodeMessage writes m, described by d, as proto.Marshal would, into
+// one buffer (pooled if large); false if the writer does not take it (see
+// above).
+func encodeMessage[T any](d *msgDesc[T], m *T) (mem.BufferSlice, bool) {
 	w := msgWriters.Get().(*msgWriter)
 	defer w.release()
-	n, ok := w.size(d, p)
+	n, ok := d.size(w, m)
 	if !ok {
 		return nil, false
 	}
-	b, ok := w.write(encodedBuffer(n), d, p)
+	b, ok := d.write(w, encodedBuffer(n), m)
 	if !ok {
 		return nil, false
 	}
 	return wrapEncoded(b), true
 }
 
-// msgWriter encodes a message in two passes: size measures every
-// submessage once, in the order write then meets them, and keeps their
-// lengths for write, which so never measures a message again.
+// msgWriter is the state of one encoding, in two passes: size measures
+// every submessage once, in the order write then meets them, and keeps
+// their lengths for write, which so never measures a message again.
 type msgWriter struct {
 	sizes []int // of the submessages, in order
 	next  int   // index in sizes of the next submessage to write
@@ -176,128 +300,33 @@ func (w *msgWriter) release() {
 	msgWriters.Put(w)
 }
 
-// size is the encoded length of the message at p, described by d; false
-// if it has unknown fields or nil entries, or holds a message that does.
-func (w *msgWriter) size(d *msgDesc, p unsafe.Pointer) (int, bool) {
-	if len(*(*[]byte)(unsafe.Add(p, d.unknown))) != 0 {
+// size is the encoded length of m; false if it has unknown fields or nil
+// entries, or holds a message that does.
+func (d *msgDesc[T]) size(w *msgWriter, m *T) (int, bool) {
+	if !d.plain(m) {
 		return 0, false
 	}
 	n := 0
 	for i := range d.fields {
-		f := &d.fields[i]
-		q := unsafe.Add(p, f.off)
-		switch f.kind {
-		case kindEnum:
-			if v := *(*int32)(q); v != 0 {
-				n += 1 + protowire.SizeVarint(uint64(v))
-			}
-		case kindBytes:
-			if k := len(*(*[]byte)(q)); k > 0 {
-				n += 1 + protowire.SizeBytes(k)
-			}
-		case kindDigest:
-			if d := *(**repb.Digest)(q); d != nil {
-				if !plainDigest(d) {
-					return 0, false
-				}
-				n += 1 + protowire.SizeBytes(digestLen(d))
-			}
-		case kindDigests:
-			for _, d := range *(*[]*repb.Digest)(q) {
-				if d == nil || !plainDigest(d) {
-					return 0, false
-				}
-				n += 1 + protowire.SizeBytes(digestLen(d))
-			}
-		case kindStatus:
-			if st := *(**rpcstatus.Status)(q); st != nil {
-				k := statusLen(st)
-				w.sizes = append(w.sizes, k)
-				n += 1 + protowire.SizeBytes(k)
-			}
-		case kindRepeated:
-			for _, s := range *(*[]unsafe.Pointer)(q) {
-				if s == nil {
-					return 0, false
-				}
-				k, ok := w.sizeSub(f.sub, s)
-				if !ok {
-					return 0, false
-				}
-				n += 1 + protowire.SizeBytes(k)
-			}
+		k, ok := d.fields[i].size(w, m)
+		if !ok {
+			return 0, false
 		}
+		n += k
 	}
 	return n, true
 }
 
-// sizeSub is size for a submessage, whose length it records.
-func (w *msgWriter) sizeSub(d *msgDesc, p unsafe.Pointer) (int, bool) {
-	i := len(w.sizes)
-	w.sizes = append(w.sizes, 0)
-	k, ok := w.size(d, p)
-	w.sizes[i] = k
-	return k, ok
-}
-
-// write appends the message at p, described by d, which size has
-// measured; false if a status cannot be marshalled.
-func (w *msgWriter) write(b []byte, d *msgDesc, p unsafe.Pointer) ([]byte, bool) {
+// write appends m, which size has measured; false if a status cannot be
+// marshalled.
+func (d *msgDesc[T]) write(w *msgWriter, b []byte, m *T) ([]byte, bool) {
 	for i := range d.fields {
-		f := &d.fields[i]
-		q := unsafe.Add(p, f.off)
-		switch f.kind {
-		case kindEnum:
-			if v := *(*int32)(q); v != 0 {
-				b = append(b, f.tag)
-				b = protowire.AppendVarint(b, uint64(v))
-			}
-		case kindBytes:
-			if v := *(*[]byte)(q); len(v) > 0 {
-				b = append(b, f.tag)
-				b = protowire.AppendBytes(b, v)
-			}
-		case kindDigest:
-			if d := *(**repb.Digest)(q); d != nil {
-				b = appendDigestField(b, f.tag, d)
-			}
-		case kindDigests:
-			for _, d := range *(*[]*repb.Digest)(q) {
-				b = appendDigestField(b, f.tag, d)
-			}
-		case kindStatus:
-			if st := *(**rpcstatus.Status)(q); st != nil {
-				k := w.sizes[w.next]
-				w.next++
-				b = append(b, f.tag)
-				b = protowire.AppendVarint(b, uint64(k))
-				if k > 0 {
-					var err error
-					if b, err = (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(b, st); err != nil {
-						return b, false
-					}
-				}
-			}
-		case kindRepeated:
-			for _, s := range *(*[]unsafe.Pointer)(q) {
-				var ok bool
-				if b, ok = w.writeSub(b, f.tag, f.sub, s); !ok {
-					return b, false
-				}
-			}
+		var ok bool
+		if b, ok = d.fields[i].write(w, b, m); !ok {
+			return b, false
 		}
 	}
 	return b, true
-}
-
-// writeSub appends the submessage at p as a field under tag: tag, length
-// (as size recorded it), message.
-func (w *msgWriter) writeSub(b []byte, tag byte, d *msgDesc, p unsafe.Pointer) ([]byte, bool) {
-	k := w.sizes[w.next]
-	w.next++
-	b = append(b, tag)
-	b = protowire.AppendVarint(b, uint64(k))
-	return w.write(b, d, p)
 }
 
 // digestLen is the encoded length of a Digest without unknown fields

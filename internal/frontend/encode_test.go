@@ -251,15 +251,18 @@ func BenchmarkEncodeResponses(b *testing.B) {
 	}
 }
 
-// TestDescribeRejectsMistakes: a description whose field does not exist,
-// does not fit its kind or is out of order stops the program at init
-// rather than writing wrong bytes.
+// TestDescribeRejectsMistakes: a description whose field numbers are out
+// of order or need a tag of more than one byte stops the program at init
+// rather than writing wrong bytes. (A getter of the wrong type for its
+// field does not compile.)
 func TestDescribeRejectsMistakes(t *testing.T) {
-	for name, fields := range map[string][]fieldSpec{
-		"no such field":   {{1, "Hush", kindBytes, nil}},
-		"string as bytes": {{1, "Hash", kindBytes, nil}},
-		"int64 as enum":   {{2, "SizeBytes", kindEnum, nil}},
-		"out of order":    {{2, "SizeBytes", kindBytes, nil}, {1, "Hash", kindBytes, nil}},
+	type R = repb.BatchReadBlobsResponse_Response
+	data := bytesField(2, (*R).GetData)
+	for name, fields := range map[string][]field[R]{
+		"out of order": {enumField(4, (*R).GetCompressor), data},
+		"repeated":     {data, data},
+		"number 16":    {data, enumField(16, (*R).GetCompressor)},
+		"number 0":     {bytesField(0, (*R).GetData)},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {
@@ -267,8 +270,8 @@ func TestDescribeRejectsMistakes(t *testing.T) {
 					t.Error("describe took it")
 				}
 			}()
-			describe(&repb.Digest{}, fields...)
+			describe(fields...)
 		})
 	}
-	describe(&repb.BatchReadBlobsResponse_Response{}, fieldSpec{2, "Data", kindBytes, nil}, fieldSpec{4, "Compressor", kindEnum, nil})
+	describe(data, enumField(4, (*R).GetCompressor))
 }
