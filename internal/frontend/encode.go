@@ -26,12 +26,34 @@ import (
 // fields in the described messages, no nil entries in repeated fields.
 // For anything else it reports false and the standard codec does it.
 
-// field is one field of a message of type T.
+// fieldKind is how a field is encoded.
+type fieldKind uint8
+
+const (
+	kindEnum     fieldKind = iota // varint (sign-extended), absent when 0
+	kindBytes                     // length-delimited, absent when empty
+	kindDigest                    // a Digest, absent when nil
+	kindDigests                   // repeated Digest, none nil
+	kindStatus                    // a google.rpc.Status, absent when nil; through proto unless plain OK
+	kindRepeated                  // repeated message described by a msgDesc, none nil
+)
+
+// field is one field of a message of type T: its number, tag and kind,
+// and the getter of its value (the one of its kind; the others are nil).
+// A repeated message field has, instead of a getter, functions that
+// measure and write it, which reach the submessages' description.
 type field[T any] struct {
-	num protowire.Number
-	// size is the encoded length of the field in m (tag included); false
-	// if the writer does not take it. It records the length of each
-	// submessage in w, for write.
+	num        protowire.Number
+	tag        byte
+	kind       fieldKind
+	getEnum    func(*T) int32
+	getBytes   func(*T) []byte
+	getDigest  func(*T) *repb.Digest
+	getDigests func(*T) []*repb.Digest
+	getStatus  func(*T) *rpcstatus.Status
+	// size is the encoded length of the field in m (tags included);
+	// false if the writer does not take it. It records the length of
+	// each submessage in w, for write.
 	size func(w *msgWriter, m *T) (int, bool)
 	// write appends the field in m, which size has measured; false if a
 	// status cannot be marshalled.
@@ -67,170 +89,81 @@ func describe[T any, P message[T]](fields ...field[T]) *msgDesc[T] {
 	}
 }
 
-// tag is the one-byte tag of field num of wire type t (describe checks
-// num).
-func tag(num protowire.Number, t protowire.Type) byte { return byte(protowire.EncodeTag(num, t)) }
+// newField is field num of kind k, of wire type t.
+func newField[T any](num protowire.Number, k fieldKind, t protowire.Type) field[T] {
+	return field[T]{num: num, tag: byte(protowire.EncodeTag(num, t)), kind: k}
+}
 
-// enumField is an enum field num (a varint, sign-extended; absent when 0).
+// enumField is an enum field num.
 func enumField[T any, E ~int32](num protowire.Number, get func(*T) E) field[T] {
-	t := tag(num, protowire.VarintType)
-	return field[T]{
-		num: num,
-		size: func(_ *msgWriter, m *T) (int, bool) {
-			if v := get(m); v != 0 {
-				return 1 + protowire.SizeVarint(uint64(v)), true
-			}
-			return 0, true
-		},
-		write: func(_ *msgWriter, b []byte, m *T) ([]byte, bool) {
-			if v := get(m); v != 0 {
-				b = append(b, t)
-				b = protowire.AppendVarint(b, uint64(v))
-			}
-			return b, true
-		},
-	}
+	f := newField[T](num, kindEnum, protowire.VarintType)
+	f.getEnum = func(m *T) int32 { return int32(get(m)) }
+	return f
 }
 
-// bytesField is a bytes field num (absent when empty).
+// bytesField is a bytes field num.
 func bytesField[T any](num protowire.Number, get func(*T) []byte) field[T] {
-	t := tag(num, protowire.BytesType)
-	return field[T]{
-		num: num,
-		size: func(_ *msgWriter, m *T) (int, bool) {
-			if k := len(get(m)); k > 0 {
-				return 1 + protowire.SizeBytes(k), true
-			}
-			return 0, true
-		},
-		write: func(_ *msgWriter, b []byte, m *T) ([]byte, bool) {
-			if v := get(m); len(v) > 0 {
-				b = append(b, t)
-				b = protowire.AppendBytes(b, v)
-			}
-			return b, true
-		},
-	}
+	f := newField[T](num, kindBytes, protowire.BytesType)
+	f.getBytes = get
+	return f
 }
 
-// digestField is a Digest field num (absent when nil).
+// digestField is a Digest field num.
 func digestField[T any](num protowire.Number, get func(*T) *repb.Digest) field[T] {
-	t := tag(num, protowire.BytesType)
-	return field[T]{
-		num: num,
-		size: func(_ *msgWriter, m *T) (int, bool) {
-			d := get(m)
-			if d == nil {
-				return 0, true
-			}
-			if !plainDigest(d) {
-				return 0, false
-			}
-			return 1 + protowire.SizeBytes(digestLen(d)), true
-		},
-		write: func(_ *msgWriter, b []byte, m *T) ([]byte, bool) {
-			if d := get(m); d != nil {
-				b = appendDigestField(b, t, d)
-			}
-			return b, true
-		},
-	}
+	f := newField[T](num, kindDigest, protowire.BytesType)
+	f.getDigest = get
+	return f
 }
 
-// digestsField is a repeated Digest field num (no entry nil).
+// digestsField is a repeated Digest field num.
 func digestsField[T any](num protowire.Number, get func(*T) []*repb.Digest) field[T] {
-	t := tag(num, protowire.BytesType)
-	return field[T]{
-		num: num,
-		size: func(_ *msgWriter, m *T) (int, bool) {
-			n := 0
-			for _, d := range get(m) {
-				if d == nil || !plainDigest(d) {
-					return 0, false
-				}
-				n += 1 + protowire.SizeBytes(digestLen(d))
-			}
-			return n, true
-		},
-		write: func(_ *msgWriter, b []byte, m *T) ([]byte, bool) {
-			for _, d := range get(m) {
-				b = appendDigestField(b, t, d)
-			}
-			return b, true
-		},
-	}
+	f := newField[T](num, kindDigests, protowire.BytesType)
+	f.getDigests = get
+	return f
 }
 
-// statusField is a google.rpc.Status field num (absent when nil), written
-// by proto unless it is a plain OK status.
+// statusField is a google.rpc.Status field num.
 func statusField[T any](num protowire.Number, get func(*T) *rpcstatus.Status) field[T] {
-	t := tag(num, protowire.BytesType)
-	return field[T]{
-		num: num,
-		size: func(w *msgWriter, m *T) (int, bool) {
-			st := get(m)
-			if st == nil {
-				return 0, true
-			}
-			k := statusLen(st)
-			w.sizes = append(w.sizes, k)
-			return 1 + protowire.SizeBytes(k), true
-		},
-		write: func(w *msgWriter, b []byte, m *T) ([]byte, bool) {
-			st := get(m)
-			if st == nil {
-				return b, true
-			}
-			k := w.sizes[w.next]
-			w.next++
-			b = append(b, t)
-			b = protowire.AppendVarint(b, uint64(k))
-			if k == 0 {
-				return b, true
-			}
-			b, err := (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(b, st)
-			return b, err == nil
-		},
-	}
+	f := newField[T](num, kindStatus, protowire.BytesType)
+	f.getStatus = get
+	return f
 }
 
 // repeatedField is a repeated message field num of messages described by
-// sub (no entry nil).
+// sub.
 func repeatedField[T, E any](num protowire.Number, get func(*T) []*E, sub *msgDesc[E]) field[T] {
-	t := tag(num, protowire.BytesType)
-	return field[T]{
-		num: num,
-		size: func(w *msgWriter, m *T) (int, bool) {
-			n := 0
-			for _, e := range get(m) {
-				if e == nil {
-					return 0, false
-				}
-				i := len(w.sizes)
-				w.sizes = append(w.sizes, 0)
-				k, ok := sub.size(w, e)
-				if !ok {
-					return 0, false
-				}
-				w.sizes[i] = k
-				n += 1 + protowire.SizeBytes(k)
+	f := newField[T](num, kindRepeated, protowire.BytesType)
+	f.size = func(w *msgWriter, m *T) (int, bool) {
+		n := 0
+		for _, e := range get(m) {
+			if e == nil {
+				return 0, false
 			}
-			return n, true
-		},
-		write: func(w *msgWriter, b []byte, m *T) ([]byte, bool) {
-			for _, e := range get(m) {
-				k := w.sizes[w.next]
-				w.next++
-				b = append(b, t)
-				b = protowire.AppendVarint(b, uint64(k))
-				var ok bool
-				if b, ok = sub.write(w, b, e); !ok {
-					return b, false
-				}
+			i := len(w.sizes)
+			w.sizes = append(w.sizes, 0)
+			k, ok := sub.size(w, e)
+			if !ok {
+				return 0, false
 			}
-			return b, true
-		},
+			w.sizes[i] = k
+			n += 1 + protowire.SizeBytes(k)
+		}
+		return n, true
 	}
+	f.write = func(w *msgWriter, b []byte, m *T) ([]byte, bool) {
+		for _, e := range get(m) {
+			k := w.sizes[w.next]
+			w.next++
+			b = append(b, f.tag)
+			b = protowire.AppendVarint(b, uint64(k))
+			var ok bool
+			if b, ok = sub.write(w, b, e); !ok {
+				return b, false
+			}
+		}
+		return b, true
+	}
+	return f
 }
 
 // The messages the codec encodes itself.
@@ -308,11 +241,43 @@ func (d *msgDesc[T]) size(w *msgWriter, m *T) (int, bool) {
 	}
 	n := 0
 	for i := range d.fields {
-		k, ok := d.fields[i].size(w, m)
-		if !ok {
-			return 0, false
+		f := &d.fields[i]
+		switch f.kind {
+		case kindEnum:
+			if v := f.getEnum(m); v != 0 {
+				n += 1 + protowire.SizeVarint(uint64(v))
+			}
+		case kindBytes:
+			if k := len(f.getBytes(m)); k > 0 {
+				n += 1 + protowire.SizeBytes(k)
+			}
+		case kindDigest:
+			if d := f.getDigest(m); d != nil {
+				if !plainDigest(d) {
+					return 0, false
+				}
+				n += 1 + protowire.SizeBytes(digestLen(d))
+			}
+		case kindDigests:
+			for _, d := range f.getDigests(m) {
+				if d == nil || !plainDigest(d) {
+					return 0, false
+				}
+				n += 1 + protowire.SizeBytes(digestLen(d))
+			}
+		case kindStatus:
+			if st := f.getStatus(m); st != nil {
+				k := statusLen(st)
+				w.sizes = append(w.sizes, k)
+				n += 1 + protowire.SizeBytes(k)
+			}
+		case kindRepeated:
+			k, ok := f.size(w, m)
+			if !ok {
+				return 0, false
+			}
+			n += k
 		}
-		n += k
 	}
 	return n, true
 }
@@ -321,9 +286,44 @@ func (d *msgDesc[T]) size(w *msgWriter, m *T) (int, bool) {
 // marshalled.
 func (d *msgDesc[T]) write(w *msgWriter, b []byte, m *T) ([]byte, bool) {
 	for i := range d.fields {
-		var ok bool
-		if b, ok = d.fields[i].write(w, b, m); !ok {
-			return b, false
+		f := &d.fields[i]
+		switch f.kind {
+		case kindEnum:
+			if v := f.getEnum(m); v != 0 {
+				b = append(b, f.tag)
+				b = protowire.AppendVarint(b, uint64(v))
+			}
+		case kindBytes:
+			if v := f.getBytes(m); len(v) > 0 {
+				b = append(b, f.tag)
+				b = protowire.AppendBytes(b, v)
+			}
+		case kindDigest:
+			if d := f.getDigest(m); d != nil {
+				b = appendDigestField(b, f.tag, d)
+			}
+		case kindDigests:
+			for _, d := range f.getDigests(m) {
+				b = appendDigestField(b, f.tag, d)
+			}
+		case kindStatus:
+			if st := f.getStatus(m); st != nil {
+				k := w.sizes[w.next]
+				w.next++
+				b = append(b, f.tag)
+				b = protowire.AppendVarint(b, uint64(k))
+				if k > 0 {
+					var err error
+					if b, err = (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(b, st); err != nil {
+						return b, false
+					}
+				}
+			}
+		case kindRepeated:
+			var ok bool
+			if b, ok = f.write(w, b, m); !ok {
+				return b, false
+			}
 		}
 	}
 	return b, true
