@@ -15,11 +15,13 @@ import (
 // hold thousands of small messages; proto.Marshal walks them through
 // reflection tables twice (size, then bytes). The codec writes the same
 // bytes with one writer driven by a short description of each message
-// (msgDesc): its fields in number order, each a tag and a pair of
-// functions that measure and write it, built once, at init, from the
-// generated getters (digestField, statusField, ...). The descriptions use
-// only the generated types' public API: a getter of the wrong type does
-// not compile, and unknown fields are found through ProtoReflect.
+// (msgDesc): its fields in number order, each a tag, a kind and the
+// generated getter of its value, built once, at init (digestField,
+// statusField, ...). The writer switches on the kind and calls the getter:
+// no reflection and one call per field. The descriptions use only the
+// generated types' public API (no unsafe, no private fields): a getter of
+// the wrong type for its kind does not compile, and unknown fields are
+// found through ProtoReflect.
 // Encoding another message is one more description.
 //
 // The writer takes only the messages the handlers build: no unknown
