@@ -258,10 +258,11 @@ func BenchmarkEncodeResponses(b *testing.B) {
 func TestDescribeRejectsMistakes(t *testing.T) {
 	type R = repb.BatchReadBlobsResponse_Response
 	data := bytesField(2, (*R).GetData)
+	compressor := func(r *R) int32 { return int32(r.GetCompressor()) }
 	for name, fields := range map[string][]field[R]{
-		"out of order": {enumField(4, (*R).GetCompressor), data},
+		"out of order": {enumField(4, compressor), data},
 		"repeated":     {data, data},
-		"number 16":    {data, enumField(16, (*R).GetCompressor)},
+		"number 16":    {data, enumField(16, compressor)},
 		"number 0":     {bytesField(0, (*R).GetData)},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -273,5 +274,5 @@ func TestDescribeRejectsMistakes(t *testing.T) {
 			describe(fields...)
 		})
 	}
-	describe(data, enumField(4, (*R).GetCompressor))
+	describe(data, enumField(4, compressor))
 }
