@@ -8,12 +8,10 @@ import (
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	bspb "google.golang.org/genproto/googleapis/bytestream"
-	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 )
 
 // codec is gRPC's proto codec with shortcuts for the messages that carry
@@ -28,7 +26,9 @@ import (
 // The Read handler never changes a ReadResponse's data after sending it,
 // which is what makes handing gRPC the slice itself safe. A pooledChunk
 // (see bytestream.go) is sent the same way, its buffer going back to its
-// pool once gRPC has written it.
+// pool once gRPC has written it. The responses to FindMissingBlobs,
+// BatchUpdateBlobs and BatchReadBlobs are written by one table-driven
+// writer (encode.go); FuzzEncoders checks it against proto.Marshal.
 //
 // Receiving: WriteRequest, BatchUpdateBlobsRequest and
 // FindMissingBlobsRequest, the messages a server receives in bulk, are
@@ -69,220 +69,12 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 		if len(m.Data) > 0 && len(m.ProtoReflect().GetUnknown()) == 0 {
 			return mem.BufferSlice{mem.SliceBuffer(dataHeader(len(m.Data))), mem.SliceBuffer(m.Data)}, nil
 		}
-	case *repb.FindMissingBlobsResponse:
-		if bs, ok := encodeFindMissingResponse(m); ok {
-			return bs, nil
-		}
-	case *repb.BatchUpdateBlobsResponse:
-		if bs, ok := encodeBatchUpdateResponse(m); ok {
-			return bs, nil
-		}
-	case *repb.BatchReadBlobsResponse:
-		if bs, ok := encodeBatchReadResponse(m); ok {
+	default:
+		if bs, ok := encodeResponse(v); ok {
 			return bs, nil
 		}
 	}
 	return c.std.Marshal(v)
-}
-
-// The responses to FindMissingBlobs, BatchUpdateBlobs and BatchReadBlobs hold thousands
-// of small messages; proto.Marshal walks them through reflection tables
-// twice (size, then bytes). These encoders write the same bytes directly,
-// for the responses the handlers build: no unknown fields, no nil
-// entries (else the standard codec does it).
-
-// digestLen is the encoded length of a Digest without unknown fields.
-func digestLen(d *repb.Digest) int {
-	n := 0
-	if len(d.Hash) > 0 {
-		n += 1 + protowire.SizeBytes(len(d.Hash))
-	}
-	if d.SizeBytes != 0 {
-		n += 1 + protowire.SizeVarint(uint64(d.SizeBytes))
-	}
-	return n
-}
-
-func appendDigest(b []byte, d *repb.Digest) []byte {
-	if len(d.Hash) > 0 {
-		b = append(b, tagBytes1)
-		b = protowire.AppendString(b, d.Hash)
-	}
-	if d.SizeBytes != 0 {
-		b = append(b, tagVarint2)
-		b = protowire.AppendVarint(b, uint64(d.SizeBytes))
-	}
-	return b
-}
-
-// plainDigest reports whether d can be encoded by appendDigest.
-func plainDigest(d *repb.Digest) bool {
-	return d != nil && len(d.ProtoReflect().GetUnknown()) == 0
-}
-
-// encodedBuffer returns an empty buffer with room for n bytes and wraps
-// the filled result for gRPC, pooled if it is large.
-func encodedBuffer(n int) []byte {
-	if n < minPooled {
-		return make([]byte, 0, n)
-	}
-	return getData(n)[:0]
-}
-
-func wrapEncoded(b []byte) mem.BufferSlice {
-	if cap(b) < minPooled {
-		return mem.BufferSlice{mem.SliceBuffer(b)}
-	}
-	return mem.BufferSlice{mem.NewBuffer(&b, chunkPool{})}
-}
-
-func encodeFindMissingResponse(m *repb.FindMissingBlobsResponse) (mem.BufferSlice, bool) {
-	if len(m.ProtoReflect().GetUnknown()) != 0 {
-		return nil, false
-	}
-	n := 0
-	for _, d := range m.MissingBlobDigests {
-		if !plainDigest(d) {
-			return nil, false
-		}
-		n += 1 + protowire.SizeBytes(digestLen(d))
-	}
-	b := encodedBuffer(n)
-	for _, d := range m.MissingBlobDigests {
-		b = append(b, tagBytes2)
-		b = protowire.AppendVarint(b, uint64(digestLen(d)))
-		b = appendDigest(b, d)
-	}
-	return wrapEncoded(b), true
-}
-
-func encodeBatchUpdateResponse(m *repb.BatchUpdateBlobsResponse) (mem.BufferSlice, bool) {
-	if len(m.ProtoReflect().GetUnknown()) != 0 {
-		return nil, false
-	}
-	// Entry lengths: Digest and Status as submessages (Status through
-	// proto.Size when it is not plain OK).
-	n := 0
-	for _, r := range m.Responses {
-		if r == nil || len(r.ProtoReflect().GetUnknown()) != 0 || (r.Digest != nil && !plainDigest(r.Digest)) {
-			return nil, false
-		}
-		n += 1 + protowire.SizeBytes(responseLen(r))
-	}
-	b := encodedBuffer(n)
-	for _, r := range m.Responses {
-		b = append(b, tagBytes1)
-		b = protowire.AppendVarint(b, uint64(responseLen(r)))
-		b = appendDigestField(b, r.Digest)
-		var ok bool
-		if b, ok = appendStatusField(b, tagBytes2, r.Status); !ok {
-			return nil, false
-		}
-	}
-	return wrapEncoded(b), true
-}
-
-// encodeBatchReadResponse writes a BatchReadBlobsResponse as
-// proto.Marshal would (fields in number order: digest, data, status,
-// compressor), straight into one pooled buffer.
-func encodeBatchReadResponse(m *repb.BatchReadBlobsResponse) (mem.BufferSlice, bool) {
-	if len(m.ProtoReflect().GetUnknown()) != 0 {
-		return nil, false
-	}
-	n := 0
-	for _, r := range m.Responses {
-		if r == nil || len(r.ProtoReflect().GetUnknown()) != 0 || (r.Digest != nil && !plainDigest(r.Digest)) {
-			return nil, false
-		}
-		n += 1 + protowire.SizeBytes(readResponseLen(r))
-	}
-	b := encodedBuffer(n)
-	for _, r := range m.Responses {
-		b = append(b, tagBytes1)
-		b = protowire.AppendVarint(b, uint64(readResponseLen(r)))
-		b = appendDigestField(b, r.Digest)
-		if len(r.Data) > 0 {
-			b = append(b, tagBytes2)
-			b = protowire.AppendBytes(b, r.Data)
-		}
-		var ok bool
-		if b, ok = appendStatusField(b, tagBytes3, r.Status); !ok {
-			return nil, false
-		}
-		if r.Compressor != 0 {
-			b = append(b, tagVarint4)
-			b = protowire.AppendVarint(b, uint64(r.Compressor))
-		}
-	}
-	return wrapEncoded(b), true
-}
-
-// readResponseLen is the encoded length of r (see encodeBatchReadResponse).
-func readResponseLen(r *repb.BatchReadBlobsResponse_Response) int {
-	n := digestFieldLen(r.Digest) + statusFieldLen(r.Status)
-	if len(r.Data) > 0 {
-		n += 1 + protowire.SizeBytes(len(r.Data))
-	}
-	if r.Compressor != 0 {
-		n += 1 + protowire.SizeVarint(uint64(r.Compressor))
-	}
-	return n
-}
-
-// okStatus reports whether st is a plain OK status: it encodes to nothing.
-func okStatus(st *rpcstatus.Status) bool {
-	return st.Code == 0 && st.Message == "" && len(st.Details) == 0 && len(st.ProtoReflect().GetUnknown()) == 0
-}
-
-func responseLen(r *repb.BatchUpdateBlobsResponse_Response) int {
-	return digestFieldLen(r.Digest) + statusFieldLen(r.Status)
-}
-
-// digestFieldLen is the encoded length of a response's digest field
-// (number 1), 0 when absent.
-func digestFieldLen(d *repb.Digest) int {
-	if d == nil {
-		return 0
-	}
-	return 1 + protowire.SizeBytes(digestLen(d))
-}
-
-// appendDigestField appends a response's digest field (number 1), if any.
-func appendDigestField(b []byte, d *repb.Digest) []byte {
-	if d == nil {
-		return b
-	}
-	b = append(b, tagBytes1)
-	b = protowire.AppendVarint(b, uint64(digestLen(d)))
-	return appendDigest(b, d)
-}
-
-// statusFieldLen is the encoded length of a response's status field, 0
-// when absent (a plain OK encodes as an empty message).
-func statusFieldLen(st *rpcstatus.Status) int {
-	if st == nil {
-		return 0
-	}
-	k := 0
-	if !okStatus(st) {
-		k = proto.Size(st)
-	}
-	return 1 + protowire.SizeBytes(k)
-}
-
-// appendStatusField appends a response's status field under tag, if any;
-// false if the status cannot be marshalled.
-func appendStatusField(b []byte, tag byte, st *rpcstatus.Status) ([]byte, bool) {
-	if st == nil {
-		return b, true
-	}
-	b = append(b, tag)
-	if okStatus(st) {
-		return append(b, 0), true
-	}
-	b = protowire.AppendVarint(b, uint64(proto.Size(st)))
-	b, err := (proto.MarshalOptions{UseCachedSize: true}).MarshalAppend(b, st)
-	return b, err == nil
 }
 
 // dataHeader is the tag and length of a ReadResponse.data field of n bytes.
@@ -315,8 +107,6 @@ const (
 	tagBytes1  = 1<<3 | 2
 	tagBytes2  = 2<<3 | 2
 	tagVarint2 = 2<<3 | 0
-	tagBytes3  = 3<<3 | 2
-	tagVarint4 = 4<<3 | 0
 	tagVarint3 = 3<<3 | 0
 	tagVarint5 = 5<<3 | 0
 	tagBytes10 = 10<<3 | 2
