@@ -2,41 +2,21 @@ package job
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/gantry-build/gantry/internal/client"
-	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/remote"
-	"github.com/gantry-build/gantry/internal/server"
+	"github.com/gantry-build/gantry/internal/server/servertest"
 )
 
 // newClient runs an all-in-one Gantry with an in-process worker on a
 // loopback port until the test ends and returns a remote.Client of it.
 func newClient(t testing.TB) *remote.Client {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.HTTPListen = ""
-	cfg.DataDir = t.TempDir()
-	cfg.Worker.Cores = 2
-	srv, err := server.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Run(ctx); close(done) }()
-	conn, err := client.Dial(srv.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(); cancel(); <-done })
+	_, conn := servertest.Start(t)
 	c, err := remote.New(testCtx(t), conn, "", remote.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -1,38 +1,17 @@
 package loadgen
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"testing"
 
 	"google.golang.org/grpc"
 
-	"github.com/gantry-build/gantry/internal/client"
-	"github.com/gantry-build/gantry/internal/config"
-	"github.com/gantry-build/gantry/internal/server"
+	"github.com/gantry-build/gantry/internal/server/servertest"
 )
 
 // startServer runs an all-in-one Gantry with an in-process worker on a
 // loopback port until the test ends and returns a connection to it.
 func startServer(t testing.TB) *grpc.ClientConn {
 	t.Helper()
-	cfg := config.Default()
-	cfg.Listen = "127.0.0.1:0"
-	cfg.HTTPListen = ""
-	cfg.DataDir = t.TempDir()
-	cfg.Worker.Cores = 2
-	srv, err := server.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { srv.Run(ctx); close(done) }()
-	conn, err := client.Dial(srv.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(); cancel(); <-done })
+	_, conn := servertest.Start(t)
 	return conn
 }
