@@ -1,5 +1,13 @@
 package scheduler
 
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gantry-build/gantry/internal/platform"
+)
+
 // Whether a worker may take a queued task now is a chain of feasibility
 // steps, each a type that answers one question and, when the answer is
 // no, says which: controls (an operator holds the worker), platform (the
@@ -12,6 +20,11 @@ package scheduler
 // waiter.why runs the steps in that order, the cheapest and most often
 // refusing first; it calls them as concrete types, so the dispatch path
 // pays no interface call for the chain.
+//
+// Each step also words its refusal (its reasons method): WhyQueued and
+// ExplainWorkers take their "why not this worker" from the same steps
+// (whyqueued.go), so what the status page and `gantry operation show`
+// say is what dispatch decides.
 
 // infeasible names the step that refused a worker a task; feasible when
 // none did.
@@ -61,24 +74,56 @@ type feasibilityStep interface {
 	check(wt *waiter, b *bucket, t *Task) infeasible
 }
 
+// explainingStep is a step that can say why it refuses: the reasons
+// for an operator, each with what to do. It is asked only after check
+// refused.
+type explainingStep interface {
+	feasibilityStep
+	reasons(wt *waiter, b *bucket, t *Task) []platform.Reason
+}
+
+// Reasons the scheduler (not the worker's platform) keeps a worker from
+// an action; the platform's own are platform.Reason*.
+const (
+	ReasonHeld       platform.ReasonKind = "held by an operator"
+	ReasonInstance   platform.ReasonKind = "instance not served"
+	ReasonQuota      platform.ReasonKind = "max quota reached"
+	ReasonPreemption platform.ReasonKind = "held for pre-emption"
+)
+
 var (
-	_ feasibilityStep = controlStep{}
-	_ feasibilityStep = platformStep{}
-	_ feasibilityStep = instanceStep{}
+	_ explainingStep  = controlStep{}
+	_ explainingStep  = platformStep{}
+	_ explainingStep  = instanceStep{}
+	_ explainingStep  = quotaStep{}
+	_ explainingStep  = preemptionStep{}
 	_ feasibilityStep = capacityStep{}
-	_ feasibilityStep = quotaStep{}
-	_ feasibilityStep = preemptionStep{}
 )
 
 // controlStep refuses a worker an operator drained, paused or is
-// terminating: it finishes what it runs and gets no new work.
-type controlStep struct{}
+// terminating: it finishes what it runs and gets no new work. controls
+// (the scheduler's, by worker id) only word the refusal; check reads the
+// worker's hold.
+type controlStep struct{ controls map[string]WorkerControl }
 
 func (controlStep) check(wt *waiter, _ *bucket, _ *Task) infeasible {
 	if wt.worker.hold {
 		return refusedControl
 	}
 	return feasible
+}
+
+func (c controlStep) reasons(wt *waiter, _ *bucket, _ *Task) []platform.Reason {
+	id := wt.worker.info.ID
+	ctl := c.controls[id]
+	have, fix := "drained", "`gantry workers undrain "+id+"` gives it work again"
+	switch {
+	case ctl.Pause:
+		have, fix = "paused", "`gantry workers resume "+id+"` lets it take work again"
+	case ctl.Terminate:
+		have, fix = "terminating", "it exits once idle; `gantry workers undrain "+id+"` keeps it"
+	}
+	return []platform.Reason{{Kind: ReasonHeld, Property: "control", Have: have, Fix: fix}}
 }
 
 // platformStep refuses a worker that could never run the bucket's
@@ -93,6 +138,22 @@ func (platformStep) check(wt *waiter, b *bucket, _ *Task) infeasible {
 	return feasible
 }
 
+func (platformStep) reasons(wt *waiter, b *bucket, _ *Task) []platform.Reason {
+	return platformReasons(wt.worker.info.Platform, b.queue, b.req)
+}
+
+// platformReasons says why a worker offering p could never run an action
+// of queue with request r (none: it could). worker.matches is its cached
+// yes or no.
+func platformReasons(p platform.Worker, queue string, r platform.Request) []platform.Reason {
+	reasons := p.Accepts(r, nil)
+	if !p.Serves(queue) {
+		reasons = append(reasons, platform.Reason{Kind: platform.ReasonQueue, Property: "queue", Want: queue, Have: strings.Join(p.Queues, ","),
+			Fix: "let the worker serve queue " + strconv.Quote(queue)})
+	}
+	return reasons
+}
+
 // instanceStep refuses a worker that does not serve the bucket's
 // instance.
 type instanceStep struct{}
@@ -102,6 +163,11 @@ func (instanceStep) check(wt *waiter, b *bucket, _ *Task) infeasible {
 		return refusedInstance
 	}
 	return feasible
+}
+
+func (instanceStep) reasons(wt *waiter, b *bucket, _ *Task) []platform.Reason {
+	return []platform.Reason{{Kind: ReasonInstance, Property: "instance", Want: strconv.Quote(b.instance), Have: strings.Join(wt.worker.info.Instances, ","),
+		Fix: "start the worker with --instance=" + b.instance + " (or --instance='*' for every instance)"}}
 }
 
 // capacityStep refuses a worker without the task's cores (as it reported
@@ -127,6 +193,14 @@ func (quotaStep) check(wt *waiter, b *bucket, _ *Task) infeasible {
 	return feasible
 }
 
+func (quotaStep) reasons(wt *waiter, b *bucket, _ *Task) []platform.Reason {
+	w := wt.worker
+	k := quotaKey{b.instance, w.cohort}
+	return []platform.Reason{{Kind: ReasonQuota, Property: "cohort " + w.cohort,
+		Want: fmt.Sprintf("instance %q runs %d", b.instance, w.ten.usage[k]), Have: fmt.Sprintf("max %d", w.ten.quotas[k].Max),
+		Fix: "it starts when one of them finishes; `gantry quota put` raises the max"}}
+}
+
 // preemptionStep refuses a worker of a cohort whose cores suspended
 // actions hold (unless the instance is below its min there), or that the
 // task was moved off because it could not start there.
@@ -138,6 +212,15 @@ func (preemptionStep) check(wt *waiter, b *bucket, t *Task) infeasible {
 		return refusedPreemption
 	}
 	return feasible
+}
+
+func (preemptionStep) reasons(wt *waiter, _ *bucket, t *Task) []platform.Reason {
+	if wt.worker.ten.avoid[t] == wt.worker {
+		return []platform.Reason{{Kind: ReasonPreemption, Property: "moved off",
+			Fix: "it could not start on this worker and was moved off; another worker of the cohort takes it"}}
+	}
+	return []platform.Reason{{Kind: ReasonPreemption, Property: "suspended actions",
+		Fix: "actions suspended for higher-quota work hold the worker's cores; it takes this once they resume and finish"}}
 }
 
 // why runs the chain: the first step that refuses wt the task t of

@@ -1,6 +1,8 @@
 package scheduler
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,10 +41,58 @@ func runSteps(t *testing.T, step feasibilityStep, cases []stepCase) {
 			if tc.worker != nil {
 				tc.worker(wt)
 			}
-			if got := step.check(wt, b, task); got != tc.want {
+			got := step.check(wt, b, task)
+			if got != tc.want {
 				t.Fatalf("%T.check = %v, want %v", step, got, tc.want)
 			}
+			if es, ok := step.(explainingStep); ok && got != feasible {
+				checkReasons(t, es.reasons(wt, b, task), stepKinds[got])
+			}
 		})
+	}
+}
+
+// stepKinds are the reason kinds each refusal is worded with (the
+// platform step's come from platform.Worker.Accepts, or the queue's).
+var stepKinds = map[infeasible][]platform.ReasonKind{
+	refusedControl:    {ReasonHeld},
+	refusedPlatform:   {platform.ReasonMismatch, platform.ReasonUnmatched, platform.ReasonResource, platform.ReasonPinned, platform.ReasonQueue},
+	refusedInstance:   {ReasonInstance},
+	refusedQuota:      {ReasonQuota},
+	refusedPreemption: {ReasonPreemption},
+}
+
+// checkReasons wants at least one reason, each of a kind in kinds and
+// with a fix: what WhyQueued shows for a refusing step.
+func checkReasons(t *testing.T, rs []platform.Reason, kinds []platform.ReasonKind) {
+	t.Helper()
+	if len(rs) == 0 {
+		t.Fatal("a refusing step gives no reason")
+	}
+	for _, r := range rs {
+		if !slices.Contains(kinds, r.Kind) || r.Fix == "" {
+			t.Errorf("reason %q: want one of the kinds %q, with a fix", r, kinds)
+		}
+	}
+}
+
+// The control step says which control holds the worker and the command
+// that lifts it.
+func TestControlStepReasons(t *testing.T) {
+	for _, tc := range []struct {
+		ctl       WorkerControl
+		have, fix string
+	}{
+		{WorkerControl{Drain: true}, "drained", "gantry workers undrain w1"},
+		{WorkerControl{Pause: true}, "paused", "gantry workers resume w1"},
+		{WorkerControl{Drain: true, Terminate: true}, "terminating", "exits once idle"},
+	} {
+		wt := stepWaiter(t)
+		wt.worker.hold = true
+		rs := controlStep{map[string]WorkerControl{"w1": tc.ctl}}.reasons(wt, nil, nil)
+		if len(rs) != 1 || rs[0].Have != tc.have || !strings.Contains(rs[0].Fix, tc.fix) {
+			t.Errorf("%+v: reasons %q, want %s and %q", tc.ctl, rs, tc.have, tc.fix)
+		}
 	}
 }
 
@@ -134,6 +184,9 @@ func TestPreemptionStep(t *testing.T) {
 		wt.worker.ten.avoid[task] = wt.worker
 		if got := (preemptionStep{}).check(wt, b, task); got != refusedPreemption {
 			t.Fatalf("check = %v, want %v", got, refusedPreemption)
+		}
+		if rs := (preemptionStep{}).reasons(wt, b, task); len(rs) != 1 || rs[0].Property != "moved off" {
+			t.Fatalf("reasons = %q, want the move off", rs)
 		}
 		wt.worker.ten.avoid[task] = &worker{}
 		if got := (preemptionStep{}).check(wt, b, task); got != feasible {

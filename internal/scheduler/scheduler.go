@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -403,7 +402,9 @@ type WorkerVerdict struct {
 
 // ExplainWorkers lists, for every registered or recently seen worker,
 // why it could not run an action in queue with request r (no reasons: it
-// could). The closest worker comes first.
+// could). The closest worker comes first. The reasons are the platform
+// step's (feasibility.go); an action not yet queued has no instance,
+// quota or invocation for the other steps to judge (WhyQueued asks them).
 func (s *Scheduler) ExplainWorkers(queue string, r platform.Request) []WorkerVerdict {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -413,20 +414,21 @@ func (s *Scheduler) ExplainWorkers(queue string, r platform.Request) []WorkerVer
 func (s *Scheduler) explainWorkersLocked(queue string, r platform.Request) []WorkerVerdict {
 	out := make([]WorkerVerdict, 0, len(s.seen))
 	for id, sw := range s.seen {
-		reasons := sw.platform.Accepts(r, nil)
-		if !sw.platform.Serves(queue) {
-			reasons = append(reasons, platform.Reason{Kind: platform.ReasonQueue, Property: "queue", Want: queue, Have: strings.Join(sw.platform.Queues, ","),
-				Fix: "let the worker serve queue " + strconv.Quote(queue)})
-		}
-		out = append(out, WorkerVerdict{Worker: id, Reasons: reasons})
+		out = append(out, WorkerVerdict{Worker: id, Reasons: platformReasons(sw.platform, queue, r)})
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if len(out[i].Reasons) != len(out[j].Reasons) {
-			return len(out[i].Reasons) < len(out[j].Reasons)
-		}
-		return out[i].Worker < out[j].Worker
-	})
+	sortVerdicts(out)
 	return out
+}
+
+// sortVerdicts puts the closest worker (fewest reasons) first, then by
+// id.
+func sortVerdicts(vs []WorkerVerdict) {
+	sort.Slice(vs, func(i, j int) bool {
+		if len(vs[i].Reasons) != len(vs[j].Reasons) {
+			return len(vs[i].Reasons) < len(vs[j].Reasons)
+		}
+		return vs[i].Worker < vs[j].Worker
+	})
 }
 
 // Config returns the effective configuration.

@@ -94,26 +94,86 @@ func (s *Scheduler) WhyQueued(name string) (QueuedAnalysis, error) {
 		}
 	}
 	sort.Slice(a.Quotas, func(i, j int) bool { return a.Quotas[i].Cohort < a.Quotas[j].Cohort })
-	for _, v := range s.explainWorkersLocked(t.Queue, t.Req) {
-		if len(v.Reasons) > 0 {
-			a.Unable = append(a.Unable, v)
-			continue
-		}
-		wl := WorkerLoad{Worker: v.Worker, State: "gone"}
-		if w := s.workers[v.Worker]; w != nil {
-			ws := WorkerStatus{Control: s.controls[v.Worker], Restored: w.restored, Polling: s.isWaitingLocked(w)}
-			for range w.leases {
-				ws.Leases = append(ws.Leases, LeaseStatus{})
-			}
-			wl.State, wl.Running, wl.Slots, wl.Polling = ws.State(), len(w.leases), w.info.Slots, ws.Polling
-		}
-		a.Able = append(a.Able, wl)
-	}
-	if len(a.Able) == 0 && s.cfg.UnsatisfiableWait > 0 {
+	a.Able, a.Unable = s.workerVerdictsLocked(t)
+	if !s.someWorkerMatchesLocked(t.Queue, t.Req) && s.cfg.UnsatisfiableWait > 0 {
 		a.FailsAt = t.queuedAt.Add(s.cfg.UnsatisfiableWait)
 		if earliest := s.started.Add(s.cfg.StartupGrace + s.cfg.UnsatisfiableWait); a.FailsAt.Before(earliest) {
 			a.FailsAt = earliest
 		}
 	}
 	return a, nil
+}
+
+// standingSteps are the feasibility chain's steps whose answer does not
+// depend on what a worker has free this moment. The capacity step does:
+// a worker that could run the task but is busy is shown with its load
+// instead.
+func (s *Scheduler) standingSteps() [5]explainingStep {
+	return [...]explainingStep{controlStep{s.controls}, platformStep{}, instanceStep{}, quotaStep{}, preemptionStep{}}
+}
+
+// refusalsLocked words, through the steps themselves, every standing
+// step that refuses registered worker w the queued task t (none: it
+// could run t once it has room).
+func (s *Scheduler) refusalsLocked(w *worker, t *Task) []platform.Reason {
+	b := s.queue.buckets[t.bucketKey]
+	if b == nil {
+		return nil
+	}
+	wt := &waiter{worker: w, free: Capacity{Cores: w.info.Platform.Cores}}
+	var out []platform.Reason
+	for _, st := range s.standingSteps() {
+		if st.check(wt, b, t) != feasible {
+			out = append(out, st.reasons(wt, b, t)...)
+		}
+	}
+	return out
+}
+
+// workerVerdictsLocked splits the registered and recently seen workers
+// into those that could run the queued task t (with their load) and
+// those that cannot, closest first, with the reasons. A worker gone or
+// reconnecting after a restart is judged by its platform alone: the
+// other steps need it registered.
+func (s *Scheduler) workerVerdictsLocked(t *Task) (able []WorkerLoad, unable []WorkerVerdict) {
+	var verdicts []WorkerVerdict
+	for id, sw := range s.seen {
+		v := WorkerVerdict{Worker: id}
+		if w := s.workers[id]; w != nil && !w.restored {
+			v.Reasons = s.refusalsLocked(w, t)
+		} else {
+			v.Reasons = platformReasons(sw.platform, t.Queue, t.Req)
+		}
+		verdicts = append(verdicts, v)
+	}
+	sortVerdicts(verdicts)
+	for _, v := range verdicts {
+		if len(v.Reasons) > 0 {
+			unable = append(unable, v)
+			continue
+		}
+		able = append(able, s.workerLoadLocked(v.Worker))
+	}
+	return able, unable
+}
+
+// workerLoadLocked says what holds a worker that could run an action.
+func (s *Scheduler) workerLoadLocked(id string) WorkerLoad {
+	wl := WorkerLoad{Worker: id, State: "gone"}
+	if w := s.workers[id]; w != nil {
+		ws := WorkerStatus{Control: s.controls[id], Restored: w.restored, Polling: s.isWaitingLocked(w)}
+		for range w.leases {
+			ws.Leases = append(ws.Leases, LeaseStatus{})
+		}
+		wl.State, wl.Running, wl.Slots, wl.Polling = ws.State(), len(w.leases), w.info.Slots, ws.Polling
+	}
+	return wl
+}
+
+// someWorkerMatchesLocked reports whether a registered or recently seen
+// worker's platform could run an action of queue with request r: while
+// one could, the action waits (failUnsatisfiableLocked).
+func (s *Scheduler) someWorkerMatchesLocked(queue string, r platform.Request) bool {
+	verdicts := s.explainWorkersLocked(queue, r)
+	return len(verdicts) > 0 && len(verdicts[0].Reasons) == 0
 }
