@@ -13,6 +13,7 @@ import (
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -99,25 +100,19 @@ func operation(name string, st scheduler.OperationState, fn digest.Function) *lo
 // Execute implements REAPI Execution. Problems with the request (bad or
 // missing action, command or inputs) fail the call; problems while running
 // go in ExecuteResponse.status.
+//
+// Its steps: check the request, name the operation and tell the client,
+// answer from the ActionCache if it can, prepare the submission from the
+// CAS, submit it (unless the client cancelled it first), follow it to the
+// end and report it.
 func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_ExecuteServer) error {
 	accepted := time.Now()
-	ctx := stream.Context()
-	if err := digest.ValidateInstanceName(req.InstanceName); err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
-	}
-	fn, _, err := digest.ResolveFunction(req.DigestFunction)
+	ad, err := executeDigest(req)
 	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
-	}
-	if req.ActionDigest == nil {
-		return status.Error(codes.InvalidArgument, "action_digest is missing")
-	}
-	ad, err := digest.FromProto(fn, req.ActionDigest)
-	if err != nil {
-		return status.Errorf(codes.InvalidArgument, "action_digest: %v", err)
+		return err
 	}
 	name := uuid.NewString()
-	ctx, span := startExecuteSpan(ctx, name, req.InstanceName, ad)
+	ctx, span := startExecuteSpan(stream.Context(), name, req.InstanceName, ad)
 	defer span.End()
 	st := scheduler.OperationState{Name: name, Instance: req.InstanceName, ActionDigest: ad, Stage: repb.ExecutionStage_CACHE_CHECK}
 	// From the first message on the client knows the name: until the
@@ -129,47 +124,19 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 		return err
 	}
 	if !req.SkipCacheLookup {
-		ar, err := s.lookup(ctx, req.InstanceName, ad)
-		if err == nil {
-			resp, err := s.answerCached(ctx, stream, st, ar, accepted)
-			if err == nil {
-				endExecuteSpan(span, resp)
-			}
+		if answered, err := s.answerFromCache(ctx, stream, span, st, accepted); answered || err != nil {
 			return err
 		}
-		if status.Code(err) != codes.NotFound {
-			return err
-		}
-		s.obs.CacheLookup(false)
 	}
-	sub, cmd, err := s.prepare(ctx, req, ad)
+	sub, note, err := s.submission(ctx, req, ad, name, accepted)
 	if err != nil {
 		return err
 	}
-	sub.Name, sub.Accepted = name, accepted
-	var md *repb.RequestMetadata
-	sub.Invocation, md = s.callKeys(ctx, req.InstanceName, sub.Platform)
-	sub.Metadata = md
-	note := newCallNote(md, buildName(ctx), cmd)
-	sub.Note = note
 	if s.pending.cancelled(name) {
-		st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
-		st.Response = &repb.ExecuteResponse{Status: status.New(codes.Canceled, "operation cancelled by request").Proto()}
-		s.recent.add(st)
-		s.finished(protocol.Finished{Name: name, Instance: req.InstanceName, ActionDigest: ad, Invocation: sub.Invocation, Accepted: accepted,
-			Response: st.Response, Metadata: note.metadata, BuildName: note.buildName, Command: cmd})
-		return stream.Send(operation(name, st, ad.Function))
+		return s.answerCancelled(stream, st, &sub, note)
 	}
 	if err := s.submit(ctx, &sub); err != nil {
-		var nq *scheduler.NoQueueError
-		if errors.As(err, &nq) {
-			return noQueueStatus(nq)
-		}
-		var nw *scheduler.NoWorkerError
-		if errors.As(err, &nw) {
-			return noWorkerStatus(nw)
-		}
-		return grpcError(err)
+		return submitError(err)
 	}
 	if s.pending.remove(name) {
 		// Asked while the submit was on its way.
@@ -180,18 +147,90 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	final, err := s.follow(ctx, name, ad.Function, stream, true)
 	if err == nil && final.Done {
 		endExecuteSpan(span, final.Response)
-		// The client has the result; its call ends once the operation
-		// is reported.
-		if note.claim() {
-			s.finishedOp(final, note)
-		} else {
-			select {
-			case <-note.reported:
-			case <-ctx.Done():
-			}
-		}
+		s.reportFollowed(ctx, final, note)
 	}
 	return err
+}
+
+// executeDigest checks an ExecuteRequest's instance name and digest
+// function and returns its action digest.
+func executeDigest(req *repb.ExecuteRequest) (digest.Digest, error) {
+	if err := digest.ValidateInstanceName(req.InstanceName); err != nil {
+		return digest.Digest{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	fn, _, err := digest.ResolveFunction(req.DigestFunction)
+	if err != nil {
+		return digest.Digest{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if req.ActionDigest == nil {
+		return digest.Digest{}, status.Error(codes.InvalidArgument, "action_digest is missing")
+	}
+	ad, err := digest.FromProto(fn, req.ActionDigest)
+	if err != nil {
+		return digest.Digest{}, status.Errorf(codes.InvalidArgument, "action_digest: %v", err)
+	}
+	return ad, nil
+}
+
+// answerFromCache looks the action of st up in the ActionCache and, on a
+// hit, ends the call with the cached result (answered). A miss goes on
+// to execution; any other lookup error fails the call.
+func (s *Service) answerFromCache(ctx context.Context, stream repb.Execution_ExecuteServer, span trace.Span, st scheduler.OperationState, accepted time.Time) (answered bool, err error) {
+	ar, err := s.lookup(ctx, st.Instance, st.ActionDigest)
+	if err != nil {
+		if status.Code(err) != codes.NotFound {
+			return false, err
+		}
+		s.obs.CacheLookup(false)
+		return false, nil
+	}
+	resp, err := s.answerCached(ctx, stream, st, ar, accepted)
+	if err == nil {
+		endExecuteSpan(span, resp)
+	}
+	return true, err
+}
+
+// submission prepares the scheduler's request for operation name from
+// the action in the CAS and the caller's metadata, with the note the
+// operation's report takes.
+func (s *Service) submission(ctx context.Context, req *repb.ExecuteRequest, ad digest.Digest, name string, accepted time.Time) (scheduler.SubmitRequest, *callNote, error) {
+	sub, cmd, err := s.prepare(ctx, req, ad)
+	if err != nil {
+		return scheduler.SubmitRequest{}, nil, err
+	}
+	sub.Name, sub.Accepted = name, accepted
+	sub.Invocation, sub.Metadata = s.callKeys(ctx, req.InstanceName, sub.Platform)
+	note := newCallNote(sub.Metadata, buildName(ctx), cmd)
+	sub.Note = note
+	return sub, note, nil
+}
+
+// answerCancelled ends the call of an operation the client cancelled
+// before it reached the scheduler: it is reported, and answered,
+// cancelled.
+func (s *Service) answerCancelled(stream repb.Execution_ExecuteServer, st scheduler.OperationState, sub *scheduler.SubmitRequest, note *callNote) error {
+	st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
+	st.Response = &repb.ExecuteResponse{Status: status.New(codes.Canceled, "operation cancelled by request").Proto()}
+	s.recent.add(st)
+	s.finished(protocol.Finished{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Invocation: sub.Invocation, Accepted: sub.Accepted,
+		Response: st.Response, Metadata: note.metadata, BuildName: note.buildName, Command: note.command})
+	return stream.Send(operation(st.Name, st, st.ActionDigest.Function))
+}
+
+// reportFollowed reports the finished operation final unless the
+// scheduler's report claimed it first; then the call ends once that is
+// done (or the call's context ends), so the client sees the result only
+// after it is reported.
+func (s *Service) reportFollowed(ctx context.Context, final scheduler.OperationState, note *callNote) {
+	if note.claim() {
+		s.finishedOp(final, note)
+		return
+	}
+	select {
+	case <-note.reported:
+	case <-ctx.Done():
+	}
 }
 
 // answerCached ends the Execute of st, the operation its first message

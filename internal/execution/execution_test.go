@@ -385,6 +385,16 @@ func TestBadRequestsAreInvalidArgument(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("bad digest: %v", err)
 	}
+	// executeDigest's other checks: a missing digest, an unknown digest
+	// function.
+	_, err = e.execute(context.Background(), &repb.ExecuteRequest{})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "action_digest is missing") {
+		t.Fatalf("no action digest: %v", err)
+	}
+	_, err = e.execute(context.Background(), &repb.ExecuteRequest{ActionDigest: file.Proto(), DigestFunction: repb.DigestFunction_Value(99)})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("unknown digest function: %v", err)
+	}
 	// A symlink going up but staying inside the root is fine.
 	inner := e.put(&repb.Directory{Symlinks: []*repb.SymlinkNode{{Name: "l", Target: "../x"}}})
 	ok := e.action(e.put(&repb.Directory{Directories: []*repb.DirectoryNode{{Name: "sub", Digest: inner.Proto()}}}), simpleCmd("true"))

@@ -35,3 +35,18 @@ func schedulerCode(kind error) codes.Code {
 	}
 	return codes.Internal
 }
+
+// submitError is the status of a submission the scheduler refused: no
+// queue or no worker for the platform (with the analysis), or the
+// scheduler's own error.
+func submitError(err error) error {
+	var nq *scheduler.NoQueueError
+	if errors.As(err, &nq) {
+		return noQueueStatus(nq)
+	}
+	var nw *scheduler.NoWorkerError
+	if errors.As(err, &nw) {
+		return noWorkerStatus(nw)
+	}
+	return grpcError(err)
+}

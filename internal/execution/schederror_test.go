@@ -3,6 +3,7 @@ package execution
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -40,5 +41,25 @@ func TestSchedulerErrorCodes(t *testing.T) {
 	}
 	if grpcError(nil) != nil {
 		t.Error("grpcError(nil) is not nil")
+	}
+}
+
+// A refused submission: no queue or no worker for the platform is
+// FAILED_PRECONDITION with the analysis; any other scheduler error keeps
+// its kind's code.
+func TestSubmitError(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code codes.Code
+		want string
+	}{
+		{&scheduler.NoQueueError{}, codes.FailedPrecondition, "gantry queues explain"},
+		{fmt.Errorf("submit: %w", &scheduler.NoWorkerError{Verdicts: []scheduler.WorkerVerdict{{Worker: "w1"}}}), codes.FailedPrecondition, "gantry queues explain"},
+		{&scheduler.Error{Kind: scheduler.ErrExists, Msg: "taken"}, codes.AlreadyExists, "taken"},
+	} {
+		s := status.Convert(submitError(tc.err))
+		if s.Code() != tc.code || !strings.Contains(s.Message(), tc.want) {
+			t.Errorf("submitError(%T) = %v %q, want %v with %q", tc.err, s.Code(), s.Message(), tc.code, tc.want)
+		}
 	}
 }
