@@ -423,6 +423,9 @@ func (h *Handler) peek(ctx context.Context, d digest.Digest) (head, tail string,
 	return head, tail, d.Size - 2*streamPeek, err
 }
 
+// operation serves an operation's page: its action and command, its
+// timeline, its result and outputs, and while it is queued why it still
+// waits.
 func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 	name := r.URL.Query().Get("name")
 	if name == "" {
@@ -444,80 +447,92 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusForbidden, err.Error())
 		return
 	}
-	fn := info.ActionDigest.Function
+	page := operationPage{frame: h.frame(r, "Operation "+name, !info.Done), Op: info, Timeline: operationTimeline(info)}
+	page.Action, page.Command, page.Problems = h.actionAndCommand(r.Context(), info)
+	if info.Response != nil {
+		page.Result = info.Response.Result
+		var streamProblems []string
+		page.Outputs, streamProblems = h.resultOutputs(r.Context(), info.ActionDigest.Function, info.Instance, page.Result)
+		page.Problems = append(page.Problems, streamProblems...)
+		st := status.FromProto(info.Response.Status)
+		page.Code, page.Message = st.Code().String(), st.Message()
+	}
+	page.Stages, page.Total = finishedStages(info)
+	if !info.Done {
+		if a, err := h.sched.WhyQueued(name); err == nil {
+			page.Why = &a
+		}
+	}
+	page.Input = inputRootOf(page.Result)
+	h.render(w, "operation", page)
+}
+
+// operationPage is what the operation page's template shows.
+type operationPage struct {
+	frame
+	Op       scheduler.OperationInfo
+	Action   *repb.Action
+	Command  *repb.Command
+	Problems []string
+	Timeline []stamp
+	Result   *repb.ActionResult
+	Code     string
+	Message  string
+	Outputs  []output
+	Why      *scheduler.QueuedAnalysis
+	Stages   []execution.Stage
+	Total    time.Duration
+	Input    *inputRoot
+}
+
+// actionAndCommand reads the operation's action and its command from
+// the CAS; what could not be read is a problem the page shows, not an
+// error.
+func (h *Handler) actionAndCommand(ctx context.Context, info scheduler.OperationInfo) (*repb.Action, *repb.Command, []string) {
 	var action repb.Action
 	var command repb.Command
 	var problems []string
-	if err := h.readProto(r.Context(), info.ActionDigest, &action); err != nil {
+	if err := h.readProto(ctx, info.ActionDigest, &action); err != nil {
 		problems = append(problems, "action: "+err.Error())
-	} else if cd, err := digest.FromProto(fn, action.CommandDigest); err != nil {
+	} else if cd, err := digest.FromProto(info.ActionDigest.Function, action.CommandDigest); err != nil {
 		problems = append(problems, "command digest: "+err.Error())
-	} else if err := h.readProto(r.Context(), cd, &command); err != nil {
+	} else if err := h.readProto(ctx, cd, &command); err != nil {
 		problems = append(problems, "command: "+err.Error())
 	}
+	return &action, &command, problems
+}
+
+// operationTimeline is an operation's steps in time: queued, leased,
+// the worker's stages as its result's metadata reports them, completed.
+func operationTimeline(info scheduler.OperationInfo) []stamp {
 	timeline := []stamp{{"queued", info.QueuedAt}}
 	if !info.LeasedAt.IsZero() {
 		timeline = append(timeline, stamp{"leased to " + info.Worker, info.LeasedAt})
 	}
-	var result *repb.ActionResult
-	var outs []output
-	if info.Response != nil {
-		result = info.Response.Result
-		if md := result.GetExecutionMetadata(); md != nil {
-			for _, s := range []struct {
-				what string
-				ts   interface{ AsTime() time.Time }
-				ok   bool
-			}{
-				{"worker started", md.WorkerStartTimestamp, md.WorkerStartTimestamp != nil},
-				{"input fetch started", md.InputFetchStartTimestamp, md.InputFetchStartTimestamp != nil},
-				{"input fetch completed", md.InputFetchCompletedTimestamp, md.InputFetchCompletedTimestamp != nil},
-				{"execution started", md.ExecutionStartTimestamp, md.ExecutionStartTimestamp != nil},
-				{"execution completed", md.ExecutionCompletedTimestamp, md.ExecutionCompletedTimestamp != nil},
-				{"output upload started", md.OutputUploadStartTimestamp, md.OutputUploadStartTimestamp != nil},
-				{"output upload completed", md.OutputUploadCompletedTimestamp, md.OutputUploadCompletedTimestamp != nil},
-				{"worker completed", md.WorkerCompletedTimestamp, md.WorkerCompletedTimestamp != nil},
-			} {
-				if s.ok {
-					timeline = append(timeline, stamp{s.what, s.ts.AsTime()})
-				}
+	if md := info.Response.GetResult().GetExecutionMetadata(); md != nil {
+		for _, s := range []struct {
+			what string
+			ts   interface{ AsTime() time.Time }
+			ok   bool
+		}{
+			{"worker started", md.WorkerStartTimestamp, md.WorkerStartTimestamp != nil},
+			{"input fetch started", md.InputFetchStartTimestamp, md.InputFetchStartTimestamp != nil},
+			{"input fetch completed", md.InputFetchCompletedTimestamp, md.InputFetchCompletedTimestamp != nil},
+			{"execution started", md.ExecutionStartTimestamp, md.ExecutionStartTimestamp != nil},
+			{"execution completed", md.ExecutionCompletedTimestamp, md.ExecutionCompletedTimestamp != nil},
+			{"output upload started", md.OutputUploadStartTimestamp, md.OutputUploadStartTimestamp != nil},
+			{"output upload completed", md.OutputUploadCompletedTimestamp, md.OutputUploadCompletedTimestamp != nil},
+			{"worker completed", md.WorkerCompletedTimestamp, md.WorkerCompletedTimestamp != nil},
+		} {
+			if s.ok {
+				timeline = append(timeline, stamp{s.what, s.ts.AsTime()})
 			}
 		}
-		var streamProblems []string
-		outs, streamProblems = h.resultOutputs(r.Context(), fn, info.Instance, result)
-		problems = append(problems, streamProblems...)
 	}
 	if info.Done {
 		timeline = append(timeline, stamp{"completed", info.DoneAt})
 	}
-	var code, message string
-	if info.Response != nil {
-		st := status.FromProto(info.Response.Status)
-		code, message = st.Code().String(), st.Message()
-	}
-	stages, total := finishedStages(info)
-	var why *scheduler.QueuedAnalysis
-	if !info.Done {
-		if a, err := h.sched.WhyQueued(name); err == nil {
-			why = &a
-		}
-	}
-	h.render(w, "operation", struct {
-		frame
-		Op       scheduler.OperationInfo
-		Action   *repb.Action
-		Command  *repb.Command
-		Problems []string
-		Timeline []stamp
-		Result   *repb.ActionResult
-		Code     string
-		Message  string
-		Outputs  []output
-		Why      *scheduler.QueuedAnalysis
-		Stages   []execution.Stage
-		Total    time.Duration
-		Input    *inputRoot
-	}{h.frame(r, "Operation "+name, !info.Done), info, &action, &command, problems, timeline, result, code, message, outs, why, stages, total, inputRootOf(result)})
+	return timeline
 }
 
 // resultOutputs are a result's stdout and stderr (inline or linked, and
