@@ -31,65 +31,115 @@ type pathPair struct{ from, to string }
 const wrapperRoot = "\x00"
 
 // plan lays the compile out for remote execution from its listed
-// dependencies.
+// dependencies: the input root, the object's place in it, the inputs,
+// the arguments with their paths rewritten and, where the compiler
+// records absolute paths, the wrapper that maps them back.
 func (c *Compile) plan(id *Identity, deps *depsResult, s Settings) (*layout, error) {
-	listed := deps.Listed
-	abs := func(p string) string {
-		if filepath.IsAbs(p) {
-			return filepath.Clean(p)
-		}
-		return filepath.Join(c.Cwd, p)
-	}
-	root := s.ProjectRoot
-	if root == "" {
-		root = c.Cwd
-		for _, d := range listed {
-			if a := abs(d); !id.system(a) {
-				root = commonDir(root, filepath.Dir(a))
-			}
-		}
-		for _, it := range c.items {
-			if (it.source || it.spec.kind == kindPath || it.spec.kind == kindSysroot) && !filepath.IsAbs(it.value) {
-				root = commonDir(root, abs(it.value))
-			}
-		}
-		if root == "/" {
-			return nil, local("the project root would be / (the working directory and the project's files have no other common directory); set GANTRY_CC_PROJECT_ROOT")
-		}
-	} else {
-		if !under(c.Cwd, root) {
-			return nil, local("the working directory %s is outside GANTRY_CC_PROJECT_ROOT=%s", c.Cwd, root)
-		}
-		for _, it := range c.items {
-			if (it.source || it.spec.kind == kindPath || it.spec.kind == kindSysroot) && !filepath.IsAbs(it.value) && !under(abs(it.value), root) {
-				return nil, local("%s is outside GANTRY_CC_PROJECT_ROOT=%s", it.value, root)
-			}
-		}
+	root, err := c.projectRoot(id, deps.Listed, s.ProjectRoot)
+	if err != nil {
+		return nil, err
 	}
 	l := &layout{root: root, workdir: slashRel(root, c.Cwd)}
 	if l.workdir == "." {
 		l.workdir = ""
 	}
-	outAbs := abs(c.Output)
-	if !under(outAbs, c.Cwd) || outAbs == c.Cwd {
-		return nil, local("the object %s is outside the working directory", c.Output)
+	if l.output, err = c.objectPath(); err != nil {
+		return nil, err
 	}
-	l.output = slashRel(c.Cwd, outAbs)
-	// The worker creates the object's directory; the local compiler
-	// would fail without it, and so must the launcher.
+	send := s.Headers == HeadersSend
+	l.inputs = inputsIn(root, id, deps, send, c.absPath)
+	rootRel := slashRel(c.Cwd, root)
+	rw := &rewriter{cwd: c.Cwd, root: root, id: id, send: send, sysRel: filepath.ToSlash(filepath.Join(rootRel, SysrootDir))}
+	args := c.remoteArgs(rw, l.output)
+	addSysroot := send && !c.userSysroot && !c.noStdInc
+	if addSysroot {
+		args = append(args, "--sysroot="+rw.sysRel)
+	}
+	if rw.mirrored || addSysroot {
+		rw.addMap(rw.sysRel+"/", "/")
+	}
+	for _, m := range rw.maps {
+		args = append(args, mapFlags(m.from, m.to, c.userMaps)...)
+	}
+	l.diag = rw.maps
+	// gcc makes a --sysroot absolute, so headers found through ours (or
+	// through the user's, mirrored) carry the worker's path.
+	l.absSysroot = addSysroot || rw.mirrored && c.userSysroot
+	if c.debug || l.absSysroot {
+		args = append(wrapperCommand(rootRel, root, l.absSysroot, c.userMaps), args...)
+	}
+	l.args = args
+	return l, nil
+}
+
+// projectRoot is the input root: the project root the user set (which
+// must hold the working directory and the compile's relative paths), or
+// the deepest directory holding the working directory, every listed
+// header that is not the compiler's and every relative path of the
+// command line.
+func (c *Compile) projectRoot(id *Identity, listed []string, set string) (string, error) {
+	if set != "" {
+		if !under(c.Cwd, set) {
+			return "", local("the working directory %s is outside GANTRY_CC_PROJECT_ROOT=%s", c.Cwd, set)
+		}
+		for _, it := range c.items {
+			if it.relativePath() && !under(c.absPath(it.value), set) {
+				return "", local("%s is outside GANTRY_CC_PROJECT_ROOT=%s", it.value, set)
+			}
+		}
+		return set, nil
+	}
+	root := c.Cwd
+	for _, d := range listed {
+		if a := c.absPath(d); !id.system(a) {
+			root = commonDir(root, filepath.Dir(a))
+		}
+	}
+	for _, it := range c.items {
+		if it.relativePath() {
+			root = commonDir(root, c.absPath(it.value))
+		}
+	}
+	if root == "/" {
+		return "", local("the project root would be / (the working directory and the project's files have no other common directory); set GANTRY_CC_PROJECT_ROOT")
+	}
+	return root, nil
+}
+
+// relativePath reports whether the item is a source, path or sysroot
+// given relative to the working directory: the input root must hold it.
+func (it argItem) relativePath() bool {
+	return (it.source || it.spec.kind == kindPath || it.spec.kind == kindSysroot) && !filepath.IsAbs(it.value)
+}
+
+// objectPath is the object relative to the working directory, which
+// must hold it. The worker creates the object's directory; the local
+// compiler would fail without it (or the dependency file's), and so must
+// the launcher.
+func (c *Compile) objectPath() (string, error) {
+	outAbs := c.absPath(c.Output)
+	if !under(outAbs, c.Cwd) || outAbs == c.Cwd {
+		return "", local("the object %s is outside the working directory", c.Output)
+	}
 	for _, out := range []string{c.Output, c.depFile} {
 		if out == "" {
 			continue
 		}
-		if st, err := os.Stat(filepath.Dir(abs(out))); err != nil || !st.IsDir() {
-			return nil, local("the directory of %s does not exist", out)
+		if st, err := os.Stat(filepath.Dir(c.absPath(out))); err != nil || !st.IsDir() {
+			return "", local("the directory of %s does not exist", out)
 		}
 	}
+	return slashRel(c.Cwd, outAbs), nil
+}
 
-	send := s.Headers == HeadersSend
-	seen := make(map[string]bool, len(listed))
-	l.inputs = make([]remote.Input, 0, len(listed))
-	for _, d := range listed {
+// inputsIn places the listed dependencies in the input root: those under
+// root at their relative path, the others (system headers) mirrored
+// under SysrootDir when headers are sent, except the compiler's own.
+// abs makes a listed path absolute.
+func inputsIn(root string, id *Identity, deps *depsResult, send bool, abs func(string) string) []remote.Input {
+	seen := make(map[string]bool, len(deps.Listed))
+	inputs := make([]remote.Input, 0, len(deps.Listed))
+	for _, d := range deps.Listed {
 		a := abs(d)
 		var p string
 		switch {
@@ -102,65 +152,89 @@ func (c *Compile) plan(id *Identity, deps *depsResult, s Settings) (*layout, err
 		}
 		if !seen[p] {
 			seen[p] = true
-			l.inputs = append(l.inputs, remote.Input{Local: a, Path: p, Info: deps.Infos[d]})
+			inputs = append(inputs, remote.Input{Local: a, Path: p, Info: deps.Infos[d]})
 		}
 	}
+	return inputs
+}
 
-	rootRel := slashRel(c.Cwd, root)
-	sysRel := filepath.ToSlash(filepath.Join(rootRel, SysrootDir))
-	var maps []pathPair // rewritten prefix -> original prefix, for map flags
-	mirrored := false
-	addMap := func(from, to string) {
-		for _, m := range maps {
-			if m.from == from {
-				return
-			}
-		}
-		maps = append(maps, pathPair{from, to})
-	}
-	rewrite := func(orig string, isFile bool) string {
-		if !filepath.IsAbs(orig) {
-			return orig
-		}
-		a := filepath.Clean(orig)
-		switch {
-		case under(a, root):
-			r := slashRel(c.Cwd, a)
-			if isFile {
-				if !strings.Contains(r, "/") {
-					r = "./" + r // so that its directory has a prefix to map
-				}
-				addMap(r[:strings.LastIndexByte(r, '/')+1], filepath.Dir(a)+"/")
-			} else {
-				addMap(r+"/", a+"/")
-			}
-			return r
-		case id.owns(a) || !send:
-			return orig
-		default:
-			mirrored = true
-			return sysRel + filepath.ToSlash(a)
+// rewriter turns the absolute paths of a command line into the remote
+// ones: under the input root relative to the working directory, others
+// (not the compiler's) into the mirrored sysroot when headers are sent.
+// It remembers each rewritten prefix and the original it stands for
+// (maps, for the map flags and the diagnostics) and whether it mirrored
+// a path.
+type rewriter struct {
+	cwd, root string
+	id        *Identity
+	send      bool
+	// sysRel is the mirrored sysroot relative to the working directory.
+	sysRel   string
+	maps     []pathPair
+	mirrored bool
+}
+
+// addMap remembers that the remote prefix from stands for to; the first
+// mapping of a prefix wins.
+func (rw *rewriter) addMap(from, to string) {
+	for _, m := range rw.maps {
+		if m.from == from {
+			return
 		}
 	}
+	rw.maps = append(rw.maps, pathPair{from, to})
+}
+
+// rewrite is orig (a file, or a directory) as the remote compiler must
+// see it; relative paths stay as they are.
+func (rw *rewriter) rewrite(orig string, isFile bool) string {
+	if !filepath.IsAbs(orig) {
+		return orig
+	}
+	a := filepath.Clean(orig)
+	switch {
+	case under(a, rw.root):
+		r := slashRel(rw.cwd, a)
+		if isFile {
+			if !strings.Contains(r, "/") {
+				r = "./" + r // so that its directory has a prefix to map
+			}
+			rw.addMap(r[:strings.LastIndexByte(r, '/')+1], filepath.Dir(a)+"/")
+		} else {
+			rw.addMap(r+"/", a+"/")
+		}
+		return r
+	case rw.id.owns(a) || !rw.send:
+		return orig
+	default:
+		rw.mirrored = true
+		return rw.sysRel + filepath.ToSlash(a)
+	}
+}
+
+// remoteArgs is the compiler and its arguments as the worker runs them:
+// paths rewritten by rw, the object at output, the dependency-file flags
+// left out (the dependency file is written locally).
+func (c *Compile) remoteArgs(rw *rewriter, output string) []string {
 	args := []string{c.Compiler}
 	for _, it := range c.items {
 		switch {
 		case it.source:
-			args = append(args, rewrite(it.value, true))
+			args = append(args, rw.rewrite(it.value, true))
 			continue
 		case it.spec.kind == kindDepMD, it.spec.kind == kindDepMF, it.spec.kind == kindDepMT, it.spec.kind == kindDepMP:
-			continue // the dependency file is written locally
+			continue
 		case it.spec.kind == kindOutput:
-			args = append(args, "-o", l.output)
+			args = append(args, "-o", output)
 			continue
 		}
 		v := it.value
 		switch it.spec.kind {
 		case kindPath:
 			isFile := strings.HasPrefix(it.raw[0], "-include") || strings.HasPrefix(it.raw[0], "-imacros")
-			v = rewrite(v, isFile)
+			v = rw.rewrite(v, isFile)
 		case kindSysroot:
-			v = rewrite(v, false)
+			v = rw.rewrite(v, false)
 		}
 		switch {
 		case v == it.value:
@@ -171,40 +245,27 @@ func (c *Compile) plan(id *Identity, deps *depsResult, s Settings) (*layout, err
 			args = append(args, it.raw[0], v)
 		}
 	}
-	addSysroot := send && !c.userSysroot && !c.noStdInc
-	if addSysroot {
-		args = append(args, "--sysroot="+sysRel)
+	return args
+}
+
+// wrapperCommand is the shell prefix for a compile whose compiler records
+// absolute paths the client cannot know: the debug information's
+// compilation directory and, with absSysroot, the headers under the
+// --sysroot it makes absolute. The shell finds the input root's path on
+// the worker (rootRel from the working directory) and maps it back to
+// the local root.
+func wrapperCommand(rootRel, root string, absSysroot bool, userMaps []prefixMap) []string {
+	wrapMaps := mapFlags(wrapperRoot, root, userMaps)
+	if absSysroot {
+		wrapMaps = append(wrapMaps, mapFlags(wrapperRoot+"/"+SysrootDir+"/", "/", userMaps)...)
 	}
-	if mirrored || addSysroot {
-		addMap(sysRel+"/", "/")
+	script := "r=$(cd " + shellQuote(rootRel) + " && pwd -P) || exit 1; unset PWD; exec \"$0\" \"$@\""
+	for _, m := range wrapMaps {
+		// Each flag holds the placeholder once, in its old prefix.
+		before, after, _ := strings.Cut(m, wrapperRoot)
+		script += " " + shellQuote(before) + "\"$r\"" + shellQuote(after)
 	}
-	for _, m := range maps {
-		args = append(args, mapFlags(m.from, m.to, c.userMaps)...)
-	}
-	l.diag = maps
-	// gcc makes a --sysroot absolute, so headers found through ours (or
-	// through the user's, mirrored) carry the worker's path.
-	absSysroot := addSysroot || mirrored && c.userSysroot
-	if c.debug || absSysroot {
-		// The compiler records absolute paths the client cannot know: the
-		// debug information's compilation directory and the headers under
-		// the --sysroot it makes absolute. A shell on the worker finds the
-		// input root's path and maps it back to the local one.
-		wrapMaps := mapFlags(wrapperRoot, root, c.userMaps)
-		if absSysroot {
-			wrapMaps = append(wrapMaps, mapFlags(wrapperRoot+"/"+SysrootDir+"/", "/", c.userMaps)...)
-			l.absSysroot = true
-		}
-		script := "r=$(cd " + shellQuote(rootRel) + " && pwd -P) || exit 1; unset PWD; exec \"$0\" \"$@\""
-		for _, m := range wrapMaps {
-			// Each flag holds the placeholder once, in its old prefix.
-			before, after, _ := strings.Cut(m, wrapperRoot)
-			script += " " + shellQuote(before) + "\"$r\"" + shellQuote(after)
-		}
-		args = append([]string{"sh", "-c", script}, args...)
-	}
-	l.args = args
-	return l, nil
+	return []string{"sh", "-c", script}
 }
 
 // commonDir is the deepest directory containing both a and b (clean,
