@@ -109,108 +109,147 @@ func Parse(compiler string, args []string, cwd string) (*Compile, error) {
 	if strings.ContainsRune(compiler, '/') && !filepath.IsAbs(compiler) {
 		return nil, local("compiler %q is a relative path", compiler)
 	}
-	c := &Compile{Compiler: compiler, Args: append([]string(nil), args...), Cwd: filepath.Clean(cwd)}
-	var (
-		compile bool
-		outputs int
-		lang    string
-		sources int
-	)
+	p := &argParser{c: &Compile{Compiler: compiler, Args: append([]string(nil), args...), Cwd: filepath.Clean(cwd)}}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
-		if a == "" {
+		switch {
+		case a == "":
 			return nil, local("an empty argument")
-		}
-		if a == "-" {
+		case a == "-":
 			return nil, local("the source is read from stdin")
-		}
-		if a[0] == '@' {
+		case a[0] == '@':
 			return nil, local("response file %s", a)
-		}
-		if a[0] != '-' {
-			ext := path.Ext(a)
-			l := lang
-			if l == "" {
-				var known bool
-				if l, known = sourceExts[ext]; !known {
-					return nil, local("input %s is not a source the launcher compiles remotely", a)
-				}
+		case a[0] != '-':
+			if err := p.source(a); err != nil {
+				return nil, err
 			}
-			if !remoteLangs[l] {
-				return nil, local("language %s of %s", l, a)
-			}
-			sources++
-			c.Source, c.Lang = a, lang
-			c.items = append(c.items, argItem{raw: []string{a}, value: a, source: true})
 			continue
 		}
-		spec, value, hasJoined, ok := lookupFlag(a)
-		if !ok {
-			return nil, local("unknown flag %s", a)
+		it, next, err := readFlag(args, i)
+		if err != nil {
+			return nil, err
 		}
-		it := argItem{raw: []string{a}, spec: spec, value: value}
-		switch {
-		case spec.arity == separate && !hasJoined, spec.arity == sepOnly:
-			if i+1 >= len(args) {
-				return nil, local("flag %s has no value", a)
-			}
-			i++
-			it.raw = append(it.raw, args[i])
-			it.value = args[i]
-		case hasJoined:
-			it.joinedPrefix = a[:len(a)-len(value)]
-			if spec.arity == separate && value == "" {
-				return nil, local("flag %s has no value", a)
-			}
+		i = next
+		if err := p.flag(it); err != nil {
+			return nil, err
 		}
-		switch spec.kind {
-		case kindLocal:
-			return nil, local("flag %s", a)
-		case kindCompile:
-			compile = true
-		case kindOutput:
-			outputs++
-			c.Output = it.value
-		case kindLang:
-			lang = it.value
-			if lang == "none" {
-				lang = ""
-			}
-		case kindDepMD:
-			// -MMD after -MD (or the reverse): the last one wins, as in gcc.
-			c.depMode = a
-		case kindDepMF:
-			c.depFile = it.value
-		case kindDepMT:
-			c.depTargets = append(c.depTargets, it.raw[0][:3], it.value)
-		case kindDepMP:
-			c.depPhony = true
-		case kindSysroot:
-			c.userSysroot = true
-		case kindNoStd:
-			c.noStdInc = true
-		case kindDebug:
-			c.debug = a != "-g0"
-		case kindMap:
-			m, err := parsePrefixMap(a)
-			if err != nil {
-				return nil, local("%v", err)
-			}
-			c.userMaps = append(c.userMaps, m)
-		}
-		c.items = append(c.items, it)
 	}
+	return p.finish()
+}
+
+// argParser is Parse's state while it reads a command line: the compile
+// it fills and what it counts to check at the end.
+type argParser struct {
+	c       *Compile
+	compile bool   // -c given
+	outputs int    // -o flags
+	lang    string // the -x language in force ("": by suffix)
+	sources int
+}
+
+// source takes a source file: remote only in a language the workers
+// compile, named by -x or by its suffix.
+func (p *argParser) source(a string) error {
+	l := p.lang
+	if l == "" {
+		var known bool
+		if l, known = sourceExts[path.Ext(a)]; !known {
+			return local("input %s is not a source the launcher compiles remotely", a)
+		}
+	}
+	if !remoteLangs[l] {
+		return local("language %s of %s", l, a)
+	}
+	p.sources++
+	p.c.Source, p.c.Lang = a, p.lang
+	p.c.items = append(p.c.items, argItem{raw: []string{a}, value: a, source: true})
+	return nil
+}
+
+// readFlag reads the flag args[i] with its value, joined or in the next
+// argument, and returns the index of its last argument. A flag not in
+// the launcher's table, or without its value, runs locally.
+func readFlag(args []string, i int) (argItem, int, error) {
+	a := args[i]
+	spec, value, hasJoined, ok := lookupFlag(a)
+	if !ok {
+		return argItem{}, i, local("unknown flag %s", a)
+	}
+	it := argItem{raw: []string{a}, spec: spec, value: value}
 	switch {
-	case !compile:
-		return nil, local("not a compile (-c is missing): linking or another mode")
-	case sources == 0:
-		return nil, local("no source file")
-	case sources > 1:
-		return nil, local("%d source files", sources)
-	case outputs > 1:
-		return nil, local("%d -o flags", outputs)
+	case spec.arity == separate && !hasJoined, spec.arity == sepOnly:
+		if i+1 >= len(args) {
+			return argItem{}, i, local("flag %s has no value", a)
+		}
+		i++
+		it.raw = append(it.raw, args[i])
+		it.value = args[i]
+	case hasJoined:
+		it.joinedPrefix = a[:len(a)-len(value)]
+		if spec.arity == separate && value == "" {
+			return argItem{}, i, local("flag %s has no value", a)
+		}
 	}
-	c.explicitOutput = outputs > 0
+	return it, i, nil
+}
+
+// flag records what the flag means for the compile, and keeps it.
+func (p *argParser) flag(it argItem) error {
+	c, a := p.c, it.raw[0]
+	switch it.spec.kind {
+	case kindLocal:
+		return local("flag %s", a)
+	case kindCompile:
+		p.compile = true
+	case kindOutput:
+		p.outputs++
+		c.Output = it.value
+	case kindLang:
+		p.lang = it.value
+		if p.lang == "none" {
+			p.lang = ""
+		}
+	case kindDepMD:
+		// -MMD after -MD (or the reverse): the last one wins, as in gcc.
+		c.depMode = a
+	case kindDepMF:
+		c.depFile = it.value
+	case kindDepMT:
+		c.depTargets = append(c.depTargets, a[:3], it.value)
+	case kindDepMP:
+		c.depPhony = true
+	case kindSysroot:
+		c.userSysroot = true
+	case kindNoStd:
+		c.noStdInc = true
+	case kindDebug:
+		c.debug = a != "-g0"
+	case kindMap:
+		m, err := parsePrefixMap(a)
+		if err != nil {
+			return local("%v", err)
+		}
+		c.userMaps = append(c.userMaps, m)
+	}
+	c.items = append(c.items, it)
+	return nil
+}
+
+// finish checks the command line as a whole (one compile of one source
+// to one object) and fills in the outputs the compiler would choose.
+func (p *argParser) finish() (*Compile, error) {
+	c := p.c
+	switch {
+	case !p.compile:
+		return nil, local("not a compile (-c is missing): linking or another mode")
+	case p.sources == 0:
+		return nil, local("no source file")
+	case p.sources > 1:
+		return nil, local("%d source files", p.sources)
+	case p.outputs > 1:
+		return nil, local("%d -o flags", p.outputs)
+	}
+	c.explicitOutput = p.outputs > 0
 	if c.Output == "" {
 		c.Output = trimExt(path.Base(c.Source)) + ".o"
 	}
@@ -223,7 +262,7 @@ func Parse(compiler string, args []string, cwd string) (*Compile, error) {
 		return nil, local("-MF/-MT/-MQ/-MP without -MD or -MMD")
 	}
 	if c.depMode != "" && c.depFile == "" {
-		c.depFile = defaultDepFile(c.Output, outputs > 0, c.Source)
+		c.depFile = defaultDepFile(c.Output, p.outputs > 0, c.Source)
 	}
 	return c, nil
 }

@@ -146,3 +146,33 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// readFlag takes a flag's value joined or from the next argument and
+// says where the flag ended; a missing value or an unknown flag runs
+// locally.
+func TestReadFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args              []string
+		value, joined, lo string // lo: the local reason, if any
+		next              int
+	}{
+		{args: []string{"-o", "a.o"}, value: "a.o", next: 1},
+		{args: []string{"-Iinc"}, value: "inc", joined: "-I", next: 0},
+		{args: []string{"-I", "inc"}, value: "inc", next: 1},
+		{args: []string{"-target", "x86_64"}, value: "x86_64", next: 1},
+		{args: []string{"-o"}, lo: "flag -o has no value"},
+		{args: []string{"-target"}, lo: "flag -target has no value"},
+		{args: []string{"--no-such-flag"}, lo: "unknown flag --no-such-flag"},
+	} {
+		it, next, err := readFlag(tc.args, 0)
+		if tc.lo != "" {
+			if reason, ok := IsLocal(err); !ok || !strings.Contains(reason, tc.lo) {
+				t.Errorf("%q: %v, want local %q", tc.args, err, tc.lo)
+			}
+			continue
+		}
+		if err != nil || it.value != tc.value || it.joinedPrefix != tc.joined || next != tc.next {
+			t.Errorf("%q: value %q joined %q next %d err %v; want %q %q %d", tc.args, it.value, it.joinedPrefix, next, err, tc.value, tc.joined, tc.next)
+		}
+	}
+}
