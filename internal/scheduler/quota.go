@@ -372,11 +372,7 @@ func (s *Scheduler) leaseUsageLocked(l *lease, delta int) {
 // worker with a free core counts: it will run.) Work waits if it is queued with no free slot
 // of the cohort to take it, or held like that.
 func (s *Scheduler) preemptLocked(now time.Time) {
-	for t := range s.ten.avoid {
-		if t.state != stateQueued { // finished without a lease
-			delete(s.ten.avoid, t)
-		}
-	}
+	s.forgetAvoidedLocked()
 	if len(s.ten.quotas) == 0 {
 		return
 	}
@@ -398,67 +394,102 @@ func (s *Scheduler) preemptLocked(now time.Time) {
 			delete(s.ten.starving, k)
 			continue
 		}
-		var runnable []*bucket
-		queued := 0
-		for _, b := range s.queue.buckets {
-			if b.instance == k.instance && s.cohortCanRunLocked(k.cohort, b) {
-				runnable = append(runnable, b)
-				queued += b.n
-			}
-		}
-		if queued > 0 && s.freeSlotForLocked(k.cohort, runnable) {
-			// A parked poll takes the queued work now.
-			queued = 0
-		}
+		runnable, queued := s.waitingWorkLocked(k)
 		if queued == 0 && len(held) == 0 {
 			delete(s.ten.starving, k)
 			continue
 		}
-		since, ok := s.ten.starving[k]
-		if !ok {
-			s.ten.starving[k] = now
-			since = now
-		}
-		if now.Sub(since) < s.ten.delay {
+		if !s.starvedLongEnoughLocked(k, now) {
 			continue
 		}
 		reason := fmt.Sprintf("pre-empted: instance %q is below its min_quota %d on cohort %s", k.instance, q.Min, k.cohort)
-		// Held actions first: each needs a core of its own worker.
-		for _, h := range held {
-			if deficit == 0 {
-				break
-			}
-			victims := s.chooseVictimsLocked(k, 1, func(l *lease) bool {
-				return l.worker == h.worker && l.stage >= repb.ExecutionStage_EXECUTING
-			})
-			if len(victims) == 0 {
-				// Nothing on its worker may be pre-empted (what runs
-				// there is within its own min): the action moves to a
-				// core taken on another worker that could run it.
-				victims = s.chooseVictimsLocked(k, 1, func(l *lease) bool {
-					return l.worker != h.worker && l.stage >= repb.ExecutionStage_EXECUTING && l.worker.canRun(h.task)
-				})
-				if len(victims) == 0 {
-					continue
-				}
-				s.moveHeldLocked(h)
-			}
-			s.stopVictimsLocked(victims, reason)
-			deficit--
-		}
+		deficit = s.preemptForHeldLocked(k, held, deficit, reason)
 		if deficit > 0 && queued > 0 {
-			victims := s.chooseVictimsLocked(k, min(deficit, queued), func(l *lease) bool {
-				for _, b := range runnable {
-					if l.worker.serves(b.instance) && l.worker.matches(b) {
-						return true
-					}
-				}
-				return false
-			})
-			s.stopVictimsLocked(victims, reason)
+			s.preemptForQueuedLocked(k, runnable, min(deficit, queued), reason)
 		}
 		s.ten.starving[k] = now
 	}
+}
+
+// forgetAvoidedLocked forgets the workers kept from tasks that finished
+// without a lease (moveHeldLocked).
+func (s *Scheduler) forgetAvoidedLocked() {
+	for t := range s.ten.avoid {
+		if t.state != stateQueued {
+			delete(s.ten.avoid, t)
+		}
+	}
+}
+
+// waitingWorkLocked is the queued work of k's instance that k's cohort
+// could run (its buckets, and how many tasks): none when a parked poll of
+// the cohort takes it now.
+func (s *Scheduler) waitingWorkLocked(k quotaKey) (runnable []*bucket, queued int) {
+	for _, b := range s.queue.buckets {
+		if b.instance == k.instance && s.cohortCanRunLocked(k.cohort, b) {
+			runnable = append(runnable, b)
+			queued += b.n
+		}
+	}
+	if queued > 0 && s.freeSlotForLocked(k.cohort, runnable) {
+		queued = 0
+	}
+	return runnable, queued
+}
+
+// starvedLongEnoughLocked notes when k began to starve and reports
+// whether the pre-emption delay has passed since.
+func (s *Scheduler) starvedLongEnoughLocked(k quotaKey, now time.Time) bool {
+	since, ok := s.ten.starving[k]
+	if !ok {
+		s.ten.starving[k] = now
+		since = now
+	}
+	return now.Sub(since) >= s.ten.delay
+}
+
+// preemptForHeldLocked stops, for each of k's held actions while the
+// deficit lasts, a running action on its own worker; when nothing there
+// may be pre-empted, the held action moves to a core freed on another
+// worker that could run it. It returns the deficit left.
+func (s *Scheduler) preemptForHeldLocked(k quotaKey, held []*lease, deficit int, reason string) int {
+	for _, h := range held {
+		if deficit == 0 {
+			break
+		}
+		victims := s.chooseVictimsLocked(k, 1, func(l *lease) bool {
+			return l.worker == h.worker && l.stage >= repb.ExecutionStage_EXECUTING
+		})
+		if len(victims) == 0 {
+			// Nothing on its worker may be pre-empted (what runs there
+			// is within its own min): the action moves to a core taken
+			// on another worker that could run it.
+			victims = s.chooseVictimsLocked(k, 1, func(l *lease) bool {
+				return l.worker != h.worker && l.stage >= repb.ExecutionStage_EXECUTING && l.worker.canRun(h.task)
+			})
+			if len(victims) == 0 {
+				continue
+			}
+			s.moveHeldLocked(h)
+		}
+		s.stopVictimsLocked(victims, reason)
+		deficit--
+	}
+	return deficit
+}
+
+// preemptForQueuedLocked stops n actions on workers that could run k's
+// queued work (runnable, its buckets).
+func (s *Scheduler) preemptForQueuedLocked(k quotaKey, runnable []*bucket, n int, reason string) {
+	victims := s.chooseVictimsLocked(k, n, func(l *lease) bool {
+		for _, b := range runnable {
+			if l.worker.serves(b.instance) && l.worker.matches(b) {
+				return true
+			}
+		}
+		return false
+	})
+	s.stopVictimsLocked(victims, reason)
 }
 
 // moveHeldLocked takes back h, an action its worker cannot start, and

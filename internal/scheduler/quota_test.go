@@ -461,3 +461,22 @@ func TestHeldActionMovesWhenItsWorkerHasNoVictim(t *testing.T) {
 		t.Errorf("%d pre-emptions, want 1 (moving small's action is not one)", st.Preemptions)
 	}
 }
+
+// A starving (instance, cohort) is pre-empted for only once the delay
+// has passed since it began to starve.
+func TestStarvedLongEnough(t *testing.T) {
+	s := New(Config{PreemptionDelay: 10 * time.Second}, nil)
+	k := quotaKey{"main", "x86"}
+	t0 := time.Unix(1_700_000_000, 0)
+	for _, step := range []struct {
+		at   time.Duration
+		want bool
+	}{{0, false}, {9 * time.Second, false}, {10 * time.Second, true}, {11 * time.Second, true}} {
+		if got := s.starvedLongEnoughLocked(k, t0.Add(step.at)); got != step.want {
+			t.Errorf("at +%s: %v, want %v", step.at, got, step.want)
+		}
+	}
+	if !s.ten.starving[k].Equal(t0) {
+		t.Errorf("starving since %v, want %v (the first time seen)", s.ten.starving[k], t0)
+	}
+}
