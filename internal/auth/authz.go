@@ -215,92 +215,122 @@ func denied(id *Identity, need Perm, instance, fullMethod, what string) error {
 
 func onInstance(instance string) string { return fmt.Sprintf("instance %q", instance) }
 
-// authorize checks one request message against fullMethod's needs.
+// authorize checks one request message against fullMethod's needs: on
+// every instance, on any, or on the instance the request names (in a
+// field, a resource name, the operation or the worker's registration).
 func (a *Authorizer) authorize(id *Identity, m method, fullMethod string, req any) error {
 	p := a.settings().Policy
 	switch m.from {
 	case fromGlobal:
-		if !p.Allowed(id, m.need, "", true) {
-			return denied(id, m.need, "", fullMethod, "every instance (a rule with instances: [\"*\"])")
-		}
-		return nil
+		return everyInstance(p, id, m.need, fullMethod)
 	case fromAny:
-		if !p.AllowedAnywhere(id, m.need) {
-			return denied(id, m.need, "", fullMethod, "any instance")
-		}
-		return nil
+		return anyInstance(p, id, m.need, fullMethod)
 	}
 	if req == nil {
 		return nil // checked when the first message arrives
 	}
 	switch m.from {
 	case fromField, fromFieldOrGlobal:
-		r, ok := req.(interface{ GetInstanceName() string })
-		if !ok {
-			if m.from == fromFieldOrGlobal {
-				if !p.Allowed(id, m.need, "", true) {
-					return denied(id, m.need, "", fullMethod, "every instance (a rule with instances: [\"*\"])")
-				}
-				return nil
-			}
-			return status.Errorf(codes.Internal, "%s: request without an instance name; this is a bug in Gantry's authorization table", fullMethod)
-		}
-		return a.check(p, id, m.need, r.GetInstanceName(), fullMethod, "")
+		return a.authorizeField(p, id, m, fullMethod, req)
 	case fromReadResource, fromWriteResource:
-		// ReadRequest, WriteRequest (also the frontend's own decoding of
-		// it) and QueryWriteStatusRequest.
-		var name string
-		if r, ok := req.(interface{ GetResourceName() string }); ok {
-			name = r.GetResourceName()
-		}
-		var res digest.Resource
-		var err error
-		if m.from == fromReadResource {
-			res, err = digest.ParseReadResource(name)
-		} else {
-			res, err = digest.ParseWriteResource(name)
-		}
-		if err != nil {
-			return status.Error(codes.InvalidArgument, err.Error())
-		}
-		return a.check(p, id, m.need, res.Instance, fullMethod, "")
+		return a.authorizeResource(p, id, m, fullMethod, req)
 	case fromOperation:
-		r, _ := req.(interface{ GetName() string })
-		name := ""
-		if r != nil {
-			name = r.GetName()
-		}
-		inst, ok := "", false
-		if a.ops != nil {
-			inst, ok = a.ops.OperationInstance(name)
-		}
-		if !ok {
-			// Unknown operation: the service answers NOT_FOUND, to
-			// callers that may execute somewhere.
-			if !p.AllowedAnywhere(id, m.need) {
-				return denied(id, m.need, "", fullMethod, "any instance")
-			}
-			return nil
-		}
-		return a.check(p, id, m.need, inst, fullMethod, fmt.Sprintf(" (operation %q)", name))
+		return a.authorizeOperation(p, id, m, fullMethod, req)
 	case fromWorkerInstances:
-		r, _ := req.(*workerpb.RegisterRequest)
-		insts := r.GetInstances()
-		if len(insts) == 0 {
-			insts = []string{"*"}
+		return a.authorizeWorkerInstances(p, id, m, fullMethod, req)
+	}
+	return nil
+}
+
+// everyInstance allows id need on every instance (a rule for "*").
+func everyInstance(p *Policy, id *Identity, need Perm, fullMethod string) error {
+	if !p.Allowed(id, need, "", true) {
+		return denied(id, need, "", fullMethod, "every instance (a rule with instances: [\"*\"])")
+	}
+	return nil
+}
+
+// anyInstance allows id need on some instance.
+func anyInstance(p *Policy, id *Identity, need Perm, fullMethod string) error {
+	if !p.AllowedAnywhere(id, need) {
+		return denied(id, need, "", fullMethod, "any instance")
+	}
+	return nil
+}
+
+// authorizeField checks the instance named by the request's
+// instance_name; a request without one needs every instance when the
+// method allows that (fromFieldOrGlobal), and is a bug otherwise.
+func (a *Authorizer) authorizeField(p *Policy, id *Identity, m method, fullMethod string, req any) error {
+	r, ok := req.(interface{ GetInstanceName() string })
+	if !ok {
+		if m.from == fromFieldOrGlobal {
+			return everyInstance(p, id, m.need, fullMethod)
 		}
-		for _, inst := range insts {
-			if inst == "*" {
-				if !p.Allowed(id, m.need, "", true) {
-					return denied(id, m.need, "", fullMethod, "every instance (the worker serves all; give it --instance or a rule with instances: [\"*\"])")
-				}
-				continue
+		return status.Errorf(codes.Internal, "%s: request without an instance name; this is a bug in Gantry's authorization table", fullMethod)
+	}
+	return a.check(p, id, m.need, r.GetInstanceName(), fullMethod, "")
+}
+
+// authorizeResource checks the instance of a ByteStream resource name:
+// ReadRequest, WriteRequest (also the frontend's own decoding of it) and
+// QueryWriteStatusRequest.
+func (a *Authorizer) authorizeResource(p *Policy, id *Identity, m method, fullMethod string, req any) error {
+	var name string
+	if r, ok := req.(interface{ GetResourceName() string }); ok {
+		name = r.GetResourceName()
+	}
+	var res digest.Resource
+	var err error
+	if m.from == fromReadResource {
+		res, err = digest.ParseReadResource(name)
+	} else {
+		res, err = digest.ParseWriteResource(name)
+	}
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return a.check(p, id, m.need, res.Instance, fullMethod, "")
+}
+
+// authorizeOperation checks the instance of the operation the request
+// names. An unknown operation is let through to callers with the
+// permission somewhere: the service answers NOT_FOUND.
+func (a *Authorizer) authorizeOperation(p *Policy, id *Identity, m method, fullMethod string, req any) error {
+	r, _ := req.(interface{ GetName() string })
+	name := ""
+	if r != nil {
+		name = r.GetName()
+	}
+	inst, ok := "", false
+	if a.ops != nil {
+		inst, ok = a.ops.OperationInstance(name)
+	}
+	if !ok {
+		return anyInstance(p, id, m.need, fullMethod)
+	}
+	return a.check(p, id, m.need, inst, fullMethod, fmt.Sprintf(" (operation %q)", name))
+}
+
+// authorizeWorkerInstances checks every instance a registering worker
+// serves; one that serves all ("*", or none listed) needs every
+// instance.
+func (a *Authorizer) authorizeWorkerInstances(p *Policy, id *Identity, m method, fullMethod string, req any) error {
+	r, _ := req.(*workerpb.RegisterRequest)
+	insts := r.GetInstances()
+	if len(insts) == 0 {
+		insts = []string{"*"}
+	}
+	for _, inst := range insts {
+		if inst == "*" {
+			if !p.Allowed(id, m.need, "", true) {
+				return denied(id, m.need, "", fullMethod, "every instance (the worker serves all; give it --instance or a rule with instances: [\"*\"])")
 			}
-			if err := a.check(p, id, m.need, inst, fullMethod, ""); err != nil {
-				return err
-			}
+			continue
 		}
-		return nil
+		if err := a.check(p, id, m.need, inst, fullMethod, ""); err != nil {
+			return err
+		}
 	}
 	return nil
 }
