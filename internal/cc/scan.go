@@ -192,55 +192,19 @@ const (
 // to the working directory or absolute), the source first, with their
 // metadata. A *cannotScan error says to use the listing instead.
 func (sc *Scanner) scan(ctx context.Context, c *Compile, id *Identity, env []string) (*depsResult, error) {
-	lang := c.Lang
-	if lang == "" {
-		lang = sourceExts[path.Ext(c.Source)]
-	}
-	switch lang {
-	case "c", "c++", "objective-c", "objective-c++", "assembler-with-cpp":
-	default:
-		return nil, unscannable("language %q", lang)
-	}
-	var quote, bracket, isystem, after, forced, probeFlags []string
-	for _, it := range c.items {
-		if it.source {
-			continue
-		}
-		switch it.spec.kind {
-		case kindCompile, kindOutput, kindDepMD, kindDepMF, kindDepMT, kindDepMP, kindMap, kindDebug, kindLang:
-			continue
-		case kindPath:
-			v := it.value
-			if v == "-" || strings.HasPrefix(v, "=") || strings.HasPrefix(v, "$SYSROOT") {
-				return nil, unscannable("%s %s", it.spec.name, v)
-			}
-			switch it.spec.name {
-			case "-I":
-				bracket = append(bracket, v)
-			case "-iquote":
-				quote = append(quote, v)
-			case "-isystem":
-				isystem = append(isystem, v)
-			case "-idirafter":
-				after = append(after, v)
-			case "-include", "-imacros":
-				forced = append(forced, v)
-			default:
-				return nil, unscannable("flag %s", it.spec.name)
-			}
-			continue
-		}
-		switch {
-		case it.spec.name == "-D", it.spec.name == "-U", it.spec.name == "-O", it.spec.name == "-W", it.spec.name == "-Wl,", it.spec.name == "-Wa,":
-			continue // no say in the search path
-		}
-		probeFlags = append(probeFlags, it.raw...)
-	}
-	defaults, err := sc.systemDirs(ctx, c, id, env, probeFlags, lang)
+	lang, err := scanLanguage(c)
 	if err != nil {
 		return nil, err
 	}
-	chain, chainID := sc.chainOf(c.Cwd, quote, bracket, isystem, defaults, after)
+	sf, err := searchFlagsOf(c)
+	if err != nil {
+		return nil, err
+	}
+	defaults, err := sc.systemDirs(ctx, c, id, env, sf.probe, lang)
+	if err != nil {
+		return nil, err
+	}
+	chain, chainID := sc.chainOf(c.Cwd, sf.quote, sf.bracket, sf.isystem, defaults, sf.after)
 	maps := getWalkMaps()
 	defer maps.put() // after the result below is built from w.stats
 	w := &walk{
@@ -254,15 +218,89 @@ func (sc *Scanner) scan(ctx context.Context, c *Compile, id *Identity, env []str
 		stats:   maps.stats,
 		checked: maps.checked,
 	}
-	if err := w.file(c.Source, foundNoDir, 0); err != nil {
+	if err := w.compile(c.Source, sf.forced); err != nil {
 		return nil, err
+	}
+	return w.result(), nil
+}
+
+// scanLanguage is the compile's language if the scanner can follow it
+// (C, C++, Objective-C and preprocessed assembler).
+func scanLanguage(c *Compile) (string, error) {
+	lang := c.Lang
+	if lang == "" {
+		lang = sourceExts[path.Ext(c.Source)]
+	}
+	switch lang {
+	case "c", "c++", "objective-c", "objective-c++", "assembler-with-cpp":
+		return lang, nil
+	}
+	return "", unscannable("language %q", lang)
+}
+
+// searchFlags are a command line's say in where headers are found: the
+// search path's parts (-iquote, -I, -isystem, -idirafter), the forced
+// includes (-include, -imacros), and the other flags that may move the
+// compiler's default directories (probe: asked of the compiler).
+type searchFlags struct {
+	quote, bracket, isystem, after, forced, probe []string
+}
+
+// searchFlagsOf sorts the compile's flags into searchFlags; a path flag
+// the scanner cannot follow (stdin, a sysroot-relative directory, one it
+// does not know) says to use the listing.
+func searchFlagsOf(c *Compile) (searchFlags, error) {
+	var sf searchFlags
+	for _, it := range c.items {
+		if it.source {
+			continue
+		}
+		switch it.spec.kind {
+		case kindCompile, kindOutput, kindDepMD, kindDepMF, kindDepMT, kindDepMP, kindMap, kindDebug, kindLang:
+			continue
+		case kindPath:
+			v := it.value
+			if v == "-" || strings.HasPrefix(v, "=") || strings.HasPrefix(v, "$SYSROOT") {
+				return searchFlags{}, unscannable("%s %s", it.spec.name, v)
+			}
+			switch it.spec.name {
+			case "-I":
+				sf.bracket = append(sf.bracket, v)
+			case "-iquote":
+				sf.quote = append(sf.quote, v)
+			case "-isystem":
+				sf.isystem = append(sf.isystem, v)
+			case "-idirafter":
+				sf.after = append(sf.after, v)
+			case "-include", "-imacros":
+				sf.forced = append(sf.forced, v)
+			default:
+				return searchFlags{}, unscannable("flag %s", it.spec.name)
+			}
+			continue
+		}
+		switch {
+		case it.spec.name == "-D", it.spec.name == "-U", it.spec.name == "-O", it.spec.name == "-W", it.spec.name == "-Wl,", it.spec.name == "-Wa,":
+			continue // no say in the search path
+		}
+		sf.probe = append(sf.probe, it.raw...)
+	}
+	return sf, nil
+}
+
+// compile walks what a compile of source reads, in gcc's order: the
+// source, <stdc-predef.h> when there is one, the forced includes, then
+// everything they include.
+func (w *walk) compile(source string, forced []string) error {
+	if err := w.file(source, foundNoDir, 0); err != nil {
+		return err
 	}
 	// gcc reads <stdc-predef.h> before the source when it finds one.
 	if r, err := w.resolve(directive{name: "stdc-predef.h", angle: true}, "", foundNoDir); err != nil {
-		return nil, err
+		return err
 	} else if r.path != "" {
 		if err := w.file(r.path, r.at, 1); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for _, f := range forced {
@@ -270,25 +308,28 @@ func (sc *Scanner) scan(ctx context.Context, c *Compile, id *Identity, env []str
 		// #include "..." chain.
 		r, err := w.resolveForced(f)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if r.path == "" {
-			return nil, unscannable("-include %s not found", f)
+			return unscannable("-include %s not found", f)
 		}
 		if err := w.file(r.path, r.at, 1); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := w.walkPending(); err != nil {
-		return nil, err
-	}
+	return w.walkPending()
+}
+
+// result is what the walk found: the files in the order read, with the
+// metadata of those it opened.
+func (w *walk) result() *depsResult {
 	res := &depsResult{Listed: w.order, Infos: make(map[string]os.FileInfo, len(w.order))}
 	for _, p := range w.order {
 		if st := w.stats[w.open(p)]; st != nil {
 			res.Infos[p] = st
 		}
 	}
-	return res, nil
+	return res
 }
 
 // systemDirs probes the compiler's default include directories once per

@@ -795,3 +795,36 @@ func TestScanPerRunChain(t *testing.T) {
 		t.Errorf("%d chain builds after ForgetAll, want 3", sc.chainBuilds)
 	}
 }
+
+// searchFlagsOf sorts a command line's flags into the search path's
+// parts, the forced includes and the flags the compiler is probed with;
+// a path the scanner cannot follow gives up on scanning.
+func TestSearchFlagsOf(t *testing.T) {
+	c, err := Parse("gcc", []string{"-c", "a.c", "-Iinc", "-iquote", "q", "-isystem", "s", "-idirafter", "d", "-include", "f.h", "-DX=1", "-O2", "-std=c11", "-o", "a.o"}, "/p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf, err := searchFlagsOf(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(sf.bracket, sf.quote, sf.isystem, sf.after, sf.forced, sf.probe)
+	if want := "[inc] [q] [s] [d] [f.h] [-std=c11]"; got != want {
+		t.Errorf("got %s, want %s", got, want)
+	}
+	for _, args := range [][]string{{"-c", "a.c", "-I=inc"}, {"-c", "a.c", "-I$SYSROOT/inc"}} {
+		c, err := Parse("gcc", args, "/p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := searchFlagsOf(c); err == nil {
+			t.Errorf("%q: scanned, want the listing", args)
+		}
+	}
+	if lang, err := scanLanguage(&Compile{Source: "a.cc"}); err != nil || lang != "c++" {
+		t.Errorf("a.cc: %q %v", lang, err)
+	}
+	if _, err := scanLanguage(&Compile{Source: "a.i"}); err == nil {
+		t.Error("preprocessed source: scanned, want the listing")
+	}
+}
