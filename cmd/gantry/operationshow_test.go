@@ -79,6 +79,36 @@ func TestOperationShowAndListForUsers(t *testing.T) {
 	}
 }
 
+// gantry operation show, through the admin service, names the
+// feasibility step that keeps each worker from a queued operation, in the
+// step's words: an operator's drain, an instance not served.
+func TestOperationShowNamesTheRefusingStep(t *testing.T) {
+	srv := startServer(t, nil)
+	sched := srv.Scheduler()
+	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w-drained", Platform: platform.Worker{Cores: 1, AllowUnmatched: true}})
+	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w-other", Platform: platform.Worker{Cores: 1, AllowUnmatched: true}, Instances: []string{"other"}})
+	if _, err := sched.ControlWorker("w-drained", func(c *scheduler.WorkerControl) { c.Drain = true }); err != nil {
+		t.Fatal(err)
+	}
+	name, err := sched.Submit(scheduler.SubmitRequest{Instance: "main", ActionDigest: digest.Compute(digest.SHA256, []byte("why"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "operation", "show", "--server", srv.GRPCAddr(), name)
+	if err != nil {
+		t.Fatalf("show: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"worker w-drained cannot: " + string(scheduler.ReasonHeld) + " control (required: drained); `gantry workers undrain w-drained`",
+		"worker w-other cannot: " + string(scheduler.ReasonInstance) + " instance",
+		"no registered worker can run it",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 // gantry operation show lists the times the action was taken from a
 // worker, with the worker and the reason: here its worker registered
 // again without it (its process restarted).
