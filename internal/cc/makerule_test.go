@@ -76,3 +76,22 @@ func munge(s string) string {
 	}
 	return b.String()
 }
+
+// targetsEnd finds the ':' that ends the targets, past escaped ones and
+// drive-letter-like colons inside a target.
+func TestTargetsEnd(t *testing.T) {
+	for s, want := range map[string]int{
+		"a.o: a.c":   3,
+		"a.o:":       3,
+		"a\\:b.o: x": 6,
+		"c:x.o: y":   5,
+		"a.o:\\\n b": 3,
+		"no colon":   -1,
+		"a.o:b":      -1,
+		"a\\: b":     -1,
+	} {
+		if got := targetsEnd(s); got != want {
+			t.Errorf("targetsEnd(%q) = %d, want %d", s, got, want)
+		}
+	}
+}
