@@ -67,7 +67,42 @@ func (b *builder) linkable(root *dirInfo, wd string, outs []string, minFiles int
 	if minFiles <= 0 {
 		minFiles = DefaultLinkMinFiles
 	}
-	through := map[string]bool{} // an output passes through or ends here
+	through, ok := b.outputPaths(root, wd, outs)
+	if !ok || through[""] || through["/"] {
+		return nil
+	}
+	fc := &fileCounter{b: b, enough: minFiles, counts: map[*dirInfo]int{}}
+	linked := map[string]digest.Digest{}
+	var walk func(rel string, di *dirInfo)
+	walk = func(rel string, di *dirInfo) {
+		for _, sd := range di.dirs {
+			p, child := joinRel(rel, sd.name), b.dirs[sd.d]
+			switch {
+			case fc.count(child) < minFiles:
+				// Nothing below is big enough either.
+			case through[p]:
+				if !through.inOutput(p) {
+					walk(p, child)
+				}
+			default:
+				linked[p] = sd.d
+			}
+		}
+	}
+	walk("", root)
+	return linked
+}
+
+// outputPaths are the paths (relative to the input root) that outputs
+// pass through or end at, and, with a trailing "/", the output
+// directories, whose whole subtree is off limits ("/": the root).
+type outputPaths map[string]bool
+
+// outputPaths places the outputs outs of an action working in wd in the
+// input tree; ok is false when one cannot be placed lexically (a ".."
+// segment, or a symlink of the input tree on its way).
+func (b *builder) outputPaths(root *dirInfo, wd string, outs []string) (through outputPaths, ok bool) {
+	through = outputPaths{}
 	for _, o := range outs {
 		cur, prefix := root, ""
 		for _, seg := range strings.Split(joinRel(wd, o), "/") {
@@ -75,7 +110,7 @@ func (b *builder) linkable(root *dirInfo, wd string, outs []string, minFiles int
 				continue
 			}
 			if seg == ".." {
-				return nil // not placeable lexically
+				return nil, false
 			}
 			prefix = joinRel(prefix, seg)
 			through[prefix] = true
@@ -87,7 +122,7 @@ func (b *builder) linkable(root *dirInfo, wd string, outs []string, minFiles int
 			case !ok || r.kind == kindFile:
 				cur = nil
 			case r.kind == kindLink:
-				return nil // it may lead anywhere in the tree
+				return nil, false // it may lead anywhere in the tree
 			default:
 				cur = b.dirs[cur.dirs[r.idx].d]
 			}
@@ -96,55 +131,45 @@ func (b *builder) linkable(root *dirInfo, wd string, outs []string, minFiles int
 		// below it: its whole subtree is off limits.
 		through[prefix+"/"] = true
 	}
-	inOutput := func(p string) bool {
-		for q := p; ; {
-			if through[q+"/"] {
-				return true
-			}
-			i := strings.LastIndexByte(q, '/')
-			if i < 0 {
-				return through["/"]
-			}
-			q = q[:i]
+	return through, true
+}
+
+// inOutput reports whether p lies in an output directory.
+func (through outputPaths) inOutput(p string) bool {
+	for q := p; ; {
+		if through[q+"/"] {
+			return true
 		}
+		i := strings.LastIndexByte(q, '/')
+		if i < 0 {
+			return through["/"]
+		}
+		q = q[:i]
 	}
-	counts := map[*dirInfo]int{}
-	var count func(di *dirInfo) int
-	count = func(di *dirInfo) int {
-		if n, ok := counts[di]; ok {
-			return n
-		}
-		n := len(di.files)
-		for _, sd := range di.dirs {
-			n += count(b.dirs[sd.d])
-			if n > minFiles {
-				break // enough: no need to count further
-			}
-		}
-		counts[di] = n
+}
+
+// fileCounter counts the files of directories, subdirectories'
+// included, memoized; it stops counting a directory once it has more
+// than enough.
+type fileCounter struct {
+	b      *builder
+	enough int
+	counts map[*dirInfo]int
+}
+
+func (fc *fileCounter) count(di *dirInfo) int {
+	if n, ok := fc.counts[di]; ok {
 		return n
 	}
-	linked := map[string]digest.Digest{}
-	var walk func(rel string, di *dirInfo)
-	walk = func(rel string, di *dirInfo) {
-		for _, sd := range di.dirs {
-			p, child := joinRel(rel, sd.name), b.dirs[sd.d]
-			switch {
-			case count(child) < minFiles:
-				// Nothing below is big enough either.
-			case through[p]:
-				if !inOutput(p) {
-					walk(p, child)
-				}
-			default:
-				linked[p] = sd.d
-			}
+	n := len(di.files)
+	for _, sd := range di.dirs {
+		n += fc.count(fc.b.dirs[sd.d])
+		if n > fc.enough {
+			break // enough: no need to count further
 		}
 	}
-	if !through[""] && !through["/"] {
-		walk("", root)
-	}
-	return linked
+	fc.counts[di] = n
+	return n
 }
 
 // mountTree takes the tree of Directory d from the cache (building it

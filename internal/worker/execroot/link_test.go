@@ -206,3 +206,17 @@ func TestBuildLinkedMissingBlob(t *testing.T) {
 		t.Errorf("%d file cache references leaked", s.Referenced)
 	}
 }
+
+// inOutput: a path lies in an output directory when it or one of its
+// parents is one ("/" stands for the root).
+func TestInOutput(t *testing.T) {
+	through := outputPaths{"a": true, "a/b": true, "a/b/": true, "c": true}
+	for p, want := range map[string]bool{"a/b": true, "a/b/c/d": true, "a": false, "a/x": false, "c": false, "c/d": false} {
+		if got := through.inOutput(p); got != want {
+			t.Errorf("inOutput(%q) = %v, want %v", p, got, want)
+		}
+	}
+	if !(outputPaths{"/": true}).inOutput("any/where") {
+		t.Error("the root as output directory holds every path")
+	}
+}
