@@ -57,7 +57,7 @@ func newEnvChroot(t *testing.T, wrap func(ResultLookup) ResultLookup, chroot []s
 	cas := blobstore.NewMemory(0)
 	ac := actioncache.NewMemory(0)
 	fe := frontend.New(cas, ac, frontend.Options{CompletenessCheck: true, ExecEnabled: true, ChrootInstances: chroot})
-	sched := scheduler.New(scheduler.Config{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 2 * time.Second, ChrootInstances: chroot}, nil)
+	sched := scheduler.New(scheduler.Config{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 2 * time.Second, ChrootInstances: chroot}, nil, ResultStore(fe.StoreActionResult))
 	g := grpc.NewServer(frontend.ServerCodec())
 	fe.Register(g)
 	lookup := ResultLookup(fe.LookupActionResult)
@@ -66,7 +66,7 @@ func newEnvChroot(t *testing.T, wrap func(ResultLookup) ResultLookup, chroot []s
 	}
 	svc := New(sched, cas, lookup, Unobserved{}, nil)
 	svc.Register(g)
-	ws := NewWorkerService(sched, fe.StoreActionResult, Unobserved{})
+	ws := NewWorkerService(sched, Unobserved{})
 	ws.MaxPollWait = 2 * time.Second
 	ws.Attach(g)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -1,11 +1,21 @@
 package worker
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 )
 
 // TestOneCompletionPerLease: however a lease ends (a result, a failure
@@ -89,6 +99,95 @@ func closed(ch chan struct{}) bool {
 	case <-ch:
 		return true
 	default:
+		return false
+	}
+}
+
+// gatedSink is a scheduler whose Complete calls wait for a gate (the
+// first one only) and that records each call; old answers as a
+// scheduler of an earlier release does (no completions_accepted).
+type gatedSink struct {
+	mu    sync.Mutex
+	calls []*workerpb.CompleteRequest
+	gate  chan struct{}
+	old   bool
+}
+
+func (s *gatedSink) Complete(ctx context.Context, req *workerpb.CompleteRequest, _ ...grpc.CallOption) (*workerpb.CompleteResponse, error) {
+	s.mu.Lock()
+	first := len(s.calls) == 0
+	s.calls = append(s.calls, req)
+	s.mu.Unlock()
+	if first {
+		<-s.gate
+	}
+	resp := &workerpb.CompleteResponse{Accepted: req.LeaseId != ""}
+	if !s.old {
+		for range req.Completions {
+			resp.CompletionsAccepted = append(resp.CompletionsAccepted, true)
+		}
+	}
+	return resp, nil
+}
+
+func (s *gatedSink) recorded() []*workerpb.CompleteRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*workerpb.CompleteRequest(nil), s.calls...)
+}
+
+// Outcomes that become ready while a report is on its way go together
+// in the next Complete call, each accepted; against a scheduler of an
+// earlier release (no completions_accepted) each is sent again alone.
+func TestCompleterBatchesOutcomesReadyTogether(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		sink := &gatedSink{gate: make(chan struct{}), old: old}
+		c := newCompleter(sink, "w1", nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		results := make(chan bool, 4)
+		deliver := func(lease string) {
+			go func() { results <- c.deliver(&workerpb.CompleteRequest{WorkerId: "w1", LeaseId: lease}) }()
+		}
+		deliver("l0")
+		waitUntil(t, "the first report to be on its way", func() bool { return len(sink.recorded()) == 1 })
+		for _, l := range []string{"l1", "l2", "l3"} {
+			deliver(l)
+		}
+		waitUntil(t, "three outcomes to wait", func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return len(c.pending) == 3
+		})
+		close(sink.gate)
+		for range 4 {
+			if !receive(t, results) {
+				t.Errorf("old=%v: an outcome was not accepted", old)
+			}
+		}
+		calls := sink.recorded()
+		if calls[0].LeaseId != "l0" || len(calls[0].Completions) != 0 {
+			t.Fatalf("old=%v: first call %v, want l0 alone in the single form", old, calls[0])
+		}
+		var batch []string
+		for _, r := range calls[1].Completions {
+			batch = append(batch, r.LeaseId)
+		}
+		sort.Strings(batch) // they became ready in any order
+		if calls[1].LeaseId != "" || strings.Join(batch, ",") != "l1,l2,l3" {
+			t.Fatalf("old=%v: second call %v, want l1-l3 in one batch", old, calls[1])
+		}
+		if want := map[bool]int{false: 2, true: 5}[old]; len(calls) != want {
+			t.Errorf("old=%v: %d calls, want %d", old, len(calls), want)
+		}
+	}
+}
+
+func receive(t *testing.T, ch <-chan bool) bool {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatal("an outcome was never reported")
 		return false
 	}
 }
