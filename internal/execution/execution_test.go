@@ -36,6 +36,7 @@ type env struct {
 	exec  repb.ExecutionClient
 	ops   longrunningpb.OperationsClient
 	wk    workerpb.WorkersClient
+	ws    *WorkerService
 }
 
 func newEnv(t *testing.T) *env {
@@ -81,7 +82,7 @@ func newEnvChroot(t *testing.T, wrap func(ResultLookup) ResultLookup, chroot []s
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(); cancel(); g.Stop() })
-	return &env{t: t, cas: cas, ac: ac, sched: sched, svc: svc, conn: conn,
+	return &env{t: t, cas: cas, ac: ac, sched: sched, svc: svc, conn: conn, ws: ws,
 		exec: repb.NewExecutionClient(conn), ops: longrunningpb.NewOperationsClient(conn), wk: workerpb.NewWorkersClient(conn)}
 }
 
