@@ -109,6 +109,9 @@ func (s *WorkerService) poll(ctx context.Context, req *workerpb.PollRequest, uns
 	}
 	var accepted []bool
 	if len(req.Completions) > 0 {
+		if err := flat(req.Completions); err != nil {
+			return nil, err
+		}
 		var stored func()
 		var err error
 		accepted, stored, err = s.complete(ctx, req.WorkerId, req.Completions, completionName)
@@ -207,15 +210,13 @@ func (s *WorkerService) Complete(ctx context.Context, req *workerpb.CompleteRequ
 		reqs = append([]*workerpb.CompleteRequest{req}, req.Completions...)
 		name = func(i int) string {
 			if i == 0 {
-				return ""
+				return "the completion"
 			}
 			return completionName(i - 1)
 		}
 	}
-	for i, c := range req.Completions {
-		if len(c.Completions) > 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "%shas completions of its own; a batch is one level deep", completionName(i))
-		}
+	if err := flat(req.Completions); err != nil {
+		return nil, err
 	}
 	accepted, stored, err := s.complete(ctx, req.WorkerId, reqs, name)
 	if err != nil {
@@ -232,8 +233,18 @@ func (s *WorkerService) Complete(ctx context.Context, req *workerpb.CompleteRequ
 	return resp, nil
 }
 
+// flat refuses completions that carry completions of their own.
+func flat(cs []*workerpb.CompleteRequest) error {
+	for i, c := range cs {
+		if len(c.Completions) > 0 {
+			return status.Errorf(codes.InvalidArgument, "%s has completions of its own; a batch is one level deep: send each outcome as an entry of the request's completions", completionName(i))
+		}
+	}
+	return nil
+}
+
 // completionName is how errors name completions[i] of a request.
-func completionName(i int) string { return fmt.Sprintf("completions[%d]: ", i) }
+func completionName(i int) string { return fmt.Sprintf("completions[%d]", i) }
 
 // executeResponse is the ExecuteResponse a completion reports. Its only
 // error is INVALID_ARGUMENT for an action_result that does not decode.
@@ -272,11 +283,11 @@ func (s *WorkerService) complete(ctx context.Context, workerID string, reqs []*w
 	cs := make([]scheduler.Completion, len(reqs))
 	for i, c := range reqs {
 		if c.WorkerId != "" && c.WorkerId != workerID {
-			return nil, nil, status.Errorf(codes.InvalidArgument, "%sis for worker %q, but the call is from %q; a worker completes only its own leases", name(i), c.WorkerId, workerID)
+			return nil, nil, status.Errorf(codes.InvalidArgument, "%s is for worker %q, but the call is from %q; a worker completes only its own leases", name(i), c.WorkerId, workerID)
 		}
 		resp, err := executeResponse(c)
 		if err != nil {
-			return nil, nil, status.Errorf(codes.InvalidArgument, "%s%s", name(i), status.Convert(err).Message())
+			return nil, nil, status.Errorf(codes.InvalidArgument, "%s: %s", name(i), status.Convert(err).Message())
 		}
 		cs[i] = scheduler.Completion{LeaseID: c.LeaseId, Response: resp, CacheResult: c.UpdateActionCache}
 	}

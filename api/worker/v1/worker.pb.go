@@ -1136,9 +1136,9 @@ type CompleteRequest struct {
 	// worker_id may be left empty; their own completions must be), delivered
 	// in order with one wait for storing them all. A worker of an earlier
 	// release sends none and its single outcome is delivered as before. If
-	// any has an action_result that is not a valid ActionResult, the call
-	// fails with INVALID_ARGUMENT and none is delivered. Not used inside
-	// PollRequest.completions.
+	// any has an action_result that is not a valid ActionResult, or
+	// completions of its own, the call fails with INVALID_ARGUMENT and none
+	// is delivered. Inside PollRequest.completions it must be empty too.
 	Completions   []*CompleteRequest `protobuf:"bytes,9,rep,name=completions,proto3" json:"completions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
