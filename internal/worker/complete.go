@@ -53,9 +53,11 @@ type leaseBook interface {
 
 // completer is the one completion path of a lease: it reports the
 // outcome to the scheduler and then lets go of everything the lease held.
-// Outcomes ready while a report is on its way go together in the next
-// one (one Complete call, one wait for storing them): no outcome waits
-// for another to be ready.
+// Up to maxReportsInFlight reports are on their way at once, each on its
+// own; outcomes that become ready while that many are go together in the
+// next one (one Complete call, one wait for storing them). No outcome
+// waits for another to be ready, and a scheduler that stores two commits
+// at once (the embedded store does) is kept as busy as before.
 type completer struct {
 	sched    resultSink
 	workerID string
@@ -63,11 +65,12 @@ type completer struct {
 	log      *slog.Logger
 
 	mu sync.Mutex
-	// pending are the outcomes for the next report; sending is set while
-	// a report is on its way (its sender then sends the next batch, or
-	// hands that on to the first pending outcome's caller).
-	pending []*report
-	sending bool
+	// pending are the outcomes waiting for a report to carry them;
+	// inFlight counts the reports on their way. A sender that finds
+	// outcomes pending when its report is done hands its place to the
+	// first of them, which carries them all.
+	pending  []*report
+	inFlight int
 	// single is set once the scheduler showed it knows no batches (an
 	// earlier release): every outcome then goes in a call of its own.
 	single atomic.Bool
@@ -77,9 +80,14 @@ type completer struct {
 type report struct {
 	req  *workerpb.CompleteRequest
 	wake chan struct{}
-	// sent and accepted are set before wake is signalled.
-	sent, accepted bool
+	// accepted, or lead (send the pending outcomes with this one), is set
+	// before wake is signalled; it is signalled once.
+	accepted, lead bool
 }
+
+// maxReportsInFlight is how many reports a worker has on their way at
+// once: two, as many commits as the embedded store has in flight.
+const maxReportsInFlight = 2
 
 func newCompleter(sched resultSink, workerID string, leases leaseBook, log *slog.Logger) *completer {
 	return &completer{sched: sched, workerID: workerID, leases: leases, log: log}
@@ -105,38 +113,38 @@ func (c *completer) Finish(j *job, o *outcome) {
 	}
 }
 
-// deliver reports req with whatever else is pending, and reports
-// whether the scheduler accepted it.
+// deliver reports req, with whatever else is pending when its report
+// starts, and reports whether the scheduler accepted it.
 func (c *completer) deliver(req *workerpb.CompleteRequest) bool {
 	r := &report{req: req, wake: make(chan struct{}, 1)}
 	c.mu.Lock()
-	c.pending = append(c.pending, r)
-	lead := !c.sending
-	c.sending = true
-	c.mu.Unlock()
-	if !lead {
+	if c.inFlight < maxReportsInFlight {
+		c.inFlight++
+	} else {
+		c.pending = append(c.pending, r)
+		c.mu.Unlock()
 		<-r.wake
-		if r.sent {
-			return r.accepted
+		if !r.lead {
+			return r.accepted // another call carried it
 		}
-		// The last sender handed the next batch to this call.
+		c.mu.Lock() // the place of a report just done, handed over
 	}
-	c.mu.Lock()
-	batch := c.pending
+	batch := append([]*report{r}, c.pending...)
 	c.pending = nil
 	c.mu.Unlock()
 	c.send(batch)
 	c.mu.Lock()
 	if len(c.pending) > 0 {
-		c.pending[0].wake <- struct{}{}
+		next := c.pending[0]
+		c.pending = c.pending[1:]
+		next.lead = true
+		next.wake <- struct{}{}
 	} else {
-		c.sending = false
+		c.inFlight--
 	}
 	c.mu.Unlock()
-	for _, b := range batch {
-		if b != r {
-			b.wake <- struct{}{}
-		}
+	for _, b := range batch[1:] {
+		b.wake <- struct{}{}
 	}
 	return r.accepted
 }
@@ -145,11 +153,6 @@ func (c *completer) deliver(req *workerpb.CompleteRequest) bool {
 // own fields, as every release of the scheduler takes it), retrying a
 // failed call, and sets each report's outcome.
 func (c *completer) send(batch []*report) {
-	defer func() {
-		for _, r := range batch {
-			r.sent = true
-		}
-	}()
 	if len(batch) > 1 && c.single.Load() {
 		for _, r := range batch {
 			c.send([]*report{r})

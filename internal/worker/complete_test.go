@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -103,9 +101,10 @@ func closed(ch chan struct{}) bool {
 	}
 }
 
-// gatedSink is a scheduler whose Complete calls wait for a gate (the
-// first one only) and that records each call; old answers as a
-// scheduler of an earlier release does (no completions_accepted).
+// gatedSink is a scheduler whose first two Complete calls (as many as
+// a worker has on their way) wait for a gate, and that records each
+// call; old answers as a scheduler of an earlier release does (no
+// completions_accepted).
 type gatedSink struct {
 	mu    sync.Mutex
 	calls []*workerpb.CompleteRequest
@@ -115,10 +114,10 @@ type gatedSink struct {
 
 func (s *gatedSink) Complete(ctx context.Context, req *workerpb.CompleteRequest, _ ...grpc.CallOption) (*workerpb.CompleteResponse, error) {
 	s.mu.Lock()
-	first := len(s.calls) == 0
+	gated := len(s.calls) < maxReportsInFlight
 	s.calls = append(s.calls, req)
 	s.mu.Unlock()
-	if first {
+	if gated {
 		<-s.gate
 	}
 	resp := &workerpb.CompleteResponse{Accepted: req.LeaseId != ""}
@@ -136,20 +135,22 @@ func (s *gatedSink) recorded() []*workerpb.CompleteRequest {
 	return append([]*workerpb.CompleteRequest(nil), s.calls...)
 }
 
-// Outcomes that become ready while a report is on its way go together
-// in the next Complete call, each accepted; against a scheduler of an
-// earlier release (no completions_accepted) each is sent again alone.
+// Outcomes that become ready while two reports are on their way go
+// together in later Complete calls, each reported once and accepted;
+// against a scheduler of an earlier release (no completions_accepted)
+// a batch's outcomes are sent again, each alone.
 func TestCompleterBatchesOutcomesReadyTogether(t *testing.T) {
 	for _, old := range []bool{false, true} {
 		sink := &gatedSink{gate: make(chan struct{}), old: old}
 		c := newCompleter(sink, "w1", nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
-		results := make(chan bool, 4)
+		results := make(chan bool, 5)
 		deliver := func(lease string) {
 			go func() { results <- c.deliver(&workerpb.CompleteRequest{WorkerId: "w1", LeaseId: lease}) }()
 		}
 		deliver("l0")
-		waitUntil(t, "the first report to be on its way", func() bool { return len(sink.recorded()) == 1 })
-		for _, l := range []string{"l1", "l2", "l3"} {
+		deliver("l1")
+		waitUntil(t, "two reports to be on their way", func() bool { return len(sink.recorded()) == 2 })
+		for _, l := range []string{"l2", "l3", "l4"} {
 			deliver(l)
 		}
 		waitUntil(t, "three outcomes to wait", func() bool {
@@ -158,25 +159,33 @@ func TestCompleterBatchesOutcomesReadyTogether(t *testing.T) {
 			return len(c.pending) == 3
 		})
 		close(sink.gate)
-		for range 4 {
+		for range 5 {
 			if !receive(t, results) {
 				t.Errorf("old=%v: an outcome was not accepted", old)
 			}
 		}
-		calls := sink.recorded()
-		if calls[0].LeaseId != "l0" || len(calls[0].Completions) != 0 {
-			t.Fatalf("old=%v: first call %v, want l0 alone in the single form", old, calls[0])
+		reported := map[string]int{}
+		batched := 0
+		for _, call := range sink.recorded() {
+			if call.LeaseId != "" {
+				reported[call.LeaseId]++
+			}
+			if len(call.Completions) > 1 {
+				batched++
+			}
+			for _, r := range call.Completions {
+				if !old {
+					reported[r.LeaseId]++
+				}
+			}
 		}
-		var batch []string
-		for _, r := range calls[1].Completions {
-			batch = append(batch, r.LeaseId)
+		if batched == 0 {
+			t.Errorf("old=%v: no call carried a batch: %v", old, sink.recorded())
 		}
-		sort.Strings(batch) // they became ready in any order
-		if calls[1].LeaseId != "" || strings.Join(batch, ",") != "l1,l2,l3" {
-			t.Fatalf("old=%v: second call %v, want l1-l3 in one batch", old, calls[1])
-		}
-		if want := map[bool]int{false: 2, true: 5}[old]; len(calls) != want {
-			t.Errorf("old=%v: %d calls, want %d", old, len(calls), want)
+		for _, l := range []string{"l0", "l1", "l2", "l3", "l4"} {
+			if reported[l] != 1 {
+				t.Errorf("old=%v: %s reported %d times, want once", old, l, reported[l])
+			}
 		}
 	}
 }
