@@ -40,7 +40,7 @@ func logLines(t *testing.T, s *testutil.SyncBuffer) []map[string]any {
 // control" when done and "admin control refused" (with the reason) when
 // not, naming who asked and the target.
 func TestControlsAreLogged(t *testing.T) {
-	sched := scheduler.New(scheduler.Config{}, nil)
+	sched := scheduler.New(scheduler.Config{}, nil, nil)
 	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w1", Platform: platform.Worker{Cores: 1}})
 	var out testutil.SyncBuffer
 	log := slog.New(slog.NewJSONHandler(&out, nil))

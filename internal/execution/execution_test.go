@@ -36,6 +36,7 @@ type env struct {
 	exec  repb.ExecutionClient
 	ops   longrunningpb.OperationsClient
 	wk    workerpb.WorkersClient
+	ws    *WorkerService
 }
 
 func newEnv(t *testing.T) *env {
@@ -57,7 +58,7 @@ func newEnvChroot(t *testing.T, wrap func(ResultLookup) ResultLookup, chroot []s
 	cas := blobstore.NewMemory(0)
 	ac := actioncache.NewMemory(0)
 	fe := frontend.New(cas, ac, frontend.Options{CompletenessCheck: true, ExecEnabled: true, ChrootInstances: chroot})
-	sched := scheduler.New(scheduler.Config{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 2 * time.Second, ChrootInstances: chroot}, nil)
+	sched := scheduler.New(scheduler.Config{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 2 * time.Second, ChrootInstances: chroot}, nil, ResultStore(fe.StoreActionResult))
 	g := grpc.NewServer(frontend.ServerCodec())
 	fe.Register(g)
 	lookup := ResultLookup(fe.LookupActionResult)
@@ -66,7 +67,7 @@ func newEnvChroot(t *testing.T, wrap func(ResultLookup) ResultLookup, chroot []s
 	}
 	svc := New(sched, cas, lookup, Unobserved{}, nil)
 	svc.Register(g)
-	ws := NewWorkerService(sched, fe.StoreActionResult, Unobserved{})
+	ws := NewWorkerService(sched, Unobserved{})
 	ws.MaxPollWait = 2 * time.Second
 	ws.Attach(g)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -81,7 +82,7 @@ func newEnvChroot(t *testing.T, wrap func(ResultLookup) ResultLookup, chroot []s
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(); cancel(); g.Stop() })
-	return &env{t: t, cas: cas, ac: ac, sched: sched, svc: svc, conn: conn,
+	return &env{t: t, cas: cas, ac: ac, sched: sched, svc: svc, conn: conn, ws: ws,
 		exec: repb.NewExecutionClient(conn), ops: longrunningpb.NewOperationsClient(conn), wk: workerpb.NewWorkersClient(conn)}
 }
 

@@ -28,7 +28,7 @@ func keysEnv(t *testing.T, keys []string) *env {
 	cas := blobstore.NewMemory(0)
 	ac := actioncache.NewMemory(0)
 	fe := frontend.New(cas, ac, frontend.Options{ExecEnabled: true})
-	sched := scheduler.New(scheduler.Config{}, nil)
+	sched := scheduler.New(scheduler.Config{}, nil, nil)
 	g := grpc.NewServer(frontend.ServerCodec())
 	fe.Register(g)
 	svc := New(sched, cas, fe.LookupActionResult, Unobserved{}, nil)

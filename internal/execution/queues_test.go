@@ -36,11 +36,11 @@ func newQueueEnv(t *testing.T, queues []platform.Queue) *queueEnv {
 	cas := blobstore.NewMemory(0)
 	ac := actioncache.NewMemory(0)
 	fe := frontend.New(cas, ac, frontend.Options{CompletenessCheck: true, ExecEnabled: true})
-	sched := scheduler.New(scheduler.Config{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 2 * time.Second, Queues: queues}, nil)
+	sched := scheduler.New(scheduler.Config{HeartbeatInterval: 50 * time.Millisecond, HeartbeatTimeout: 2 * time.Second, Queues: queues}, nil, ResultStore(fe.StoreActionResult))
 	g := grpc.NewServer(frontend.ServerCodec())
 	fe.Register(g)
 	New(sched, cas, fe.LookupActionResult, Unobserved{}, nil).Register(g)
-	ws := NewWorkerService(sched, fe.StoreActionResult, Unobserved{})
+	ws := NewWorkerService(sched, Unobserved{})
 	ws.MaxPollWait = 2 * time.Second
 	ws.Attach(g)
 	NewAdminService(sched, nil, InMemory{}, nil, nil).Attach(g)

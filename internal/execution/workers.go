@@ -2,7 +2,7 @@ package execution
 
 import (
 	"context"
-	"strings"
+	"fmt"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
-	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/platform"
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
@@ -23,20 +22,16 @@ import (
 type WorkerService struct {
 	workerpb.UnimplementedWorkersServer
 	sched scheduler.Leases
-	store ResultStore
 	obs   Observer
 	// MaxPollWait bounds how long a Poll is held.
 	MaxPollWait time.Duration
 }
 
-// ResultStore writes a result to the action cache.
-type ResultStore func(ctx context.Context, instance string, action digest.Digest, ar *repb.ActionResult) error
-
-// NewWorkerService returns the worker protocol service of sched: store
-// writes the results workers ask to cache, obs hears about every result
-// accepted.
-func NewWorkerService(sched scheduler.Leases, store ResultStore, obs Observer) *WorkerService {
-	return &WorkerService{sched: sched, store: store, obs: obs, MaxPollWait: 30 * time.Second}
+// NewWorkerService returns the worker protocol service of sched; obs
+// hears about every result accepted. The results workers ask to cache
+// are written by the scheduler (scheduler.ActionCacheWriter).
+func NewWorkerService(sched scheduler.Leases, obs Observer) *WorkerService {
+	return &WorkerService{sched: sched, obs: obs, MaxPollWait: 30 * time.Second}
 }
 
 // Attach adds the service to a gRPC server.
@@ -101,25 +96,28 @@ func (s *WorkerService) Session(req *workerpb.SessionRequest, stream grpc.Server
 
 // Poll implements the worker protocol.
 func (s *WorkerService) Poll(ctx context.Context, req *workerpb.PollRequest) (*workerpb.PollResponse, error) {
+	return s.poll(ctx, req, false)
+}
+
+// poll is Poll; unstored hands the new leases over before they are
+// stored (scheduler.PollRequest.Unstored), which only the in-process
+// transport asks for: no wire field can.
+func (s *WorkerService) poll(ctx context.Context, req *workerpb.PollRequest, unstored bool) (*workerpb.PollResponse, error) {
 	wait := time.Duration(req.WaitMs) * time.Millisecond
 	if wait <= 0 || wait > s.MaxPollWait {
 		wait = s.MaxPollWait
 	}
 	var accepted []bool
 	if len(req.Completions) > 0 {
-		// Check every completion before delivering any.
-		resps := make([]*repb.ExecuteResponse, len(req.Completions))
-		for i, c := range req.Completions {
-			if c.WorkerId != "" && c.WorkerId != req.WorkerId {
-				return nil, status.Errorf(codes.InvalidArgument, "completions[%d] is for worker %q, but the poll is from %q; a worker completes only its own leases", i, c.WorkerId, req.WorkerId)
-			}
-			var err error
-			if resps[i], err = executeResponse(c); err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "completions[%d]: %s", i, status.Convert(err).Message())
-			}
+		if err := flat(req.Completions); err != nil {
+			return nil, err
 		}
 		var stored func()
-		accepted, stored = s.completeMany(ctx, req.WorkerId, req.Completions, resps)
+		var err error
+		accepted, stored, err = s.complete(ctx, req.WorkerId, req.Completions, completionName)
+		if err != nil {
+			return nil, err
+		}
 		// The worker hears of its completions only in this reply, so they
 		// are stored before it (usually in the same commit as the new
 		// leases, which PollMany waits for).
@@ -128,7 +126,7 @@ func (s *WorkerService) Poll(ctx context.Context, req *workerpb.PollRequest) (*w
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	limit := min(max(int(req.MaxAssignments), 1), maxAssignmentsPerPoll)
-	as, err := s.sched.PollMany(pctx, req.WorkerId, scheduler.Capacity{Cores: int(req.FreeCores)}, limit)
+	as, err := s.sched.PollMany(pctx, scheduler.PollRequest{WorkerID: req.WorkerId, Free: scheduler.Capacity{Cores: int(req.FreeCores)}, Limit: limit, Unstored: unstored})
 	if err == scheduler.ErrUnknownWorker {
 		return &workerpb.PollResponse{Reregister: true, CompletionsAccepted: accepted}, nil
 	}
@@ -202,14 +200,51 @@ func (s *WorkerService) Heartbeat(_ context.Context, req *workerpb.HeartbeatRequ
 	return resp, nil
 }
 
-// Complete implements the worker protocol.
+// Complete implements the worker protocol: the outcomes in
+// req.Completions and, from a worker of an earlier release, the single
+// one in req's own fields (lease_id set), delivered first.
 func (s *WorkerService) Complete(ctx context.Context, req *workerpb.CompleteRequest) (*workerpb.CompleteResponse, error) {
-	resp, err := executeResponse(req)
+	reqs, name := req.Completions, completionName
+	single := req.LeaseId != ""
+	if single {
+		reqs = append([]*workerpb.CompleteRequest{req}, req.Completions...)
+		name = func(i int) string {
+			if i == 0 {
+				return "the completion"
+			}
+			return completionName(i - 1)
+		}
+	}
+	if err := flat(req.Completions); err != nil {
+		return nil, err
+	}
+	accepted, stored, err := s.complete(ctx, req.WorkerId, reqs, name)
 	if err != nil {
 		return nil, err
 	}
-	return &workerpb.CompleteResponse{Accepted: s.complete(ctx, req.WorkerId, req, resp)}, nil
+	stored()
+	resp := &workerpb.CompleteResponse{}
+	if single {
+		resp.Accepted, accepted = accepted[0], accepted[1:]
+	}
+	if len(req.Completions) > 0 {
+		resp.CompletionsAccepted = accepted
+	}
+	return resp, nil
 }
+
+// flat refuses completions that carry completions of their own.
+func flat(cs []*workerpb.CompleteRequest) error {
+	for i, c := range cs {
+		if len(c.Completions) > 0 {
+			return status.Errorf(codes.InvalidArgument, "%s has completions of its own; a batch is one level deep: send each outcome as an entry of the request's completions", completionName(i))
+		}
+	}
+	return nil
+}
+
+// completionName is how errors name completions[i] of a request.
+func completionName(i int) string { return fmt.Sprintf("completions[%d]", i) }
 
 // executeResponse is the ExecuteResponse a completion reports. Its only
 // error is INVALID_ARGUMENT for an action_result that does not decode.
@@ -239,59 +274,30 @@ func executeResponse(req *workerpb.CompleteRequest) (*repb.ExecuteResponse, erro
 	return resp, nil
 }
 
-// complete delivers resp, the outcome of workerID's lease req.LeaseId,
-// writing the ActionCache first when req asks for it. It reports whether
-// the lease was still valid.
-func (s *WorkerService) complete(ctx context.Context, workerID string, req *workerpb.CompleteRequest, resp *repb.ExecuteResponse) bool {
-	if !s.cacheResult(ctx, workerID, req, resp) {
-		return false
+// complete is the one way results reach the scheduler, from Complete
+// and from Poll: it checks every completion before delivering any (name
+// says which one an error is about), then ends their leases in one
+// scheduler.Complete, which writes the ActionCache entries they ask for.
+// stored must be called before the worker is told.
+func (s *WorkerService) complete(ctx context.Context, workerID string, reqs []*workerpb.CompleteRequest, name func(int) string) (accepted []bool, stored func(), err error) {
+	cs := make([]scheduler.Completion, len(reqs))
+	for i, c := range reqs {
+		if c.WorkerId != "" && c.WorkerId != workerID {
+			return nil, nil, status.Errorf(codes.InvalidArgument, "%s is for worker %q, but the call is from %q; a worker completes only its own leases", name(i), c.WorkerId, workerID)
+		}
+		resp, err := executeResponse(c)
+		if err != nil {
+			return nil, nil, status.Errorf(codes.InvalidArgument, "%s: %s", name(i), status.Convert(err).Message())
+		}
+		cs[i] = scheduler.Completion{LeaseID: c.LeaseId, Response: resp, CacheResult: c.UpdateActionCache}
 	}
-	ok := s.sched.Complete(workerID, req.LeaseId, resp)
-	if ok {
-		s.observeCompleted(workerID, resp)
-	}
-	return ok
-}
-
-// completeMany is complete for each of a Poll's completions, in order,
-// with one wait for storing them all: stored must be called before the
-// worker is told.
-func (s *WorkerService) completeMany(ctx context.Context, workerID string, reqs []*workerpb.CompleteRequest, resps []*repb.ExecuteResponse) (accepted []bool, stored func()) {
-	accepted = make([]bool, len(reqs))
-	cs := make([]scheduler.Completion, 0, len(reqs))
-	idx := make([]int, 0, len(reqs))
-	for i, req := range reqs {
-		if s.cacheResult(ctx, workerID, req, resps[i]) {
-			cs = append(cs, scheduler.Completion{LeaseID: req.LeaseId, Response: resps[i]})
-			idx = append(idx, i)
+	accepted, stored = s.sched.Complete(ctx, workerID, cs)
+	for i, ok := range accepted {
+		if ok {
+			s.observeCompleted(workerID, cs[i].Response)
 		}
 	}
-	ok, stored := s.sched.CompleteMany(workerID, cs)
-	for k, i := range idx {
-		accepted[i] = ok[k]
-		if ok[k] {
-			s.observeCompleted(workerID, resps[i])
-		}
-	}
-	return accepted, stored
-}
-
-// cacheResult writes resp's result to the ActionCache when req asks for
-// it; it reports false when the lease is no longer workerID's.
-func (s *WorkerService) cacheResult(ctx context.Context, workerID string, req *workerpb.CompleteRequest, resp *repb.ExecuteResponse) bool {
-	if req.UpdateActionCache && resp.Result != nil && resp.Status.GetCode() == int32(codes.OK) && resp.Result.ExitCode == 0 {
-		t, ok := s.sched.LeaseTask(workerID, req.LeaseId)
-		if !ok {
-			return false
-		}
-		if t.Cacheable {
-			if err := s.store(ctx, t.Instance, t.ActionDigest, resp.Result); err != nil {
-				// The result still reaches the callers; only caching failed.
-				resp.Message = strings.TrimSpace(resp.Message + " (the result could not be cached: " + status.Convert(err).Message() + ")")
-			}
-		}
-	}
-	return true
+	return accepted, stored, nil
 }
 
 // observeCompleted tells the observer (metrics) of an accepted result.

@@ -43,7 +43,7 @@ func BenchmarkDispatchReported(b *testing.B) {
 
 func benchDispatch(b *testing.B, invocations, workers int, reported bool) {
 	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
-	s := New(Config{HeartbeatTimeout: time.Hour, CallerGrace: time.Hour, Retention: time.Hour}, clk)
+	s := New(Config{HeartbeatTimeout: time.Hour, CallerGrace: time.Hour, Retention: time.Hour}, clk, nil)
 	var told sync.WaitGroup
 	if reported {
 		s.OnFinished(func(FinishedOperation) { told.Done() })
@@ -88,7 +88,7 @@ func benchDispatch(b *testing.B, invocations, workers int, reported bool) {
 			told.Add(len(leases))
 		}
 		for _, a := range leases {
-			if !s.Complete(ids[a.Attempt], a.LeaseID, okResponse()) {
+			if !s.completeOne(ids[a.Attempt], a.LeaseID, okResponse()) {
 				b.Fatal("complete failed")
 			}
 		}
@@ -146,7 +146,7 @@ func cpuTime() time.Duration {
 // the journal wrote per action.
 func BenchmarkDurableAction(b *testing.B) {
 	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
-	s := New(Config{HeartbeatTimeout: time.Hour, CallerGrace: time.Hour, Retention: time.Minute}, clk)
+	s := New(Config{HeartbeatTimeout: time.Hour, CallerGrace: time.Hour, Retention: time.Minute}, clk, nil)
 	store := &countingStore{Store: statestore.NewMemory()}
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := s.Attach(ctx, store); err != nil {
@@ -170,7 +170,7 @@ func BenchmarkDurableAction(b *testing.B) {
 		if err != nil || a == nil {
 			b.Fatalf("poll: %v, %v", a, err)
 		}
-		if !s.Complete("w", a.LeaseID, okResponse()) {
+		if !s.completeOne("w", a.LeaseID, okResponse()) {
 			b.Fatal("complete refused")
 		}
 		if err := s.Flush(context.Background()); err != nil {

@@ -27,7 +27,7 @@ func TestChrootInstanceActionsReachOnlyChrootWorkers(t *testing.T) {
 	if a == nil || a.Task.ActionDigest != action("bazel") {
 		t.Fatalf("the host worker got %+v, want the other instance's action", a)
 	}
-	s.Complete("host", a.LeaseID, okResponse())
+	s.completeOne("host", a.LeaseID, okResponse())
 	if a := pollNow(t, s, "host", 4); a != nil {
 		t.Fatalf("the host worker got the chroot instance's action %v (platform %v)", a.Task.ActionDigest, a.Task.Platform)
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 func TestFailuresRingKeepsTheNewest(t *testing.T) {
-	s := New(Config{}, nil)
+	s := New(Config{}, nil, nil)
 	fail := func(i int) {
 		op := &Operation{Name: fmt.Sprint("op", i), task: &Task{Instance: "i"}}
 		resp := &repb.ExecuteResponse{Result: &repb.ActionResult{ExitCode: int32(i%7 + 1)}}
@@ -118,7 +118,7 @@ func TestFinishedOperationKeepsItsInvocation(t *testing.T) {
 	if as == nil {
 		t.Fatal("nothing leased")
 	}
-	if !s.Complete("w", as.LeaseID, okResponse()) {
+	if !s.completeOne("w", as.LeaseID, okResponse()) {
 		t.Fatal("complete failed")
 	}
 	if _, err := s.Kill(k, "test", 0); err != nil {

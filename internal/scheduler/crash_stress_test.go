@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -97,7 +98,7 @@ func TestKillKeepsEveryResultShown(t *testing.T) {
 				}
 				cs = append(cs, Completion{LeaseID: a.LeaseID, Response: okResponse()})
 			}
-			_, stored := s.CompleteMany("w", cs)
+			_, stored := s.Complete(context.Background(), "w", cs)
 			// A watcher looks at once (the result must not show before
 			// it is stored) and again once it is.
 			look := func(killNow bool) {

@@ -48,7 +48,7 @@ func TestEnvironmentRefusedAtSubmit(t *testing.T) {
 	if a == nil || a.Task.Platform.String() != "OSFamily=linux" {
 		t.Fatalf("host got %+v, want the action without its container-image", a)
 	}
-	s.Complete("host", a.LeaseID, okResponse())
+	s.completeOne("host", a.LeaseID, okResponse())
 
 	// A worker that declares the image takes such actions.
 	s.SetIgnoredProperties(nil)

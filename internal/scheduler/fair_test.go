@@ -96,7 +96,7 @@ func (m *sim) tick() {
 	now := m.clk.Now()
 	for _, w := range m.workers {
 		if w.lease != "" && !now.Before(w.until) {
-			if !m.s.Complete(w.id, w.lease, okResponse()) {
+			if !m.s.completeOne(w.id, w.lease, okResponse()) {
 				m.t.Fatalf("completing %s on %s failed", w.lease, w.id)
 			}
 			m.running[w.path]--
@@ -276,7 +276,7 @@ func TestLocalityKeepsInvocationOnItsWorker(t *testing.T) {
 	run := func(inv string, i int) string {
 		submit(t, s, fmt.Sprintf("%s-%d", inv, i), func(r *SubmitRequest) { r.Invocation = []string{inv} })
 		g := receive(t, "assignment", results)
-		if !s.Complete(g.worker, g.a.LeaseID, okResponse()) {
+		if !s.completeOne(g.worker, g.a.LeaseID, okResponse()) {
 			t.Fatal("complete failed")
 		}
 		park(g.worker)
@@ -337,7 +337,7 @@ func TestDedupAcrossInvocationsCountsAtCommonAncestor(t *testing.T) {
 	if root := find(""); root.SelfExecuting != 1 || root.Executing != 1 {
 		t.Errorf("root after a third caller: %+v, want the task executing at the root", root)
 	}
-	if !s.Complete("w", a.LeaseID, okResponse()) {
+	if !s.completeOne("w", a.LeaseID, okResponse()) {
 		t.Fatal("complete failed")
 	}
 	stats = s.Invocations()

@@ -74,7 +74,7 @@ func TestFinishedReportedOncePerOperation(t *testing.T) {
 				t.Fatal(err)
 			}
 			l := pollNow(t, s, "w", 1)
-			if !s.Complete("w", l.LeaseID, okResponse()) {
+			if !s.completeOne("w", l.LeaseID, okResponse()) {
 				t.Fatal("complete refused")
 			}
 			got := map[string]any{}

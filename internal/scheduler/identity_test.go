@@ -44,7 +44,7 @@ func TestRestartKeepsWhoseOperationItIs(t *testing.T) {
 				t.Fatal("the requeued action was not leased again")
 			}
 			clk.Advance(time.Second)
-			if !s.Complete("w1", ld.LeaseID, &repb.ExecuteResponse{Result: &repb.ActionResult{ExitCode: 7}}) {
+			if !s.completeOne("w1", ld.LeaseID, &repb.ExecuteResponse{Result: &repb.ActionResult{ExitCode: 7}}) {
 				t.Fatal("completion refused")
 			}
 			queued := submit(t, s, "queued", in("team-q"), md("bst"))

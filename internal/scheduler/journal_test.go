@@ -19,7 +19,7 @@ import (
 // durableTest returns a scheduler attached to store; stop ends its flusher.
 func durableTest(t *testing.T, store statestore.Store, clk *fakeClock) (s *Scheduler, stop func()) {
 	t.Helper()
-	s = New(Config{HeartbeatTimeout: 10 * time.Second, CallerGrace: time.Hour, MaxAttempts: 3, Retention: time.Hour}, clk)
+	s = New(Config{HeartbeatTimeout: 10 * time.Second, CallerGrace: time.Hour, MaxAttempts: 3, Retention: time.Hour}, clk, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := s.Attach(ctx, store); err != nil {
 		t.Fatal(err)
@@ -71,7 +71,7 @@ func TestRestartKeepsQueueLeasesAndOperations(t *testing.T) {
 			la := pollNow(t, s, "w1", 1)
 			opB := submit(t, s, "b")
 			lb := pollNow(t, s, "w1", 1)
-			s.Complete("w1", lb.LeaseID, &repb.ExecuteResponse{Result: &repb.ActionResult{ExitCode: 7}})
+			s.completeOne("w1", lb.LeaseID, &repb.ExecuteResponse{Result: &repb.ActionResult{ExitCode: 7}})
 			opC := submit(t, s, "c", func(r *SubmitRequest) { r.Invocation = []string{"x"} })
 			opD := submit(t, s, "d", func(r *SubmitRequest) { r.Priority = -1 })
 			opE := submit(t, s, "e")
@@ -116,13 +116,13 @@ func TestRestartKeepsQueueLeasesAndOperations(t *testing.T) {
 				t.Errorf("order after restart %v, want [d c e]", order)
 			}
 			// The restored lease completes normally, once.
-			if !s2.Complete("w1", la.LeaseID, okResponse()) {
+			if !s2.completeOne("w1", la.LeaseID, okResponse()) {
 				t.Fatal("completion of the restored lease refused")
 			}
 			if st := state(t, s2, opA); !st.Done {
 				t.Errorf("operation a: %+v", st)
 			}
-			if s2.Complete("w1", la.LeaseID, okResponse()) {
+			if s2.completeOne("w1", la.LeaseID, okResponse()) {
 				t.Error("second completion accepted")
 			}
 		})
@@ -296,7 +296,7 @@ func TestCompleteManyStoresBeforeStored(t *testing.T) {
 	}
 	cs = append(cs, Completion{LeaseID: "not-a-lease", Response: okResponse()})
 	openGate := store.shut(t, s) // nothing more reaches the store
-	accepted, stored := s.CompleteMany("w", cs)
+	accepted, stored := s.Complete(context.Background(), "w", cs)
 	if want := []bool{true, true, true, false}; !reflect.DeepEqual(accepted, want) {
 		t.Fatalf("accepted %v, want %v", accepted, want)
 	}
@@ -334,7 +334,7 @@ func TestResultVisibleOnlyOnceStored(t *testing.T) {
 		t.Fatalf("before completion: %+v %v", st, err)
 	}
 	openGate := store.shut(t, s)
-	accepted, stored := s.CompleteMany("w", []Completion{{LeaseID: a.LeaseID, Response: okResponse()}})
+	accepted, stored := s.Complete(context.Background(), "w", []Completion{{LeaseID: a.LeaseID, Response: okResponse()}})
 	if !accepted[0] {
 		t.Fatal("completion refused")
 	}
@@ -393,13 +393,13 @@ func TestStoredResultsStayVisibleAfterAFailure(t *testing.T) {
 	register(s, "w")
 	opA, opB := submit(t, s, "a"), submit(t, s, "b")
 	la, lb := pollNow(t, s, "w", 1), pollNow(t, s, "w", 1)
-	if !s.Complete("w", la.LeaseID, okResponse()) {
+	if !s.completeOne("w", la.LeaseID, okResponse()) {
 		t.Fatal("completion of a refused")
 	}
 	store.mu.Lock()
 	store.failing = true
 	store.mu.Unlock()
-	s.Complete("w", lb.LeaseID, okResponse())
+	s.completeOne("w", lb.LeaseID, okResponse())
 	if err := s.Flush(context.Background()); err == nil {
 		t.Fatal("flush after a failed commit succeeded")
 	}
@@ -437,7 +437,7 @@ func TestRestartKeepsAcceptedAndInvocation(t *testing.T) {
 			opD := submit(t, s, "done", func(r *SubmitRequest) { r.Invocation = []string{"dave", "build-4"} })
 			ld := pollNow(t, s, "w1", 1)
 			clk.Advance(time.Second)
-			if !s.Complete("w1", ld.LeaseID, okResponse()) {
+			if !s.completeOne("w1", ld.LeaseID, okResponse()) {
 				t.Fatal("completion refused")
 			}
 			doneAt := clk.Now()

@@ -96,7 +96,7 @@ func TestMetricsSnapshotCountsQueuesWorkersAndRetries(t *testing.T) {
 	x86Worker(s, "w3")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	as, err := s.PollMany(ctx, "w3", Capacity{Cores: 3}, 3)
+	as, err := s.PollMany(ctx, PollRequest{WorkerID: "w3", Free: Capacity{Cores: 3}, Limit: 3})
 	if err != nil || len(as) != 3 {
 		t.Fatalf("w3 got %d assignments (%v), want 3", len(as), err)
 	}
@@ -125,12 +125,12 @@ func TestTraceParentKeptUntilTheTaskEnds(t *testing.T) {
 	if err := s.Cancel(cancelled); err != nil {
 		t.Fatal(err)
 	}
-	s.Complete("w", a.LeaseID, okResponse())
+	s.completeOne("w", a.LeaseID, okResponse())
 	b := pollNow(t, s, "w", 1)
 	if b == nil || s.TraceParent(b.Task) != "" {
 		t.Fatalf("untraced task: %v", b)
 	}
-	s.Complete("w", b.LeaseID, okResponse())
+	s.completeOne("w", b.LeaseID, okResponse())
 	s.mu.Lock()
 	n := len(s.traceParents)
 	s.mu.Unlock()

@@ -95,7 +95,7 @@ func TestPipelinedResultVisibleOnlyOnceCommitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	store.hold()
-	accepted, stored := s.CompleteMany("w", []Completion{{LeaseID: a.LeaseID, Response: okResponse()}})
+	accepted, stored := s.Complete(context.Background(), "w", []Completion{{LeaseID: a.LeaseID, Response: okResponse()}})
 	if !accepted[0] {
 		t.Fatal("completion refused")
 	}
@@ -188,7 +188,7 @@ func TestCompleteManyLeavesTheFlushToThePoll(t *testing.T) {
 	if n := len(s.jr.kick); n != 0 {
 		t.Fatalf("%d kicks pending before CompleteMany", n)
 	}
-	accepted, stored := s.CompleteMany("w", []Completion{{LeaseID: a.LeaseID, Response: okResponse()}})
+	accepted, stored := s.Complete(context.Background(), "w", []Completion{{LeaseID: a.LeaseID, Response: okResponse()}})
 	if !accepted[0] {
 		t.Fatal("completion refused")
 	}
@@ -228,13 +228,13 @@ func TestPollWaitingStoresItsCompletions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	accepted, _ := s.CompleteMany("w", []Completion{{LeaseID: a.LeaseID, Response: okResponse()}})
+	accepted, _ := s.Complete(context.Background(), "w", []Completion{{LeaseID: a.LeaseID, Response: okResponse()}})
 	if !accepted[0] {
 		t.Fatal("completion refused")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	polled := make(chan struct{})
-	go func() { s.PollMany(ctx, "w", Capacity{Cores: 1}, 1); close(polled) }()
+	go func() { s.PollMany(ctx, PollRequest{WorkerID: "w", Free: Capacity{Cores: 1}, Limit: 1}); close(polled) }()
 	defer func() { cancel(); <-polled }()
 	select {
 	case <-changed:

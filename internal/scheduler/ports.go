@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
-
 	"github.com/gantry-build/gantry/internal/platform"
 )
 
@@ -51,16 +49,15 @@ type Leases interface {
 	RegisterWorkerHolding(info WorkerInfo, held []string) int
 	// OpenSession ties a worker's presence to a stream.
 	OpenSession(workerID string) (*Session, error)
-	// PollMany leases up to limit tasks that fit free, waiting until ctx
-	// ends for one.
-	PollMany(ctx context.Context, workerID string, free Capacity, limit int) ([]*Assignment, error)
+	// PollMany leases up to req.Limit tasks that fit req.Free, waiting
+	// until ctx ends for one.
+	PollMany(ctx context.Context, req PollRequest) ([]*Assignment, error)
 	// Heartbeat renews a worker's leases and returns its commands.
 	Heartbeat(workerID string, reports []LeaseReport) ([]LeaseCommand, error)
-	// Complete and CompleteMany end leases with their results.
-	Complete(workerID, leaseID string, resp *repb.ExecuteResponse) bool
-	CompleteMany(workerID string, cs []Completion) (accepted []bool, stored func())
-	// LeaseTask is the task of a lease the worker holds.
-	LeaseTask(workerID, leaseID string) (*Task, bool)
+	// Complete ends leases with their results, writing those that ask
+	// for it to the ActionCache first; stored waits for them to be
+	// stored. It is the one way a lease ends with a result.
+	Complete(ctx context.Context, workerID string, cs []Completion) (accepted []bool, stored func())
 	// WorkerControlOf is what operators asked of a worker (drain, pause,
 	// terminate), which the heartbeat passes on.
 	WorkerControlOf(id string) WorkerControl

@@ -45,7 +45,7 @@ func newQueueTest(t *testing.T, mod func(*Config)) (*Scheduler, *fakeClock) {
 	if mod != nil {
 		mod(&cfg)
 	}
-	return New(cfg, clk), clk
+	return New(cfg, clk, nil), clk
 }
 
 func registerPlatform(s *Scheduler, id string, w platform.Worker) {
@@ -176,7 +176,7 @@ func TestGPUActionOnlyReachesGPUWorker(t *testing.T) {
 				if a.Task.Queue != "gpu" {
 					t.Fatalf("task in queue %q, want gpu", a.Task.Queue)
 				}
-				if !s.Complete("gpu-1", a.LeaseID, okResponse()) {
+				if !s.completeOne("gpu-1", a.LeaseID, okResponse()) {
 					t.Fatal("completion refused")
 				}
 			}
@@ -213,7 +213,7 @@ func TestWorkerServingOnlyGPUQueueNeverGetsCPUWork(t *testing.T) {
 	if a == nil || a.Task.Queue != "gpu" {
 		t.Fatalf("parked gpu worker got %+v, want the gpu action", a)
 	}
-	s.Complete("gpu-1", a.LeaseID, okResponse())
+	s.completeOne("gpu-1", a.LeaseID, okResponse())
 	if !state(t, s, gpuOp).Done {
 		t.Fatal("gpu op not done")
 	}
@@ -272,7 +272,7 @@ func TestResourcesNeverOversubscribed(t *testing.T) {
 			runtime.Gosched() // let others poll and cancel while this runs
 		}
 		inUse.Add(-n) // before Complete: the scheduler still counts it
-		s.Complete("g", a.LeaseID, okResponse())
+		s.completeOne("g", a.LeaseID, okResponse())
 	}
 	var pollers sync.WaitGroup
 	// Half the pollers park in Poll (the hand-over path), half poll
@@ -373,7 +373,7 @@ func TestResourcesHeldUntilTheLeaseEnds(t *testing.T) {
 		t.Fatalf("held %d after a heartbeat, want 2", h)
 	}
 	// Completion frees one gpu.
-	s.Complete("g", a1.LeaseID, okResponse())
+	s.completeOne("g", a1.LeaseID, okResponse())
 	a3 := pollNow(t, s, "g", 8)
 	if a3 == nil {
 		t.Fatal("gpu freed by completion not reused")
@@ -392,8 +392,8 @@ func TestResourcesHeldUntilTheLeaseEnds(t *testing.T) {
 	if b1 == nil || b2 == nil || pollNow(t, s, "g", 8) != nil {
 		t.Fatal("after lost leases the worker should take exactly two again")
 	}
-	s.Complete("g", b1.LeaseID, okResponse())
-	s.Complete("g", b2.LeaseID, okResponse())
+	s.completeOne("g", b1.LeaseID, okResponse())
+	s.completeOne("g", b2.LeaseID, okResponse())
 	if h := held(); h != 0 {
 		t.Fatalf("held %d when idle", h)
 	}
@@ -421,7 +421,7 @@ func TestWorkerPinGetsItsAction(t *testing.T) {
 	if a == nil || a.Task.Req.Pin != "w2" {
 		t.Fatalf("w2 got %+v, want its pinned action", a)
 	}
-	s.Complete("w2", a.LeaseID, okResponse())
+	s.completeOne("w2", a.LeaseID, okResponse())
 	if !state(t, s, op).Done {
 		t.Fatal("not done")
 	}
@@ -517,12 +517,12 @@ func TestSetQueuesKeepsQueuedWork(t *testing.T) {
 	if a == nil || a.Task.Queue != "cpu" {
 		t.Fatalf("cpu worker got %+v, want the action queued before the reload", a)
 	}
-	s.Complete("cpu-w", a.LeaseID, okResponse())
+	s.completeOne("cpu-w", a.LeaseID, okResponse())
 	b := pollNow(t, s, "gpu-w", 4)
 	if b == nil || b.Task.Queue != "gpu" {
 		t.Fatalf("gpu worker got %+v", b)
 	}
-	s.Complete("gpu-w", b.LeaseID, okResponse())
+	s.completeOne("gpu-w", b.LeaseID, okResponse())
 	for _, op := range []string{cpuOp, gpuOp} {
 		if !state(t, s, op).Done {
 			t.Fatalf("%s not done", op)
@@ -708,7 +708,7 @@ func TestRecentlySeenWorkerKeepsActionAlive(t *testing.T) {
 	if a == nil {
 		t.Fatal("returning gpu worker did not get the action")
 	}
-	s.Complete("gpu", a.LeaseID, okResponse())
+	s.completeOne("gpu", a.LeaseID, okResponse())
 	if st := state(t, s, op); !st.Done || st.Response.GetStatus().GetCode() != 0 {
 		t.Fatalf("%+v", st)
 	}
@@ -826,7 +826,7 @@ func TestFreedResourcesGoToAParkedPoll(t *testing.T) {
 	got := make(chan *Assignment, 1)
 	go func() { a, _ := s.Poll(ctx, "g", Capacity{Cores: 7}); got <- a }()
 	waitForWaiters(t, s, 1)
-	s.Complete("g", a1.LeaseID, okResponse())
+	s.completeOne("g", a1.LeaseID, okResponse())
 	if st := s.Stats(); st.Queued != 0 || st.Leased != 1 {
 		t.Fatalf("after the gpu was freed: %+v; the parked poll should have been given the queued gpu action", st)
 	}
@@ -834,7 +834,7 @@ func TestFreedResourcesGoToAParkedPoll(t *testing.T) {
 	if a2 == nil || a2.Task.ActionDigest != action("second") {
 		t.Fatalf("parked poll got %+v", a2)
 	}
-	s.Complete("g", a2.LeaseID, okResponse())
+	s.completeOne("g", a2.LeaseID, okResponse())
 	if !state(t, s, second).Done {
 		t.Fatal("second not done")
 	}
@@ -850,7 +850,7 @@ func TestCancelledLeaseHoldsResourcesUntilTheWorkerStops(t *testing.T) {
 		stop func(s *Scheduler, lease string)
 	}{
 		{"heartbeat no longer lists it", func(s *Scheduler, lease string) { s.Heartbeat("g", nil) }},
-		{"late completion", func(s *Scheduler, lease string) { s.Complete("g", lease, okResponse()) }},
+		{"late completion", func(s *Scheduler, lease string) { s.completeOne("g", lease, okResponse()) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, _ := newQueueTest(t, nil)
@@ -879,7 +879,7 @@ func TestCancelledLeaseHoldsResourcesUntilTheWorkerStops(t *testing.T) {
 			if b == nil || b.Task.ActionDigest != action("second") {
 				t.Fatalf("after the cancelled action stopped: %+v, want the second action", b)
 			}
-			s.Complete("g", b.LeaseID, okResponse())
+			s.completeOne("g", b.LeaseID, okResponse())
 			s.mu.Lock()
 			h, n := s.workers["g"].held["gpu"], len(s.workers["g"].cancelled)
 			s.mu.Unlock()

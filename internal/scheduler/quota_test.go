@@ -87,7 +87,7 @@ func TestMaxQuotaNeverExceeded(t *testing.T) {
 		t.Fatal("free slots not used by b")
 	}
 	// Completing one of a's frees one of its two.
-	s.Complete(leases[0].Task.lastWorker, leases[0].LeaseID, okResponse())
+	s.completeOne(leases[0].Task.lastWorker, leases[0].LeaseID, okResponse())
 	if a := pollNow(t, s, leases[0].Task.lastWorker, 1); a == nil || a.Task.Instance != "a" {
 		t.Fatalf("after a completion, a should run again: %+v", a)
 	}
@@ -162,7 +162,7 @@ func TestStarvingInstancePreemptsAfterDelay(t *testing.T) {
 	if waited := clk.Now().Sub(start); waited > 10*time.Second+time.Second {
 		t.Errorf("small waited %s, want within the delay plus a round", waited)
 	}
-	s.Complete("w2", a.LeaseID, okResponse())
+	s.completeOne("w2", a.LeaseID, okResponse())
 	if st := state(t, s, smallOp); !st.Done || status.FromProto(st.Response.Status).Code() != codes.OK {
 		t.Fatalf("small: %+v", st)
 	}
@@ -172,7 +172,7 @@ func TestStarvingInstancePreemptsAfterDelay(t *testing.T) {
 	if b == nil || b.Task != a2.Task {
 		t.Fatalf("w2 then got %+v, want the pre-empted action back first", b)
 	}
-	s.Complete("w2", b.LeaseID, okResponse())
+	s.completeOne("w2", b.LeaseID, okResponse())
 	if st := state(t, s, victimOp); !st.Done || st.Response.GetStatus().GetCode() != 0 {
 		t.Fatalf("victim after rerun: %+v", st)
 	}
@@ -344,7 +344,7 @@ func TestHeldActionBelowMinPreemptsOnItsWorker(t *testing.T) {
 	}
 	// The worker stops the victim and runs small's action.
 	s.Heartbeat("w", []LeaseReport{{LeaseID: h.LeaseID, Stage: repb.ExecutionStage_EXECUTING}})
-	s.Complete("w", h.LeaseID, okResponse())
+	s.completeOne("w", h.LeaseID, okResponse())
 	if st := state(t, s, h.Task.ops[0].Name); !st.Done {
 		t.Fatalf("small's operation: %+v", st)
 	}
@@ -465,7 +465,7 @@ func TestHeldActionMovesWhenItsWorkerHasNoVictim(t *testing.T) {
 // A starving (instance, cohort) is pre-empted for only once the delay
 // has passed since it began to starve.
 func TestStarvedLongEnough(t *testing.T) {
-	s := New(Config{PreemptionDelay: 10 * time.Second}, nil)
+	s := New(Config{PreemptionDelay: 10 * time.Second}, nil, nil)
 	k := quotaKey{"main", "x86"}
 	t0 := time.Unix(1_700_000_000, 0)
 	for _, step := range []struct {

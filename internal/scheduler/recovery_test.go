@@ -48,10 +48,10 @@ func TestRegisterHoldingKeepsListedLeasesAndRequeuesTheRest(t *testing.T) {
 	if again[opB].Attempt != 2 {
 		t.Errorf("attempt %d, want 2", again[opB].Attempt)
 	}
-	if !s.Complete("w", leases[opA].LeaseID, okResponse()) {
+	if !s.completeOne("w", leases[opA].LeaseID, okResponse()) {
 		t.Error("the lease the worker listed was not kept")
 	}
-	if s.Complete("w", leases[opB].LeaseID, okResponse()) {
+	if s.completeOne("w", leases[opB].LeaseID, okResponse()) {
 		t.Error("a result of a lease the worker did not list was accepted")
 	}
 	if m := s.MetricsSnapshot(); m.WorkersLost != 2 || m.Retries != 2 {
@@ -90,7 +90,7 @@ func TestRestoredLeasesRequeuedWhenTheirWorkerRegistersWithoutThem(t *testing.T)
 	if a := pollNow(t, s2, "embedded", 1); a != nil {
 		t.Fatalf("the standalone worker's lease of %s was requeued too", opS)
 	}
-	if !s2.Complete("standalone", ls.LeaseID, okResponse()) {
+	if !s2.completeOne("standalone", ls.LeaseID, okResponse()) {
 		t.Error("the standalone worker's listed lease was not kept")
 	}
 }
@@ -203,7 +203,7 @@ func TestSessionNeedsRegistrationAndEndsWithRun(t *testing.T) {
 func TestLostLeasesAreLogged(t *testing.T) {
 	var buf bytes.Buffer
 	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
-	s := New(Config{HeartbeatTimeout: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(&buf, nil))}, clk)
+	s := New(Config{HeartbeatTimeout: 10 * time.Second, Logger: slog.New(slog.NewTextHandler(&buf, nil))}, clk, nil)
 	register(s, "w")
 	op := submit(t, s, "a")
 	pollNow(t, s, "w", 1)

@@ -80,12 +80,12 @@ func TestRetriesListWorkerLossAndPreemption(t *testing.T) {
 	// It completes on its third try; the retries stay with the result.
 	s.Heartbeat("w2", nil)
 	quick := pollNow(t, s, "w2", 1)
-	s.Complete("w2", quick.LeaseID, okResponse())
+	s.completeOne("w2", quick.LeaseID, okResponse())
 	again := pollNow(t, s, "w2", 1)
 	if again == nil || again.Task.ActionDigest != action("flood/0") {
 		t.Fatalf("w2 then got %+v, want flood/0", again)
 	}
-	s.Complete("w2", again.LeaseID, okResponse())
+	s.completeOne("w2", again.LeaseID, okResponse())
 	st := state(t, s, victim)
 	if !st.Done || len(st.Retries) != 2 || st.Retries[0].Kind != RetryWorkerLost || st.Retries[1].Kind != RetryPreempted {
 		t.Fatalf("finished state: done %v, retries %+v", st.Done, st.Retries)

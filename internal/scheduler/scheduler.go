@@ -268,6 +268,9 @@ type OperationState struct {
 type Scheduler struct {
 	cfg   Config
 	clock Clock
+	// cache takes the results of completed leases that ask to be cached
+	// (nil: none is); see ActionCacheWriter.
+	cache ActionCacheWriter
 
 	mu       sync.Mutex
 	ops      map[string]*Operation
@@ -332,8 +335,9 @@ func setDefault[T time.Duration | int | float64](v *T, def T) {
 	}
 }
 
-// New returns a scheduler.
-func New(cfg Config, clock Clock) *Scheduler {
+// New returns a scheduler that writes the results of completed leases
+// that ask for it to cache (nil: no ActionCache, nothing is cached).
+func New(cfg Config, clock Clock, cache ActionCacheWriter) *Scheduler {
 	def := DefaultConfig()
 	setDefault(&cfg.HeartbeatInterval, def.HeartbeatInterval)
 	setDefault(&cfg.HeartbeatTimeout, def.HeartbeatTimeout)
@@ -360,7 +364,7 @@ func New(cfg Config, clock Clock) *Scheduler {
 	}
 	f := newFairness(cfg.PriorityHalving, cfg.Stickiness)
 	return &Scheduler{
-		cfg: cfg, clock: clock, fair: f, ten: newTenancy(cfg),
+		cfg: cfg, clock: clock, cache: cache, fair: f, ten: newTenancy(cfg),
 		ops: map[string]*Operation{}, inflight: map[uint64]*Task{},
 		queue: newQueue(f), workers: map[string]*worker{}, leases: map[string]*lease{},
 		queues: cfg.Queues, ignored: cfg.IgnoredProperties, seen: map[string]seenWorker{}, started: clock.Now(),

@@ -28,7 +28,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 func newTest(t *testing.T) (*Scheduler, *fakeClock) {
 	t.Helper()
 	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
-	return New(Config{HeartbeatTimeout: 10 * time.Second, CallerGrace: time.Minute, MaxAttempts: 3, Retention: time.Hour}, clk), clk
+	return New(Config{HeartbeatTimeout: 10 * time.Second, CallerGrace: time.Minute, MaxAttempts: 3, Retention: time.Hour}, clk, nil), clk
 }
 
 func action(name string) digest.Digest { return digest.Compute(digest.SHA256, []byte(name)) }
@@ -117,7 +117,7 @@ func TestDeduplicationSharesOneExecution(t *testing.T) {
 		t.Fatalf("got %d executions, want 3 (shared one, other instance, do_not_cache)", len(leases))
 	}
 	for _, a := range leases {
-		if !s.Complete("w", a.LeaseID, okResponse()) {
+		if !s.completeOne("w", a.LeaseID, okResponse()) {
 			t.Fatal("completion refused")
 		}
 	}
@@ -234,7 +234,7 @@ func TestLostWorkerRequeuesAtFrontAndLateReportIgnored(t *testing.T) {
 		t.Fatalf("requeued action should come first with attempt 2: %+v", a2)
 	}
 	// The late report from w1 is ignored and w1 is told to stop.
-	if s.Complete("w1", a1.LeaseID, okResponse()) {
+	if s.completeOne("w1", a1.LeaseID, okResponse()) {
 		t.Fatal("late completion from a lost lease was accepted")
 	}
 	if _, err := s.Heartbeat("w1", []LeaseReport{{LeaseID: a1.LeaseID}}); err != ErrUnknownWorker {
@@ -245,7 +245,7 @@ func TestLostWorkerRequeuesAtFrontAndLateReportIgnored(t *testing.T) {
 	if len(cmds) != 1 || cmds[0].Kind != CommandCancel {
 		t.Fatalf("lost lease should be cancelled on the old worker: %+v", cmds)
 	}
-	if !s.Complete("w2", a2.LeaseID, okResponse()) {
+	if !s.completeOne("w2", a2.LeaseID, okResponse()) {
 		t.Fatal("valid completion refused")
 	}
 	if st := state(t, s, op); !st.Done || st.Response.GetStatus().GetCode() != 0 {
@@ -341,7 +341,7 @@ func TestRetentionForgetsOldOperations(t *testing.T) {
 	register(s, "w")
 	op := submit(t, s, "done")
 	a := pollNow(t, s, "w", 1)
-	s.Complete("w", a.LeaseID, okResponse())
+	s.completeOne("w", a.LeaseID, okResponse())
 	clk.Advance(59 * time.Minute)
 	s.Tick()
 	if _, _, err := s.Watch(op); err != nil {
@@ -367,7 +367,7 @@ func TestWatchChannelSignalsChanges(t *testing.T) {
 	op := submit(t, s, "watched")
 	_, changed, _ := s.Watch(op)
 	a := pollNow(t, s, "w", 1)
-	s.Complete("w", a.LeaseID, okResponse())
+	s.completeOne("w", a.LeaseID, okResponse())
 	select {
 	case <-changed:
 	default:

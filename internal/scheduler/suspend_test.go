@@ -96,12 +96,12 @@ func TestSuspendedVictimResumesWhenItsCoreIsFree(t *testing.T) {
 		}
 		s.Tick()
 	}
-	if _, ok := s.LeaseTask("w", f.LeaseID); !ok || resumed != 0 {
+	if ok := s.holds("w", f.LeaseID); !ok || resumed != 0 {
 		t.Fatalf("the suspended lease was lost (%v) or resumed (%d) while small ran", ok, resumed)
 	}
 	// Small finishes: the flood's queued action is not given the core
 	// the suspended one lent.
-	s.Complete("w", h.LeaseID, okResponse())
+	s.completeOne("w", h.LeaseID, okResponse())
 	if a := pollNow(t, s, "w", 1); a != nil {
 		t.Fatalf("w got %s's action while its suspended one waits for the core", a.Task.Instance)
 	}
@@ -117,7 +117,7 @@ func TestSuspendedVictimResumesWhenItsCoreIsFree(t *testing.T) {
 	if st, _ := s.QuotaOf("flood", "x86"); st.Usage != 1 {
 		t.Errorf("flood's usage %d after the resume, want 1", st.Usage)
 	}
-	if !s.Complete("w", f.LeaseID, okResponse()) {
+	if !s.completeOne("w", f.LeaseID, okResponse()) {
 		t.Fatal("the resumed lease's result was refused")
 	}
 	if st := state(t, s, f.Task.ops[0].Name); !st.Done || st.Response.GetStatus().GetCode() != 0 {
@@ -161,7 +161,7 @@ func TestSuspendedVictimCancelledAfterMaxSuspend(t *testing.T) {
 	}
 	// The worker stops it; small completes; the victim runs again first.
 	commandsFor(t, s, "w", running[1])
-	s.Complete("w", h.LeaseID, okResponse())
+	s.completeOne("w", h.LeaseID, okResponse())
 	if a := pollNow(t, s, "w", 1); a == nil || a.Task != f.Task {
 		t.Fatalf("next on w: %+v, want the cancelled victim", a)
 	}
@@ -206,7 +206,7 @@ func TestSuspendLendsTheCoreToQueuedWork(t *testing.T) {
 	if b == nil || b.Task.Instance != "small" {
 		t.Fatalf("w2's lent core went to %+v, want small", b)
 	}
-	s.Complete("w2", b.LeaseID, okResponse())
+	s.completeOne("w2", b.LeaseID, okResponse())
 	// Small's second action is queued: the lent core is still small's.
 	s.Tick()
 	if cmds := commandsFor(t, s, "w2", run(a2)); len(cmds) != 0 {
@@ -215,7 +215,7 @@ func TestSuspendLendsTheCoreToQueuedWork(t *testing.T) {
 	if b = pollNow(t, s, "w2", 1); b == nil || b.Task.Instance != "small" {
 		t.Fatalf("w2's lent core went to %+v, want small's second action", b)
 	}
-	s.Complete("w2", b.LeaseID, okResponse())
+	s.completeOne("w2", b.LeaseID, okResponse())
 	if a := pollNow(t, s, "w2", 1); a != nil {
 		t.Fatalf("w2 got %s's action while its suspended one waits", a.Task.Instance)
 	}

@@ -169,7 +169,7 @@ func (s *Scheduler) registerLocked(info WorkerInfo) *worker {
 // Poll leases the best task the worker can take, waiting until ctx ends
 // if there is none.
 func (s *Scheduler) Poll(ctx context.Context, workerID string, free Capacity) (*Assignment, error) {
-	as, err := s.PollMany(ctx, workerID, free, 1)
+	as, err := s.PollMany(ctx, PollRequest{WorkerID: workerID, Free: free, Limit: 1})
 	if len(as) == 0 {
 		return nil, err
 	}
@@ -178,10 +178,11 @@ func (s *Scheduler) Poll(ctx context.Context, workerID string, free Capacity) (*
 
 // PollMany is Poll for a worker with room for several actions. It waits
 // for the first task as Poll does; then it leases, without waiting, the
-// best queued tasks that fit in what the earlier ones leave of free, up
-// to limit tasks in all. It returns no assignments when the wait ended
-// with no work.
-func (s *Scheduler) PollMany(ctx context.Context, workerID string, free Capacity, limit int) ([]*Assignment, error) {
+// best queued tasks that fit in what the earlier ones leave of
+// req.Free, up to req.Limit tasks in all. It returns no assignments when
+// the wait ended with no work.
+func (s *Scheduler) PollMany(ctx context.Context, req PollRequest) ([]*Assignment, error) {
+	workerID, free, limit := req.WorkerID, req.Free, max(req.Limit, 1)
 	s.mu.Lock()
 	w, ok := s.workers[workerID]
 	if !ok || w.restored {
@@ -194,13 +195,13 @@ func (s *Scheduler) PollMany(ctx context.Context, workerID string, free Capacity
 	if t != nil {
 		s.queue.take(t)
 		as := s.leaseMoreLocked(w, free, limit, s.leaseLocked(t, w, nil))
-		ticket := s.leaseTicketLocked(ctx)
+		ticket := s.leaseTicketLocked(req)
 		s.mu.Unlock()
 		return s.deliver(ctx, as, ticket)
 	}
 	wt := &waiter{worker: w, free: free, ch: make(chan *Assignment, 1)}
 	s.waiters = append(s.waiters, wt)
-	// Changes this worker made just before (CompleteMany's results) are
+	// Changes this worker made just before (Complete's results) are
 	// stored while it waits: nothing else may start storing them soon.
 	if s.jr.dirty() {
 		s.ticketLocked()
@@ -214,7 +215,7 @@ func (s *Scheduler) PollMany(ctx context.Context, workerID string, free Capacity
 		if limit > 1 {
 			as = s.leaseMoreLocked(w, free, limit, a)
 		}
-		ticket := s.leaseTicketLocked(ctx)
+		ticket := s.leaseTicketLocked(req)
 		s.mu.Unlock()
 		return s.deliver(ctx, as, ticket)
 	case <-ctx.Done():
@@ -249,7 +250,7 @@ func (s *Scheduler) PollMany(ctx context.Context, workerID string, free Capacity
 // storing fails, the leases time out and their tasks are requeued.
 func (s *Scheduler) deliver(ctx context.Context, as []*Assignment, ticket uint64) ([]*Assignment, error) {
 	if ticket == 0 {
-		return as, nil // nothing to wait for (no store, or SameProcess)
+		return as, nil // nothing to wait for (no store, or unstored leases)
 	}
 	// Not the poll's own context: it may end just as work was found.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -413,45 +414,6 @@ func (s *Scheduler) Heartbeat(workerID string, reports []LeaseReport) ([]LeaseCo
 	return cmds, nil
 }
 
-// Complete ends a lease with the task's outcome. It returns false when
-// the lease is no longer valid; the report is then ignored.
-func (s *Scheduler) Complete(workerID, leaseID string, resp *repb.ExecuteResponse) bool {
-	ok, ticket := s.complete(workerID, leaseID, resp, true)
-	s.waitDurable(ticket)
-	return ok
-}
-
-// complete ends a lease and returns the ticket its storing needs. Unless
-// kick is set, storing is not started: the caller starts it (see
-// CompleteMany).
-func (s *Scheduler) complete(workerID, leaseID string, resp *repb.ExecuteResponse, kick bool) (bool, uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if w, ok := s.workers[workerID]; ok {
-		w.lastSeen = s.clock.Now()
-		if _, was := w.cancelled[leaseID]; was {
-			s.releaseCancelledLocked(w, leaseID)
-			s.offerLocked(w)
-		}
-	}
-	l, ok := s.leases[leaseID]
-	if !ok || l.worker.info.ID != workerID {
-		s.emit(Event{Kind: EventLateReport, Worker: workerID, Reason: "lease " + leaseID + " is not held"})
-		return false, 0
-	}
-	t := l.task
-	s.dropLeaseLocked(l)
-	s.completeTaskLocked(t, resp)
-	s.emit(Event{Kind: EventCompleted, Task: t.ID, Worker: workerID})
-	if len(t.Req.Resources) > 0 {
-		s.offerLocked(l.worker)
-	}
-	if !kick {
-		return true, s.jr.seqLocked()
-	}
-	return true, s.ticketLocked()
-}
-
 // holdCancelledLocked keeps the resources of a lease the scheduler just
 // dropped held until the worker, told to cancel it, stops running it.
 func (s *Scheduler) holdCancelledLocked(l *lease) {
@@ -596,18 +558,6 @@ func (s *Scheduler) Run(ctx context.Context, interval time.Duration) {
 			s.Tick()
 		}
 	}
-}
-
-// LeaseTask returns the task a worker's lease is for, if the lease is
-// still valid.
-func (s *Scheduler) LeaseTask(workerID, leaseID string) (*Task, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l, ok := s.leases[leaseID]
-	if !ok || l.worker.info.ID != workerID {
-		return nil, false
-	}
-	return l.task, true
 }
 
 // failUnsatisfiableLocked fails queued tasks that have waited longer than

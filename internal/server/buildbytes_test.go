@@ -210,7 +210,8 @@ func TestBuildBytesInputRootAndRetries(t *testing.T) {
 		}
 	}
 	a := poll()
-	sched.Complete(fake.ID, a.LeaseID, &repb.ExecuteResponse{Status: &spb.Status{}, Result: &repb.ActionResult{ExecutionMetadata: &repb.ExecutedActionMetadata{Worker: fake.ID}}})
+	_, stored := sched.Complete(context.Background(), fake.ID, []scheduler.Completion{{LeaseID: a.LeaseID, Response: &repb.ExecuteResponse{Status: &spb.Status{}, Result: &repb.ActionResult{ExecutionMetadata: &repb.ExecutedActionMetadata{Worker: fake.ID}}}}})
+	stored()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

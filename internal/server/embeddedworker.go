@@ -11,6 +11,7 @@ import (
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/execution"
 	"github.com/gantry-build/gantry/internal/worker"
 )
 
@@ -24,8 +25,9 @@ type embeddedWorker struct {
 	log  *slog.Logger
 	dial func() (*grpc.ClientConn, error)
 	// local is the scheduler's worker service when it runs in this
-	// process (role all), nil otherwise (localworkers.go).
-	local workerpb.WorkersServer
+	// process (role all), nil otherwise: the worker then calls it over
+	// execution.InProcess.
+	local *execution.WorkerService
 	obs   *observability
 }
 
@@ -34,7 +36,7 @@ func runsEmbeddedWorker(cfg config.Config) bool {
 	return cfg.Worker.Enabled && cfg.Role != config.RoleScheduler
 }
 
-func newEmbeddedWorker(b *builder, grpcAddr string, local workerpb.WorkersServer) *embeddedWorker {
+func newEmbeddedWorker(b *builder, grpcAddr string, local *execution.WorkerService) *embeddedWorker {
 	sec := b.sec
 	return &embeddedWorker{cfg: b.cfg, log: b.log, obs: b.obs, local: local,
 		dial: func() (*grpc.ClientConn, error) { return sec.dialEmbedded(grpcAddr) }}
@@ -56,10 +58,11 @@ func (w *embeddedWorker) run(ctx context.Context) error {
 }
 
 // runWorker runs the configured worker over the connection dial makes,
-// with its worker-protocol calls made on local when it is not nil. It
+// with its worker-protocol calls made in process on local when it is not
+// nil (execution.InProcess). It
 // returns when ctx ends, or when an operator terminated the worker.
 // prepare, if not nil, is called with the worker before it runs.
-func runWorker(ctx context.Context, dial func() (*grpc.ClientConn, error), local workerpb.WorkersServer, cfg config.Config, log *slog.Logger, prepare func(*worker.Worker) error) error {
+func runWorker(ctx context.Context, dial func() (*grpc.ClientConn, error), local *execution.WorkerService, cfg config.Config, log *slog.Logger, prepare func(*worker.Worker) error) error {
 	conn, err := dial()
 	if err != nil {
 		return err
@@ -73,7 +76,7 @@ func runWorker(ctx context.Context, dial func() (*grpc.ClientConn, error), local
 	wc.Sandbox.HiddenPaths = hideDataDir(wc.Sandbox.HiddenPaths, cfg.DataDir)
 	var sched workerpb.WorkersClient = workerpb.NewWorkersClient(conn)
 	if local != nil {
-		sched = newLocalWorkers(sched, local)
+		sched = execution.NewInProcess(local, sched)
 	}
 	w, err := worker.New(conn, sched, WorkerConfig(wc, log))
 	if err != nil {

@@ -114,7 +114,8 @@ func (l *leader) run(ctx context.Context) error {
 func (l *leader) lead(ctx context.Context, number int64, lost <-chan struct{}) error {
 	start := time.Now()
 	cfg, log := l.latest(), l.b.log
-	sched := newScheduler(cfg, log)
+	ac := remoteAC{ac: repb.NewActionCacheClient(l.casConn)}
+	sched := newScheduler(cfg, log, ac.store)
 	stateCtx, stopState := context.WithCancel(context.Background())
 	if err := sched.Attach(stateCtx, l.store); err != nil {
 		stopState()
@@ -140,9 +141,8 @@ func (l *leader) lead(ctx context.Context, number int64, lost <-chan struct{}) e
 	}
 	sched.RestoreWorkerControls(cs)
 	cas := newRemoteCAS(l.casConn, int64(cfg.Storage.MaxBatchSize))
-	ac := remoteAC{ac: repb.NewActionCacheClient(l.casConn)}
 	t, err := newTerm(cfg, log, sched, number, termDeps{
-		cas: cas, lookup: ac.lookup, results: ac.store,
+		cas: cas, lookup: ac.lookup,
 		admin:  pgAdminStore{quotas: quotaState{store: l.store}, controls: controls},
 		reload: l.reload, obs: l.b.obs, policy: l.b.sec.statusPolicy(), state: l.store,
 		downloads: l.b.downloads,

@@ -53,7 +53,7 @@ func newLocalScheduler(b *builder, storage *localStorage, grpcAddr string, reloa
 	if err != nil {
 		return nil, err
 	}
-	sched := newScheduler(cfg, log)
+	sched := newScheduler(cfg, log, storage.fe.StoreActionResult)
 	stateCtx, stopState := context.WithCancel(context.Background())
 	// The journal stops after the ports did: calls in flight finish first.
 	b.closers.push(func() { stopState(); <-sched.Stopped() })
@@ -73,7 +73,7 @@ func newLocalScheduler(b *builder, storage *localStorage, grpcAddr string, reloa
 	}
 	sched.RestoreWorkerControls(controls)
 	t, err := newTerm(cfg, log, sched, 0, termDeps{
-		cas: storage.cas, lookup: storage.fe.LookupActionResult, results: storage.fe.StoreActionResult,
+		cas: storage.cas, lookup: storage.fe.LookupActionResult,
 		admin: adminStore{quotas: quotaState{store: state}, controls: cf}, reload: reload,
 		obs: b.obs, policy: b.sec.statusPolicy(), state: state, downloads: b.downloads,
 	})

@@ -1,8 +1,8 @@
 package server
 
 import (
-	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/execution"
 )
 
 // buildParts builds the parts the role of b.cfg runs, in the order they
@@ -34,9 +34,9 @@ func (s *Server) buildParts(b *builder, configFile string) ([]part, error) {
 	}
 	s.Frontend = storage.fe
 	var second part
-	// local is the worker service the embedded worker calls directly
-	// when the scheduler is in this process (localworkers.go).
-	var local workerpb.WorkersServer
+	// local is the worker service the embedded worker calls in process
+	// when the scheduler is in this process (execution.InProcess).
+	var local *execution.WorkerService
 	if b.cfg.Role == config.RoleFrontend {
 		second, err = newForwarder(b)
 	} else {

@@ -39,7 +39,7 @@ func (r *serviceRecorder) RegisterService(sd *grpc.ServiceDesc, impl any) {
 // registerSchedulerServices registers them.
 func schedulerServiceDescs() []*grpc.ServiceDesc {
 	rec := newServiceRecorder()
-	registerSchedulerServices(rec, execution.New(nil, nil, nil, execution.Unobserved{}, nil), execution.NewWorkerService(nil, nil, execution.Unobserved{}), execution.NewAdminService(nil, nil, execution.InMemory{}, nil, nil))
+	registerSchedulerServices(rec, execution.New(nil, nil, nil, execution.Unobserved{}, nil), execution.NewWorkerService(nil, execution.Unobserved{}), execution.NewAdminService(nil, nil, execution.InMemory{}, nil, nil))
 	return rec.descs
 }
 

@@ -40,10 +40,9 @@ type term struct {
 // worker controls are kept, the configuration reload, the metrics and
 // the status pages' policy.
 type termDeps struct {
-	cas     blobstore.Store
-	lookup  execution.ResultLookup
-	results execution.ResultStore
-	admin   execution.AdminStore
+	cas    blobstore.Store
+	lookup execution.ResultLookup
+	admin  execution.AdminStore
 	// reload re-reads the config file; nil without one.
 	reload func() error
 	obs    execution.Observer
@@ -74,7 +73,7 @@ func newTerm(cfg config.Config, log *slog.Logger, sched *scheduler.Scheduler, nu
 	}
 	exec := execution.New(sched, d.cas, d.lookup, obs, log)
 	exec.SetInvocationKeys(keys, cfg.Scheduler.Fairness.UserHeader)
-	ws := execution.NewWorkerService(sched, d.results, obs)
+	ws := execution.NewWorkerService(sched, obs)
 	admin := execution.NewAdminService(sched, exec.KeyNames, d.admin, d.reload, log)
 	pages := &statusPages{sched: sched, keys: exec.KeyNames,
 		page: status.New(sched, admin, d.cas, hist, exec.KeyNames, d.policy, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log, Downloads: d.downloads})}
@@ -105,9 +104,10 @@ func (o historyObserver) Finished(f protocol.Finished) {
 	o.hist.Record(history.FromFinished(f, time.Now()))
 }
 
-// newScheduler is the scheduler of cfg, logging to log.
-func newScheduler(cfg config.Config, log *slog.Logger) *scheduler.Scheduler {
-	return scheduler.New(schedulerConfig(cfg, log), scheduler.RealClock{})
+// newScheduler is the scheduler of cfg, logging to log, that writes the
+// results workers ask to cache to results (nil: nowhere).
+func newScheduler(cfg config.Config, log *slog.Logger, results execution.ResultStore) *scheduler.Scheduler {
+	return scheduler.New(schedulerConfig(cfg, log), scheduler.RealClock{}, results)
 }
 
 // apply applies what a reloaded configuration may change while the
@@ -131,7 +131,7 @@ type terms struct {
 }
 
 func newTerms(cfg config.Config, log *slog.Logger) *terms {
-	return &terms{idle: newScheduler(cfg, log)}
+	return &terms{idle: newScheduler(cfg, log, nil)}
 }
 
 // set makes t the current term (nil: none).

@@ -22,7 +22,7 @@ import (
 )
 
 func newHandler(t testing.TB) (*Handler, *scheduler.Scheduler) {
-	sched := scheduler.New(scheduler.Config{}, nil)
+	sched := scheduler.New(scheduler.Config{}, nil, nil)
 	keys := func() []string { return []string{"user", "build"} }
 	h := New(sched, execution.NewAdminService(sched, keys, execution.InMemory{}, nil, nil), blobstore.NewMemory(1<<20), nil, keys, nil, Options{})
 	return h, sched
@@ -52,7 +52,7 @@ func TestInvocationShares(t *testing.T) {
 	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w1", Platform: platform.Worker{Cores: 4, AllowUnmatched: true}})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	as, err := sched.PollMany(ctx, "w1", scheduler.Capacity{Cores: 4}, 4)
+	as, err := sched.PollMany(ctx, scheduler.PollRequest{WorkerID: "w1", Free: scheduler.Capacity{Cores: 4}, Limit: 4})
 	if err != nil || len(as) != 4 {
 		t.Fatalf("leased %d: %v", len(as), err)
 	}
@@ -151,11 +151,13 @@ func TestFinishedOperationShowsInvocation(t *testing.T) {
 	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w1", Platform: platform.Worker{Cores: 1, AllowUnmatched: true}})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	as, err := sched.PollMany(ctx, "w1", scheduler.Capacity{Cores: 1}, 1)
+	as, err := sched.PollMany(ctx, scheduler.PollRequest{WorkerID: "w1", Free: scheduler.Capacity{Cores: 1}, Limit: 1})
 	if err != nil || len(as) != 1 {
 		t.Fatalf("leased %d: %v", len(as), err)
 	}
-	if !sched.Complete("w1", as[0].LeaseID, &repb.ExecuteResponse{Result: &repb.ActionResult{}}) {
+	ok, stored := sched.Complete(context.Background(), "w1", []scheduler.Completion{{LeaseID: as[0].LeaseID, Response: &repb.ExecuteResponse{Result: &repb.ActionResult{}}}})
+	stored()
+	if !ok[0] {
 		t.Fatal("complete failed")
 	}
 	if info, _ := sched.Operation(name); !info.Done {
@@ -219,7 +221,7 @@ func TestWhyQueued(t *testing.T) {
 // The builds pages count a build's operations in progress from the
 // fairness trie when tool_invocation_id is one of its levels.
 func TestBuildsInProgress(t *testing.T) {
-	sched := scheduler.New(scheduler.Config{}, nil)
+	sched := scheduler.New(scheduler.Config{}, nil, nil)
 	keys := func() []string { return []string{"instance_name", "tool_invocation_id"} }
 	hist, err := history.New(context.Background(), statestore.NewMemory(), history.Options{MaxOperations: 10, MaxBuilds: 10}, nil)
 	if err != nil {
@@ -246,7 +248,7 @@ func TestBuildsInProgress(t *testing.T) {
 // The charts page links an SVG per chart and window; each draws the
 // history's series.
 func TestCharts(t *testing.T) {
-	sched := scheduler.New(scheduler.Config{}, nil)
+	sched := scheduler.New(scheduler.Config{}, nil, nil)
 	keys := func() []string { return nil }
 	hist, err := history.New(context.Background(), statestore.NewMemory(), history.Options{MaxOperations: 100, MaxBuilds: 10}, nil)
 	if err != nil {
@@ -286,7 +288,7 @@ func TestCharts(t *testing.T) {
 // An operation's page shows stdout and stderr inline: all of a short
 // stream, the first and last 64 KiB of a long one, escaped.
 func TestStreamsInline(t *testing.T) {
-	sched := scheduler.New(scheduler.Config{}, nil)
+	sched := scheduler.New(scheduler.Config{}, nil, nil)
 	keys := func() []string { return nil }
 	cas := blobstore.NewMemory(1 << 24)
 	hist, err := history.New(context.Background(), statestore.NewMemory(), history.Options{MaxOperations: 10, MaxBuilds: 10}, nil)
@@ -333,7 +335,7 @@ func TestOverviewSeparatesHeldFromExecuting(t *testing.T) {
 	sched.RegisterWorker(scheduler.WorkerInfo{ID: "w1", Platform: platform.Worker{Cores: 4, AllowUnmatched: true}})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	as, err := sched.PollMany(ctx, "w1", scheduler.Capacity{Cores: 4}, 4)
+	as, err := sched.PollMany(ctx, scheduler.PollRequest{WorkerID: "w1", Free: scheduler.Capacity{Cores: 4}, Limit: 4})
 	if err != nil || len(as) != 4 {
 		t.Fatalf("leased %d: %v", len(as), err)
 	}

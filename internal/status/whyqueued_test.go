@@ -20,7 +20,7 @@ func TestWhyQueuedNamesTheRefusingStep(t *testing.T) {
 	sched := scheduler.New(scheduler.Config{
 		Labels:  []scheduler.Label{{Name: "linux-x86", Properties: x86}},
 		Cohorts: []scheduler.Cohort{{Name: "x86", Labels: []string{"linux-x86"}}},
-	}, nil)
+	}, nil, nil)
 	keys := func() []string { return nil }
 	h := New(sched, execution.NewAdminService(sched, keys, execution.InMemory{}, nil, nil), blobstore.NewMemory(1<<20), nil, keys, nil, Options{})
 	register := func(id string, p platform.Worker, instances ...string) {

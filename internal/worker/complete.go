@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -51,12 +53,41 @@ type leaseBook interface {
 
 // completer is the one completion path of a lease: it reports the
 // outcome to the scheduler and then lets go of everything the lease held.
+// Up to maxReportsInFlight reports are on their way at once, each on its
+// own; outcomes that become ready while that many are go together in the
+// next one (one Complete call, one wait for storing them). No outcome
+// waits for another to be ready, and a scheduler that stores two commits
+// at once (the embedded store does) is kept as busy as before.
 type completer struct {
 	sched    resultSink
 	workerID string
 	leases   leaseBook
 	log      *slog.Logger
+
+	mu sync.Mutex
+	// pending are the outcomes waiting for a report to carry them;
+	// inFlight counts the reports on their way. A sender that finds
+	// outcomes pending when its report is done hands its place to the
+	// first of them, which carries them all.
+	pending  []*report
+	inFlight int
+	// single is set once the scheduler showed it knows no batches (an
+	// earlier release): every outcome then goes in a call of its own.
+	single atomic.Bool
 }
+
+// report is one outcome on its way, and what became of it.
+type report struct {
+	req  *workerpb.CompleteRequest
+	wake chan struct{}
+	// accepted, or lead (send the pending outcomes with this one), is set
+	// before wake is signalled; it is signalled once.
+	accepted, lead bool
+}
+
+// maxReportsInFlight is how many reports a worker has on their way at
+// once: two, as many commits as the embedded store has in flight.
+const maxReportsInFlight = 2
 
 func newCompleter(sched resultSink, workerID string, leases leaseBook, log *slog.Logger) *completer {
 	return &completer{sched: sched, workerID: workerID, leases: leases, log: log}
@@ -77,17 +108,89 @@ func (c *completer) Finish(j *job, o *outcome) {
 		req.ActionResult = b
 	}
 	c.leases.completing(j.lease)
+	if !c.deliver(req) {
+		c.log.Info("scheduler ignored the result of a lease it no longer holds", "lease", j.lease.id)
+	}
+}
+
+// deliver reports req, with whatever else is pending when its report
+// starts, and reports whether the scheduler accepted it.
+func (c *completer) deliver(req *workerpb.CompleteRequest) bool {
+	r := &report{req: req, wake: make(chan struct{}, 1)}
+	c.mu.Lock()
+	if c.inFlight < maxReportsInFlight {
+		c.inFlight++
+	} else {
+		c.pending = append(c.pending, r)
+		c.mu.Unlock()
+		<-r.wake
+		if !r.lead {
+			return r.accepted // another call carried it
+		}
+		c.mu.Lock() // the place of a report just done, handed over
+	}
+	batch := append([]*report{r}, c.pending...)
+	c.pending = nil
+	c.mu.Unlock()
+	c.send(batch)
+	c.mu.Lock()
+	if len(c.pending) > 0 {
+		next := c.pending[0]
+		c.pending = c.pending[1:]
+		next.lead = true
+		next.wake <- struct{}{}
+	} else {
+		c.inFlight--
+	}
+	c.mu.Unlock()
+	for _, b := range batch[1:] {
+		b.wake <- struct{}{}
+	}
+	return r.accepted
+}
+
+// send reports batch in one Complete call (one outcome in the request's
+// own fields, as every release of the scheduler takes it), retrying a
+// failed call, and sets each report's outcome.
+func (c *completer) send(batch []*report) {
+	if len(batch) > 1 && c.single.Load() {
+		for _, r := range batch {
+			c.send([]*report{r})
+		}
+		return
+	}
+	req := batch[0].req
+	if len(batch) > 1 {
+		req = &workerpb.CompleteRequest{WorkerId: c.workerID, Completions: make([]*workerpb.CompleteRequest, len(batch))}
+		for i, r := range batch {
+			req.Completions[i] = r.req
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for attempt := 0; attempt < 5; attempt++ {
 		resp, err := c.sched.Complete(ctx, req)
-		if err == nil {
-			if !resp.Accepted {
-				c.log.Info("scheduler ignored the result of a lease it no longer holds", "lease", j.lease.id)
+		if err != nil {
+			c.log.Warn("reporting results failed; retrying", "results", len(batch), "err", err)
+			sleep(ctx, time.Duration(attempt+1)*200*time.Millisecond)
+			continue
+		}
+		if len(batch) == 1 {
+			batch[0].accepted = resp.Accepted
+			return
+		}
+		if len(resp.CompletionsAccepted) != len(batch) {
+			// A scheduler of an earlier release: it took the request as
+			// one outcome of no lease and ignored the rest.
+			c.single.Store(true)
+			for _, r := range batch {
+				c.send([]*report{r})
 			}
 			return
 		}
-		c.log.Warn("reporting a result failed; retrying", "lease", j.lease.id, "err", err)
-		sleep(ctx, time.Duration(attempt+1)*200*time.Millisecond)
+		for i, r := range batch {
+			r.accepted = resp.CompletionsAccepted[i]
+		}
+		return
 	}
 }

@@ -1,11 +1,19 @@
 package worker
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 )
 
 // TestOneCompletionPerLease: however a lease ends (a result, a failure
@@ -89,6 +97,106 @@ func closed(ch chan struct{}) bool {
 	case <-ch:
 		return true
 	default:
+		return false
+	}
+}
+
+// gatedSink is a scheduler whose first two Complete calls (as many as
+// a worker has on their way) wait for a gate, and that records each
+// call; old answers as a scheduler of an earlier release does (no
+// completions_accepted).
+type gatedSink struct {
+	mu    sync.Mutex
+	calls []*workerpb.CompleteRequest
+	gate  chan struct{}
+	old   bool
+}
+
+func (s *gatedSink) Complete(ctx context.Context, req *workerpb.CompleteRequest, _ ...grpc.CallOption) (*workerpb.CompleteResponse, error) {
+	s.mu.Lock()
+	gated := len(s.calls) < maxReportsInFlight
+	s.calls = append(s.calls, req)
+	s.mu.Unlock()
+	if gated {
+		<-s.gate
+	}
+	resp := &workerpb.CompleteResponse{Accepted: req.LeaseId != ""}
+	if !s.old {
+		for range req.Completions {
+			resp.CompletionsAccepted = append(resp.CompletionsAccepted, true)
+		}
+	}
+	return resp, nil
+}
+
+func (s *gatedSink) recorded() []*workerpb.CompleteRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*workerpb.CompleteRequest(nil), s.calls...)
+}
+
+// Outcomes that become ready while two reports are on their way go
+// together in later Complete calls, each reported once and accepted;
+// against a scheduler of an earlier release (no completions_accepted)
+// a batch's outcomes are sent again, each alone.
+func TestCompleterBatchesOutcomesReadyTogether(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		sink := &gatedSink{gate: make(chan struct{}), old: old}
+		c := newCompleter(sink, "w1", nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		results := make(chan bool, 5)
+		deliver := func(lease string) {
+			go func() { results <- c.deliver(&workerpb.CompleteRequest{WorkerId: "w1", LeaseId: lease}) }()
+		}
+		deliver("l0")
+		deliver("l1")
+		waitUntil(t, "two reports to be on their way", func() bool { return len(sink.recorded()) == 2 })
+		for _, l := range []string{"l2", "l3", "l4"} {
+			deliver(l)
+		}
+		waitUntil(t, "three outcomes to wait", func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return len(c.pending) == 3
+		})
+		close(sink.gate)
+		for range 5 {
+			if !receive(t, results) {
+				t.Errorf("old=%v: an outcome was not accepted", old)
+			}
+		}
+		reported := map[string]int{}
+		batched := 0
+		for _, call := range sink.recorded() {
+			if call.LeaseId != "" {
+				reported[call.LeaseId]++
+			}
+			if len(call.Completions) > 1 {
+				batched++
+			}
+			for _, r := range call.Completions {
+				if !old {
+					reported[r.LeaseId]++
+				}
+			}
+		}
+		if batched == 0 {
+			t.Errorf("old=%v: no call carried a batch: %v", old, sink.recorded())
+		}
+		for _, l := range []string{"l0", "l1", "l2", "l3", "l4"} {
+			if reported[l] != 1 {
+				t.Errorf("old=%v: %s reported %d times, want once", old, l, reported[l])
+			}
+		}
+	}
+}
+
+func receive(t *testing.T, ch <-chan bool) bool {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatal("an outcome was never reported")
 		return false
 	}
 }

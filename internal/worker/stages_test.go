@@ -36,8 +36,16 @@ type fakeScheduler struct {
 func (s *fakeScheduler) Complete(_ context.Context, req *workerpb.CompleteRequest, _ ...grpc.CallOption) (*workerpb.CompleteResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.reqs = append(s.reqs, req)
-	return &workerpb.CompleteResponse{Accepted: true}, nil
+	resp := &workerpb.CompleteResponse{}
+	if req.LeaseId != "" {
+		s.reqs = append(s.reqs, req)
+		resp.Accepted = true
+	}
+	for _, c := range req.Completions {
+		s.reqs = append(s.reqs, c)
+		resp.CompletionsAccepted = append(resp.CompletionsAccepted, true)
+	}
+	return resp, nil
 }
 
 func (s *fakeScheduler) completed() []*workerpb.CompleteRequest {

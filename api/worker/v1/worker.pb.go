@@ -1105,10 +1105,14 @@ func (x *HeartbeatResponse) GetTerminate() bool {
 	return false
 }
 
+// CompleteRequest is one lease's outcome (lease_id and the fields after
+// it) or, in Complete, a batch of them (completions). A request with both
+// delivers its own outcome first, then the batch.
 type CompleteRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	LeaseId  string                 `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	// Empty in a Complete that carries only completions.
+	LeaseId string `protobuf:"bytes,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
 	// Serialized build.bazel.remote.execution.v2.ActionResult; absent when
 	// the action could not run.
 	ActionResult []byte `protobuf:"bytes,3,opt,name=action_result,json=actionResult,proto3" json:"action_result,omitempty"`
@@ -1128,8 +1132,16 @@ type CompleteRequest struct {
 	// writes the entry only while the lease is still valid, so a stale
 	// result never lands in the cache.
 	UpdateActionCache bool `protobuf:"varint,8,opt,name=update_action_cache,json=updateActionCache,proto3" json:"update_action_cache,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// In Complete: outcomes of several leases of this worker (their
+	// worker_id may be left empty; their own completions must be), delivered
+	// in order with one wait for storing them all. A worker of an earlier
+	// release sends none and its single outcome is delivered as before. If
+	// any has an action_result that is not a valid ActionResult, or
+	// completions of its own, the call fails with INVALID_ARGUMENT and none
+	// is delivered. Inside PollRequest.completions it must be empty too.
+	Completions   []*CompleteRequest `protobuf:"bytes,9,rep,name=completions,proto3" json:"completions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompleteRequest) Reset() {
@@ -1218,12 +1230,22 @@ func (x *CompleteRequest) GetUpdateActionCache() bool {
 	return false
 }
 
+func (x *CompleteRequest) GetCompletions() []*CompleteRequest {
+	if x != nil {
+		return x.Completions
+	}
+	return nil
+}
+
 type CompleteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// False when the lease was no longer valid: the result was ignored.
-	Accepted      bool `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Whether the request's own outcome (lease_id) was accepted: false when
+	// the lease was no longer valid and the result was ignored.
+	Accepted bool `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	// One entry per CompleteRequest.completions, in order, as accepted.
+	CompletionsAccepted []bool `protobuf:"varint,2,rep,packed,name=completions_accepted,json=completionsAccepted,proto3" json:"completions_accepted,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *CompleteResponse) Reset() {
@@ -1261,6 +1283,13 @@ func (x *CompleteResponse) GetAccepted() bool {
 		return x.Accepted
 	}
 	return false
+}
+
+func (x *CompleteResponse) GetCompletionsAccepted() []bool {
+	if x != nil {
+		return x.CompletionsAccepted
+	}
+	return nil
 }
 
 // ResourceUsage is what an action's processes used, as getrusage reports
@@ -1450,7 +1479,7 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"reregister\x12\x14\n" +
 	"\x05drain\x182 \x01(\bR\x05drain\x12\x14\n" +
 	"\x05pause\x183 \x01(\bR\x05pause\x12\x1c\n" +
-	"\tterminate\x184 \x01(\bR\tterminate\"\xa5\x02\n" +
+	"\tterminate\x184 \x01(\bR\tterminate\"\xea\x02\n" +
 	"\x0fCompleteRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12#\n" +
@@ -1460,9 +1489,11 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"\x0estatus_message\x18\x05 \x01(\tR\rstatusMessage\x12#\n" +
 	"\rmissing_blobs\x18\x06 \x03(\tR\fmissingBlobs\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\x12.\n" +
-	"\x13update_action_cache\x18\b \x01(\bR\x11updateActionCache\".\n" +
+	"\x13update_action_cache\x18\b \x01(\bR\x11updateActionCache\x12C\n" +
+	"\vcompletions\x18\t \x03(\v2!.gantry.worker.v1.CompleteRequestR\vcompletions\"a\n" +
 	"\x10CompleteResponse\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\bR\baccepted\"\xf4\x01\n" +
+	"\baccepted\x18\x01 \x01(\bR\baccepted\x121\n" +
+	"\x14completions_accepted\x18\x02 \x03(\bR\x13completionsAccepted\"\xf4\x01\n" +
 	"\rResourceUsage\x12&\n" +
 	"\x0fuser_cpu_micros\x18\x01 \x01(\x03R\ruserCpuMicros\x12*\n" +
 	"\x11system_cpu_micros\x18\x02 \x01(\x03R\x0fsystemCpuMicros\x12\"\n" +
@@ -1539,21 +1570,22 @@ var file_worker_v1_worker_proto_depIdxs = []int32{
 	11, // 8: gantry.worker.v1.HeartbeatRequest.leases:type_name -> gantry.worker.v1.LeaseState
 	1,  // 9: gantry.worker.v1.LeaseCommand.command:type_name -> gantry.worker.v1.Command
 	13, // 10: gantry.worker.v1.HeartbeatResponse.commands:type_name -> gantry.worker.v1.LeaseCommand
-	4,  // 11: gantry.worker.v1.Workers.Register:input_type -> gantry.worker.v1.RegisterRequest
-	5,  // 12: gantry.worker.v1.Workers.Session:input_type -> gantry.worker.v1.SessionRequest
-	8,  // 13: gantry.worker.v1.Workers.Poll:input_type -> gantry.worker.v1.PollRequest
-	12, // 14: gantry.worker.v1.Workers.Heartbeat:input_type -> gantry.worker.v1.HeartbeatRequest
-	15, // 15: gantry.worker.v1.Workers.Complete:input_type -> gantry.worker.v1.CompleteRequest
-	7,  // 16: gantry.worker.v1.Workers.Register:output_type -> gantry.worker.v1.RegisterResponse
-	6,  // 17: gantry.worker.v1.Workers.Session:output_type -> gantry.worker.v1.SessionMessage
-	9,  // 18: gantry.worker.v1.Workers.Poll:output_type -> gantry.worker.v1.PollResponse
-	14, // 19: gantry.worker.v1.Workers.Heartbeat:output_type -> gantry.worker.v1.HeartbeatResponse
-	16, // 20: gantry.worker.v1.Workers.Complete:output_type -> gantry.worker.v1.CompleteResponse
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	15, // 11: gantry.worker.v1.CompleteRequest.completions:type_name -> gantry.worker.v1.CompleteRequest
+	4,  // 12: gantry.worker.v1.Workers.Register:input_type -> gantry.worker.v1.RegisterRequest
+	5,  // 13: gantry.worker.v1.Workers.Session:input_type -> gantry.worker.v1.SessionRequest
+	8,  // 14: gantry.worker.v1.Workers.Poll:input_type -> gantry.worker.v1.PollRequest
+	12, // 15: gantry.worker.v1.Workers.Heartbeat:input_type -> gantry.worker.v1.HeartbeatRequest
+	15, // 16: gantry.worker.v1.Workers.Complete:input_type -> gantry.worker.v1.CompleteRequest
+	7,  // 17: gantry.worker.v1.Workers.Register:output_type -> gantry.worker.v1.RegisterResponse
+	6,  // 18: gantry.worker.v1.Workers.Session:output_type -> gantry.worker.v1.SessionMessage
+	9,  // 19: gantry.worker.v1.Workers.Poll:output_type -> gantry.worker.v1.PollResponse
+	14, // 20: gantry.worker.v1.Workers.Heartbeat:output_type -> gantry.worker.v1.HeartbeatResponse
+	16, // 21: gantry.worker.v1.Workers.Complete:output_type -> gantry.worker.v1.CompleteResponse
+	17, // [17:22] is the sub-list for method output_type
+	12, // [12:17] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_worker_v1_worker_proto_init() }

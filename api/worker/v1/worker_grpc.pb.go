@@ -64,7 +64,9 @@ type WorkersClient interface {
 	// changes. The response lists leases the worker must stop (cancelled or
 	// lost) and other commands for running actions.
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
-	// Complete delivers the outcome of a lease and ends it.
+	// Complete delivers the outcomes of leases and ends them: a batch
+	// (CompleteRequest.completions) or, as a worker of an earlier release
+	// sends it, one outcome in the request's own fields.
 	Complete(ctx context.Context, in *CompleteRequest, opts ...grpc.CallOption) (*CompleteResponse, error)
 }
 
@@ -166,7 +168,9 @@ type WorkersServer interface {
 	// changes. The response lists leases the worker must stop (cancelled or
 	// lost) and other commands for running actions.
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
-	// Complete delivers the outcome of a lease and ends it.
+	// Complete delivers the outcomes of leases and ends them: a batch
+	// (CompleteRequest.completions) or, as a worker of an earlier release
+	// sends it, one outcome in the request's own fields.
 	Complete(context.Context, *CompleteRequest) (*CompleteResponse, error)
 	mustEmbedUnimplementedWorkersServer()
 }

@@ -12,7 +12,7 @@ import (
 // embedded worker of a role-all server and checks, in the per-method
 // gRPC metrics, that the worker's Register, Poll, Heartbeat and Complete
 // never went through the gRPC port: they are calls on the worker service
-// in the process.
+// in the process (execution.InProcess).
 func TestEmbeddedWorkerCallsTheSchedulerDirectly(t *testing.T) {
 	f := observedFarm(t, quietLogger(), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

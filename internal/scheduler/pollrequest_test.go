@@ -6,10 +6,11 @@ import (
 	"time"
 )
 
-// A worker in the scheduler's process gets its lease while the store
-// cannot write it; a worker elsewhere waits until the lease is stored.
-// Either way the lease and its result are stored with the result.
-func TestSameProcessPollDoesNotWaitForTheLease(t *testing.T) {
+// A poll that asks for unstored leases (the embedded worker's) gets its
+// lease while the store cannot write it; any other poll waits until the
+// lease is stored. Either way the lease and its result are stored with
+// the result.
+func TestUnstoredPollDoesNotWaitForTheLease(t *testing.T) {
 	store := newGatedStore()
 	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
 	s, stop := durableTest(t, store, clk)
@@ -18,27 +19,31 @@ func TestSameProcessPollDoesNotWaitForTheLease(t *testing.T) {
 	ops := []string{submit(t, s, "a"), submit(t, s, "b")}
 	openGate := store.shut(t, s)
 
-	poll := func(ctx context.Context, worker string) <-chan *Assignment {
+	poll := func(worker string, unstored bool) <-chan *Assignment {
 		got := make(chan *Assignment, 1)
 		go func() {
-			a, err := s.Poll(ctx, worker, Capacity{Cores: 1})
+			as, err := s.PollMany(context.Background(), PollRequest{WorkerID: worker, Free: Capacity{Cores: 1}, Unstored: unstored})
 			if err != nil {
 				t.Error(err)
 			}
-			got <- a
+			if len(as) == 0 {
+				got <- nil
+				return
+			}
+			got <- as[0]
 		}()
 		return got
 	}
 	var local *Assignment
 	select {
-	case local = <-poll(SameProcess(context.Background()), "embedded"):
+	case local = <-poll("embedded", true):
 	case <-time.After(20 * time.Second):
-		t.Fatal("the same-process poll waited for the store")
+		t.Fatal("the unstored poll waited for the store")
 	}
 	if local == nil {
-		t.Fatal("the same-process poll got no lease")
+		t.Fatal("the unstored poll got no lease")
 	}
-	remote := poll(context.Background(), "remote")
+	remote := poll("remote", false)
 	select {
 	case a := <-remote:
 		t.Fatalf("the remote worker was told of lease %v before it was stored", a)
@@ -48,7 +53,7 @@ func TestSameProcessPollDoesNotWaitForTheLease(t *testing.T) {
 	if a := receive(t, "remote poll", remote); a == nil {
 		t.Fatal("the remote poll got no lease")
 	}
-	_, stored := s.CompleteMany("embedded", []Completion{{LeaseID: local.LeaseID, Response: okResponse()}})
+	_, stored := s.Complete(context.Background(), "embedded", []Completion{{LeaseID: local.LeaseID, Response: okResponse()}})
 	stored()
 	stop()
 	s2, stop2 := durableTest(t, store.Memory, clk)
@@ -60,6 +65,6 @@ func TestSameProcessPollDoesNotWaitForTheLease(t *testing.T) {
 		}
 	}
 	if done != 1 {
-		t.Errorf("%d operations done after a restart, want 1 (the same-process lease's)", done)
+		t.Errorf("%d operations done after a restart, want 1 (the unstored lease's)", done)
 	}
 }
