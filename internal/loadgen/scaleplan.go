@@ -30,10 +30,12 @@ var (
 )
 
 // ScaleServerConfig is the configuration a server needs for a scale run:
-// no embedded worker, the three queues and the two cohorts.
+// no embedded worker, no bound on the streams of one caller (the run's
+// client holds every queued action's Execute stream), the three queues
+// and the two cohorts.
 func ScaleServerConfig() string {
 	var b strings.Builder
-	b.WriteString("worker:\n  enabled: false\nscheduler:\n  labels:\n")
+	b.WriteString("worker:\n  enabled: false\ngrpc:\n  max_streams_per_identity: 0\nscheduler:\n  labels:\n")
 	for _, c := range scaleCohorts {
 		fmt.Fprintf(&b, "    - {name: cohort-%s, properties: {%s: %s}}\n", c, scaleCohort, c)
 	}

@@ -38,11 +38,11 @@ type ScaleReport struct {
 	WaitP50Ms, WaitP99Ms, WaitMaxMs float64
 	CPUPerActionMs                  float64
 
-	RSSIdle, RSSWorkers, RSSLoaded, RSSPeak    int64
+	RSSIdle, RSSWorkers, RSSLoaded, RSSPeak      int64
 	RSSPerWorker, RSSPerQueued, RSSPeakPerQueued float64
-	GoroutinesIdle, GoroutinesLoaded           float64
-	FilesIdle, FilesLoaded, FilesPeak          int
-	PagesIdle, PagesLoaded                     []pageTime
+	GoroutinesIdle, GoroutinesLoaded             float64
+	FilesIdle, FilesLoaded, FilesPeak            int
+	PagesIdle, PagesLoaded                       []pageTime
 
 	// Jain's index of the actions leased per invocation and per tenant
 	// while all of them had queued work.
