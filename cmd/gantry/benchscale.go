@@ -63,7 +63,7 @@ HTTP port needs a token: run this against a server without auth).`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if workerProcess {
-				return loadgen.ServeScaleWorkers(ctx, dialServer, p.Server, prefix, firstWorker, p.Workers, p.Slots, os.Stdin, cmd.OutOrStdout())
+				return loadgen.ServeScaleWorkers(ctx, dialServer, p.Server, prefix, firstWorker, p.Workers, p.Slots, os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			}
 			p.Server = strings.TrimSpace(p.Server)
 			if err := p.Validate(); err != nil {
@@ -107,6 +107,7 @@ HTTP port needs a token: run this against a server without auth).`,
 	fl.IntVar(&p.Conns, "conns", 4, "client connections carrying the Execute streams")
 	fl.StringVar(&p.HeapProfile, "heap-profile", "", "file for the server's heap profile at the loaded state (needs --http)")
 	fl.StringVar(&p.CPUProfile, "cpu-profile", "", "file for the server's CPU profile over the first 10 s of the drain (needs --http)")
+	fl.DurationVar(&p.Hold, "hold", 0, "keep the loaded state this long before the workers start, to profile the server by hand")
 	fl.DurationVar(&p.Timeout, "timeout", 30*time.Minute, "give up after this long")
 	fl.Uint64Var(&p.Seed, "seed", 1, "seed of the load's random choices")
 	fl.StringVar(&jsonOut, "json", "", "also write the report as JSON to this file")

@@ -136,11 +136,17 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 	fmt.Fprintf(progress, "bench scale: %d actions queued in %.1fs; measuring the loaded server\n", len(items), rep.QueueSeconds)
 	if plan.HTTP != "" {
 		rep.PagesLoaded = timePages(ctx, plan.HTTP, plan.Server, plan.Binary)
+		rep.MemLoaded = readMemStats(ctx, plan.HTTP)
 		if plan.HeapProfile != "" {
 			if err := saveProfile(ctx, plan.HTTP, "heap", plan.HeapProfile); err != nil {
 				return nil, err
 			}
 		}
+	}
+
+	if plan.Hold > 0 {
+		fmt.Fprintf(progress, "bench scale: holding the loaded state for %s (--hold)\n", plan.Hold)
+		sleepCtx(ctx, plan.Hold)
 	}
 
 	// The drain.

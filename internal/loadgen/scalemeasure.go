@@ -167,3 +167,31 @@ func saveProfile(ctx context.Context, httpAddr, profile, path string) error {
 	}
 	return os.WriteFile(path, body, 0o644)
 }
+
+// memStats is the server's runtime.MemStats at one moment, as
+// /debug/pprof/heap?debug=1 prints it: where its resident bytes are.
+type memStats struct {
+	HeapAlloc, HeapInuse, HeapIdle, HeapReleased, Stack, MSpan, GCSys, NextGC, Sys int64
+}
+
+// readMemStats fetches the server's MemStats (the zero value when it
+// cannot).
+func readMemStats(ctx context.Context, httpAddr string) memStats {
+	var m memStats
+	body, err := get(ctx, &http.Client{Timeout: time.Minute}, "http://"+httpAddr+"/debug/pprof/heap?debug=1")
+	if err != nil {
+		return m
+	}
+	fields := map[string]*int64{"HeapAlloc": &m.HeapAlloc, "HeapInuse": &m.HeapInuse, "HeapIdle": &m.HeapIdle, "HeapReleased": &m.HeapReleased,
+		"Stack": &m.Stack, "MSpan": &m.MSpan, "GCSys": &m.GCSys, "NextGC": &m.NextGC, "Sys": &m.Sys}
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "# "), " = ")
+		if p := fields[k]; ok && p != nil {
+			// "Stack = inuse / sys": the first number.
+			*p, _ = strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+		}
+	}
+	return m
+}

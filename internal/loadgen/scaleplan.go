@@ -92,6 +92,9 @@ type ScalePlan struct {
 	// HeapProfile and CPUProfile are files for the server's heap profile
 	// at the loaded state and its CPU profile over the drain ("": none).
 	HeapProfile, CPUProfile string
+	// Hold keeps the loaded state this long before the drain, for
+	// profiling it by hand.
+	Hold time.Duration
 	// Timeout bounds the whole run.
 	Timeout time.Duration
 	// Seed makes the load repeatable.

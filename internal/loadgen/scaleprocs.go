@@ -30,8 +30,8 @@ type scaleWorkersReport struct {
 // count workers (indexes first.. first+count-1, named prefix-INDEX) with
 // slots slots each, waits for a line on gate before taking work, serves
 // until gate ends (EOF) or ctx ends, and then writes its report as JSON
-// on out.
-func ServeScaleWorkers(ctx context.Context, dial Dialer, server, prefix string, first, count, slots int, gate io.Reader, out io.Writer) error {
+// on out. It writes the line "registered" on status once every worker is.
+func ServeScaleWorkers(ctx context.Context, dial Dialer, server, prefix string, first, count, slots int, gate io.Reader, out, status io.Writer) error {
 	conn, err := dial(server)
 	if err != nil {
 		return fmt.Errorf("--server: %w", err)
@@ -60,7 +60,7 @@ func ServeScaleWorkers(ctx context.Context, dial Dialer, server, prefix string, 
 	if err := context.Cause(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintln(os.Stderr, "registered") // the coordinator waits for this line
+	fmt.Fprintln(status, "registered") // the coordinator waits for this line
 
 	open := make(chan struct{})
 	go func() {

@@ -43,6 +43,8 @@ type ScaleReport struct {
 	GoroutinesIdle, GoroutinesLoaded             float64
 	FilesIdle, FilesLoaded, FilesPeak            int
 	PagesIdle, PagesLoaded                       []pageTime
+	// MemLoaded is the server's MemStats at the loaded state.
+	MemLoaded memStats
 
 	// Jain's index of the actions leased per invocation and per tenant
 	// while all of them had queued work.
@@ -214,6 +216,11 @@ func (r *ScaleReport) Print(w io.Writer) {
 		r.GapN, r.GapP50Ms, r.GapP99Ms, r.GapMaxMs, r.WaitP50Ms, r.WaitP99Ms, r.WaitMaxMs)
 	fmt.Fprintf(w, "server RSS: idle %s, with workers %s (%.1f KiB/worker), loaded %s (%.2f KiB/queued), peak %s (%.2f KiB/queued)\n",
 		mib(r.RSSIdle), mib(r.RSSWorkers), r.RSSPerWorker/1024, mib(r.RSSLoaded), r.RSSPerQueued/1024, mib(r.RSSPeak), r.RSSPeakPerQueued/1024)
+	if m := r.MemLoaded; m.Sys > 0 {
+		per := func(b int64) float64 { return float64(b) / float64(r.Queued) / 1024 }
+		fmt.Fprintf(w, "loaded server's memory (MemStats) per queued action: heap in use %.2f KiB (allocated %.2f KiB, next GC at %.2f KiB), stacks %.2f KiB, heap idle not released %.2f KiB, runtime (spans, GC) %.2f KiB; Sys %s\n",
+			per(m.HeapInuse), per(m.HeapAlloc), per(m.NextGC), per(m.Stack), per(m.HeapIdle-m.HeapReleased), per(m.MSpan+m.GCSys), mib(m.Sys))
+	}
 	fmt.Fprintf(w, "goroutines idle %.0f, loaded %.0f; open files idle %d, loaded %d, at the end %d\n", r.GoroutinesIdle, r.GoroutinesLoaded, r.FilesIdle, r.FilesLoaded, r.FilesPeak)
 	for i, p := range r.PagesLoaded {
 		idle := ""
