@@ -137,10 +137,13 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 	if plan.HTTP != "" {
 		rep.PagesLoaded = timePages(ctx, plan.HTTP, plan.Server, plan.Binary)
 		rep.MemLoaded = readMemStats(ctx, plan.HTTP)
+		// A heap profile after a collection: what is live, not what
+		// the GC has yet to find.
 		if plan.HeapProfile != "" {
-			if err := saveProfile(ctx, plan.HTTP, "heap", plan.HeapProfile); err != nil {
+			if err := saveProfile(ctx, plan.HTTP, "heap?gc=1", plan.HeapProfile); err != nil {
 				return nil, err
 			}
+			rep.MemLive = readMemStats(ctx, plan.HTTP)
 		}
 	}
 

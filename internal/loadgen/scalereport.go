@@ -43,8 +43,9 @@ type ScaleReport struct {
 	GoroutinesIdle, GoroutinesLoaded             float64
 	FilesIdle, FilesLoaded, FilesPeak            int
 	PagesIdle, PagesLoaded                       []pageTime
-	// MemLoaded is the server's MemStats at the loaded state.
-	MemLoaded memStats
+	// MemLoaded is the server's MemStats at the loaded state; MemLive
+	// the same after a collection (with --heap-profile).
+	MemLoaded, MemLive memStats
 
 	// Jain's index of the actions leased per invocation and per tenant
 	// while all of them had queued work.
@@ -220,6 +221,9 @@ func (r *ScaleReport) Print(w io.Writer) {
 		per := func(b int64) float64 { return float64(b) / float64(r.Queued) / 1024 }
 		fmt.Fprintf(w, "loaded server's memory (MemStats) per queued action: heap in use %.2f KiB (allocated %.2f KiB, next GC at %.2f KiB), stacks %.2f KiB, heap idle not released %.2f KiB, runtime (spans, GC) %.2f KiB; Sys %s\n",
 			per(m.HeapInuse), per(m.HeapAlloc), per(m.NextGC), per(m.Stack), per(m.HeapIdle-m.HeapReleased), per(m.MSpan+m.GCSys), mib(m.Sys))
+	}
+	if m := r.MemLive; m.Sys > 0 {
+		fmt.Fprintf(w, "after a collection, per queued action: live heap %.2f KiB, stacks %.2f KiB\n", float64(m.HeapAlloc)/float64(r.Queued)/1024, float64(m.Stack)/float64(r.Queued)/1024)
 	}
 	fmt.Fprintf(w, "goroutines idle %.0f, loaded %.0f; open files idle %d, loaded %d, at the end %d\n", r.GoroutinesIdle, r.GoroutinesLoaded, r.FilesIdle, r.FilesLoaded, r.FilesPeak)
 	for i, p := range r.PagesLoaded {
