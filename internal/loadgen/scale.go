@@ -94,6 +94,7 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 		return nil, err
 	}
 	rep.RSSWorkers = s1.RSS
+	rep.RegisterCPUPerWorkerMs = roundTo(ms(s1.CPU-s0.CPU)/float64(plan.Workers), 4)
 	rep.RSSPerWorker = float64(s1.RSS-s0.RSS) / float64(plan.Workers)
 	if plan.HTTP != "" {
 		rep.PagesIdle = timePages(ctx, plan.HTTP, plan.Server, plan.Binary)
@@ -149,10 +150,25 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 
 	if plan.Hold > 0 {
 		fmt.Fprintf(progress, "bench scale: holding the loaded state for %s (--hold)\n", plan.Hold)
+		before, err := readProc(plan.ServerPID)
+		if err != nil {
+			return nil, err
+		}
+		held := time.Now()
 		sleepCtx(ctx, plan.Hold)
+		after, err := readProc(plan.ServerPID)
+		if err != nil {
+			return nil, err
+		}
+		// The workers only heartbeat while held back.
+		rep.HeartbeatCPUPerWorkerSecMs = roundTo(ms(after.CPU-before.CPU)/float64(plan.Workers)/time.Since(held).Seconds(), 5)
 	}
 
 	// The drain.
+	d0, err := readProc(plan.ServerPID)
+	if err != nil {
+		return nil, err
+	}
 	var cpuErr error
 	var cpuWG sync.WaitGroup
 	if plan.CPUProfile != "" && plan.HTTP != "" {
@@ -204,7 +220,7 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 	rep.RSSPeak = max(peak, s3.RSS)
 	rep.RSSPeakPerQueued = float64(rep.RSSPeak-s1.RSS) / float64(plan.Queued)
 	rep.FilesPeak = s3.Files
-	rep.summarize(items, probe, reps, t0, s3.CPU-s2.CPU)
+	rep.summarize(items, probe, reps, t0, s3.CPU-d0.CPU)
 	if ctx.Err() != nil {
 		return rep, fmt.Errorf("the run did not finish within --timeout %s: %d of %d actions completed", plan.Timeout, rep.Completed, plan.Queued)
 	}

@@ -37,6 +37,9 @@ type ScaleReport struct {
 	// The clients' time from Execute to the result.
 	WaitP50Ms, WaitP99Ms, WaitMaxMs float64
 	CPUPerActionMs                  float64
+	// The server's CPU per worker for registering, and per worker and
+	// second while the workers only heartbeat (with --hold).
+	RegisterCPUPerWorkerMs, HeartbeatCPUPerWorkerSecMs float64
 
 	RSSIdle, RSSWorkers, RSSLoaded, RSSPeak      int64
 	RSSPerWorker, RSSPerQueued, RSSPeakPerQueued float64
@@ -215,6 +218,7 @@ func (r *ScaleReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "queued in %.1fs; drained in %.2fs: %.1f actions/s; server CPU %.3f ms/action\n", r.QueueSeconds, r.DrainSeconds, r.Throughput, r.CPUPerActionMs)
 	fmt.Fprintf(w, "slot free → next lease (%d): p50 %.3fms p99 %.3fms max %.3fms; Execute → result p50 %.1fms p99 %.1fms max %.1fms\n",
 		r.GapN, r.GapP50Ms, r.GapP99Ms, r.GapMaxMs, r.WaitP50Ms, r.WaitP99Ms, r.WaitMaxMs)
+	fmt.Fprintf(w, "server CPU per worker: %.4f ms to register; %.5f ms a second while it only heartbeats (measured with --hold)\n", r.RegisterCPUPerWorkerMs, r.HeartbeatCPUPerWorkerSecMs)
 	fmt.Fprintf(w, "server RSS: idle %s, with workers %s (%.1f KiB/worker), loaded %s (%.2f KiB/queued), peak %s (%.2f KiB/queued)\n",
 		mib(r.RSSIdle), mib(r.RSSWorkers), r.RSSPerWorker/1024, mib(r.RSSLoaded), r.RSSPerQueued/1024, mib(r.RSSPeak), r.RSSPeakPerQueued/1024)
 	if m := r.MemLoaded; m.Sys > 0 {
