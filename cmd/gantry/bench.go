@@ -112,7 +112,7 @@ of their own, as an outside measurement needs.`,
 	fl.BoolVar(&f.findMissing, "find-missing", false, "call FindMissingBlobs before uploading each action's Command and Action")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the load generator (read it with go tool pprof)")
 	fl.DurationVar(&f.spawnFor, "spawn-rate", 0, "also run "+loadgen.SpawnProgram+" 4 at a time for this long before and after the load and report the run's rate as a ratio to that spawn rate (this machine's ceiling for trivial actions), e.g. 3s")
-	cmd.AddCommand(newBenchCASCommand())
+	cmd.AddCommand(newBenchCASCommand(), newBenchScaleCommand())
 	return cmd
 }
 

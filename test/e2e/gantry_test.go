@@ -51,7 +51,12 @@ func (g *gantryProc) GRPCURL() string { return "grpc://" + g.GRPCAddr }
 // exits on its own before the test ends fails the test.
 func startGantry(t *testing.T, extraArgs ...string) *gantryProc {
 	t.Helper()
-	bin := gantryBin(t)
+	return startGantryBin(t, gantryBin(t), extraArgs...)
+}
+
+// startGantryBin is startGantry with another gantry binary.
+func startGantryBin(t *testing.T, bin string, extraArgs ...string) *gantryProc {
+	t.Helper()
 	dir := testDir(t, "gantry")
 	grpcAddr, httpAddr := freeLoopbackAddr(t), freeLoopbackAddr(t)
 	for httpAddr == grpcAddr {

@@ -20,11 +20,21 @@ import (
 // connection to its gRPC port.
 func Start(t testing.TB) (*server.Server, *grpc.ClientConn) {
 	t.Helper()
+	return StartWith(t, nil)
+}
+
+// StartWith is Start with the configuration changed by edit (nil: none)
+// before the server starts.
+func StartWith(t testing.TB, edit func(*config.Config)) (*server.Server, *grpc.ClientConn) {
+	t.Helper()
 	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.HTTPListen = ""
 	cfg.DataDir = t.TempDir()
 	cfg.Worker.Cores = 2
+	if edit != nil {
+		edit(&cfg)
+	}
 	srv, err := server.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,149 @@
+package loadgen
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
+	"github.com/gantry-build/gantry/internal/client"
+	"github.com/gantry-build/gantry/internal/config"
+	"github.com/gantry-build/gantry/internal/server/servertest"
+)
+
+// TestScaleWorkersRunEveryActionOnce queues actions of several tenants
+// and invocations on a real Gantry as open Execute streams (some dropped
+// and followed with WaitExecution), holds the scale workers back until
+// all are queued, and checks that they run every action once.
+func TestScaleWorkersRunEveryActionOnce(t *testing.T) {
+	// No embedded worker: the scale workers must run every action.
+	srv, conn := servertest.StartWith(t, func(c *config.Config) { c.Worker.Enabled = false })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	plan := &ScalePlan{Tenants: 2, Invocations: 5, Queued: 60, Zipf: 1.2, MeanSleep: time.Millisecond, Drop: 0.3, Seed: 7}
+	items := scaleItems(plan, "test")
+	if err := uploadItems(ctx, conn, 4<<20, items); err != nil {
+		t.Fatal(err)
+	}
+
+	gateR, gateW := io.Pipe()
+	statusR, statusW := io.Pipe()
+	var out bytes.Buffer
+	served := make(chan error, 1)
+	dial := func(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+		return client.Dial(addr, opts...)
+	}
+	go func() {
+		served <- ServeScaleWorkers(ctx, dial, srv.GRPCAddr(), "w", 0, 6, 2, gateR, &out, statusW)
+		statusW.Close()
+	}()
+	if line, err := bufio.NewReader(statusR).ReadString('\n'); err != nil || line != "registered\n" {
+		t.Fatalf("the workers did not register: %q, %v", line, err)
+	}
+	go io.Copy(io.Discard, statusR)
+
+	follow := make(chan struct{})
+	var queued, done sync.WaitGroup
+	queued.Add(len(items))
+	done.Add(len(items))
+	sem := make(chan struct{}, 8)
+	for _, it := range items {
+		go func() { defer done.Done(); it.execute(ctx, conn, sem, queued.Done, follow) }()
+	}
+	queued.Wait()
+	t0 := time.Now()
+	io.WriteString(gateW, "go\n")
+	close(follow)
+	done.Wait()
+	gateW.Close()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	var wr scaleWorkersReport
+	if err := json.Unmarshal(out.Bytes(), &wr); err != nil {
+		t.Fatalf("the workers' report %q: %v", out.String(), err)
+	}
+	probe := &scaleItem{id: "none", err: context.Canceled} // no probe in this test
+	rep := &ScaleReport{Queued: len(items)}
+	rep.summarize(items, probe, []*scaleWorkersReport{&wr}, t0, 0)
+	if rep.Completed != len(items) || rep.Errors != 0 {
+		t.Fatalf("%d of %d completed, %d failed: %s", rep.Completed, len(items), rep.Errors, rep.FirstError)
+	}
+	// (wr.Accepted may be short of them: the answer to the Poll that
+	// carried the last results is cut off when the workers stop.)
+	if rep.LeasedTwice != 0 || rep.NeverLeased != 0 || wr.Refused != 0 {
+		t.Errorf("leased twice %d, never leased %d, results refused %d", rep.LeasedTwice, rep.NeverLeased, wr.Refused)
+	}
+	if rep.GapN == 0 {
+		t.Error("no slot-free-to-lease gap was measured")
+	}
+}
+
+// TestScaleReportCatchesDoubleLeases checks the exactly-once verdict.
+func TestScaleReportCatchesDoubleLeases(t *testing.T) {
+	now := time.Now()
+	items := []*scaleItem{{id: "a", doneAt: now}, {id: "b", doneAt: now}, {id: "c", doneAt: now}}
+	leases := []scaleLease{{ID: "a", AtNs: 1}, {ID: "a", AtNs: 2}, {ID: "b", AtNs: 3}}
+	rep := &ScaleReport{Queued: 3}
+	rep.summarize(items, &scaleItem{id: "p", doneAt: now}, []*scaleWorkersReport{{Leases: leases}}, now.Add(-time.Second), 0)
+	if rep.LeasedTwice != 1 || rep.NeverLeased != 2 { // c, and the probe
+		t.Fatalf("leased twice %d, never leased %d; want 1 and 2", rep.LeasedTwice, rep.NeverLeased)
+	}
+	if err := rep.check(); err == nil || !strings.Contains(err.Error(), "exactly-once") {
+		t.Errorf("check() = %v; want an exactly-once failure", err)
+	}
+}
+
+func TestJain(t *testing.T) {
+	for _, c := range []struct {
+		xs   []float64
+		want float64
+	}{{[]float64{5, 5, 5}, 1}, {[]float64{1, 0, 0, 0}, 0.25}, {nil, 0}} {
+		if got := jain(c.xs); got != c.want {
+			t.Errorf("jain(%v) = %g; want %g", c.xs, got, c.want)
+		}
+	}
+}
+
+func TestScalePlanValidate(t *testing.T) {
+	ok := ScalePlan{Server: "x:1", Workers: 4, Slots: 1, WorkerProcs: 2, Tenants: 2, Invocations: 4, Queued: 10, Zipf: 1.2, Conns: 1, Timeout: time.Minute}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mod := range map[string]func(*ScalePlan){
+		"--worker-procs": func(p *ScalePlan) { p.WorkerProcs = 5 },
+		"--zipf":         func(p *ScalePlan) { p.Zipf = 1 },
+		"--drop":         func(p *ScalePlan) { p.Drop = 2 },
+		"--invocations":  func(p *ScalePlan) { p.Invocations = 1 },
+	} {
+		p := ok
+		mod(&p)
+		if err := p.Validate(); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: Validate() = %v; want an error naming it", name, err)
+		}
+	}
+}
+
+// FuzzScaleAction feeds arbitrary Command bytes to the worker's reading of
+// an assignment: it returns an error or an id, never panics.
+func FuzzScaleAction(f *testing.F) {
+	good, _ := proto.Marshal(&repb.Command{EnvironmentVariables: []*repb.Command_EnvironmentVariable{{Name: benchIDVar, Value: "x"}, {Name: scaleSleepVar, Value: "3"}}})
+	f.Add(good)
+	f.Add([]byte("\x12\x05"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id, sleep, err := scaleAction(&workerpb.Assignment{Command: b})
+		if err == nil && (id == "" || sleep < 0) {
+			t.Fatalf("accepted %q with id %q sleep %v", b, id, sleep)
+		}
+	})
+}
