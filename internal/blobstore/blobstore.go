@@ -104,7 +104,11 @@ type verifier struct {
 }
 
 func newVerifier(d digest.Digest) verifier {
-	return verifier{want: d, h: digest.NewHasher(d.Function)}
+	h := digest.NewHasher(d.Function)
+	if hashedBytes != nil {
+		h = countingHash{h}
+	}
+	return verifier{want: d, h: h}
 }
 
 func (v *verifier) write(p []byte) error {
@@ -143,6 +147,14 @@ func (v *verifier) check() error {
 		return &MismatchError{Want: v.want, Got: got}
 	}
 	return nil
+}
+
+// prove is check, with the proof that the bytes are the blob.
+func (v *verifier) prove() (Proof, error) {
+	if err := v.check(); err != nil {
+		return Proof{}, err
+	}
+	return Proof{d: v.want, ok: true}, nil
 }
 
 // errWriterDone is returned by a Writer used after Commit or Close.
@@ -199,3 +211,6 @@ func (v *Verifier) WriteAll(data []byte) error {
 // Check returns nil if the bytes written are blob d, else a
 // *MismatchError.
 func (v *Verifier) Check() error { return v.v.check() }
+
+// Prove is Check, with the proof a TrustedWriter commits with.
+func (v *Verifier) Prove() (Proof, error) { return v.v.prove() }

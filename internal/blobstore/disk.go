@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -102,7 +103,10 @@ type entry struct {
 	readers int
 }
 
-var _ Store = (*Disk)(nil)
+var (
+	_ Trusting           = (*Disk)(nil)
+	_ TrustedBatchPutter = (*Disk)(nil)
+)
 
 // DiskOptions tune a Disk store.
 type DiskOptions struct {
@@ -610,8 +614,17 @@ func (s *Disk) ensureDir(path string) error {
 }
 
 // Create implements Store.
-func (s *Disk) Create(_ context.Context, d digest.Digest) (Writer, error) {
-	w := &diskWriter{s: s, v: newVerifier(d)}
+func (s *Disk) Create(ctx context.Context, d digest.Digest) (Writer, error) {
+	tw, err := s.CreateTrusted(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	return NewChecked(d, tw), nil
+}
+
+// CreateTrusted implements Trusting.
+func (s *Disk) CreateTrusted(_ context.Context, d digest.Digest) (TrustedWriter, error) {
+	w := &diskWriter{s: s, v: verifier{want: d}}
 	if d.Size <= s.packMax && !d.IsEmpty() {
 		// Room for the record header before the data: the record is
 		// written from this buffer.
@@ -672,11 +685,11 @@ func (s *Disk) wantsDirect(size int64) bool {
 	return s.directMin > 0 && size >= s.directMin && !s.noDirect.Load()
 }
 
-// diskWriter writes one blob: into buf if it is small, else through fw
-// into the temporary file f.
+// diskWriter writes one blob its caller verifies: into buf if it is
+// small, else through fw into the temporary file f.
 type diskWriter struct {
 	s      *Disk
-	v      verifier
+	v      verifier // counts the bytes; hashes none
 	buf    []byte
 	hdr    int // bytes reserved for a record header at the start of buf
 	f      *os.File
@@ -687,32 +700,49 @@ type diskWriter struct {
 }
 
 func (w *diskWriter) Write(p []byte) (int, error) {
-	if w.done {
-		return 0, errWriterDone
-	}
-	if w.f != nil {
-		if err := w.v.count(p); err != nil {
-			return 0, err
-		}
-		if err := w.fw.write(p, w.v.h); err != nil {
-			return 0, fmt.Errorf("writing blob %s: %w", w.v.want, err)
-		}
-		return len(p), nil
-	}
-	if err := w.v.write(p); err != nil {
+	if err := w.writeHashing(p, nil); err != nil {
 		return 0, err
 	}
-	w.buf = append(w.buf, p...)
 	return len(p), nil
+}
+
+// writeHashing implements hashingWriter: a large blob's bytes are hashed
+// while the file writer's goroutine writes the previous ones.
+func (w *diskWriter) writeHashing(p []byte, h hash.Hash) error {
+	err := errWriterDone
+	if !w.done {
+		err = w.v.count(p)
+	}
+	if err != nil {
+		if h != nil {
+			h.Write(p) // hashingWriter's promise
+		}
+		return err
+	}
+	if w.f != nil {
+		var hw io.Writer
+		if h != nil {
+			hw = h
+		}
+		if err := w.fw.write(p, hw); err != nil {
+			return fmt.Errorf("writing blob %s: %w", w.v.want, err)
+		}
+		return nil
+	}
+	if h != nil {
+		h.Write(p)
+	}
+	w.buf = append(w.buf, p...)
+	return nil
 }
 
 func (w *diskWriter) Written() int64 { return w.v.n }
 
-func (w *diskWriter) Commit() error {
+func (w *diskWriter) CommitVerified(p Proof) error {
 	if w.done {
 		return errWriterDone
 	}
-	if err := w.v.check(); err != nil {
+	if err := p.Vouches(w.v.want, w.v.n); err != nil {
 		return err
 	}
 	d := w.v.want
