@@ -112,3 +112,92 @@ func wantHeld(t *testing.T, d digest.Digest, data []byte, stores ...blobstore.St
 		}
 	}
 }
+
+// TestTrustedWriterWantsItsProof checks that every store taking verified
+// bytes commits them only with the proof of a verifier that hashed that
+// very blob: none, one for another blob, or bytes of the wrong count
+// store nothing.
+func TestTrustedWriterWantsItsProof(t *testing.T) {
+	ctx := context.Background()
+	stores := []struct {
+		name string
+		open func(t *testing.T) blobstore.Trusting
+	}{
+		{"memory", func(t *testing.T) blobstore.Trusting { return blobstore.NewMemory(0) }},
+		{"disk", func(t *testing.T) blobstore.Trusting {
+			s, err := blobstore.NewDisk(t.TempDir(), blobstore.DiskOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}},
+		{"tiered", func(t *testing.T) blobstore.Trusting { tier, _, _ := newTier(t, blobstore.NewMemory(0)); return tier }},
+		{"s3", func(t *testing.T) blobstore.Trusting { return openS3(t).CAS() }},
+	}
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			s := st.open(t)
+			for _, size := range []int{100, 2 << 20, 6 << 20} {
+				data := seeded(byte(size>>10), size)
+				d := digest.Compute(digest.SHA256, data)
+				other, err := blobstore.Verify(digest.Compute(digest.SHA256, data[1:]), data[1:])
+				if err != nil {
+					t.Fatal(err)
+				}
+				v := blobstore.NewVerifier(d)
+				if err := v.WriteAll(data); err != nil {
+					t.Fatal(err)
+				}
+				right, err := v.Prove()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range []struct {
+					name  string
+					data  []byte
+					proof blobstore.Proof
+				}{
+					{"no proof", data, blobstore.Proof{}},
+					{"another blob's proof", data, other.Proof()},
+					{"too few bytes", data[:size-1], right},
+				} {
+					w, err := s.CreateTrusted(ctx, d)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := w.Write(c.data); err != nil {
+						t.Fatal(err)
+					}
+					if err := w.CommitVerified(c.proof); err == nil {
+						t.Fatalf("%d bytes, %s: committed", size, c.name)
+					}
+					w.Close()
+					if ok, err := blobstore.Has(ctx, s, d); err != nil || ok {
+						t.Fatalf("%d bytes, %s: the store holds the blob (%v)", size, c.name, err)
+					}
+				}
+				w, err := s.CreateTrusted(ctx, d)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := w.Write(append(data, 0)); err == nil {
+					t.Fatalf("%d bytes: a trusted writer took a byte beyond the blob's size", size)
+				}
+				w.Close()
+				if err := blobstore.PutVerified(ctx, s, mustVerify(t, d, data)); err != nil {
+					t.Fatal(err)
+				}
+				wantHeld(t, d, data, s)
+			}
+		})
+	}
+}
+
+func mustVerify(t *testing.T, d digest.Digest, data []byte) blobstore.VerifiedBlob {
+	t.Helper()
+	b, err := blobstore.Verify(d, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
