@@ -40,7 +40,9 @@ type Store interface {
 	// ErrNotFound when the blob is absent.
 	Open(ctx context.Context, d digest.Digest, offset int64) (io.ReadCloser, error)
 	// Create starts writing blob d. The blob becomes visible only when
-	// Commit verifies that what was written has digest d.
+	// Commit verifies that what was written has digest d. This is where
+	// untrusted bytes are hashed, once: a store that writes to others
+	// (Tiered) hands them the bytes as trusted (see verified.go).
 	Create(ctx context.Context, d digest.Digest) (Writer, error)
 }
 

@@ -323,14 +323,14 @@ func (t *Tiered) PutBatch(ctx context.Context, ds []digest.Digest, data [][]byte
 // parallel uploads), and then the blobs the remote stored go to the cache
 // in a batch of their own (the disk store packs them in few writes).
 func (t *Tiered) PutVerified(ctx context.Context, blobs []VerifiedBlob, errs []error) {
-	copy(errs, putVerifiedBatch(ctx, t.remote, blobs))
+	copy(errs, PutVerifiedBatch(ctx, t.remote, blobs))
 	var cached []VerifiedBlob
 	for i, b := range blobs {
 		if errs[i] == nil && !b.Digest().IsEmpty() {
 			cached = append(cached, b)
 		}
 	}
-	for _, err := range putVerifiedBatch(ctx, t.cache, cached) {
+	for _, err := range PutVerifiedBatch(ctx, t.cache, cached) {
 		if err != nil {
 			t.obs.CacheError("commit", err)
 		}

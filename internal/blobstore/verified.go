@@ -177,10 +177,10 @@ func PutVerified(ctx context.Context, s Store, b VerifiedBlob) error {
 	return w.CommitVerified(b.proof)
 }
 
-// putVerifiedBatch stores verified blobs in s, through its
+// PutVerifiedBatch stores verified blobs in s, through its
 // TrustedBatchPutter if it has one; a store that is not Trusting verifies
 // them again. It returns one error (or nil) per blob.
-func putVerifiedBatch(ctx context.Context, s Store, blobs []VerifiedBlob) []error {
+func PutVerifiedBatch(ctx context.Context, s Store, blobs []VerifiedBlob) []error {
 	errs := make([]error, len(blobs))
 	switch st := s.(type) {
 	case TrustedBatchPutter:
@@ -200,10 +200,10 @@ func putVerifiedBatch(ctx context.Context, s Store, blobs []VerifiedBlob) []erro
 	return errs
 }
 
-// verifiedBatch verifies data[i] against ds[i], on all cores for large
+// VerifyBatch verifies data[i] against ds[i], on all cores for large
 // batches, setting errs[i] for those that do not match, and returns the
 // others with their positions in ds.
-func verifiedBatch(ds []digest.Digest, data [][]byte, errs []error) ([]VerifiedBlob, []int) {
+func VerifyBatch(ds []digest.Digest, data [][]byte, errs []error) ([]VerifiedBlob, []int) {
 	verifyAll(ds, data, errs, maxInt64)
 	blobs := make([]VerifiedBlob, 0, len(ds))
 	idx := make([]int, 0, len(ds))
@@ -220,7 +220,7 @@ func verifiedBatch(ds []digest.Digest, data [][]byte, errs []error) ([]VerifiedB
 // every blob is verified once, here (on all cores for large batches), and
 // the good ones are handed to s.
 func VerifyThenPut(ctx context.Context, s TrustedBatchPutter, ds []digest.Digest, data [][]byte, errs []error) {
-	blobs, idx := verifiedBatch(ds, data, errs)
+	blobs, idx := VerifyBatch(ds, data, errs)
 	out := make([]error, len(blobs))
 	s.PutVerified(ctx, blobs, out)
 	for k, i := range idx {
