@@ -45,6 +45,9 @@ type Disk struct {
 	packMax  int64 // blobs up to this size are packed; 0: none
 	segSize  int64
 	dirs     sync.Map // prefix dirs known to exist
+	// spares are evicted blobs' files kept under tmp for new uploads to
+	// overwrite (see spare.go).
+	spares *spareFiles
 	// directMin: blobs of at least this size are written with O_DIRECT
 	// (0: never); noDirect is set once the file system refused it.
 	directMin int64
@@ -68,13 +71,6 @@ type Disk struct {
 	// removeHook, if set (by tests), runs before evicted files are
 	// unlinked, with whether that happens in the background.
 	removeHook func(background bool)
-	// spares are evicted blobs' files kept under tmp for new uploads to
-	// overwrite (see spare.go), oldest first; spareBytes is their size
-	// and spareMax its bound (0: no spares).
-	spares     []spare
-	spareBytes int64
-	spareMax   int64
-	recycled   int64 // uploads written into a spare
 	// Seals (see seal.go): sealing says one is scheduled or running;
 	// unsealed that large files were committed since the last one began,
 	// unsealedReused that some of them were written into spares.
@@ -146,7 +142,7 @@ func NewDisk(dir string, opts DiskOptions) (*Disk, error) {
 		index:     make(map[digest.Digest]*entry),
 		busy:      make(map[digest.Digest]chan struct{}),
 		removers:  make(chan struct{}, backgroundRemovals),
-		spareMax:  max(opts.MaxBytes, 0) / spareShare,
+		spares:    newSpareFiles(filepath.Join(dir, "tmp"), max(opts.MaxBytes, 0)/spareShare),
 		sealEvery: defaultSealEvery,
 	}
 	switch {
@@ -638,7 +634,7 @@ func (s *Disk) CreateTrusted(_ context.Context, d digest.Digest) (TrustedWriter,
 	}
 	if !s.wantsDirect(d.Size) {
 		// Overwrite an evicted blob's file if one fits: see spare.go.
-		if f, size, ok := s.takeSpare(d.Size); ok {
+		if f, size, ok := s.spares.take(d.Size); ok {
 			w.f, w.trim, w.reused = f, size > d.Size, true
 			w.fw = newFileWriter(f, false)
 			return w, nil
@@ -895,11 +891,7 @@ func (s *Disk) Stats() (blobs int, bytes int64) {
 
 // Spares reports the bytes held in spare files and how many uploads have
 // been written into one since start (see spare.go).
-func (s *Disk) Spares() (bytes, recycled int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.spareBytes, s.recycled
-}
+func (s *Disk) Spares() (bytes, recycled int64) { return s.spares.stats() }
 
 // Evicted reports how many blobs eviction has removed since start.
 func (s *Disk) Evicted() int64 {
