@@ -71,11 +71,9 @@ type Disk struct {
 	// removeHook, if set (by tests), runs before evicted files are
 	// unlinked, with whether that happens in the background.
 	removeHook func(background bool)
-	// Seals (see seal.go): sealing says one is scheduled or running;
-	// unsealed that large files were committed since the last one began,
-	// unsealedReused that some of them were written into spares.
-	sealing, unsealed, unsealedReused bool
-	sealEvery                         time.Duration
+	// sealer flushes the store after large files were written into
+	// spares (see seal.go).
+	sealer *sealer
 	// verified counts the blob files hashed at start (see seal.go).
 	verified int
 
@@ -143,7 +141,7 @@ func NewDisk(dir string, opts DiskOptions) (*Disk, error) {
 		busy:      make(map[digest.Digest]chan struct{}),
 		removers:  make(chan struct{}, backgroundRemovals),
 		spares:    newSpareFiles(filepath.Join(dir, "tmp"), max(opts.MaxBytes, 0)/spareShare),
-		sealEvery: defaultSealEvery,
+		sealer:    newSealer(dir, filepath.Join(dir, "tmp"), opts.Fsync),
 	}
 	switch {
 	case s.packMax == 0:
@@ -171,7 +169,7 @@ func NewDisk(dir string, opts DiskOptions) (*Disk, error) {
 	if err := s.load(); err != nil {
 		return nil, err
 	}
-	if err := s.recordSeal(); err != nil {
+	if err := s.sealer.recordSeal(); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -188,7 +186,7 @@ func (s *Disk) load() error {
 	var all []found
 	// After a reboot, large files renamed since the last seal are hashed
 	// (see seal.go).
-	cutoff, verify := s.verifyCutoff()
+	cutoff, verify := s.sealer.verifyCutoff()
 	for _, fn := range digest.Supported {
 		base := filepath.Join(s.root, digest.Name(fn))
 		err := filepath.WalkDir(base, func(path string, de fs.DirEntry, err error) error {
@@ -766,7 +764,7 @@ func (w *diskWriter) CommitVerified(p Proof) error {
 			return fmt.Errorf("flushing blob %s: %w", d, err)
 		}
 	}
-	w.s.committingLarge(w.reused)
+	w.s.sealer.committingLarge(w.reused)
 	if w.reused {
 		// Its ctime must be after the note above, whatever the file
 		// system does on rename (see seal.go); a chmod sets it.
