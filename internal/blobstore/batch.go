@@ -116,17 +116,17 @@ func (s *Disk) PutVerified(ctx context.Context, blobs []VerifiedBlob, errs []err
 		case d.Size > s.packMax:
 			single = append(single, i)
 		default:
-			if e, ok := s.index[d]; ok {
-				s.useLocked(e)
+			if e, ok := s.idx.get(d); ok {
+				s.idx.use(e)
 				continue
 			}
-			if _, busy := s.busy[d]; busy {
+			if _, busy := s.idx.busyUntil(d); busy {
 				// Another writer, or a copy earlier in this batch: the
 				// single write waits for it and then finds the blob stored.
 				single = append(single, i)
 				continue
 			}
-			s.busy[d] = make(chan struct{})
+			s.idx.markBusy(d)
 			packed = append(packed, i)
 		}
 	}

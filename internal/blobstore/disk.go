@@ -1,7 +1,6 @@
 package blobstore
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -53,17 +52,8 @@ type Disk struct {
 	directMin int64
 	noDirect  atomic.Bool
 
-	mu      sync.Mutex
-	total   int64
-	lru     *list.List // of *entry, most recently used at the front
-	index   map[digest.Digest]*entry
-	evicted int64
-	// clock ticks on every store and use of a blob.
-	clock uint64
-	// busy marks digests whose file or record is being created, or whose
-	// file is being removed, outside the lock; the channel is closed when
-	// that is over. A digest is never both indexed and busy.
-	busy map[digest.Digest]chan struct{}
+	mu  sync.Mutex
+	idx *blobIndex // guarded by mu
 	// removers bounds the evictions being removed in the background (see
 	// removeSoon); removing counts them.
 	removers chan struct{}
@@ -83,18 +73,6 @@ type Disk struct {
 	segs    []*segment // live segments, oldest first
 	cur     *segment   // the segment taking appends; nil until the first
 	nextSeg uint64
-}
-
-// entry is the index entry of a blob: where it is and when it was used.
-type entry struct {
-	d    digest.Digest
-	elem *list.Element
-	seg  *segment // nil: the blob has its own file
-	off  int64    // offset of the blob's record in seg
-	used uint64   // clock at the last store or use
-	// readers counts the Open calls that hold (or are opening) the
-	// blob's file; an evicted file with readers is never recycled.
-	readers int
 }
 
 var (
@@ -136,9 +114,7 @@ func NewDisk(dir string, opts DiskOptions) (*Disk, error) {
 		packMax:   opts.PackThreshold,
 		segSize:   opts.SegmentSize,
 		directMin: max(opts.DirectIOThreshold, 0),
-		lru:       list.New(),
-		index:     make(map[digest.Digest]*entry),
-		busy:      make(map[digest.Digest]chan struct{}),
+		idx:       newBlobIndex(),
 		removers:  make(chan struct{}, backgroundRemovals),
 		spares:    newSpareFiles(filepath.Join(dir, "tmp"), max(opts.MaxBytes, 0)/spareShare),
 		sealer:    newSealer(dir, filepath.Join(dir, "tmp"), opts.Fsync),
@@ -242,7 +218,7 @@ func (s *Disk) load() error {
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].mtime.After(all[j].mtime) })
 	for _, f := range all {
-		if _, dup := s.index[f.d]; dup {
+		if _, dup := s.idx.get(f.d); dup {
 			// An older copy: a record left behind (say, by a crash while
 			// its segment was evicted) stays as dead space; a file goes.
 			if f.seg == nil {
@@ -250,22 +226,13 @@ func (s *Disk) load() error {
 			}
 			continue
 		}
-		e := &entry{d: f.d, seg: f.seg, off: f.off}
-		e.elem = s.lru.PushBack(e)
-		s.index[f.d] = e
-		s.total += f.d.Size
-		if f.seg != nil {
-			f.seg.entries = append(f.seg.entries, e)
-		}
+		s.idx.addOldest(&entry{d: f.d, seg: f.seg, off: f.off})
 	}
-	// Stamp the use clock, oldest first.
-	for el := s.lru.Back(); el != nil; el = el.Prev() {
-		el.Value.(*entry).used = s.tick()
-	}
+	s.idx.stamp()
 	ev := s.evictLocked()
 	for _, f := range ev.files {
 		os.Remove(s.path(f.d))
-		delete(s.busy, f.d)
+		s.idx.idle(f.d)
 	}
 	for _, g := range ev.segs {
 		g.unref()
@@ -283,8 +250,8 @@ func (s *Disk) FindMissing(_ context.Context, ds []digest.Digest) ([]digest.Dige
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, d := range ds {
-		if e, ok := s.index[d]; ok {
-			s.useLocked(e)
+		if e, ok := s.idx.get(d); ok {
+			s.idx.use(e)
 		} else if !d.IsEmpty() {
 			missing = append(missing, d)
 		}
@@ -353,11 +320,11 @@ func (s *Disk) Open(_ context.Context, d digest.Digest, offset int64) (io.ReadCl
 func (s *Disk) touch(d digest.Digest) (*entry, *segment, int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.index[d]
+	e, ok := s.idx.get(d)
 	if !ok {
 		return nil, nil, 0
 	}
-	s.useLocked(e)
+	s.idx.use(e)
 	if e.seg != nil {
 		e.seg.refs.Add(1)
 	} else {
@@ -377,7 +344,7 @@ func (s *Disk) doneReading(e *entry) {
 func (s *Disk) indexedAs(e *entry) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.index[e.d] == e
+	return s.idx.holds(e)
 }
 
 // blobFile is an open blob file that counts as a reader of its entry
@@ -398,30 +365,11 @@ func (f *blobFile) Close() error {
 	return err
 }
 
-// useLocked marks e as just used.
-func (s *Disk) useLocked(e *entry) {
-	s.lru.MoveToFront(e.elem)
-	e.used = s.tick()
-}
-
-// tick advances the use clock and returns its new value.
-func (s *Disk) tick() uint64 {
-	s.clock++
-	return s.clock
-}
-
-// unindexLocked drops e from the index.
-func (s *Disk) unindexLocked(e *entry) {
-	s.lru.Remove(e.elem)
-	delete(s.index, e.d)
-	s.total -= e.d.Size
-}
-
 // waitIdle waits until no file operation on d is in progress.
 func (s *Disk) waitIdle(d digest.Digest) {
 	s.mu.Lock()
 	for {
-		ch, busy := s.busy[d]
+		ch, busy := s.idx.busyUntil(d)
 		if !busy {
 			break
 		}
@@ -438,11 +386,11 @@ func (s *Disk) waitIdle(d digest.Digest) {
 func (s *Disk) forget(d digest.Digest) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.index[d]; ok && e.seg == nil {
+	if e, ok := s.idx.get(d); ok && e.seg == nil {
 		if info, err := os.Stat(s.path(d)); err == nil && info.Size() == d.Size {
 			return
 		}
-		s.unindexLocked(e)
+		s.idx.remove(e)
 	}
 }
 
@@ -454,13 +402,13 @@ func (s *Disk) claim(d digest.Digest) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
-		if e, ok := s.index[d]; ok {
-			s.useLocked(e)
+		if e, ok := s.idx.get(d); ok {
+			s.idx.use(e)
 			return false
 		}
-		ch, busy := s.busy[d]
+		ch, busy := s.idx.busyUntil(d)
 		if !busy {
-			s.busy[d] = make(chan struct{})
+			s.idx.markBusy(d)
 			return true
 		}
 		s.mu.Unlock()
@@ -524,17 +472,10 @@ func (s *Disk) settle() { s.removing.Wait() }
 func (s *Disk) releaseLocked(d digest.Digest, e *entry) evictions {
 	var ev evictions
 	if e != nil {
-		e.elem = s.lru.PushFront(e)
-		e.used = s.tick()
-		s.index[d] = e
-		s.total += d.Size
-		if e.seg != nil {
-			e.seg.entries = append(e.seg.entries, e)
-		}
+		s.idx.add(e)
 		ev = s.evictLocked()
 	}
-	close(s.busy[d])
-	delete(s.busy, d)
+	s.idx.idle(d)
 	return ev
 }
 
@@ -560,16 +501,15 @@ type evictedFile struct {
 // first (see evictSegmentLocked).
 func (s *Disk) evictLocked() evictions {
 	var ev evictions
-	for s.maxBytes > 0 && s.total > s.maxBytes && s.lru.Len() > 1 {
-		tail := s.lru.Back().Value.(*entry)
+	for s.maxBytes > 0 && s.idx.total > s.maxBytes && s.idx.len() > 1 {
+		tail := s.idx.oldest()
 		if tail.seg != nil {
 			s.evictSegmentLocked(tail, &ev)
 			continue
 		}
 		d := tail.d
-		s.unindexLocked(tail)
-		s.evicted++
-		s.busy[d] = make(chan struct{})
+		s.idx.evict(tail)
+		s.idx.markBusy(d)
 		ev.files = append(ev.files, evictedFile{d: d, reuse: tail.readers == 0})
 	}
 	return ev
@@ -588,8 +528,7 @@ func (s *Disk) remove(ev evictions) {
 			os.Remove(s.path(d))
 		}
 		s.mu.Lock()
-		close(s.busy[d])
-		delete(s.busy, d)
+		s.idx.idle(d)
 		s.mu.Unlock()
 	}
 }
@@ -884,7 +823,7 @@ func (s *Disk) releaseFile(d digest.Digest, stored bool) {
 func (s *Disk) Stats() (blobs int, bytes int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.index), s.total
+	return s.idx.len(), s.idx.total
 }
 
 // Spares reports the bytes held in spare files and how many uploads have
@@ -895,5 +834,5 @@ func (s *Disk) Spares() (bytes, recycled int64) { return s.spares.stats() }
 func (s *Disk) Evicted() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.evicted
+	return s.idx.dropped
 }

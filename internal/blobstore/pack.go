@@ -416,8 +416,8 @@ func (r *bytesReadCloser) Close() error { r.data = nil; return nil }
 func (s *Disk) dropDamaged(e *entry, g *segment) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.index[e.d] == e && e.seg == g {
-		s.unindexLocked(e)
+	if s.idx.holds(e) && e.seg == g {
+		s.idx.remove(e)
 	}
 }
 
@@ -447,8 +447,7 @@ func (s *Disk) evictSegmentLocked(tail *entry, ev *evictions) {
 	if len(s.segs) == 0 {
 		// Cannot happen: a packed blob's segment is live. Do not loop.
 		s.pmu.Unlock()
-		s.unindexLocked(tail)
-		s.evicted++
+		s.idx.evict(tail)
 		return
 	}
 	old := s.segs[0]
@@ -463,18 +462,17 @@ func (s *Disk) evictSegmentLocked(tail *entry, ev *evictions) {
 	old.dead = true
 	ev.segs = append(ev.segs, old)
 
-	recent := tail.used + (s.clock-tail.used)/4
+	recent := tail.used + (s.idx.clock-tail.used)/4
 	var candidates []*entry
 	for _, e := range old.entries {
-		if e.seg != old || s.index[e.d] != e {
+		if e.seg != old || !s.idx.holds(e) {
 			continue // moved or gone
 		}
 		if e != tail && e.used > recent {
 			candidates = append(candidates, e)
 			continue
 		}
-		s.unindexLocked(e)
-		s.evicted++
+		s.idx.evict(e)
 	}
 	old.entries = nil
 	if len(candidates) == 0 {
@@ -506,8 +504,7 @@ func (s *Disk) evictSegmentLocked(tail *entry, ev *evictions) {
 			continue
 		}
 		buf = buf[:n] // damaged: let it go
-		s.unindexLocked(e)
-		s.evicted++
+		s.idx.evict(e)
 	}
 	if len(keep) == 0 {
 		return
@@ -518,8 +515,7 @@ func (s *Disk) evictSegmentLocked(tail *entry, ev *evictions) {
 	}
 	if err != nil {
 		for _, e := range keep {
-			s.unindexLocked(e)
-			s.evicted++
+			s.idx.evict(e)
 		}
 		if g != nil {
 			g.unref()

@@ -22,7 +22,7 @@ func (s *Disk) heldOnDisk(d digest.Digest) bool {
 		return true
 	}
 	s.mu.Lock()
-	e, ok := s.index[d]
+	e, ok := s.idx.get(d)
 	if !ok || e.seg == nil {
 		s.mu.Unlock()
 		return false
@@ -44,7 +44,7 @@ func (s *Disk) location(t *testing.T, d digest.Digest) (*segment, int64) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.index[d]
+	e, ok := s.idx.get(d)
 	if !ok {
 		t.Fatalf("%s is not indexed", d)
 	}
