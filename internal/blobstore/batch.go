@@ -134,7 +134,7 @@ func (s *Disk) PutVerified(ctx context.Context, blobs []VerifiedBlob, errs []err
 	for len(packed) > 0 {
 		// One group of records per write.
 		n, size := 0, int64(0)
-		for n < len(packed) && (n == 0 || size+recordLen(blobs[packed[n]].Digest()) <= min(maxBatchAppend, s.segSize)) {
+		for n < len(packed) && (n == 0 || size+recordLen(blobs[packed[n]].Digest()) <= min(maxBatchAppend, s.packs.size)) {
 			size += recordLen(blobs[packed[n]].Digest())
 			n++
 		}
@@ -164,7 +164,7 @@ func (s *Disk) appendBatch(blobs []VerifiedBlob, errs []error, idx []int, size i
 		offs[k] = off
 		off += int64(len(rec))
 	}
-	g, base, err := s.appendRecords(buf)
+	g, base, err := s.packs.append(buf)
 	if err == nil && s.fsync {
 		err = g.log.Sync(base + size)
 	}

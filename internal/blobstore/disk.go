@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"io/fs"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -36,14 +34,16 @@ const smallBlob = 1 << 20
 // write cut short by a crash) is dropped at start, when the index is
 // rebuilt from the directory and the segments in modification-time order.
 type Disk struct {
-	root     string
-	tmp      string
-	packDir  string
-	maxBytes int64
-	fsync    bool
-	packMax  int64 // blobs up to this size are packed; 0: none
-	segSize  int64
-	dirs     sync.Map // prefix dirs known to exist
+	root    string
+	tmp     string
+	fsync   bool
+	packMax int64    // blobs up to this size are packed; 0: none
+	dirs    sync.Map // prefix dirs known to exist
+	// policy says what leaves the store when it is full (see evict.go).
+	policy evictionPolicy
+	// packs are the segments packed blobs are appended to (see
+	// segments.go). Lock order: mu before the segments' own.
+	packs *segments
 	// spares are evicted blobs' files kept under tmp for new uploads to
 	// overwrite (see spare.go).
 	spares *spareFiles
@@ -66,13 +66,6 @@ type Disk struct {
 	sealer *sealer
 	// verified counts the blob files hashed at start (see seal.go).
 	verified int
-
-	// pmu serialises appends to the current segment and guards the list
-	// of segments. Lock order: mu before pmu.
-	pmu     sync.Mutex
-	segs    []*segment // live segments, oldest first
-	cur     *segment   // the segment taking appends; nil until the first
-	nextSeg uint64
 }
 
 var (
@@ -108,11 +101,9 @@ func NewDisk(dir string, opts DiskOptions) (*Disk, error) {
 	s := &Disk{
 		root:      dir,
 		tmp:       filepath.Join(dir, "tmp"),
-		packDir:   filepath.Join(dir, "packs"),
-		maxBytes:  opts.MaxBytes,
+		policy:    evictionPolicy{maxBytes: opts.MaxBytes},
 		fsync:     opts.Fsync,
 		packMax:   opts.PackThreshold,
-		segSize:   opts.SegmentSize,
 		directMin: max(opts.DirectIOThreshold, 0),
 		idx:       newBlobIndex(),
 		removers:  make(chan struct{}, backgroundRemovals),
@@ -127,19 +118,21 @@ func NewDisk(dir string, opts DiskOptions) (*Disk, error) {
 	case s.packMax > smallBlob:
 		s.packMax = smallBlob
 	}
-	if s.segSize <= 0 {
-		s.segSize = defaultSegmentSize
+	segSize := opts.SegmentSize
+	if segSize <= 0 {
+		segSize = defaultSegmentSize
 	}
-	if s.maxBytes > 0 {
-		s.segSize = min(s.segSize, s.maxBytes/minSegmentsPerBound)
+	if opts.MaxBytes > 0 {
+		segSize = min(segSize, opts.MaxBytes/minSegmentsPerBound)
 	}
+	s.packs = newSegments(filepath.Join(dir, "packs"), segSize, opts.Fsync)
 	if err := os.RemoveAll(s.tmp); err != nil {
 		return nil, fmt.Errorf("clearing %s: %w", s.tmp, err)
 	}
 	if err := os.MkdirAll(s.tmp, 0o755); err != nil {
 		return nil, fmt.Errorf("creating blob store directory: %w", err)
 	}
-	if err := os.MkdirAll(s.packDir, 0o755); err != nil {
+	if err := os.MkdirAll(s.packs.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating blob store directory: %w", err)
 	}
 	if err := s.load(); err != nil {
@@ -201,11 +194,11 @@ func (s *Disk) load() error {
 			return fmt.Errorf("scanning blob store %s: %w", base, err)
 		}
 	}
-	segs, recs, err := s.loadPacks()
+	recs, err := s.packs.load()
 	if err != nil {
 		return err
 	}
-	s.segs = segs
+	segs := s.packs.live()
 	// A segment's blobs take its modification time; within it, later
 	// records are newer (the sort below is stable).
 	mtimes := make(map[*segment]time.Time, len(segs))
@@ -424,399 +417,6 @@ func (s *Disk) release(d digest.Digest, e *entry) {
 	ev := s.releaseLocked(d, e)
 	s.mu.Unlock()
 	s.removeSoon(ev)
-}
-
-// backgroundRemovals bounds the evictions unlinked in the background at
-// once; beyond it, the caller unlinks them itself.
-const backgroundRemovals = 2
-
-// removeSoon is remove for evictions a new blob caused: their files are
-// unlinked in the background, so that the upload that filled the store
-// does not wait for the removal of older blobs (unlinking a large file
-// drops its page cache and frees its blocks, tens of milliseconds for
-// hundreds of MiB). The evicted digests stay busy until their files are
-// gone, so a new copy of one waits and is not unlinked by mistake. When
-// backgroundRemovals are already under way the caller removes its own,
-// which keeps a store under a storm of evictions from piling them up.
-func (s *Disk) removeSoon(ev evictions) {
-	if len(ev.files) == 0 {
-		s.remove(ev)
-		return
-	}
-	select {
-	case s.removers <- struct{}{}:
-		s.removing.Add(1)
-		go func() {
-			defer s.removing.Done()
-			s.removeFiles(ev, true)
-			<-s.removers
-		}()
-	default:
-		s.removeFiles(ev, false)
-	}
-}
-
-// removeFiles is remove, running removeHook first.
-func (s *Disk) removeFiles(ev evictions, background bool) {
-	if s.removeHook != nil {
-		s.removeHook(background)
-	}
-	s.remove(ev)
-}
-
-// settle waits for the evictions being removed in the background.
-func (s *Disk) settle() { s.removing.Wait() }
-
-// releaseLocked is release with s.mu held; the caller must pass what it
-// returns to remove once it has released the lock.
-func (s *Disk) releaseLocked(d digest.Digest, e *entry) evictions {
-	var ev evictions
-	if e != nil {
-		s.idx.add(e)
-		ev = s.evictLocked()
-	}
-	s.idx.idle(d)
-	return ev
-}
-
-// evictions is what evictLocked took out of the index: blob files to
-// unlink or recycle, and segments whose store reference to drop.
-type evictions struct {
-	files []evictedFile
-	segs  []*segment
-}
-
-// evictedFile is an evicted blob with a file of its own. reuse: nobody
-// had it open when it was evicted, so the file may become a spare.
-type evictedFile struct {
-	d     digest.Digest
-	reuse bool
-}
-
-// evictLocked drops least recently used blobs from the index until the
-// store fits its bound. Blobs with their own file go one by one, and are
-// marked busy until remove unlinks their files once the caller has
-// released the lock. When the least recently used blob is packed, the
-// oldest segment goes as a whole, its recently used blobs copied forward
-// first (see evictSegmentLocked).
-func (s *Disk) evictLocked() evictions {
-	var ev evictions
-	for s.maxBytes > 0 && s.idx.total > s.maxBytes && s.idx.len() > 1 {
-		tail := s.idx.oldest()
-		if tail.seg != nil {
-			s.evictSegmentLocked(tail, &ev)
-			continue
-		}
-		d := tail.d
-		s.idx.evict(tail)
-		s.idx.markBusy(d)
-		ev.files = append(ev.files, evictedFile{d: d, reuse: tail.readers == 0})
-	}
-	return ev
-}
-
-// remove unlinks (or keeps as spares) evicted blobs' files and drops
-// evicted segments, outside the lock. Open readers keep their file:
-// unlinking only drops the name, and a file with readers is not recycled.
-func (s *Disk) remove(ev evictions) {
-	for _, g := range ev.segs {
-		g.unref()
-	}
-	for _, f := range ev.files {
-		d := f.d
-		if !f.reuse || !s.keepSpare(d) {
-			os.Remove(s.path(d))
-		}
-		s.mu.Lock()
-		s.idx.idle(d)
-		s.mu.Unlock()
-	}
-}
-
-// ensureDir creates the directory of a blob's file if it is new.
-func (s *Disk) ensureDir(path string) error {
-	dir := filepath.Dir(path)
-	if _, ok := s.dirs.Load(dir); ok {
-		return nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("creating blob directory: %w", err)
-	}
-	s.dirs.Store(dir, true)
-	return nil
-}
-
-// Create implements Store.
-func (s *Disk) Create(ctx context.Context, d digest.Digest) (Writer, error) {
-	tw, err := s.CreateTrusted(ctx, d)
-	if err != nil {
-		return nil, err
-	}
-	return NewChecked(d, tw), nil
-}
-
-// CreateTrusted implements Trusting.
-func (s *Disk) CreateTrusted(_ context.Context, d digest.Digest) (TrustedWriter, error) {
-	w := &diskWriter{s: s, v: verifier{want: d}}
-	if d.Size <= s.packMax && !d.IsEmpty() {
-		// Room for the record header before the data: the record is
-		// written from this buffer.
-		w.hdr = int(recordHeaderLen(d))
-		w.buf = make([]byte, w.hdr, recordLen(d))
-		return w, nil
-	}
-	if d.Size <= smallBlob {
-		w.buf = make([]byte, 0, d.Size)
-		return w, nil
-	}
-	if !s.wantsDirect(d.Size) {
-		// Overwrite an evicted blob's file if one fits: see spare.go.
-		if f, size, ok := s.spares.take(d.Size); ok {
-			w.f, w.trim, w.reused = f, size > d.Size, true
-			w.fw = newFileWriter(f, false)
-			return w, nil
-		}
-	}
-	f, direct, err := s.createTemp(d.Size)
-	if err != nil {
-		return nil, fmt.Errorf("creating temporary blob file: %w", err)
-	}
-	w.f = f
-	w.fw = newFileWriter(f, direct)
-	return w, nil
-}
-
-// createTemp creates a temporary file for a blob of the given size, opened
-// with O_DIRECT when the blob is at least directMin bytes and the file
-// system supports it.
-func (s *Disk) createTemp(size int64) (f *os.File, direct bool, err error) {
-	if s.wantsDirect(size) {
-		for range 10 {
-			name := filepath.Join(s.tmp, "w"+strconv.FormatUint(rand.Uint64(), 36))
-			f, ok, err := openDirect(name)
-			if errors.Is(err, fs.ErrExist) {
-				continue
-			}
-			if err != nil {
-				return nil, false, err
-			}
-			if !ok {
-				// Not supported here; remember, and stop trying.
-				s.noDirect.Store(true)
-				break
-			}
-			return f, true, nil
-		}
-	}
-	f, err = os.CreateTemp(s.tmp, "w")
-	return f, false, err
-}
-
-// wantsDirect reports whether a blob of the given size is written with
-// O_DIRECT.
-func (s *Disk) wantsDirect(size int64) bool {
-	return s.directMin > 0 && size >= s.directMin && !s.noDirect.Load()
-}
-
-// diskWriter writes one blob its caller verifies: into buf if it is
-// small, else through fw into the temporary file f.
-type diskWriter struct {
-	s      *Disk
-	v      verifier // counts the bytes; hashes none
-	buf    []byte
-	hdr    int // bytes reserved for a record header at the start of buf
-	f      *os.File
-	fw     *fileWriter
-	trim   bool // f is a spare longer than the blob: truncate it
-	reused bool // f is a spare
-	done   bool // committed or closed
-}
-
-func (w *diskWriter) Write(p []byte) (int, error) {
-	if err := w.writeHashing(p, nil); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-// writeHashing implements hashingWriter: a large blob's bytes are hashed
-// while the file writer's goroutine writes the previous ones.
-func (w *diskWriter) writeHashing(p []byte, h hash.Hash) error {
-	err := errWriterDone
-	if !w.done {
-		err = w.v.count(p)
-	}
-	if err != nil {
-		if h != nil {
-			h.Write(p) // hashingWriter's promise
-		}
-		return err
-	}
-	if w.f != nil {
-		var hw io.Writer
-		if h != nil {
-			hw = h
-		}
-		if err := w.fw.write(p, hw); err != nil {
-			return fmt.Errorf("writing blob %s: %w", w.v.want, err)
-		}
-		return nil
-	}
-	if h != nil {
-		h.Write(p)
-	}
-	w.buf = append(w.buf, p...)
-	return nil
-}
-
-func (w *diskWriter) Written() int64 { return w.v.n }
-
-func (w *diskWriter) CommitVerified(p Proof) error {
-	if w.done {
-		return errWriterDone
-	}
-	if err := p.Vouches(w.v.want, w.v.n); err != nil {
-		return err
-	}
-	d := w.v.want
-	if w.f == nil {
-		w.done = true
-		var err error
-		if w.hdr > 0 {
-			err = w.s.writePacked(d, w.buf)
-		} else {
-			err = w.s.writeSmall(d, w.buf)
-		}
-		w.buf = nil
-		return err
-	}
-	if err := w.fw.finish(); err != nil {
-		return fmt.Errorf("writing blob %s: %w", d, err)
-	}
-	if w.trim {
-		if err := w.f.Truncate(d.Size); err != nil {
-			return fmt.Errorf("writing blob %s: %w", d, err)
-		}
-	}
-	if w.s.fsync {
-		if err := w.f.Sync(); err != nil {
-			return fmt.Errorf("flushing blob %s: %w", d, err)
-		}
-	}
-	w.s.sealer.committingLarge(w.reused)
-	if w.reused {
-		// Its ctime must be after the note above, whatever the file
-		// system does on rename (see seal.go); a chmod sets it.
-		if err := w.f.Chmod(0o600); err != nil {
-			return fmt.Errorf("writing blob %s: %w", d, err)
-		}
-	}
-	if err := w.f.Close(); err != nil {
-		return fmt.Errorf("writing blob %s: %w", d, err)
-	}
-	w.done = true
-	err := w.s.renameIn(d, w.f.Name())
-	if err != nil {
-		os.Remove(w.f.Name())
-	}
-	return err
-}
-
-func (w *diskWriter) Close() error {
-	if w.done {
-		return nil
-	}
-	w.done = true
-	w.buf = nil
-	if w.f == nil {
-		return nil
-	}
-	w.fw.finish()
-	w.f.Close()
-	return os.Remove(w.f.Name())
-}
-
-// writeSmall writes verified data to d's final name and indexes it.
-func (s *Disk) writeSmall(d digest.Digest, data []byte) (err error) {
-	if d.IsEmpty() || !s.claim(d) {
-		return nil
-	}
-	stored := false
-	defer func() { s.releaseFile(d, stored) }()
-	final := s.path(d)
-	if err := s.ensureDir(final); err != nil {
-		return err
-	}
-	// Readers find the file through the index, which it joins once
-	// complete, and check its size; a crash midway leaves a short file
-	// that start-up drops. A new inode, never a truncated one, so that
-	// readers of an older file under this name keep their data.
-	f, err := os.OpenFile(final, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if errors.Is(err, fs.ErrExist) {
-		// A leftover nobody indexes (a failed removal): replace it.
-		os.Remove(final)
-		f, err = os.OpenFile(final, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	}
-	if err != nil {
-		return fmt.Errorf("creating blob file: %w", err)
-	}
-	_, err = f.Write(data)
-	if err == nil && s.fsync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = s.syncDir(final)
-	}
-	if err != nil {
-		os.Remove(final)
-		return fmt.Errorf("writing blob %s: %w", d, err)
-	}
-	stored = true
-	return nil
-}
-
-// syncDir flushes the directory entry of a new file when the store was
-// asked to survive power loss.
-func (s *Disk) syncDir(path string) error {
-	if !s.fsync {
-		return nil
-	}
-	return syncDirOf(path)
-}
-
-// renameIn moves a verified temporary file to d's final name and indexes
-// it.
-func (s *Disk) renameIn(d digest.Digest, tmpName string) error {
-	if d.IsEmpty() || !s.claim(d) {
-		return os.Remove(tmpName)
-	}
-	stored := false
-	defer func() { s.releaseFile(d, stored) }()
-	final := s.path(d)
-	if err := s.ensureDir(final); err != nil {
-		return err
-	}
-	if err := os.Rename(tmpName, final); err != nil {
-		return fmt.Errorf("storing blob %s: %w", d, err)
-	}
-	if err := s.syncDir(final); err != nil {
-		os.Remove(final)
-		return fmt.Errorf("storing blob %s: %w", d, err)
-	}
-	stored = true
-	return nil
-}
-
-// releaseFile ends a claim on d, indexing it as a file if stored.
-func (s *Disk) releaseFile(d digest.Digest, stored bool) {
-	if stored {
-		s.release(d, &entry{d: d})
-	} else {
-		s.release(d, nil)
-	}
 }
 
 // Stats reports the number of blobs and bytes held.

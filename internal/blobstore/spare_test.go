@@ -90,7 +90,7 @@ func TestDiskRecyclesEvictedFiles(t *testing.T) {
 	assertNoTemp(t, s)
 
 	// A restart drops the spares and keeps every blob.
-	s2 := openDisk(t, s.root, s.maxBytes)
+	s2 := openDisk(t, s.root, s.policy.maxBytes)
 	assertNoTemp(t, s2)
 	if len(s2.spareList()) != 0 {
 		t.Error("spares after a restart")
@@ -196,12 +196,12 @@ func TestDiskSpareBounds(t *testing.T) {
 	var total int64
 	for _, x := range sp {
 		total += x.size
-		if x.size > s.maxBytes/spareShare {
-			t.Errorf("a spare of %d bytes, above the bound's share %d", x.size, s.maxBytes/spareShare)
+		if x.size > s.policy.maxBytes/spareShare {
+			t.Errorf("a spare of %d bytes, above the bound's share %d", x.size, s.policy.maxBytes/spareShare)
 		}
 	}
-	if len(sp) > maxSpares || total > s.maxBytes/spareShare {
-		t.Errorf("%d spares of %d bytes; at most %d of %d", len(sp), total, maxSpares, s.maxBytes/spareShare)
+	if len(sp) > maxSpares || total > s.policy.maxBytes/spareShare {
+		t.Errorf("%d spares of %d bytes; at most %d of %d", len(sp), total, maxSpares, s.policy.maxBytes/spareShare)
 	}
 	assertNoTemp(t, s)
 }
