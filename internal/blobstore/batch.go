@@ -69,6 +69,9 @@ func verifyBlob(d digest.Digest, data []byte) error {
 	if int64(len(data)) != d.Size {
 		return &MismatchError{Want: d, Got: digest.Digest{Function: d.Function, Size: int64(len(data))}}
 	}
+	if hashedBytes != nil {
+		hashedBytes.Add(int64(len(data)))
+	}
 	var sum [64]byte
 	var s []byte
 	if d.Function == digest.SHA256 {
@@ -92,32 +95,38 @@ func verifyBlob(d digest.Digest, data []byte) error {
 // write.
 const maxBatchAppend = 4 << 20
 
-// PutBatch implements BatchPutter. Blobs that go to the pack store are
-// verified (hashed on all cores), claimed under one lock, appended to the
-// current segment in as few writes as possible and indexed under one lock
-// again. The others, and any a concurrent writer holds, take Put's path.
+// PutBatch implements BatchPutter: every blob is verified (hashed on all
+// cores), then stored as PutVerified does.
 func (s *Disk) PutBatch(ctx context.Context, ds []digest.Digest, data [][]byte, errs []error) {
-	verifyAll(ds, data, errs, s.packMax)
+	VerifyThenPut(ctx, s, ds, data, errs)
+}
+
+// PutVerified implements TrustedBatchPutter. Blobs that go to the pack
+// store are claimed under one lock, appended to the current segment in as
+// few writes as possible and indexed under one lock again. The others, and
+// any a concurrent writer holds, are written one by one.
+func (s *Disk) PutVerified(ctx context.Context, blobs []VerifiedBlob, errs []error) {
 	// Claim the packable blobs; the rest go one by one.
 	var packed, single []int
 	s.mu.Lock()
-	for i, d := range ds {
+	for i, b := range blobs {
+		d := b.Digest()
 		switch {
-		case errs[i] != nil || d.IsEmpty():
+		case d.IsEmpty():
 		case d.Size > s.packMax:
 			single = append(single, i)
 		default:
-			if e, ok := s.index[d]; ok {
-				s.useLocked(e)
+			if e, ok := s.idx.get(d); ok {
+				s.idx.use(e)
 				continue
 			}
-			if _, busy := s.busy[d]; busy {
-				// Another writer, or a copy earlier in this batch: Put waits
-				// for it and then finds the blob stored.
+			if _, busy := s.idx.busyUntil(d); busy {
+				// Another writer, or a copy earlier in this batch: the
+				// single write waits for it and then finds the blob stored.
 				single = append(single, i)
 				continue
 			}
-			s.busy[d] = make(chan struct{})
+			s.idx.markBusy(d)
 			packed = append(packed, i)
 		}
 	}
@@ -125,16 +134,16 @@ func (s *Disk) PutBatch(ctx context.Context, ds []digest.Digest, data [][]byte, 
 	for len(packed) > 0 {
 		// One group of records per write.
 		n, size := 0, int64(0)
-		for n < len(packed) && (n == 0 || size+recordLen(ds[packed[n]]) <= min(maxBatchAppend, s.segSize)) {
-			size += recordLen(ds[packed[n]])
+		for n < len(packed) && (n == 0 || size+recordLen(blobs[packed[n]].Digest()) <= min(maxBatchAppend, s.packs.size)) {
+			size += recordLen(blobs[packed[n]].Digest())
 			n++
 		}
-		retry := s.appendBatch(ds, data, errs, packed[:n], size)
+		retry := s.appendBatch(blobs, errs, packed[:n], size)
 		single = append(single, retry...)
 		packed = packed[n:]
 	}
 	for _, i := range single {
-		errs[i] = Put(ctx, s, ds[i], data[i])
+		errs[i] = PutVerified(ctx, s, blobs[i])
 	}
 }
 
@@ -142,20 +151,20 @@ func (s *Disk) PutBatch(ctx context.Context, ds []digest.Digest, data [][]byte, 
 // all) in one append and indexes them. It returns those whose segment was
 // evicted before they could be indexed: they are released, to be stored
 // again one by one.
-func (s *Disk) appendBatch(ds []digest.Digest, data [][]byte, errs []error, idx []int, size int64) []int {
+func (s *Disk) appendBatch(blobs []VerifiedBlob, errs []error, idx []int, size int64) []int {
 	buf := make([]byte, size)
 	offs := make([]int64, len(idx))
 	var off int64
 	for k, i := range idx {
-		d := ds[i]
+		d := blobs[i].Digest()
 		hl := recordHeaderLen(d)
 		rec := buf[off : off+recordLen(d)]
-		copy(rec[hl:], data[i])
+		copy(rec[hl:], blobs[i].Data())
 		putHeader(rec[:hl], d, rec[hl:])
 		offs[k] = off
 		off += int64(len(rec))
 	}
-	g, base, err := s.appendRecords(buf)
+	g, base, err := s.packs.append(buf)
 	if err == nil && s.fsync {
 		err = g.log.Sync(base + size)
 	}
@@ -166,8 +175,8 @@ func (s *Disk) appendBatch(ds []digest.Digest, data [][]byte, errs []error, idx 
 		s.mu.Lock()
 		var ev evictions
 		for _, i := range idx {
-			errs[i] = fmt.Errorf("writing blob %s: %w", ds[i], err)
-			more := s.releaseLocked(ds[i], nil)
+			errs[i] = fmt.Errorf("writing blob %s: %w", blobs[i].Digest(), err)
+			more := s.releaseLocked(blobs[i].Digest(), nil)
 			ev.files = append(ev.files, more.files...)
 			ev.segs = append(ev.segs, more.segs...)
 		}
@@ -180,12 +189,13 @@ func (s *Disk) appendBatch(ds []digest.Digest, data [][]byte, errs []error, idx 
 	s.mu.Lock()
 	for k, i := range idx {
 		var more evictions
+		d := blobs[i].Digest()
 		if g.dead {
 			// Evicted already (only when the store is tiny for its load).
-			more = s.releaseLocked(ds[i], nil)
+			more = s.releaseLocked(d, nil)
 			retry = append(retry, i)
 		} else {
-			more = s.releaseLocked(ds[i], &entry{d: ds[i], seg: g, off: base + offs[k]})
+			more = s.releaseLocked(d, &entry{d: d, seg: g, off: base + offs[k]})
 		}
 		ev.files = append(ev.files, more.files...)
 		ev.segs = append(ev.segs, more.segs...)

@@ -78,7 +78,7 @@ func (s *Disk) GetBatch(ctx context.Context, ds []digest.Digest, data [][]byte, 
 	var single []int
 	s.mu.Lock()
 	for i, d := range ds {
-		e, ok := s.index[d]
+		e, ok := s.idx.get(d)
 		switch {
 		case d.IsEmpty():
 			data[i] = []byte{}
@@ -87,7 +87,7 @@ func (s *Disk) GetBatch(ctx context.Context, ds []digest.Digest, data [][]byte, 
 		case e.seg == nil:
 			single = append(single, i)
 		default:
-			s.useLocked(e)
+			s.idx.use(e)
 			e.seg.refs.Add(1)
 			packed = append(packed, packedWant{i: i, e: e, g: e.seg, off: e.off})
 		}

@@ -44,7 +44,7 @@ func TestDirectIOWrites(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			dw := w.(*diskWriter)
+			dw := w.(*checkedWriter).tw.(*diskWriter)
 			if runtime.GOOS == "linux" && !dw.fw.direct {
 				t.Fatalf("blob of %d bytes was not written with O_DIRECT", size)
 			}

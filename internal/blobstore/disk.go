@@ -1,13 +1,11 @@
 package blobstore
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -36,30 +34,26 @@ const smallBlob = 1 << 20
 // write cut short by a crash) is dropped at start, when the index is
 // rebuilt from the directory and the segments in modification-time order.
 type Disk struct {
-	root     string
-	tmp      string
-	packDir  string
-	maxBytes int64
-	fsync    bool
-	packMax  int64 // blobs up to this size are packed; 0: none
-	segSize  int64
-	dirs     sync.Map // prefix dirs known to exist
+	root    string
+	tmp     string
+	fsync   bool
+	packMax int64    // blobs up to this size are packed; 0: none
+	dirs    sync.Map // prefix dirs known to exist
+	// policy says what leaves the store when it is full (see evict.go).
+	policy evictionPolicy
+	// packs are the segments packed blobs are appended to (see
+	// segments.go). Lock order: mu before the segments' own.
+	packs *segments
+	// spares are evicted blobs' files kept under tmp for new uploads to
+	// overwrite (see spare.go).
+	spares *spareFiles
 	// directMin: blobs of at least this size are written with O_DIRECT
 	// (0: never); noDirect is set once the file system refused it.
 	directMin int64
 	noDirect  atomic.Bool
 
-	mu      sync.Mutex
-	total   int64
-	lru     *list.List // of *entry, most recently used at the front
-	index   map[digest.Digest]*entry
-	evicted int64
-	// clock ticks on every store and use of a blob.
-	clock uint64
-	// busy marks digests whose file or record is being created, or whose
-	// file is being removed, outside the lock; the channel is closed when
-	// that is over. A digest is never both indexed and busy.
-	busy map[digest.Digest]chan struct{}
+	mu  sync.Mutex
+	idx *blobIndex // guarded by mu
 	// removers bounds the evictions being removed in the background (see
 	// removeSoon); removing counts them.
 	removers chan struct{}
@@ -67,42 +61,17 @@ type Disk struct {
 	// removeHook, if set (by tests), runs before evicted files are
 	// unlinked, with whether that happens in the background.
 	removeHook func(background bool)
-	// spares are evicted blobs' files kept under tmp for new uploads to
-	// overwrite (see spare.go), oldest first; spareBytes is their size
-	// and spareMax its bound (0: no spares).
-	spares     []spare
-	spareBytes int64
-	spareMax   int64
-	recycled   int64 // uploads written into a spare
-	// Seals (see seal.go): sealing says one is scheduled or running;
-	// unsealed that large files were committed since the last one began,
-	// unsealedReused that some of them were written into spares.
-	sealing, unsealed, unsealedReused bool
-	sealEvery                         time.Duration
+	// sealer flushes the store after large files were written into
+	// spares (see seal.go).
+	sealer *sealer
 	// verified counts the blob files hashed at start (see seal.go).
 	verified int
-
-	// pmu serialises appends to the current segment and guards the list
-	// of segments. Lock order: mu before pmu.
-	pmu     sync.Mutex
-	segs    []*segment // live segments, oldest first
-	cur     *segment   // the segment taking appends; nil until the first
-	nextSeg uint64
 }
 
-// entry is the index entry of a blob: where it is and when it was used.
-type entry struct {
-	d    digest.Digest
-	elem *list.Element
-	seg  *segment // nil: the blob has its own file
-	off  int64    // offset of the blob's record in seg
-	used uint64   // clock at the last store or use
-	// readers counts the Open calls that hold (or are opening) the
-	// blob's file; an evicted file with readers is never recycled.
-	readers int
-}
-
-var _ Store = (*Disk)(nil)
+var (
+	_ Trusting           = (*Disk)(nil)
+	_ TrustedBatchPutter = (*Disk)(nil)
+)
 
 // DiskOptions tune a Disk store.
 type DiskOptions struct {
@@ -132,18 +101,14 @@ func NewDisk(dir string, opts DiskOptions) (*Disk, error) {
 	s := &Disk{
 		root:      dir,
 		tmp:       filepath.Join(dir, "tmp"),
-		packDir:   filepath.Join(dir, "packs"),
-		maxBytes:  opts.MaxBytes,
+		policy:    evictionPolicy{maxBytes: opts.MaxBytes},
 		fsync:     opts.Fsync,
 		packMax:   opts.PackThreshold,
-		segSize:   opts.SegmentSize,
 		directMin: max(opts.DirectIOThreshold, 0),
-		lru:       list.New(),
-		index:     make(map[digest.Digest]*entry),
-		busy:      make(map[digest.Digest]chan struct{}),
+		idx:       newBlobIndex(),
 		removers:  make(chan struct{}, backgroundRemovals),
-		spareMax:  max(opts.MaxBytes, 0) / spareShare,
-		sealEvery: defaultSealEvery,
+		spares:    newSpareFiles(filepath.Join(dir, "tmp"), max(opts.MaxBytes, 0)/spareShare),
+		sealer:    newSealer(dir, filepath.Join(dir, "tmp"), opts.Fsync),
 	}
 	switch {
 	case s.packMax == 0:
@@ -153,25 +118,27 @@ func NewDisk(dir string, opts DiskOptions) (*Disk, error) {
 	case s.packMax > smallBlob:
 		s.packMax = smallBlob
 	}
-	if s.segSize <= 0 {
-		s.segSize = defaultSegmentSize
+	segSize := opts.SegmentSize
+	if segSize <= 0 {
+		segSize = defaultSegmentSize
 	}
-	if s.maxBytes > 0 {
-		s.segSize = min(s.segSize, s.maxBytes/minSegmentsPerBound)
+	if opts.MaxBytes > 0 {
+		segSize = min(segSize, opts.MaxBytes/minSegmentsPerBound)
 	}
+	s.packs = newSegments(filepath.Join(dir, "packs"), segSize, opts.Fsync)
 	if err := os.RemoveAll(s.tmp); err != nil {
 		return nil, fmt.Errorf("clearing %s: %w", s.tmp, err)
 	}
 	if err := os.MkdirAll(s.tmp, 0o755); err != nil {
 		return nil, fmt.Errorf("creating blob store directory: %w", err)
 	}
-	if err := os.MkdirAll(s.packDir, 0o755); err != nil {
+	if err := os.MkdirAll(s.packs.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating blob store directory: %w", err)
 	}
 	if err := s.load(); err != nil {
 		return nil, err
 	}
-	if err := s.recordSeal(); err != nil {
+	if err := s.sealer.recordSeal(); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -188,7 +155,7 @@ func (s *Disk) load() error {
 	var all []found
 	// After a reboot, large files renamed since the last seal are hashed
 	// (see seal.go).
-	cutoff, verify := s.verifyCutoff()
+	cutoff, verify := s.sealer.verifyCutoff()
 	for _, fn := range digest.Supported {
 		base := filepath.Join(s.root, digest.Name(fn))
 		err := filepath.WalkDir(base, func(path string, de fs.DirEntry, err error) error {
@@ -227,11 +194,11 @@ func (s *Disk) load() error {
 			return fmt.Errorf("scanning blob store %s: %w", base, err)
 		}
 	}
-	segs, recs, err := s.loadPacks()
+	recs, err := s.packs.load()
 	if err != nil {
 		return err
 	}
-	s.segs = segs
+	segs := s.packs.live()
 	// A segment's blobs take its modification time; within it, later
 	// records are newer (the sort below is stable).
 	mtimes := make(map[*segment]time.Time, len(segs))
@@ -244,7 +211,7 @@ func (s *Disk) load() error {
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].mtime.After(all[j].mtime) })
 	for _, f := range all {
-		if _, dup := s.index[f.d]; dup {
+		if _, dup := s.idx.get(f.d); dup {
 			// An older copy: a record left behind (say, by a crash while
 			// its segment was evicted) stays as dead space; a file goes.
 			if f.seg == nil {
@@ -252,22 +219,13 @@ func (s *Disk) load() error {
 			}
 			continue
 		}
-		e := &entry{d: f.d, seg: f.seg, off: f.off}
-		e.elem = s.lru.PushBack(e)
-		s.index[f.d] = e
-		s.total += f.d.Size
-		if f.seg != nil {
-			f.seg.entries = append(f.seg.entries, e)
-		}
+		s.idx.addOldest(&entry{d: f.d, seg: f.seg, off: f.off})
 	}
-	// Stamp the use clock, oldest first.
-	for el := s.lru.Back(); el != nil; el = el.Prev() {
-		el.Value.(*entry).used = s.tick()
-	}
+	s.idx.stamp()
 	ev := s.evictLocked()
 	for _, f := range ev.files {
 		os.Remove(s.path(f.d))
-		delete(s.busy, f.d)
+		s.idx.idle(f.d)
 	}
 	for _, g := range ev.segs {
 		g.unref()
@@ -285,8 +243,8 @@ func (s *Disk) FindMissing(_ context.Context, ds []digest.Digest) ([]digest.Dige
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, d := range ds {
-		if e, ok := s.index[d]; ok {
-			s.useLocked(e)
+		if e, ok := s.idx.get(d); ok {
+			s.idx.use(e)
 		} else if !d.IsEmpty() {
 			missing = append(missing, d)
 		}
@@ -355,11 +313,11 @@ func (s *Disk) Open(_ context.Context, d digest.Digest, offset int64) (io.ReadCl
 func (s *Disk) touch(d digest.Digest) (*entry, *segment, int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.index[d]
+	e, ok := s.idx.get(d)
 	if !ok {
 		return nil, nil, 0
 	}
-	s.useLocked(e)
+	s.idx.use(e)
 	if e.seg != nil {
 		e.seg.refs.Add(1)
 	} else {
@@ -379,7 +337,7 @@ func (s *Disk) doneReading(e *entry) {
 func (s *Disk) indexedAs(e *entry) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.index[e.d] == e
+	return s.idx.holds(e)
 }
 
 // blobFile is an open blob file that counts as a reader of its entry
@@ -400,30 +358,11 @@ func (f *blobFile) Close() error {
 	return err
 }
 
-// useLocked marks e as just used.
-func (s *Disk) useLocked(e *entry) {
-	s.lru.MoveToFront(e.elem)
-	e.used = s.tick()
-}
-
-// tick advances the use clock and returns its new value.
-func (s *Disk) tick() uint64 {
-	s.clock++
-	return s.clock
-}
-
-// unindexLocked drops e from the index.
-func (s *Disk) unindexLocked(e *entry) {
-	s.lru.Remove(e.elem)
-	delete(s.index, e.d)
-	s.total -= e.d.Size
-}
-
 // waitIdle waits until no file operation on d is in progress.
 func (s *Disk) waitIdle(d digest.Digest) {
 	s.mu.Lock()
 	for {
-		ch, busy := s.busy[d]
+		ch, busy := s.idx.busyUntil(d)
 		if !busy {
 			break
 		}
@@ -440,11 +379,11 @@ func (s *Disk) waitIdle(d digest.Digest) {
 func (s *Disk) forget(d digest.Digest) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.index[d]; ok && e.seg == nil {
+	if e, ok := s.idx.get(d); ok && e.seg == nil {
 		if info, err := os.Stat(s.path(d)); err == nil && info.Size() == d.Size {
 			return
 		}
-		s.unindexLocked(e)
+		s.idx.remove(e)
 	}
 }
 
@@ -456,13 +395,13 @@ func (s *Disk) claim(d digest.Digest) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
-		if e, ok := s.index[d]; ok {
-			s.useLocked(e)
+		if e, ok := s.idx.get(d); ok {
+			s.idx.use(e)
 			return false
 		}
-		ch, busy := s.busy[d]
+		ch, busy := s.idx.busyUntil(d)
 		if !busy {
-			s.busy[d] = make(chan struct{})
+			s.idx.markBusy(d)
 			return true
 		}
 		s.mu.Unlock()
@@ -480,400 +419,20 @@ func (s *Disk) release(d digest.Digest, e *entry) {
 	s.removeSoon(ev)
 }
 
-// backgroundRemovals bounds the evictions unlinked in the background at
-// once; beyond it, the caller unlinks them itself.
-const backgroundRemovals = 2
-
-// removeSoon is remove for evictions a new blob caused: their files are
-// unlinked in the background, so that the upload that filled the store
-// does not wait for the removal of older blobs (unlinking a large file
-// drops its page cache and frees its blocks, tens of milliseconds for
-// hundreds of MiB). The evicted digests stay busy until their files are
-// gone, so a new copy of one waits and is not unlinked by mistake. When
-// backgroundRemovals are already under way the caller removes its own,
-// which keeps a store under a storm of evictions from piling them up.
-func (s *Disk) removeSoon(ev evictions) {
-	if len(ev.files) == 0 {
-		s.remove(ev)
-		return
-	}
-	select {
-	case s.removers <- struct{}{}:
-		s.removing.Add(1)
-		go func() {
-			defer s.removing.Done()
-			s.removeFiles(ev, true)
-			<-s.removers
-		}()
-	default:
-		s.removeFiles(ev, false)
-	}
-}
-
-// removeFiles is remove, running removeHook first.
-func (s *Disk) removeFiles(ev evictions, background bool) {
-	if s.removeHook != nil {
-		s.removeHook(background)
-	}
-	s.remove(ev)
-}
-
-// settle waits for the evictions being removed in the background.
-func (s *Disk) settle() { s.removing.Wait() }
-
-// releaseLocked is release with s.mu held; the caller must pass what it
-// returns to remove once it has released the lock.
-func (s *Disk) releaseLocked(d digest.Digest, e *entry) evictions {
-	var ev evictions
-	if e != nil {
-		e.elem = s.lru.PushFront(e)
-		e.used = s.tick()
-		s.index[d] = e
-		s.total += d.Size
-		if e.seg != nil {
-			e.seg.entries = append(e.seg.entries, e)
-		}
-		ev = s.evictLocked()
-	}
-	close(s.busy[d])
-	delete(s.busy, d)
-	return ev
-}
-
-// evictions is what evictLocked took out of the index: blob files to
-// unlink or recycle, and segments whose store reference to drop.
-type evictions struct {
-	files []evictedFile
-	segs  []*segment
-}
-
-// evictedFile is an evicted blob with a file of its own. reuse: nobody
-// had it open when it was evicted, so the file may become a spare.
-type evictedFile struct {
-	d     digest.Digest
-	reuse bool
-}
-
-// evictLocked drops least recently used blobs from the index until the
-// store fits its bound. Blobs with their own file go one by one, and are
-// marked busy until remove unlinks their files once the caller has
-// released the lock. When the least recently used blob is packed, the
-// oldest segment goes as a whole, its recently used blobs copied forward
-// first (see evictSegmentLocked).
-func (s *Disk) evictLocked() evictions {
-	var ev evictions
-	for s.maxBytes > 0 && s.total > s.maxBytes && s.lru.Len() > 1 {
-		tail := s.lru.Back().Value.(*entry)
-		if tail.seg != nil {
-			s.evictSegmentLocked(tail, &ev)
-			continue
-		}
-		d := tail.d
-		s.unindexLocked(tail)
-		s.evicted++
-		s.busy[d] = make(chan struct{})
-		ev.files = append(ev.files, evictedFile{d: d, reuse: tail.readers == 0})
-	}
-	return ev
-}
-
-// remove unlinks (or keeps as spares) evicted blobs' files and drops
-// evicted segments, outside the lock. Open readers keep their file:
-// unlinking only drops the name, and a file with readers is not recycled.
-func (s *Disk) remove(ev evictions) {
-	for _, g := range ev.segs {
-		g.unref()
-	}
-	for _, f := range ev.files {
-		d := f.d
-		if !f.reuse || !s.keepSpare(d) {
-			os.Remove(s.path(d))
-		}
-		s.mu.Lock()
-		close(s.busy[d])
-		delete(s.busy, d)
-		s.mu.Unlock()
-	}
-}
-
-// ensureDir creates the directory of a blob's file if it is new.
-func (s *Disk) ensureDir(path string) error {
-	dir := filepath.Dir(path)
-	if _, ok := s.dirs.Load(dir); ok {
-		return nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("creating blob directory: %w", err)
-	}
-	s.dirs.Store(dir, true)
-	return nil
-}
-
-// Create implements Store.
-func (s *Disk) Create(_ context.Context, d digest.Digest) (Writer, error) {
-	w := &diskWriter{s: s, v: newVerifier(d)}
-	if d.Size <= s.packMax && !d.IsEmpty() {
-		// Room for the record header before the data: the record is
-		// written from this buffer.
-		w.hdr = int(recordHeaderLen(d))
-		w.buf = make([]byte, w.hdr, recordLen(d))
-		return w, nil
-	}
-	if d.Size <= smallBlob {
-		w.buf = make([]byte, 0, d.Size)
-		return w, nil
-	}
-	if !s.wantsDirect(d.Size) {
-		// Overwrite an evicted blob's file if one fits: see spare.go.
-		if f, size, ok := s.takeSpare(d.Size); ok {
-			w.f, w.trim, w.reused = f, size > d.Size, true
-			w.fw = newFileWriter(f, false)
-			return w, nil
-		}
-	}
-	f, direct, err := s.createTemp(d.Size)
-	if err != nil {
-		return nil, fmt.Errorf("creating temporary blob file: %w", err)
-	}
-	w.f = f
-	w.fw = newFileWriter(f, direct)
-	return w, nil
-}
-
-// createTemp creates a temporary file for a blob of the given size, opened
-// with O_DIRECT when the blob is at least directMin bytes and the file
-// system supports it.
-func (s *Disk) createTemp(size int64) (f *os.File, direct bool, err error) {
-	if s.wantsDirect(size) {
-		for range 10 {
-			name := filepath.Join(s.tmp, "w"+strconv.FormatUint(rand.Uint64(), 36))
-			f, ok, err := openDirect(name)
-			if errors.Is(err, fs.ErrExist) {
-				continue
-			}
-			if err != nil {
-				return nil, false, err
-			}
-			if !ok {
-				// Not supported here; remember, and stop trying.
-				s.noDirect.Store(true)
-				break
-			}
-			return f, true, nil
-		}
-	}
-	f, err = os.CreateTemp(s.tmp, "w")
-	return f, false, err
-}
-
-// wantsDirect reports whether a blob of the given size is written with
-// O_DIRECT.
-func (s *Disk) wantsDirect(size int64) bool {
-	return s.directMin > 0 && size >= s.directMin && !s.noDirect.Load()
-}
-
-// diskWriter writes one blob: into buf if it is small, else through fw
-// into the temporary file f.
-type diskWriter struct {
-	s      *Disk
-	v      verifier
-	buf    []byte
-	hdr    int // bytes reserved for a record header at the start of buf
-	f      *os.File
-	fw     *fileWriter
-	trim   bool // f is a spare longer than the blob: truncate it
-	reused bool // f is a spare
-	done   bool // committed or closed
-}
-
-func (w *diskWriter) Write(p []byte) (int, error) {
-	if w.done {
-		return 0, errWriterDone
-	}
-	if w.f != nil {
-		if err := w.v.count(p); err != nil {
-			return 0, err
-		}
-		if err := w.fw.write(p, w.v.h); err != nil {
-			return 0, fmt.Errorf("writing blob %s: %w", w.v.want, err)
-		}
-		return len(p), nil
-	}
-	if err := w.v.write(p); err != nil {
-		return 0, err
-	}
-	w.buf = append(w.buf, p...)
-	return len(p), nil
-}
-
-func (w *diskWriter) Written() int64 { return w.v.n }
-
-func (w *diskWriter) Commit() error {
-	if w.done {
-		return errWriterDone
-	}
-	if err := w.v.check(); err != nil {
-		return err
-	}
-	d := w.v.want
-	if w.f == nil {
-		w.done = true
-		var err error
-		if w.hdr > 0 {
-			err = w.s.writePacked(d, w.buf)
-		} else {
-			err = w.s.writeSmall(d, w.buf)
-		}
-		w.buf = nil
-		return err
-	}
-	if err := w.fw.finish(); err != nil {
-		return fmt.Errorf("writing blob %s: %w", d, err)
-	}
-	if w.trim {
-		if err := w.f.Truncate(d.Size); err != nil {
-			return fmt.Errorf("writing blob %s: %w", d, err)
-		}
-	}
-	if w.s.fsync {
-		if err := w.f.Sync(); err != nil {
-			return fmt.Errorf("flushing blob %s: %w", d, err)
-		}
-	}
-	w.s.committingLarge(w.reused)
-	if w.reused {
-		// Its ctime must be after the note above, whatever the file
-		// system does on rename (see seal.go); a chmod sets it.
-		if err := w.f.Chmod(0o600); err != nil {
-			return fmt.Errorf("writing blob %s: %w", d, err)
-		}
-	}
-	if err := w.f.Close(); err != nil {
-		return fmt.Errorf("writing blob %s: %w", d, err)
-	}
-	w.done = true
-	err := w.s.renameIn(d, w.f.Name())
-	if err != nil {
-		os.Remove(w.f.Name())
-	}
-	return err
-}
-
-func (w *diskWriter) Close() error {
-	if w.done {
-		return nil
-	}
-	w.done = true
-	w.buf = nil
-	if w.f == nil {
-		return nil
-	}
-	w.fw.finish()
-	w.f.Close()
-	return os.Remove(w.f.Name())
-}
-
-// writeSmall writes verified data to d's final name and indexes it.
-func (s *Disk) writeSmall(d digest.Digest, data []byte) (err error) {
-	if d.IsEmpty() || !s.claim(d) {
-		return nil
-	}
-	stored := false
-	defer func() { s.releaseFile(d, stored) }()
-	final := s.path(d)
-	if err := s.ensureDir(final); err != nil {
-		return err
-	}
-	// Readers find the file through the index, which it joins once
-	// complete, and check its size; a crash midway leaves a short file
-	// that start-up drops. A new inode, never a truncated one, so that
-	// readers of an older file under this name keep their data.
-	f, err := os.OpenFile(final, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if errors.Is(err, fs.ErrExist) {
-		// A leftover nobody indexes (a failed removal): replace it.
-		os.Remove(final)
-		f, err = os.OpenFile(final, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	}
-	if err != nil {
-		return fmt.Errorf("creating blob file: %w", err)
-	}
-	_, err = f.Write(data)
-	if err == nil && s.fsync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = s.syncDir(final)
-	}
-	if err != nil {
-		os.Remove(final)
-		return fmt.Errorf("writing blob %s: %w", d, err)
-	}
-	stored = true
-	return nil
-}
-
-// syncDir flushes the directory entry of a new file when the store was
-// asked to survive power loss.
-func (s *Disk) syncDir(path string) error {
-	if !s.fsync {
-		return nil
-	}
-	return syncDirOf(path)
-}
-
-// renameIn moves a verified temporary file to d's final name and indexes
-// it.
-func (s *Disk) renameIn(d digest.Digest, tmpName string) error {
-	if d.IsEmpty() || !s.claim(d) {
-		return os.Remove(tmpName)
-	}
-	stored := false
-	defer func() { s.releaseFile(d, stored) }()
-	final := s.path(d)
-	if err := s.ensureDir(final); err != nil {
-		return err
-	}
-	if err := os.Rename(tmpName, final); err != nil {
-		return fmt.Errorf("storing blob %s: %w", d, err)
-	}
-	if err := s.syncDir(final); err != nil {
-		os.Remove(final)
-		return fmt.Errorf("storing blob %s: %w", d, err)
-	}
-	stored = true
-	return nil
-}
-
-// releaseFile ends a claim on d, indexing it as a file if stored.
-func (s *Disk) releaseFile(d digest.Digest, stored bool) {
-	if stored {
-		s.release(d, &entry{d: d})
-	} else {
-		s.release(d, nil)
-	}
-}
-
 // Stats reports the number of blobs and bytes held.
 func (s *Disk) Stats() (blobs int, bytes int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.index), s.total
+	return s.idx.len(), s.idx.total
 }
 
 // Spares reports the bytes held in spare files and how many uploads have
 // been written into one since start (see spare.go).
-func (s *Disk) Spares() (bytes, recycled int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.spareBytes, s.recycled
-}
+func (s *Disk) Spares() (bytes, recycled int64) { return s.spares.stats() }
 
 // Evicted reports how many blobs eviction has removed since start.
 func (s *Disk) Evicted() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.evicted
+	return s.idx.dropped
 }

@@ -144,18 +144,25 @@ func (fw *fileWriter) failed() error {
 }
 
 // write writes p to the file (eventually, if buffered), writing it to
-// hash meanwhile. It returns an error if an earlier write failed.
+// hash (if not nil) meanwhile. It returns an error if an earlier write failed.
 func (fw *fileWriter) write(p []byte, hash io.Writer) error {
 	if err := fw.failed(); err != nil {
+		if hash != nil {
+			hash.Write(p) // hashingWriter's promise
+		}
 		return err
 	}
 	if len(fw.cur) == 0 && len(p) >= writeBuffer && !fw.direct {
 		fw.jobs <- fileJob{b: p, ack: true}
-		hash.Write(p)
+		if hash != nil {
+			hash.Write(p)
+		}
 		<-fw.acks
 		return fw.failed()
 	}
-	hash.Write(p)
+	if hash != nil {
+		hash.Write(p)
+	}
 	for len(p) > 0 {
 		if fw.cur == nil {
 			if fw.direct {

@@ -42,7 +42,7 @@ func (c memChunks) size() int64 {
 	return int64(len(c)-1)*memChunkSize + int64(len(c[len(c)-1]))
 }
 
-var _ Store = (*Memory)(nil)
+var _ Trusting = (*Memory)(nil)
 
 // NewMemory returns an in-memory store holding at most maxBytes of blob
 // data (0 means unbounded).
@@ -138,10 +138,20 @@ func (r *memReader) WriteTo(w io.Writer) (int64, error) {
 func (r *memReader) Close() error { r.chunks = nil; return nil }
 
 // Create implements Store.
-func (m *Memory) Create(_ context.Context, d digest.Digest) (Writer, error) {
-	return &memWriter{m: m, v: newVerifier(d)}, nil
+func (m *Memory) Create(ctx context.Context, d digest.Digest) (Writer, error) {
+	tw, err := m.CreateTrusted(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	return NewChecked(d, tw), nil
 }
 
+// CreateTrusted implements Trusting.
+func (m *Memory) CreateTrusted(_ context.Context, d digest.Digest) (TrustedWriter, error) {
+	return &memWriter{m: m, v: verifier{want: d}}, nil
+}
+
+// memWriter holds a blob's bytes its caller verifies (v only counts them).
 type memWriter struct {
 	m      *Memory
 	v      verifier
@@ -153,9 +163,9 @@ func (w *memWriter) Write(p []byte) (int, error) {
 	if w.done {
 		return 0, errWriterDone
 	}
-	// The verifier refuses bytes beyond the digest's size, so the chunks
+	// The count refuses bytes beyond the digest's size, so the chunks
 	// allocated below never add up to more than the blob.
-	if err := w.v.write(p); err != nil {
+	if err := w.v.count(p); err != nil {
 		return 0, err
 	}
 	n := len(p)
@@ -175,11 +185,11 @@ func (w *memWriter) Write(p []byte) (int, error) {
 
 func (w *memWriter) Written() int64 { return w.v.n }
 
-func (w *memWriter) Commit() error {
+func (w *memWriter) CommitVerified(p Proof) error {
 	if w.done {
 		return errWriterDone
 	}
-	if err := w.v.check(); err != nil {
+	if err := p.Vouches(w.v.want, w.v.n); err != nil {
 		return err
 	}
 	w.m.insert(w.v.want, w.chunks)

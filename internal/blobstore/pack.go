@@ -53,10 +53,6 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
-	"path/filepath"
-	"sort"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -101,17 +97,6 @@ func (g *segment) unref() {
 		g.log.Close()
 		os.Remove(g.log.Path())
 	}
-}
-
-// segmentOptions are the recordlog options of the store's segments.
-// Record data CRCs are checked at start only in the newest segment (see
-// above): checkData.
-func (s *Disk) segmentOptions(checkData bool) recordlog.Options {
-	opts := recordlog.Options{Format: packFormat{}, Verify: checkData, Sync: recordlog.NoSync}
-	if s.fsync {
-		opts.Sync = recordlog.SyncFile
-	}
-	return opts
 }
 
 func segmentName(id uint64) string { return fmt.Sprintf("%016x%s", id, segSuffix) }
@@ -215,68 +200,6 @@ type packedRecord struct {
 	off int64
 }
 
-// loadPacks opens the segments under dir, truncating each at its first bad
-// record, and returns them (oldest first) with their records in order.
-// Segments left empty are removed.
-func (s *Disk) loadPacks() ([]*segment, []packedRecord, error) {
-	ents, err := os.ReadDir(s.packDir)
-	if err != nil {
-		return nil, nil, fmt.Errorf("scanning pack directory: %w", err)
-	}
-	var ids []uint64
-	for _, de := range ents {
-		name := de.Name()
-		id, perr := strconv.ParseUint(strings.TrimSuffix(name, segSuffix), 16, 64)
-		if !de.Type().IsRegular() || !strings.HasSuffix(name, segSuffix) || perr != nil || name != segmentName(id) {
-			// Not a segment this store wrote.
-			if err := os.RemoveAll(filepath.Join(s.packDir, name)); err != nil {
-				return nil, nil, err
-			}
-			continue
-		}
-		ids = append(ids, id)
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	var segs []*segment
-	var recs []packedRecord
-	for i, id := range ids {
-		g, found, err := s.scanSegment(id, i == len(ids)-1)
-		if err != nil {
-			return nil, nil, err
-		}
-		if len(found) == 0 {
-			g.log.Close()
-			os.Remove(g.log.Path())
-			continue
-		}
-		g.refs.Store(1)
-		segs = append(segs, g)
-		recs = append(recs, found...)
-	}
-	if len(ids) > 0 {
-		s.nextSeg = ids[len(ids)-1] + 1
-	}
-	return segs, recs, nil
-}
-
-// scanSegment opens segment id and lists its records, truncating the file
-// at the first record that is torn or damaged. checkData also checks the
-// data CRCs (the newest segment, which a crash can have cut short).
-func (s *Disk) scanSegment(id uint64, checkData bool) (*segment, []packedRecord, error) {
-	g := &segment{id: id}
-	var recs []packedRecord
-	log, err := recordlog.Open(filepath.Join(s.packDir, segmentName(id)), s.segmentOptions(checkData), func(off int64, rec []byte) error {
-		d, _, _, _ := parseHeader(rec) // framed, so well-formed
-		recs = append(recs, packedRecord{d, g, off})
-		return nil
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("opening segment: %w", err)
-	}
-	g.log = log
-	return g, recs, nil
-}
-
 // segmentMTime is the modification time of a segment, used to place its
 // blobs in the LRU order rebuilt at start.
 func segmentMTime(g *segment) time.Time {
@@ -284,43 +207,6 @@ func segmentMTime(g *segment) time.Time {
 		return info.ModTime()
 	}
 	return time.Time{}
-}
-
-// rotateLocked seals the current segment and starts a new one. s.pmu must
-// be held.
-func (s *Disk) rotateLocked() error {
-	id := s.nextSeg
-	log, err := recordlog.Create(filepath.Join(s.packDir, segmentName(id)), s.segmentOptions(false))
-	if err != nil {
-		return fmt.Errorf("creating segment: %w", err)
-	}
-	s.nextSeg++
-	g := &segment{id: id, log: log}
-	g.refs.Store(1)
-	s.cur = g
-	s.segs = append(s.segs, g)
-	return nil
-}
-
-// appendRecords appends one or more whole records to the current segment
-// in one write, starting a new segment first if they do not fit in what
-// is left of it. It returns the segment, with a reference the caller must
-// drop, and the offset of the first record.
-func (s *Disk) appendRecords(recs []byte) (*segment, int64, error) {
-	s.pmu.Lock()
-	defer s.pmu.Unlock()
-	if s.cur == nil || (s.cur.log.Size() > 0 && s.cur.log.Size()+int64(len(recs)) > s.segSize) {
-		if err := s.rotateLocked(); err != nil {
-			return nil, 0, err
-		}
-	}
-	g := s.cur
-	off, err := g.log.Append(recs)
-	if err != nil {
-		return nil, 0, fmt.Errorf("appending to a segment: %w", err)
-	}
-	g.refs.Add(1)
-	return g, off, nil
 }
 
 // writePacked appends the verified blob d to the current segment and
@@ -334,7 +220,7 @@ func (s *Disk) writePacked(d digest.Digest, rec []byte) error {
 	// The segment can be evicted between the append and the indexing
 	// (only when the store is tiny for its load); then append again.
 	for attempt := 0; attempt < 10; attempt++ {
-		g, off, err := s.appendRecords(rec)
+		g, off, err := s.packs.append(rec)
 		if err == nil && s.fsync {
 			err = g.log.Sync(off + int64(len(rec)))
 		}
@@ -416,120 +302,7 @@ func (r *bytesReadCloser) Close() error { r.data = nil; return nil }
 func (s *Disk) dropDamaged(e *entry, g *segment) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.index[e.d] == e && e.seg == g {
-		s.unindexLocked(e)
+	if s.idx.holds(e) && e.seg == g {
+		s.idx.remove(e)
 	}
-}
-
-// evictSegmentLocked evicts the oldest segment; tail is the least recently
-// used blob, which is packed. s.mu must be held. The policy:
-//
-//   - The store keeps one LRU order over all blobs, files and packed, and
-//     a use clock: every store and every use (FindMissing, Open, a
-//     duplicate write) stamps the blob with the next tick.
-//   - When the least recently used blob is packed, the oldest segment goes
-//     as a whole. Those of its blobs used recently, in the newest three
-//     quarters of the ticks between the least recently used blob's last
-//     use and now, are first appended again (their records copied as
-//     they are) to the current segment; the others leave the store, the
-//     least recently used blob always among them.
-//
-// So blobs nobody asked for in a while go in the order they were written,
-// a segment at a time, while blobs in use survive the eviction of the
-// segment they were written to, at the cost of one copy. With no reuse
-// (every blob written once and read soon after) nothing is copied; with
-// uniform reuse about a quarter of each evicted segment goes and the rest
-// is copied. Copied blobs land in segments newer than all others and the
-// least recently used blob goes once its segment is reached, so the loop
-// in evictLocked ends.
-func (s *Disk) evictSegmentLocked(tail *entry, ev *evictions) {
-	s.pmu.Lock()
-	if len(s.segs) == 0 {
-		// Cannot happen: a packed blob's segment is live. Do not loop.
-		s.pmu.Unlock()
-		s.unindexLocked(tail)
-		s.evicted++
-		return
-	}
-	old := s.segs[0]
-	if old == s.cur {
-		if err := s.rotateLocked(); err != nil {
-			// No new segment: the blobs of this one cannot be kept.
-			s.cur = nil
-		}
-	}
-	s.segs = s.segs[1:]
-	s.pmu.Unlock()
-	old.dead = true
-	ev.segs = append(ev.segs, old)
-
-	recent := tail.used + (s.clock-tail.used)/4
-	var candidates []*entry
-	for _, e := range old.entries {
-		if e.seg != old || s.index[e.d] != e {
-			continue // moved or gone
-		}
-		if e != tail && e.used > recent {
-			candidates = append(candidates, e)
-			continue
-		}
-		s.unindexLocked(e)
-		s.evicted++
-	}
-	old.entries = nil
-	if len(candidates) == 0 {
-		return
-	}
-	// Copy the records. Many of them: read the whole segment at once
-	// rather than a record at a time.
-	var whole []byte
-	if len(candidates) > 256 {
-		whole = make([]byte, old.log.Size())
-		if n, err := old.log.ReadAt(whole, 0); err != nil {
-			whole = whole[:n]
-		}
-	}
-	var keep []*entry
-	var buf []byte
-	for _, e := range candidates {
-		n, rl := int64(len(buf)), recordLen(e.d)
-		if whole != nil && e.off+rl <= int64(len(whole)) {
-			buf = append(buf, whole[e.off:e.off+rl]...)
-		} else {
-			buf = append(buf, make([]byte, rl)...)
-			if _, err := old.log.ReadAt(buf[n:], e.off); err != nil {
-				buf = buf[:n]
-			}
-		}
-		if int64(len(buf)) == n+rl && checkRecord(buf[n:], e.d) {
-			keep = append(keep, e)
-			continue
-		}
-		buf = buf[:n] // damaged: let it go
-		s.unindexLocked(e)
-		s.evicted++
-	}
-	if len(keep) == 0 {
-		return
-	}
-	g, off, err := s.appendRecords(buf)
-	if err == nil && s.fsync {
-		err = g.log.Sync(off + int64(len(buf)))
-	}
-	if err != nil {
-		for _, e := range keep {
-			s.unindexLocked(e)
-			s.evicted++
-		}
-		if g != nil {
-			g.unref()
-		}
-		return
-	}
-	for _, e := range keep {
-		e.seg, e.off = g, off
-		off += recordLen(e.d)
-		g.entries = append(g.entries, e)
-	}
-	g.unref() // the store's reference keeps it
 }

@@ -167,7 +167,7 @@ func FuzzScanSegment(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer os.Remove(path)
-		g, got, err := (&Disk{packDir: dir}).scanSegment(1, checkData)
+		g, got, err := newSegments(dir, defaultSegmentSize, false).scan(1, checkData)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,7 @@ func (s *Disk) heldOnDisk(d digest.Digest) bool {
 		return true
 	}
 	s.mu.Lock()
-	e, ok := s.index[d]
+	e, ok := s.idx.get(d)
 	if !ok || e.seg == nil {
 		s.mu.Unlock()
 		return false
@@ -44,7 +44,7 @@ func (s *Disk) location(t *testing.T, d digest.Digest) (*segment, int64) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.index[d]
+	e, ok := s.idx.get(d)
 	if !ok {
 		t.Fatalf("%s is not indexed", d)
 	}
@@ -54,7 +54,7 @@ func (s *Disk) location(t *testing.T, d digest.Digest) (*segment, int64) {
 // segmentFiles lists the segment files on disk.
 func segmentFiles(t *testing.T, s *Disk) []string {
 	t.Helper()
-	ents, err := os.ReadDir(s.packDir)
+	ents, err := os.ReadDir(s.packs.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,14 +102,10 @@ func TestPackPutGet(t *testing.T) {
 		t.Errorf("segment files %v, want one", files)
 	}
 	// A duplicate write is a no-op: the segment does not grow.
-	s.pmu.Lock()
-	before := s.cur.log.Size()
-	s.pmu.Unlock()
+	before := s.packs.current().log.Size()
 	mustPut(t, s, blob("another", 100), digest.SHA256)
 	mustPut(t, s, blob(fmt.Sprint("mixed", 100), 100), digest.SHA256)
-	s.pmu.Lock()
-	after := s.cur.log.Size()
-	s.pmu.Unlock()
+	after := s.packs.current().log.Size()
 	if want := before + recordLen(digest.Compute(digest.SHA256, blob("another", 100))); after != want {
 		t.Errorf("segment grew from %d to %d bytes, want %d (one new blob, one duplicate)", before, after, want)
 	}
@@ -159,8 +155,8 @@ func TestPackReopen(t *testing.T) {
 	}
 	// New blobs go to a new segment, after the old ones.
 	d := mustPut(t, s2, blob("after reopen", 50), digest.SHA256)
-	if seg, _ := s2.location(t, d); seg == nil || seg.id != s.cur.id+1 {
-		t.Errorf("new blob's segment %v, want a new one after %d", seg, s.cur.id)
+	if seg, _ := s2.location(t, d); seg == nil || seg.id != s.packs.current().id+1 {
+		t.Errorf("new blob's segment %v, want a new one after %d", seg, s.packs.current().id)
 	}
 	s3 := openDiskOpts(t, dir, opts)
 	if n, _ := s3.Stats(); n != n1+1 {
@@ -256,7 +252,7 @@ func TestPackCorruptRecord(t *testing.T) {
 	// Damage a data byte of a blob in a sealed segment.
 	victim := ds[1]
 	seg, off := s.location(t, victim)
-	if seg == s.cur {
+	if seg == s.packs.current() {
 		t.Fatal("the victim should be in a sealed segment")
 	}
 	flipByte(t, seg.log.Path(), off+recordHeaderLen(victim)+500)
@@ -485,12 +481,10 @@ func TestPackConcurrentEviction(t *testing.T) {
 			}
 			t.Logf("%d reads found their blob; %d evicted; %d segment files", found.Load(), s.Evicted(), len(segmentFiles(t, s)))
 			// No segment file is left behind that the store does not know.
-			s.pmu.Lock()
 			live := map[string]bool{}
-			for _, g := range s.segs {
+			for _, g := range s.packs.live() {
 				live[filepath.Base(g.log.Path())] = true
 			}
-			s.pmu.Unlock()
 			for _, name := range segmentFiles(t, s) {
 				if !live[name] {
 					t.Errorf("segment file %s left behind", name)

@@ -25,7 +25,13 @@ func init() {
 	})
 }
 
-func openS3(t *testing.T) *s3store.Bucket {
+func openS3(t testing.TB) *s3store.Bucket {
+	return openS3Parts(t, 5<<20)
+}
+
+// openS3Parts opens a fresh bucket on a MinIO server of its own, sending
+// blobs larger than partSize as multipart uploads of such parts.
+func openS3Parts(t testing.TB, partSize int64) *s3store.Bucket {
 	s := miniotest.Start(t)
 	cfg := s3store.Config{
 		Endpoint:              s.Endpoint,
@@ -34,7 +40,7 @@ func openS3(t *testing.T) *s3store.Bucket {
 		RefreshAfter:          time.Hour,
 		HeadConcurrency:       8,
 		ExistenceCacheEntries: 1000,
-		PartSize:              5 << 20,
+		PartSize:              partSize,
 	}
 	s.Setenv(t)
 	b, err := s3store.Open(context.Background(), cfg, s3store.Unobserved{}, slog.New(slog.DiscardHandler))

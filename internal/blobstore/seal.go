@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,14 +64,31 @@ func init() {
 	bootIDSource.Store(&f)
 }
 
-// seals reports whether the store seals: not if it flushes every blob
-// before its rename, nor where no file is written over an older one.
-func (s *Disk) seals() bool { return !s.fsync && canRecycle }
+// sealer seals one store under root (its temporary files in tmp). It is
+// safe for concurrent use.
+type sealer struct {
+	root, tmp string
+	on        bool // the store seals (see newSealer)
+
+	mu sync.Mutex
+	// sealing says a seal is scheduled or running; unsealed that large
+	// files were committed since the last one began, unsealedReused that
+	// some of them were written into spares.
+	sealing, unsealed, unsealedReused bool
+	every                             time.Duration
+}
+
+// newSealer returns the sealer of the store under root. A store that
+// flushes every blob before its rename (fsync) does not seal, nor one
+// where no file is written over an older one.
+func newSealer(root, tmp string, fsync bool) *sealer {
+	return &sealer{root: root, tmp: tmp, on: !fsync && canRecycle, every: defaultSealEvery}
+}
 
 // readSeal returns the boot id and time of the last seal. found is false
 // if there is no record (a new store, or one from before seals); a record
 // that cannot be read or parsed is found, with the zero time.
-func (s *Disk) readSeal() (boot string, at time.Time, found bool) {
+func (s *sealer) readSeal() (boot string, at time.Time, found bool) {
 	b, err := os.ReadFile(filepath.Join(s.root, sealFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", time.Time{}, false
@@ -92,8 +110,8 @@ func (s *Disk) readSeal() (boot string, at time.Time, found bool) {
 // verifyCutoff decides at start which large blob files must be hashed:
 // those whose ctime is not before the returned time. ok is false if none
 // need to be.
-func (s *Disk) verifyCutoff() (cutoff time.Time, ok bool) {
-	if !s.seals() {
+func (s *sealer) verifyCutoff() (cutoff time.Time, ok bool) {
+	if !s.on {
 		return time.Time{}, false
 	}
 	boot, at, found := s.readSeal()
@@ -113,7 +131,7 @@ func (s *Disk) verifyCutoff() (cutoff time.Time, ok bool) {
 
 // seal flushes the file system the store is on and records that
 // everything renamed before start is on stable storage.
-func (s *Disk) seal(start time.Time) error {
+func (s *sealer) seal(start time.Time) error {
 	if err := syncFS(s.root); err != nil {
 		return fmt.Errorf("flushing the blob store: %w", err)
 	}
@@ -122,7 +140,7 @@ func (s *Disk) seal(start time.Time) error {
 
 // writeSeal replaces the seal record with one for this boot and the time
 // at.
-func (s *Disk) writeSeal(at time.Time) error {
+func (s *sealer) writeSeal(at time.Time) error {
 	rec := fmt.Sprintf("%s %d\n", orUnknown(bootID()), at.UnixNano())
 	tmp, err := os.CreateTemp(s.tmp, "seal")
 	if err != nil {
@@ -169,8 +187,8 @@ func syncDirOf(path string) error {
 // into place (reused: written into a spare), and schedules a seal if none
 // is pending. It is called before the rename, so that a seal that finds
 // no reused file pending began before any such rename it does not cover.
-func (s *Disk) committingLarge(reused bool) {
-	if !s.seals() {
+func (s *sealer) committingLarge(reused bool) {
+	if !s.on {
 		return
 	}
 	s.mu.Lock()
@@ -179,15 +197,15 @@ func (s *Disk) committingLarge(reused bool) {
 	s.unsealedReused = s.unsealedReused || reused
 	if !s.sealing {
 		s.sealing = true
-		time.AfterFunc(s.sealEvery, s.sealLoop)
+		time.AfterFunc(s.every, s.loop)
 	}
 }
 
-// sealLoop seals, and again later if large files were committed while it
+// loop seals, and again later if large files were committed while it
 // did. Without reused files since the last seal it only moves the record
 // on: new files need no flush (see above), and keeping the record recent
 // keeps what is hashed after a reboot small.
-func (s *Disk) sealLoop() {
+func (s *sealer) loop() {
 	s.mu.Lock()
 	reused := s.unsealedReused
 	s.unsealed, s.unsealedReused = false, false
@@ -205,13 +223,13 @@ func (s *Disk) sealLoop() {
 	if err != nil && reused {
 		s.unsealedReused = true // still unflushed
 	}
-	again, every := s.unsealed, s.sealEvery
+	again, every := s.unsealed, s.every
 	if !again {
 		s.sealing = false
 	}
 	s.mu.Unlock()
 	if again {
-		time.AfterFunc(every, s.sealLoop)
+		time.AfterFunc(every, s.loop)
 	}
 }
 
@@ -231,8 +249,8 @@ func blobMatches(path string, d digest.Digest) bool {
 // power loss before its first seal still finds one. Nothing in the store
 // was written over an older blob yet (that needs this code, which
 // records at start), so no flush is needed first.
-func (s *Disk) recordSeal() error {
-	if !s.seals() {
+func (s *sealer) recordSeal() error {
+	if !s.on {
 		return nil
 	}
 	if _, at, found := s.readSeal(); found && !at.IsZero() {

@@ -82,12 +82,12 @@ func TestDiskHashesRecentFilesAfterReboot(t *testing.T) {
 	if s5.verified != 1 {
 		t.Errorf("with a damaged seal record %d files were hashed, want 1", s5.verified)
 	}
-	if _, at, ok := s5.readSeal(); !ok || at.IsZero() {
+	if _, at, ok := s5.sealer.readSeal(); !ok || at.IsZero() {
 		t.Error("the damaged seal record was not replaced")
 	}
 
 	// A seal after the blobs: nothing older than it is hashed.
-	if err := s3.seal(time.Now().Add(sealMargin + time.Second)); err != nil {
+	if err := s3.sealer.seal(time.Now().Add(sealMargin + time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	damage(t, s3.path(da))
@@ -108,7 +108,7 @@ func TestDiskSealsAfterCommits(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			boot, at, ok := s.readSeal()
+			boot, at, ok := s.sealer.readSeal()
 			if ok && boot == orUnknown(bootID()) && at.After(after) {
 				return
 			}
@@ -121,7 +121,7 @@ func TestDiskSealsAfterCommits(t *testing.T) {
 	// Eight 2 MiB blobs in a store that holds eight and a half (as
 	// spareStore), sealing 10 ms after a commit.
 	s := openDisk(t, t.TempDir(), 8*spareTestSize+spareTestSize/2)
-	s.sealEvery = 10 * time.Millisecond
+	s.sealer.every = 10 * time.Millisecond
 	for i := range 8 {
 		mustPut(t, s, blob(fmt.Sprint("fill", i), spareTestSize), digest.SHA256)
 	}
@@ -140,10 +140,70 @@ func TestDiskSealsAfterCommits(t *testing.T) {
 	waitSeal(s, before)
 
 	fs := openDiskOpts(t, t.TempDir(), DiskOptions{Fsync: true, PackThreshold: -1})
-	fs.sealEvery = 10 * time.Millisecond
+	fs.sealer.every = 10 * time.Millisecond
 	mustPut(t, fs, blob("fsync", spareTestSize), digest.SHA256)
 	time.Sleep(100 * time.Millisecond)
-	if _, _, ok := fs.readSeal(); ok {
+	if _, _, ok := fs.sealer.readSeal(); ok {
 		t.Error("a store that flushes every blob wrote a seal record")
+	}
+}
+
+// TestSealerAlone exercises the sealer without a store: the record it
+// keeps, what it asks to hash after a reboot, and the seal a commit
+// schedules.
+func TestSealerAlone(t *testing.T) {
+	if !canRecycle {
+		t.Skip("no spares, so no seals, on this system")
+	}
+	root := t.TempDir()
+	sl := newSealer(root, root, false)
+	sl.every = 10 * time.Millisecond
+	if _, _, found := sl.readSeal(); found {
+		t.Fatal("a record before any was written")
+	}
+	if _, verify := sl.verifyCutoff(); verify {
+		t.Fatal("a new store asks for files to be hashed")
+	}
+	if err := sl.recordSeal(); err != nil {
+		t.Fatal(err)
+	}
+	_, first, found := sl.readSeal()
+	if !found || first.IsZero() {
+		t.Fatal("recordSeal wrote no record")
+	}
+	if _, verify := sl.verifyCutoff(); verify {
+		t.Fatal("files to hash in the boot that wrote the record")
+	}
+	sl.committingLarge(true)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, at, _ := sl.readSeal()
+		if at.After(first) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no seal after a large file was committed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_, at, _ := sl.readSeal()
+	rebooted(t)
+	if cutoff, verify := sl.verifyCutoff(); !verify || !cutoff.Equal(at.Add(-sealMargin)) {
+		t.Fatalf("after a reboot: cutoff %v, %v; want %v", cutoff, verify, at.Add(-sealMargin))
+	}
+	if err := os.WriteFile(filepath.Join(root, sealFile), []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if cutoff, verify := sl.verifyCutoff(); !verify || !cutoff.IsZero() {
+		t.Fatalf("a damaged record: cutoff %v, %v; want every large file hashed", cutoff, verify)
+	}
+
+	off := newSealer(t.TempDir(), t.TempDir(), true)
+	if err := off.recordSeal(); err != nil {
+		t.Fatal(err)
+	}
+	off.committingLarge(true)
+	if _, _, found := off.readSeal(); found {
+		t.Fatal("a store that flushes every blob keeps a seal record")
 	}
 }

@@ -16,11 +16,7 @@ import (
 )
 
 // spareList returns the spares held, oldest first.
-func (s *Disk) spareList() []spare {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]spare(nil), s.spares...)
-}
+func (s *Disk) spareList() []spare { return s.spares.held() }
 
 // inode returns the inode number of path's file.
 func inode(t *testing.T, path string) uint64 {
@@ -94,7 +90,7 @@ func TestDiskRecyclesEvictedFiles(t *testing.T) {
 	assertNoTemp(t, s)
 
 	// A restart drops the spares and keeps every blob.
-	s2 := openDisk(t, s.root, s.maxBytes)
+	s2 := openDisk(t, s.root, s.policy.maxBytes)
 	assertNoTemp(t, s2)
 	if len(s2.spareList()) != 0 {
 		t.Error("spares after a restart")
@@ -200,12 +196,12 @@ func TestDiskSpareBounds(t *testing.T) {
 	var total int64
 	for _, x := range sp {
 		total += x.size
-		if x.size > s.maxBytes/spareShare {
-			t.Errorf("a spare of %d bytes, above the bound's share %d", x.size, s.maxBytes/spareShare)
+		if x.size > s.policy.maxBytes/spareShare {
+			t.Errorf("a spare of %d bytes, above the bound's share %d", x.size, s.policy.maxBytes/spareShare)
 		}
 	}
-	if len(sp) > maxSpares || total > s.maxBytes/spareShare {
-		t.Errorf("%d spares of %d bytes; at most %d of %d", len(sp), total, maxSpares, s.maxBytes/spareShare)
+	if len(sp) > maxSpares || total > s.policy.maxBytes/spareShare {
+		t.Errorf("%d spares of %d bytes; at most %d of %d", len(sp), total, maxSpares, s.policy.maxBytes/spareShare)
 	}
 	assertNoTemp(t, s)
 }
@@ -275,5 +271,68 @@ func TestDiskChurnRecycling(t *testing.T) {
 	}
 	if len(s.spareList()) == 0 && s.Evicted() == 0 {
 		t.Error("nothing was evicted: the test did not churn")
+	}
+}
+
+// TestSpareFilesAlone exercises the spares without a store: files kept
+// within their bounds (the oldest go first, and from the disk), the
+// choice of a spare for a size, and files that are not kept.
+func TestSpareFilesAlone(t *testing.T) {
+	dir := t.TempDir()
+	src := t.TempDir()
+	sp := newSpareFiles(dir, 10<<10)
+	file := func(name string, size int) string {
+		p := filepath.Join(src, name)
+		if err := os.WriteFile(p, make([]byte, size), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if sp.keep(file("big", 11<<10), 11<<10) {
+		t.Fatal("kept a file larger than the spares' bound")
+	}
+	if sp.keep(filepath.Join(src, "gone"), 1<<10) {
+		t.Fatal("dealt with a file that does not exist")
+	}
+	if !sp.keep(file("a", 4<<10), 4<<10) || !sp.keep(file("b", 5<<10), 5<<10) {
+		t.Fatal("did not keep files within the bounds")
+	}
+	if !sp.keep(file("c", 3<<10), 3<<10) {
+		t.Fatal("did not keep c")
+	}
+	held := sp.held()
+	if len(held) != maxSpares || held[0].size != 5<<10 || held[1].size != 3<<10 {
+		t.Fatalf("held %+v, want b and c (a, the oldest, dropped past %d spares)", held, maxSpares)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != maxSpares {
+		t.Fatalf("%d files in the spares' directory, want %d", len(ents), maxSpares)
+	}
+	if bytes, _ := sp.stats(); bytes != 8<<10 {
+		t.Fatalf("spares hold %d bytes, want %d", bytes, 8<<10)
+	}
+	if _, _, ok := sp.take(20 << 10); ok {
+		t.Fatal("took a spare of less than half the size")
+	}
+	f, size, ok := sp.take(4 << 10) // 5 KiB is the smallest at least as large
+	if !ok || size != 5<<10 {
+		t.Fatalf("take(4 KiB) = %d, %v; want the 5 KiB spare", size, ok)
+	}
+	f.Close()
+	f, size, ok = sp.take(4 << 10) // only 3 KiB is left: smaller, but more than half
+	if !ok || size != 3<<10 {
+		t.Fatalf("take(4 KiB) = %d, %v; want the 3 KiB spare", size, ok)
+	}
+	f.Close()
+	if bytes, recycled := sp.stats(); bytes != 0 || recycled != 2 {
+		t.Fatalf("stats = %d bytes, %d taken; want 0, 2", bytes, recycled)
+	}
+	if canRecycle {
+		p := file("linked", 2<<10)
+		if err := os.Link(p, filepath.Join(src, "other")); err != nil {
+			t.Fatal(err)
+		}
+		if !sp.keep(p, 2<<10) || len(sp.held()) != 0 {
+			t.Fatal("kept a file with another name, which someone may read")
+		}
 	}
 }

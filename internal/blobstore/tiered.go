@@ -3,6 +3,7 @@ package blobstore
 import (
 	"context"
 	"errors"
+	"hash"
 	"io"
 
 	"github.com/gantry-build/gantry/internal/digest"
@@ -58,9 +59,10 @@ type Tiered struct {
 }
 
 var (
-	_ Store       = (*Tiered)(nil)
-	_ RangeOpener = (*Tiered)(nil)
-	_ BatchPutter = (*Tiered)(nil)
+	_ Trusting           = (*Tiered)(nil)
+	_ RangeOpener        = (*Tiered)(nil)
+	_ BatchPutter        = (*Tiered)(nil)
+	_ TrustedBatchPutter = (*Tiered)(nil)
 )
 
 // NewTiered returns a store that caches remote's blobs in cache, telling
@@ -209,16 +211,26 @@ func (r *tierReader) Close() error {
 	return err
 }
 
-// Create implements Store. The blob is written to the remote and the
-// cache at once; it is committed to the cache only once the remote
-// committed it. A cache that fails is dropped, and the upload carries on
-// to the remote alone.
+// Create implements Store: the blob is verified once, here, and written
+// to both stores as CreateTrusted does.
 func (t *Tiered) Create(ctx context.Context, d digest.Digest) (Writer, error) {
-	rw, err := t.remote.Create(ctx, d)
+	tw, err := t.CreateTrusted(ctx, d)
 	if err != nil {
 		return nil, err
 	}
-	cw, err := t.cache.Create(ctx, d)
+	return NewChecked(d, tw), nil
+}
+
+// CreateTrusted implements Trusting. The blob is written to the remote
+// and the cache at once, neither hashing it; it is committed to the cache
+// only once the remote committed it. A cache that fails is dropped, and
+// the upload carries on to the remote alone.
+func (t *Tiered) CreateTrusted(ctx context.Context, d digest.Digest) (TrustedWriter, error) {
+	rw, err := createTrusted(ctx, t.remote, d)
+	if err != nil {
+		return nil, err
+	}
+	cw, err := createTrusted(ctx, t.cache, d)
 	if err != nil {
 		t.obs.CacheError("create", err)
 		cw = nil
@@ -229,37 +241,58 @@ func (t *Tiered) Create(ctx context.Context, d digest.Digest) (Writer, error) {
 // tieredWriter writes a blob to the remote and, while it can, the cache.
 type tieredWriter struct {
 	t      *Tiered
-	remote Writer
-	cache  Writer // nil once dropped
+	remote TrustedWriter
+	cache  TrustedWriter // nil once dropped
 }
 
 func (w *tieredWriter) Write(p []byte) (int, error) {
-	n, err := w.remote.Write(p)
-	if err != nil {
-		return n, err
+	if err := w.writeHashing(p, nil); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// writeHashing implements hashingWriter: whichever store hashes as it
+// writes (the disk cache) hashes for the caller.
+func (w *tieredWriter) writeHashing(p []byte, h hash.Hash) error {
+	if _, err := w.remote.Write(p); err != nil {
+		if h != nil {
+			h.Write(p) // hashingWriter's promise
+		}
+		return err
 	}
 	if w.cache != nil {
-		if _, err := w.cache.Write(p); err != nil {
+		var err error
+		if hw, ok := w.cache.(hashingWriter); ok && h != nil {
+			err = hw.writeHashing(p, h)
+			h = nil
+		} else {
+			_, err = w.cache.Write(p)
+		}
+		if err != nil {
 			w.t.obs.CacheError("write", err)
 			w.dropCache()
 		}
 	}
-	return n, nil
+	if h != nil {
+		h.Write(p)
+	}
+	return nil
 }
 
 func (w *tieredWriter) Written() int64 { return w.remote.Written() }
 
-// Commit commits the remote and only then the cache: a blob in the cache
-// is always one the remote has (or had).
-func (w *tieredWriter) Commit() error {
-	if err := w.remote.Commit(); err != nil {
+// CommitVerified commits the remote and only then the cache: a blob in
+// the cache is always one the remote has (or had).
+func (w *tieredWriter) CommitVerified(p Proof) error {
+	if err := w.remote.CommitVerified(p); err != nil {
 		if w.cache != nil {
 			w.dropCache()
 		}
 		return err
 	}
 	if w.cache != nil {
-		if err := w.cache.Commit(); err != nil {
+		if err := w.cache.CommitVerified(p); err != nil {
 			w.t.obs.CacheError("commit", err)
 		}
 		w.dropCache()
@@ -279,21 +312,25 @@ func (w *tieredWriter) Close() error {
 	return w.remote.Close()
 }
 
-// PutBatch implements BatchPutter: the batch goes to the remote, through
-// its own batch path if it has one (an object store's parallel uploads),
-// and then the blobs the remote stored go to the cache in a batch of their
-// own (the disk store packs them in few writes).
+// PutBatch implements BatchPutter: every blob is verified once, here, and
+// stored as PutVerified does.
 func (t *Tiered) PutBatch(ctx context.Context, ds []digest.Digest, data [][]byte, errs []error) {
-	copy(errs, PutBatch(ctx, t.remote, ds, data))
-	var cds []digest.Digest
-	var cdata [][]byte
-	for i, d := range ds {
-		if errs[i] == nil && !d.IsEmpty() {
-			cds = append(cds, d)
-			cdata = append(cdata, data[i])
+	VerifyThenPut(ctx, t, ds, data, errs)
+}
+
+// PutVerified implements TrustedBatchPutter: the batch goes to the
+// remote, through its own batch path if it has one (an object store's
+// parallel uploads), and then the blobs the remote stored go to the cache
+// in a batch of their own (the disk store packs them in few writes).
+func (t *Tiered) PutVerified(ctx context.Context, blobs []VerifiedBlob, errs []error) {
+	copy(errs, PutVerifiedBatch(ctx, t.remote, blobs))
+	var cached []VerifiedBlob
+	for i, b := range blobs {
+		if errs[i] == nil && !b.Digest().IsEmpty() {
+			cached = append(cached, b)
 		}
 	}
-	for _, err := range PutBatch(ctx, t.cache, cds, cdata) {
+	for _, err := range PutVerifiedBatch(ctx, t.cache, cached) {
 		if err != nil {
 			t.obs.CacheError("commit", err)
 		}

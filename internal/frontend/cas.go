@@ -121,8 +121,8 @@ func (s *Server) BatchUpdateBlobs(ctx context.Context, req *repb.BatchUpdateBlob
 	for _, d := range missing {
 		need[d] = true
 	}
-	// Store the missing blobs in one go: the store verifies them, on all
-	// cores, and appends the small ones to its pack in a few writes.
+	// Store the missing blobs in one go: they are verified on all cores,
+	// and the disk store appends the small ones to its pack in a few writes.
 	var putIdx []int
 	var putDs []digest.Digest
 	var putData [][]byte
@@ -146,8 +146,18 @@ func (s *Server) BatchUpdateBlobs(ctx context.Context, req *repb.BatchUpdateBlob
 			errs[i] = verifyPresentCopy(ds[i], req.Requests[i])
 		}
 	}
-	for k, err := range blobstore.PutBatch(ctx, s.cas, putDs, putData) {
+	// Verified here, once (on all cores), the blobs go to the store as
+	// data it may trust: it does not hash them again.
+	verrs := make([]error, len(putDs))
+	blobs, good := blobstore.VerifyBatch(putDs, putData, verrs)
+	for k, err := range verrs {
 		if err != nil {
+			errs[putIdx[k]] = storeError(err, "blob "+putDs[k].String())
+		}
+	}
+	for j, err := range blobstore.PutVerifiedBatch(ctx, s.cas, blobs) {
+		if err != nil {
+			k := good[j]
 			errs[putIdx[k]] = storeError(err, "blob "+putDs[k].String())
 		}
 	}

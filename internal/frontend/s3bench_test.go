@@ -88,7 +88,7 @@ func (s *s3Bench) measure(b *testing.B, f func()) {
 	b.ReportMetric(float64(s.minioCPU(b)-before)/float64(b.N)/1e6, "minio-cpu-ms/op")
 }
 
-func startS3Bench(b *testing.B) *s3Bench {
+func startS3Bench(b testing.TB) *s3Bench {
 	b.Helper()
 	srv := miniotest.Start(b)
 	b.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
@@ -100,14 +100,14 @@ func startS3Bench(b *testing.B) *s3Bench {
 // by default (config.Default().Storage.S3: head_concurrency 64,
 // part_size 16 MiB, refresh_after 24h, existence_cache_entries 1Mi),
 // with existenceEntries in place of the last when it is not negative.
-func (s *s3Bench) open(b *testing.B, existenceEntries int) *s3store.Bucket {
+func (s *s3Bench) open(b testing.TB, existenceEntries int) *s3store.Bucket {
 	b.Helper()
 	return s.openBucket(b, s.srv.Bucket(b), existenceEntries)
 }
 
 // openBucket opens the named, existing bucket as open does: a second
 // frontend process on the same bucket, with its own existence cache.
-func (s *s3Bench) openBucket(b *testing.B, name string, existenceEntries int) *s3store.Bucket {
+func (s *s3Bench) openBucket(b testing.TB, name string, existenceEntries int) *s3store.Bucket {
 	b.Helper()
 	c := config.Default().Storage.S3
 	cfg := s3store.Config{

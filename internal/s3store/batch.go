@@ -9,28 +9,36 @@ import (
 	"github.com/gantry-build/gantry/internal/digest"
 )
 
-var _ blobstore.BatchPutter = (*CAS)(nil)
+var (
+	_ blobstore.BatchPutter        = (*CAS)(nil)
+	_ blobstore.TrustedBatchPutter = (*CAS)(nil)
+)
 
-// PutBatch implements blobstore.BatchPutter: the blobs of a
-// BatchUpdateBlobs call are verified and sent HeadConcurrency at a time,
-// rather than one round trip after another. A blob this process saw in
-// the bucket recently is verified but not sent again.
+// PutBatch implements blobstore.BatchPutter: every blob is verified, then
+// stored as PutVerified does.
 func (c *CAS) PutBatch(ctx context.Context, ds []digest.Digest, data [][]byte, errs []error) {
-	names := make([]string, len(ds))
-	for i, d := range ds {
-		names[i] = c.name(d)
+	blobstore.VerifyThenPut(ctx, c, ds, data, errs)
+}
+
+// PutVerified implements blobstore.TrustedBatchPutter: the blobs of a
+// BatchUpdateBlobs call are sent HeadConcurrency at a time, rather than
+// one round trip after another. A blob this process saw in the bucket
+// recently is not sent again.
+func (c *CAS) PutVerified(ctx context.Context, blobs []blobstore.VerifiedBlob, errs []error) {
+	names := make([]string, len(blobs))
+	for i, b := range blobs {
+		names[i] = c.name(b.Digest())
 	}
-	present := make([]bool, len(ds))
+	present := make([]bool, len(blobs))
 	c.b.exist.lookup(names, c.b.freshSince(), present)
 	var g errgroup.Group
 	g.SetLimit(c.b.cfg.HeadConcurrency)
-	for i := range ds {
+	for i := range blobs {
+		if present[i] {
+			continue
+		}
 		g.Go(func() error {
-			if present[i] {
-				errs[i] = blobstore.NewVerifier(ds[i]).WriteAll(data[i])
-			} else {
-				errs[i] = blobstore.Put(ctx, c, ds[i], data[i])
-			}
+			errs[i] = blobstore.PutVerified(ctx, c, blobs[i])
 			return nil
 		})
 	}

@@ -21,7 +21,7 @@ import (
 type CAS struct{ b *Bucket }
 
 var (
-	_ blobstore.Store       = (*CAS)(nil)
+	_ blobstore.Trusting    = (*CAS)(nil)
 	_ blobstore.RangeOpener = (*CAS)(nil)
 )
 
@@ -184,14 +184,25 @@ func (r *objectReader) Read(p []byte) (int, error) {
 
 func (r *objectReader) Close() error { return r.body.Close() }
 
-// Create implements blobstore.Store. A blob up to PartSize is buffered,
-// verified and sent in one PUT; a larger one is sent as a multipart
-// upload whose parts go out while later bytes arrive, and which is
-// completed only once the whole blob verified (aborted otherwise), so
-// that no unverified or partial object is ever visible.
+// Create implements blobstore.Store: the blob is verified as it passes,
+// once, and written as CreateTrusted does.
 func (c *CAS) Create(ctx context.Context, d digest.Digest) (blobstore.Writer, error) {
+	tw, err := c.CreateTrusted(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	return blobstore.NewChecked(d, tw), nil
+}
+
+// CreateTrusted implements blobstore.Trusting. A blob up to PartSize is
+// buffered and sent in one PUT at commit; a larger one is sent as a
+// multipart upload whose parts go out while later bytes arrive, and which
+// is completed only with the caller's proof that the whole blob verified
+// (aborted otherwise), so that no unverified or partial object is ever
+// visible.
+func (c *CAS) CreateTrusted(ctx context.Context, d digest.Digest) (blobstore.TrustedWriter, error) {
 	if d.Size <= c.b.cfg.PartSize {
-		return &putWriter{c: c, ctx: detached(ctx), d: d, v: blobstore.NewVerifier(d)}, nil
+		return &putWriter{c: c, ctx: detached(ctx), d: d, t: tally{d: d}}, nil
 	}
 	return newMultipartWriter(ctx, c, d), nil
 }

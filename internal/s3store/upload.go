@@ -35,12 +35,28 @@ func bounded(ctx context.Context, f func(ctx context.Context) error) error {
 	return f(ctx)
 }
 
-// putWriter buffers a small blob, and PUTs it once it verified.
+// tally counts the bytes of a blob its writer's caller verifies,
+// refusing any beyond the blob's size.
+type tally struct {
+	d digest.Digest
+	n int64
+}
+
+func (t *tally) add(p []byte) error {
+	if t.n+int64(len(p)) > t.d.Size {
+		return &blobstore.MismatchError{Want: t.d, Got: digest.Digest{Function: t.d.Function, Size: t.n + int64(len(p))}}
+	}
+	t.n += int64(len(p))
+	return nil
+}
+
+// putWriter buffers a small blob, and PUTs it once its caller proved it
+// is the blob.
 type putWriter struct {
 	c    *CAS
 	ctx  context.Context
 	d    digest.Digest
-	v    *blobstore.Verifier
+	t    tally
 	buf  []byte
 	done bool
 }
@@ -49,7 +65,7 @@ func (w *putWriter) Write(p []byte) (int, error) {
 	if w.done {
 		return 0, errWriterDone
 	}
-	if err := w.v.Write(p); err != nil {
+	if err := w.t.add(p); err != nil {
 		return 0, err
 	}
 	if w.buf == nil {
@@ -59,14 +75,15 @@ func (w *putWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (w *putWriter) Written() int64 { return w.v.Written() }
+func (w *putWriter) Written() int64 { return w.t.n }
 
-func (w *putWriter) Commit() error {
+func (w *putWriter) CommitVerified(proof blobstore.Proof) error {
 	if w.done {
 		return errWriterDone
 	}
 	w.done = true
-	if err := w.v.Check(); err != nil {
+	if err := proof.Vouches(w.d, w.t.n); err != nil {
+		w.buf = nil
 		return err
 	}
 	name := w.c.name(w.d)
@@ -98,13 +115,16 @@ func (w *putWriter) Close() error {
 
 // multipartWriter sends a large blob as a multipart upload: one part is
 // filled while the previous one is sent, so an upload holds at most two
-// parts in memory whatever the blob's size.
+// parts in memory whatever the blob's size. The parts are copies of what
+// Write is given, not streamed from it: a part's body must be seekable
+// for minio-go to retry a failed request (it does not retry a stream),
+// and the upload receives the next part while sending one.
 type multipartWriter struct {
 	c        *CAS
 	ctx      context.Context
 	d        digest.Digest
 	name     string
-	v        *blobstore.Verifier
+	t        tally
 	partSize int64
 	buf      []byte // the part being filled
 	spare    []byte // the part being sent, reused once sent
@@ -124,7 +144,7 @@ func newMultipartWriter(ctx context.Context, c *CAS, d digest.Digest) *multipart
 	if need := (d.Size + maxParts - 1) / maxParts; need > size {
 		size = (need + 1<<20 - 1) &^ (1<<20 - 1)
 	}
-	return &multipartWriter{c: c, ctx: detached(ctx), d: d, name: c.name(d), v: blobstore.NewVerifier(d), partSize: size}
+	return &multipartWriter{c: c, ctx: detached(ctx), d: d, name: c.name(d), t: tally{d: d}, partSize: size}
 }
 
 func (w *multipartWriter) Write(p []byte) (int, error) {
@@ -134,7 +154,7 @@ func (w *multipartWriter) Write(p []byte) (int, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
-	if err := w.v.Write(p); err != nil {
+	if err := w.t.add(p); err != nil {
 		return 0, err
 	}
 	n := len(p)
@@ -147,7 +167,7 @@ func (w *multipartWriter) Write(p []byte) (int, error) {
 		p = p[k:]
 		// A full part goes out unless it may be the last one, which
 		// Commit sends (Written already counts all of p).
-		if int64(len(w.buf)) == w.partSize && (len(p) > 0 || w.v.Written() < w.d.Size) {
+		if int64(len(w.buf)) == w.partSize && (len(p) > 0 || w.t.n < w.d.Size) {
 			if err := w.send(); err != nil {
 				return 0, err
 			}
@@ -211,13 +231,15 @@ func (w *multipartWriter) wait() error {
 	return w.err
 }
 
-func (w *multipartWriter) Written() int64 { return w.v.Written() }
+func (w *multipartWriter) Written() int64 { return w.t.n }
 
-func (w *multipartWriter) Commit() error {
+// CommitVerified sends the last part and completes the upload, only if
+// the caller proved that the bytes written are the blob.
+func (w *multipartWriter) CommitVerified(proof blobstore.Proof) error {
 	if w.done {
 		return errWriterDone
 	}
-	if err := w.v.Check(); err != nil {
+	if err := proof.Vouches(w.d, w.t.n); err != nil {
 		w.Close()
 		return err
 	}
