@@ -274,3 +274,6 @@ func (p *Proc) RaceReports() []string {
 	}
 	return out
 }
+
+// Args returns the process's arguments (after the binary).
+func (p *Proc) Args() []string { return append([]string(nil), p.args...) }
