@@ -216,4 +216,6 @@ type outcome struct {
 	final     string // succeeded, failed-as-expected, cancelled, lost
 	result    *repb.ActionResult
 	cancelled bool // the client sent CancelOperation
+	// cachedName is the operation that answered from the ActionCache.
+	cachedName string
 }

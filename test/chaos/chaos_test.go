@@ -84,10 +84,20 @@ func runChaos(t *testing.T, seed int64, duration time.Duration) {
 	}
 	loopEnd := time.Now()
 	close(stopLoad)
-	select {
-	case <-loadDone:
-	case <-time.After(opBound + time.Minute):
-		rec.wrong(fmt.Sprintf("the load did not end within %v of the loop's end", opBound+time.Minute))
+	for drained := false; !drained; {
+		select {
+		case <-loadDone:
+			drained = true
+		case <-time.After(250 * time.Millisecond):
+			if err := in.supervise(); err != nil {
+				rec.wrong(err.Error())
+			}
+			if time.Since(loopEnd) > opBound+time.Minute {
+				rec.wrong(fmt.Sprintf("the load did not end within %v of the loop's end", opBound+time.Minute))
+				<-loadDone
+				drained = true
+			}
+		}
 	}
 	t.Logf("the loop ended after %v; the load drained in %v", loopEnd.Sub(rec.start).Round(time.Second), time.Since(loopEnd).Round(time.Second))
 	if rec.failed() {

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,6 +39,9 @@ type injector struct {
 	f   *farm
 	rec *recorder
 	r   *rand.Rand
+	// pgDown is set while PostgreSQL is stopped: a scheduler started then
+	// would not become healthy, so the supervisor waits.
+	pgDown bool
 }
 
 // loop injects faults until the deadline or the first wrong answer: pauses
@@ -45,13 +50,11 @@ type injector struct {
 func (in *injector) loop(deadline time.Time) error {
 	for time.Now().Before(deadline) {
 		pause := time.Duration(2000+in.r.IntN(8000)) * time.Millisecond
-		select {
-		case <-in.rec.stop:
-			return nil
-		case <-time.After(pause):
+		if err := in.wait(pause); err != nil {
+			return err
 		}
-		if crashed := in.crashed(); crashed != nil {
-			return crashed
+		if in.rec.failed() {
+			return nil
 		}
 		n := 1
 		if in.r.IntN(3) == 0 {
@@ -73,7 +76,9 @@ func (in *injector) loop(deadline time.Time) error {
 		for _, a := range now {
 			longest = max(longest, a.hold)
 		}
-		time.Sleep(longest)
+		if err := in.wait(longest); err != nil {
+			return err
+		}
 		for i := len(now) - 1; i >= 0; i-- {
 			if err := now[i].repair(); err != nil {
 				return fmt.Errorf("repairing %s of %s: %w", now[i].ev.kind, now[i].ev.target, err)
@@ -81,15 +86,53 @@ func (in *injector) loop(deadline time.Time) error {
 			in.rec.end(now[i].ev)
 		}
 	}
-	return in.crashed()
+	return in.supervise()
 }
 
-// crashed returns an error when a node exited without being killed.
-func (in *injector) crashed() error {
-	for _, p := range in.f.procs() {
-		if err := p.Crashed(); err != nil {
+// wait waits for d (less at the first wrong answer), supervising the nodes.
+func (in *injector) wait(d time.Duration) error {
+	end := time.Now().Add(d)
+	for {
+		if err := in.supervise(); err != nil {
 			return err
 		}
+		left := time.Until(end)
+		if left <= 0 {
+			return nil
+		}
+		select {
+		case <-in.rec.stop:
+			return nil
+		case <-time.After(min(left, 250*time.Millisecond)):
+		}
+	}
+}
+
+// lostLeadership is what a scheduler says when it exits because it lost
+// its PostgreSQL lock session: by design it stops, and its supervisor
+// (systemd's Restart=, a Kubernetes pod) starts it again to stand by.
+const lostLeadership = "this scheduler lost the leadership"
+
+// supervise does what a process supervisor does for a scheduler that exited
+// after losing the leadership: start it again (logged as a "restart" in the
+// fault log). Any other node that exited by itself is an error.
+func (in *injector) supervise() error {
+	for _, p := range in.f.procs() {
+		err := p.Crashed()
+		if err == nil {
+			continue
+		}
+		if !slices.Contains(in.f.scheds, p) || !strings.Contains(cluster.ReadTail(p.LogPath(), 4096), lostLeadership) {
+			return err
+		}
+		if in.pgDown {
+			continue
+		}
+		ev := in.rec.begin("restart", p.Name, "exited after losing the leadership; started again as a supervisor would")
+		if err := p.Start(); err != nil {
+			return err
+		}
+		in.rec.end(ev)
 	}
 	return nil
 }
@@ -178,7 +221,8 @@ func (in *injector) begin(kind string, targets map[string]bool) (a active, ok bo
 		hold := in.holdFor(2, 8)
 		ev := in.rec.begin(kind, "postgres", fmt.Sprintf("kill %v, %.1fs", kill, hold.Seconds()))
 		f.pg.Stop(kill)
-		return active{ev: ev, hold: hold, repair: func() error { f.pg.Restart(); return nil }}, true, nil
+		in.pgDown = true
+		return active{ev: ev, hold: hold, repair: func() error { f.pg.Restart(); in.pgDown = false; return nil }}, true, nil
 	case "cut-frontend":
 		if targets["fe2"] || targets["net-fe2"] {
 			return active{}, false, nil

@@ -159,7 +159,7 @@ func (l *load) submit(conn *grpc.ClientConn, o *outcome, inv string, r *rand.Ran
 				})
 			}
 		}
-		resp, _, err := client.ExecuteNamed(ctx, conn, a.request, named)
+		resp, name, err := client.ExecuteNamed(ctx, conn, a.request, named)
 		cancel()
 		if err != nil {
 			if a.kind == kindCancel && status.Code(unwrapStatus(err)) == codes.Canceled {
@@ -183,13 +183,23 @@ func (l *load) submit(conn *grpc.ClientConn, o *outcome, inv string, r *rand.Ran
 			l.rec.wrong(fmt.Sprintf("%s (%s): Execute answered status %s: %s", a.key, a.digest, code, resp.GetStatus().GetMessage()))
 			return
 		}
-		if err := l.check(ctx, cas, a, resp.GetResult()); err != nil {
+		ctx, cancel = context.WithTimeout(l.ctx, attemptTimeout)
+		err = l.check(ctx, cas, a, resp.GetResult())
+		cancel()
+		if err != nil && l.ctx.Err() == nil && transientCheck(err) {
+			o.retryWhy = append(o.retryWhy, "reading outputs: "+short(err))
+			continue
+		}
+		if err != nil {
 			o.final = "wrong"
 			l.rec.wrong(fmt.Sprintf("%s (%s, kind %s, worker %s, cached %v): %v", a.key, a.digest, a.kind,
 				resp.GetResult().GetExecutionMetadata().GetWorker(), resp.GetCachedResult(), err))
 			return
 		}
 		o.result = resp.GetResult()
+		if resp.GetCachedResult() {
+			o.cachedName = name
+		}
 		o.final = "succeeded"
 		if a.kind == kindFail {
 			o.final = "failed-as-expected"
@@ -215,6 +225,19 @@ func transient(c codes.Code) bool {
 	return false
 }
 
+// transientCheck tells whether a check failed on reading the CAS (a fault:
+// the read is tried again with the next submission) rather than on a wrong answer.
+func transientCheck(err error) bool {
+	var re *readError
+	return errors.As(err, &re)
+}
+
+// readError is a failure to read a blob, not a wrong blob.
+type readError struct{ err error }
+
+func (e *readError) Error() string { return e.err.Error() }
+func (e *readError) Unwrap() error { return e.err }
+
 // check compares a result with what the action must give.
 func (l *load) check(ctx context.Context, cas *client.CAS, a *action, res *repb.ActionResult) error {
 	if res == nil {
@@ -232,7 +255,7 @@ func (l *load) check(ctx context.Context, cas *client.CAS, a *action, res *repb.
 			}
 			got, err := cas.GetMany(ctx, []digest.Digest{d})
 			if err != nil {
-				return fmt.Errorf("reading its stderr %s: %v", d, err)
+				return &readError{fmt.Errorf("reading its stderr %s: %w", d, err)}
 			}
 			stderr = got[d]
 		}
@@ -270,7 +293,7 @@ func (l *load) check(ctx context.Context, cas *client.CAS, a *action, res *repb.
 	d := got["out/out.txt"]
 	b, err := cas.GetMany(ctx, []digest.Digest{d})
 	if err != nil {
-		return fmt.Errorf("reading output out/out.txt %s: %v", d, err)
+		return &readError{fmt.Errorf("reading output out/out.txt %s: %w", d, err)}
 	}
 	if !bytes.Equal(b[d], a.want["out/out.txt"]) {
 		return fmt.Errorf("output out/out.txt %s reads back as %q, want %q", d, b[d], a.want["out/out.txt"])

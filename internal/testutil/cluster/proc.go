@@ -75,9 +75,13 @@ func (p *Proc) Start() error {
 
 func (p *Proc) startOnce() error {
 	p.mu.Lock()
-	if p.cmd != nil && !p.ended {
-		p.mu.Unlock()
-		return fmt.Errorf("%s: Start while running", p.Name)
+	if p.exited != nil {
+		select {
+		case <-p.exited:
+		default:
+			p.mu.Unlock()
+			return fmt.Errorf("%s: Start while running", p.Name)
+		}
 	}
 	p.starts++
 	p.logPath = filepath.Join(p.Dir, fmt.Sprintf("%s-%d.log", p.Name, p.starts))
