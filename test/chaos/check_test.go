@@ -48,6 +48,7 @@ type finalCheck struct {
 	acMissing    int
 	blobsChecked int
 	names        int
+	most         []string // the actions that ran 3 times or more, and why
 	// cachedForgotten counts operation names answered from the ActionCache
 	// that GetOperation no longer knows at the end (reported, not failed).
 	cachedForgotten int
@@ -254,6 +255,13 @@ func (c *finalCheck) runs() {
 		if len(runs) > 1 {
 			c.duplicates += len(runs) - 1
 		}
+		if len(runs) >= 3 {
+			why := ""
+			if len(o.retryWhy) > 0 {
+				why = o.retryWhy[len(o.retryWhy)-1]
+			}
+			c.most = append(c.most, fmt.Sprintf("%s ran %d times (%d faults in its time, %d retries; last retry: %s)", a.key, len(runs), faults, o.retries, why))
+		}
 		if (o.final == "succeeded" || o.final == "failed-as-expected") && len(runs) == 0 {
 			c.rec.wrong(fmt.Sprintf("%s (%s): the client got a result (%s), but the action never ran", a.key, a.digest, o.final))
 		}
@@ -281,6 +289,9 @@ func (c *finalCheck) summary(duration time.Duration) string {
 	fmt.Fprintf(&b, "  faults by kind: %s\n", summaryLine(c.rec.byKind()))
 	fmt.Fprintf(&b, "  submissions by kind and outcome: %s\n", summaryLine(c.states))
 	fmt.Fprintf(&b, "  runs per fresh action (runs: actions): %s; duplicate runs %d; repeats that ran again %d\n", summaryLine(c.runsDist), c.duplicates, c.repeatsRan)
+	for _, m := range c.most {
+		fmt.Fprintf(&b, "    %s\n", m)
+	}
 	fmt.Fprintf(&b, "  client retries %d; operation names checked %d (%d answered from the ActionCache unknown at the end); ActionCache entries checked %d (%d successful ones missing); blobs read back %d\n",
 		c.retries, c.names, c.cachedForgotten, c.acChecked, c.acMissing, c.blobsChecked)
 	fmt.Fprintf(&b, "  longest submission: %v with a fault in its time, %v without\n", c.longestFault.Round(time.Millisecond), c.longestCalm.Round(time.Millisecond))
