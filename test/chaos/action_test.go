@@ -218,4 +218,6 @@ type outcome struct {
 	cancelled bool // the client sent CancelOperation
 	// cachedName is the operation that answered from the ActionCache.
 	cachedName string
+	// doneName is the operation whose done message the client last got.
+	doneName string
 }

@@ -52,6 +52,9 @@ type finalCheck struct {
 	// cachedForgotten counts operation names answered from the ActionCache
 	// that GetOperation no longer knows at the end (reported, not failed).
 	cachedForgotten int
+	// brokenForgotten counts names whose Execute call failed before the
+	// operation was submitted, unknown at the end (reported, not failed).
+	brokenForgotten int
 	retries         int
 	longestFault    time.Duration
 	longestCalm     time.Duration
@@ -89,6 +92,16 @@ func (c *finalCheck) operations() {
 					// in the answering leader's memory only (execution's
 					// recentlyDone), so a new leader does not know it.
 					c.cachedForgotten++
+					break
+				}
+				if status.Code(err) == codes.NotFound && name != o.doneName {
+					// Known: Execute names the operation in its first message,
+					// and when the ActionCache lookup or the submission then
+					// fails (a store down), the call ends with that error and
+					// the name is never an operation: the client saw the
+					// error, WaitExecution answers NOT_FOUND, and the client
+					// calls Execute again.
+					c.brokenForgotten++
 					break
 				}
 				if status.Code(err) == codes.NotFound || time.Now().After(deadline) {
@@ -292,8 +305,8 @@ func (c *finalCheck) summary(duration time.Duration) string {
 	for _, m := range c.most {
 		fmt.Fprintf(&b, "    %s\n", m)
 	}
-	fmt.Fprintf(&b, "  client retries %d; operation names checked %d (%d answered from the ActionCache unknown at the end); ActionCache entries checked %d (%d successful ones missing); blobs read back %d\n",
-		c.retries, c.names, c.cachedForgotten, c.acChecked, c.acMissing, c.blobsChecked)
+	fmt.Fprintf(&b, "  client retries %d; operation names checked %d (unknown at the end: %d answered from the ActionCache, %d whose Execute failed before submitting); ActionCache entries checked %d (%d successful ones missing); blobs read back %d\n",
+		c.retries, c.names, c.cachedForgotten, c.brokenForgotten, c.acChecked, c.acMissing, c.blobsChecked)
 	fmt.Fprintf(&b, "  longest submission: %v with a fault in its time, %v without\n", c.longestFault.Round(time.Millisecond), c.longestCalm.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  fault log:\n%s", c.rec.faultLog())
 	return b.String()

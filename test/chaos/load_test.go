@@ -161,6 +161,9 @@ func (l *load) submit(conn *grpc.ClientConn, o *outcome, inv string, r *rand.Ran
 		}
 		resp, name, err := client.ExecuteNamed(ctx, conn, a.request, named)
 		cancel()
+		if err == nil {
+			o.doneName = name
+		}
 		if err != nil {
 			if a.kind == kindCancel && status.Code(unwrapStatus(err)) == codes.Canceled {
 				o.final = "cancelled"
