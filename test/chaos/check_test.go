@@ -144,9 +144,6 @@ func (c *finalCheck) actionCache() {
 		ctx, cancel = c.ctx()
 		err = c.l.check(ctx, cas, a, res)
 		cancel()
-		if a.kind == kindCancel && res.ExitCode != 0 {
-			err = nil // killed by its cancellation; such a result is never cached... but tolerated here
-		}
 		if err != nil {
 			c.rec.wrong(fmt.Sprintf("the ActionCache entry of %s (%s, kind %s) is wrong: %v", a.key, a.digest, a.kind, err))
 		}
