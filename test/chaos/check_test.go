@@ -186,7 +186,8 @@ func (c *finalCheck) blobs() {
 }
 
 // queues: once the load has drained, the leader holds no queued and no
-// leased action (its queues agree with the workers, which run nothing).
+// leased action, and no worker holds a lease: the scheduler's queues and
+// the workers agree.
 func (c *finalCheck) queues() {
 	deadline := time.Now().Add(settle)
 	last := ""
@@ -194,10 +195,11 @@ func (c *finalCheck) queues() {
 		if l := c.f.leader(); l != nil {
 			q, qerr := cluster.Gauge(l.HTTPAddr, "gantry_scheduler_queued_actions")
 			s, lerr := cluster.Gauge(l.HTTPAddr, "gantry_scheduler_leased_actions")
-			if qerr == nil && lerr == nil && q == 0 && s == 0 {
+			held, herr := c.workerLeases()
+			if qerr == nil && lerr == nil && herr == nil && q == 0 && s == 0 && held == 0 {
 				return
 			}
-			last = fmt.Sprintf("leader %s: %v queued (%v), %v leased (%v)", l.Name, q, qerr, s, lerr)
+			last = fmt.Sprintf("leader %s: %v queued (%v), %v leased (%v); the workers hold %v leases (%v)", l.Name, q, qerr, s, lerr, held, herr)
 		} else {
 			last = "no leader"
 		}
@@ -207,6 +209,19 @@ func (c *finalCheck) queues() {
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// workerLeases is the sum of the workers' gantry_worker_active_leases.
+func (c *finalCheck) workerLeases() (float64, error) {
+	var sum float64
+	for _, w := range c.f.workers {
+		n, err := cluster.Gauge(w.HTTPAddr, "gantry_worker_active_leases")
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", w.Name, err)
+		}
+		sum += n
+	}
+	return sum, nil
 }
 
 // processes: no process of an action outlives it.
