@@ -104,10 +104,9 @@ var sharedInputs = func() [][]byte {
 
 // actionEnv is what every action's environment holds besides its kind's values.
 type actionEnv struct {
-	bash    string
-	marker  string // the run's mark: argv[0] of every action, CHAOS_RUN
-	port    int    // the run counter's port
-	tmpRoot string
+	bash   string
+	marker string // the run's mark: argv[0] of every action, CHAOS_RUN
+	port   int    // the run counter's port
 }
 
 // newAction builds a fresh action of kind k (not kindRepeat) numbered n.
@@ -175,7 +174,6 @@ func newAction(r *rand.Rand, env actionEnv, k kind, n int, instance string) *act
 	act := &repb.Action{
 		CommandDigest:   a.put(mustMarshal(cmd)).Proto(),
 		InputRootDigest: a.put(mustMarshal(root)).Proto(),
-		Timeout:         nil,
 		Platform:        platform,
 	}
 	a.digest = a.put(mustMarshal(act))

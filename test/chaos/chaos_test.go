@@ -103,7 +103,7 @@ func runChaos(t *testing.T, seed int64, duration time.Duration) {
 	if rec.failed() {
 		t.Fatal(rec.failure())
 	}
-	c := &finalCheck{t: t, f: f, l: l, rec: rec, counter: counter, conn: conns[0], marker: marker}
+	c := &finalCheck{f: f, l: l, rec: rec, counter: counter, conn: conns[0], marker: marker}
 	c.run()
 	over, usage := smp.check()
 	for _, o := range over {

@@ -31,7 +31,6 @@ const (
 
 // finalCheck checks the whole run once the load has drained.
 type finalCheck struct {
-	t       interface{ Logf(string, ...any) }
 	f       *farm
 	l       *load
 	rec     *recorder

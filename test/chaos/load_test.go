@@ -123,7 +123,7 @@ func (l *load) submit(conn *grpc.ClientConn, o *outcome, inv string, r *rand.Ran
 	o.start = time.Now()
 	defer func() { o.end = time.Now() }()
 	cas := client.NewCAS(conn, a.instance, digest.SHA256, 0)
-	md, _ := metadataFor(inv, a.key)
+	md := metadataFor(inv, a.key)
 	var cancelOnce sync.Once
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
@@ -331,13 +331,13 @@ func (l *load) cancel(conn *grpc.ClientConn, name string, delay time.Duration, o
 }
 
 // metadataFor is the RequestMetadata header of an invocation's action.
-func metadataFor(invocation, actionID string) (metadata.MD, error) {
+func metadataFor(invocation, actionID string) metadata.MD {
 	b := mustMarshal(&repb.RequestMetadata{
 		ToolDetails:      &repb.ToolDetails{ToolName: "gantry-chaos"},
 		ActionId:         actionID,
 		ToolInvocationId: invocation,
 	})
-	return metadata.Pairs(protocol.RequestMetadataHeader, string(b)), nil
+	return metadata.Pairs(protocol.RequestMetadataHeader, string(b))
 }
 
 // unwrapStatus finds a gRPC status in an error chain.
