@@ -2,8 +2,9 @@
 # Runs Gantry's whole test suite. Installs what the tests need (Bazel 4.2.3
 # and 2.1.0, protoc, PostgreSQL, bubblewrap, helm, nfpm, podman) when it is
 # missing, then runs gofmt, go vet and every test under the race detector,
-# including the end-to-end tests with real Bazel clients, then builds and
-# checks the deployment artifacts (scripts/test-deploy.sh).
+# including the end-to-end tests with real Bazel clients and the fault loop
+# (test/chaos: 3 minutes with seed 39, 3 with a random one it prints), then
+# builds and checks the deployment artifacts (scripts/test-deploy.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -189,7 +189,7 @@ func TestStorageCluster(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// The frontend carrying (most of) Bazel's connections dies.
-	stats, err := lb.stats()
+	stats, err := lb.Stats()
 	if err != nil {
 		t.Fatalf("haproxy stats: %v", err)
 	}
@@ -230,7 +230,7 @@ func TestStorageCluster(t *testing.T) {
 
 	// 4. The killed frontend comes back.
 	fes[victim].start()
-	lb.waitBackendUp(t, fmt.Sprintf("fe%d", victim+1), clusterBackendTimeout)
+	lb.WaitBackendUp(t, fmt.Sprintf("fe%d", victim+1), clusterBackendTimeout)
 	checkBlobsAcross(t, fes[victim].GRPCAddr, fes[survivor].GRPCAddr)
 	checkBlobsAcross(t, fes[survivor].GRPCAddr, fes[victim].GRPCAddr)
 
@@ -338,7 +338,7 @@ func bazelConnections(w *bazelWorkspace, lb *haproxyProc) (map[string]int, error
 	if err != nil {
 		return nil, err
 	}
-	sessions, err := lb.sessions()
+	sessions, err := lb.Sessions()
 	if err != nil {
 		return nil, err
 	}

@@ -29,3 +29,15 @@ func CreateDatabase(t testing.TB, dsn string) string {
 	t.Skip("pgtest: Linux only")
 	return ""
 }
+
+// Server is unreachable off Linux: StartServer skips.
+type Server struct{ DSN string }
+
+// StartServer skips: the harness runs Debian's server binaries, on Linux only.
+func StartServer(t testing.TB) *Server { StartWith(t, Options{}); return &Server{} }
+
+// Stop is unreachable: StartServer skips.
+func (s *Server) Stop(kill bool) {}
+
+// Restart is unreachable: StartServer skips.
+func (s *Server) Restart() {}

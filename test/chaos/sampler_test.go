@@ -1,0 +1,154 @@
+package chaos
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gantry-build/gantry/internal/testutil/cluster"
+)
+
+// Bounds on each Gantry process over the run (binaries built with -race
+// use several times the memory of plain ones).
+const (
+	maxRSS        = 2 << 30
+	maxFDs        = 2000
+	maxGoroutines = 10000
+	// sampleEvery is how often the processes are sampled.
+	sampleEvery = 5 * time.Second
+)
+
+// usage is one process's largest resident memory, open files and
+// goroutines seen, and the samples taken.
+type usage struct {
+	rss, fds, goroutines int64
+	samples              int
+}
+
+// sampler reads /proc and /metrics of every Gantry process periodically.
+type sampler struct {
+	procs []*cluster.Proc
+
+	mu  sync.Mutex
+	max map[string]*usage
+}
+
+func (s *sampler) run(stop <-chan struct{}) {
+	s.max = map[string]*usage{}
+	t := time.NewTicker(sampleEvery)
+	defer t.Stop()
+	for {
+		s.sample()
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *sampler) sample() {
+	for _, p := range s.procs {
+		pid := p.PID()
+		if pid == 0 || !p.Running() || procState(pid) == "T" {
+			continue
+		}
+		u := usage{rss: rssOf(pid), fds: fdsOf(pid)}
+		if g, err := cluster.Gauge(p.HTTPAddr, "go_goroutines"); err == nil {
+			u.goroutines = int64(g)
+		}
+		s.mu.Lock()
+		m := s.max[p.Name]
+		if m == nil {
+			m = &usage{}
+			s.max[p.Name] = m
+		}
+		m.rss, m.fds, m.goroutines = max(m.rss, u.rss), max(m.fds, u.fds), max(m.goroutines, u.goroutines)
+		m.samples++
+		s.mu.Unlock()
+	}
+}
+
+// check returns a line per process over a bound, and a summary of all.
+func (s *sampler) check() (over []string, summary string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := make([]string, 0, len(s.max))
+	for n := range s.max {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		m := s.max[n]
+		fmt.Fprintf(&b, "%s: rss %d MiB, %d fds, %d goroutines (%d samples); ", n, m.rss>>20, m.fds, m.goroutines, m.samples)
+		if m.rss > maxRSS || m.fds > maxFDs || m.goroutines > maxGoroutines {
+			over = append(over, fmt.Sprintf("%s went over a bound: rss %d MiB (bound %d), %d fds (bound %d), %d goroutines (bound %d)",
+				n, m.rss>>20, maxRSS>>20, m.fds, maxFDs, m.goroutines, maxGoroutines))
+		}
+	}
+	return over, b.String()
+}
+
+func rssOf(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+func fdsOf(pid int) int64 {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0
+	}
+	return int64(len(ents))
+}
+
+// procState is the state letter of /proc/PID/stat (R, S, T, Z...).
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return ""
+	}
+	return s[i+2 : i+3]
+}
+
+// actionProcesses returns the processes whose environment holds CHAOS_RUN=marker.
+func actionProcesses(marker string) []string {
+	ents, _ := os.ReadDir("/proc")
+	var out []string
+	needle := []byte("CHAOS_RUN=" + marker + "\x00")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil || !strings.Contains(string(b), string(needle)) {
+			continue
+		}
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		out = append(out, fmt.Sprintf("pid %d %q", pid, strings.ReplaceAll(string(cmd), "\x00", " ")))
+	}
+	return out
+}
