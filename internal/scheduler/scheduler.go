@@ -697,6 +697,11 @@ func (s *Scheduler) RemoveWatcher(name string) {
 		if op.watchers == 0 && !op.done {
 			op.goneSince = s.clock.Now()
 			s.unwatched.add(op)
+			// Let the change channel go with the last stream: a queued
+			// operation whose client left keeps none. Anyone else waiting
+			// on it (WaitOperation) wakes, finds no change and watches
+			// again.
+			s.notifyOpLocked(op)
 		}
 	}
 }
