@@ -1,9 +1,11 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -85,7 +87,7 @@ func loadTasks(ctx context.Context, store statestore.Store) ([]*storedTask, erro
 	if err != nil {
 		return nil, err
 	}
-	sort.Slice(tasks, func(i, j int) bool { return tasks[i].Seq < tasks[j].Seq })
+	slices.SortFunc(tasks, func(a, b *storedTask) int { return cmp.Compare(a.Seq, b.Seq) })
 	return tasks, nil
 }
 
@@ -136,53 +138,115 @@ func (s *Scheduler) restoreLeaseLocked(t *Task, id, workerID string, now time.Ti
 	s.fair.started(t.inv, +1, now)
 }
 
-// loadOpMetas reads the callers' RequestMetadata, by operation name.
-func loadOpMetas(ctx context.Context, store statestore.Store) (map[string]*repb.RequestMetadata, error) {
-	metas := map[string]*repb.RequestMetadata{}
+// loadOpMetas reads the callers' RequestMetadata, by operation name, as
+// stored: only an unfinished operation's is decoded (decodeOpMeta), a
+// finished one only says it had one.
+func loadOpMetas(ctx context.Context, store statestore.Store) (map[string][]byte, error) {
+	metas := map[string][]byte{}
 	err := store.Load(ctx, kindOpMeta, func(name string, value []byte) error {
-		md := &repb.RequestMetadata{}
-		if err := proto.Unmarshal(value, md); err != nil {
-			return fmt.Errorf("operation metadata record %s: %w", name, err)
-		}
-		metas[name] = md
+		metas[name] = value
 		return nil
 	})
 	return metas, err
+}
+
+// decodeOpMeta decodes the stored RequestMetadata of operation name.
+func decodeOpMeta(name string, value []byte) (*repb.RequestMetadata, error) {
+	md := &repb.RequestMetadata{}
+	if err := proto.Unmarshal(value, md); err != nil {
+		return nil, fmt.Errorf("operation metadata record %s: %w", name, err)
+	}
+	return md, nil
+}
+
+// storedOp is an operation record as read and decoded (decodeStoredOp),
+// before it joins the scheduler.
+type storedOp struct {
+	name  string
+	value []byte
+	r     opRecord
+	// resp and fin are a finished operation's response and the task its
+	// record keeps (nil if it keeps none).
+	resp *repb.ExecuteResponse
+	fin  *Task
+	err  error
+}
+
+// decodeStoredOp decodes o.value; it touches only o, so records decode
+// in parallel.
+func decodeStoredOp(o *storedOp) {
+	value := o.value
+	o.value = nil
+	if err := o.r.unmarshal(value); err != nil {
+		o.err = fmt.Errorf("operation record %s: %w", o.name, err)
+		return
+	}
+	if !o.r.Done {
+		return
+	}
+	o.resp = &repb.ExecuteResponse{}
+	if err := proto.Unmarshal(o.r.Response, o.resp); err != nil {
+		o.err = fmt.Errorf("operation record %s: %w", o.name, err)
+		return
+	}
+	if o.r.Finished != nil {
+		o.fin = finishedTaskOf(&o.r, o.resp)
+	}
 }
 
 // restoreOpsLocked reads the stored operations: an unfinished one joins
 // its task (byID) and is unwatched until a caller follows it again; a
 // finished one is kept, oldest first, until retention ends. Finished
 // operations that do not say whose they are (an older Gantry) are
-// dropped with a warning.
-func (s *Scheduler) restoreOpsLocked(ctx context.Context, store statestore.Store, byID map[string]*Task, metas map[string]*repb.RequestMetadata, now time.Time) error {
+// dropped with a warning. The records are decoded in batches, in
+// parallel (decodeParallel), and join in their stored order.
+func (s *Scheduler) restoreOpsLocked(ctx context.Context, store statestore.Store, byID map[string]*Task, metas map[string][]byte, now time.Time) error {
 	var finished []*Operation
 	anonymous := 0
+	batch := make([]storedOp, 0, restoreBatch)
+	flush := func() error {
+		decodeParallel(len(batch), func(i int) { decodeStoredOp(&batch[i]) })
+		for i := range batch {
+			o := &batch[i]
+			if o.err != nil {
+				return o.err
+			}
+			raw, hasMeta := metas[o.name]
+			op := &Operation{Name: o.name, goneSince: now, accepted: o.r.Accepted, invocation: o.r.Invocation, hasMeta: hasMeta, stored: true}
+			if !o.r.Done {
+				if hasMeta { // a finished one was reported before
+					md, err := decodeOpMeta(o.name, raw)
+					if err != nil {
+						return err
+					}
+					op.meta = md
+				}
+				if !s.joinRestoredLocked(op, byID[o.r.Task]) {
+					continue
+				}
+			} else {
+				if !finishDecoded(op, &o.r, o.resp, o.fin, byID[o.r.Task]) {
+					anonymous++
+					continue
+				}
+				finished = append(finished, op)
+			}
+			s.ops[o.name] = op
+		}
+		clear(batch)
+		batch = batch[:0]
+		return nil
+	}
 	err := store.Load(ctx, kindOp, func(name string, value []byte) error {
-		r := &opRecord{}
-		if err := r.unmarshal(value); err != nil {
-			return fmt.Errorf("operation record %s: %w", name, err)
+		batch = append(batch, storedOp{name: name, value: value})
+		if len(batch) == restoreBatch {
+			return flush()
 		}
-		op := &Operation{Name: name, goneSince: now, accepted: r.Accepted, invocation: r.Invocation, hasMeta: metas[name] != nil, stored: true}
-		if !r.Done {
-			op.meta = metas[name] // a finished one was reported before
-			if !s.joinRestoredLocked(op, byID[r.Task]) {
-				return nil
-			}
-		} else {
-			ok, err := finishRestored(op, r, byID[r.Task])
-			if err != nil {
-				return fmt.Errorf("operation record %s: %w", name, err)
-			}
-			if !ok {
-				anonymous++
-				return nil
-			}
-			finished = append(finished, op)
-		}
-		s.ops[name] = op
 		return nil
 	})
+	if err == nil {
+		err = flush()
+	}
 	if err != nil {
 		return err
 	}
@@ -190,7 +254,13 @@ func (s *Scheduler) restoreOpsLocked(ctx context.Context, store statestore.Store
 		s.cfg.Logger.Warn("finished operations stored by an older Gantry do not say whose they are: not restored (WaitExecution of them answers NOT_FOUND; their results stay in the ActionCache)",
 			"operations", anonymous)
 	}
-	sort.Slice(finished, func(i, j int) bool { return finished[i].doneAt.Before(finished[j].doneAt) })
+	// Oldest first; the same instant in name order.
+	slices.SortFunc(finished, func(a, b *Operation) int {
+		if c := a.doneAt.Compare(b.doneAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
 	s.finished = append(s.finished, finished...)
 	return nil
 }
@@ -226,17 +296,27 @@ func finishRestored(op *Operation, r *opRecord, t *Task) (bool, error) {
 	if err := proto.Unmarshal(r.Response, resp); err != nil {
 		return false, err
 	}
+	var fin *Task
+	if r.Finished != nil {
+		fin = finishedTaskOf(r, resp)
+	}
+	return finishDecoded(op, r, resp, fin, t), nil
+}
+
+// finishDecoded is finishRestored with the record's response resp and
+// the task it keeps (fin, nil if none) already decoded.
+func finishDecoded(op *Operation, r *opRecord, resp *repb.ExecuteResponse, fin *Task, t *Task) bool {
 	op.done, op.response, op.doneAt = true, resp, r.DoneAt
 	switch {
 	case t != nil:
 		op.task = t
 		t.ops = append(t.ops, op)
-	case r.Finished != nil:
-		op.task = finishedTaskOf(r, resp)
+	case fin != nil:
+		op.task = fin
 	default:
-		return false, nil
+		return false
 	}
-	return true, nil
+	return true
 }
 
 // dropUnwaitedLocked drops the restored tasks (byID) that no operation

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -499,7 +500,7 @@ func (s *Embedded) Load(ctx context.Context, kind string, fn func(key string, va
 		recs = append(recs, rec{k, v})
 	}
 	s.dataMu.RUnlock()
-	sort.Slice(recs, func(i, j int) bool { return recs[i].key < recs[j].key })
+	slices.SortFunc(recs, func(a, b rec) int { return strings.Compare(a.key, b.key) })
 	for i, r := range recs {
 		if i%1024 == 1023 {
 			if err := ctx.Err(); err != nil {
