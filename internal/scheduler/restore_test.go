@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/protobuf/proto"
@@ -79,5 +80,51 @@ func TestFinishRestored(t *testing.T) {
 	}
 	if _, err := finishRestored(&Operation{}, &opRecord{Done: true, Response: []byte{0xff}}, nil); err == nil {
 		t.Error("a corrupt response restored without an error")
+	}
+}
+
+// A corrupt operation record, or the corrupt metadata of an unfinished
+// operation, stops the restore with an error naming it; the metadata of
+// a finished one is never decoded, so it cannot.
+func TestRestoreNamesACorruptRecord(t *testing.T) {
+	ctx := context.Background()
+	done, _ := proto.Marshal(&repb.ExecuteResponse{})
+	open := (&opRecord{Task: "t1"}).marshal()
+	finished := (&opRecord{Task: "t2", Done: true, Response: done, Finished: &finishedTask{Instance: "main"}}).marshal()
+	for _, tc := range []struct {
+		name string
+		ms   []statestore.Mutation
+		want string
+	}{
+		{"operation record", []statestore.Mutation{{Kind: kindOp, Key: "op-bad", Value: []byte{0xff}}}, "operation record op-bad"},
+		{"unfinished operation's metadata", []statestore.Mutation{{Kind: kindOp, Key: "op-open", Value: open}, {Kind: kindOpMeta, Key: "op-open", Value: []byte{0xff}}}, "operation metadata record op-open"},
+		{"finished operation's metadata", []statestore.Mutation{{Kind: kindOp, Key: "op-done", Value: finished}, {Kind: kindOpMeta, Key: "op-done", Value: []byte{0xff}}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := statestore.NewMemory()
+			ms := append([]statestore.Mutation{{Kind: kindTask, Key: "t1", Value: (&taskRecord{ID: "t1"}).marshal()}, {Kind: kindTaskState, Key: "t1", Value: (&taskStateRecord{Seq: 1}).marshal()}}, tc.ms...)
+			if err := store.Apply(ctx, ms); err != nil {
+				t.Fatal(err)
+			}
+			s := New(Config{HeartbeatTimeout: 10 * time.Second, CallerGrace: time.Hour, MaxAttempts: 3, Retention: time.Hour}, &fakeClock{now: time.Unix(1_700_000_000, 0)}, nil)
+			actx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			err := s.Attach(actx, store)
+			if err == nil {
+				defer func() { cancel(); <-s.Stopped() }()
+			}
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("restore: %v", err)
+				}
+				if st := s.Stats(); st.Operations != 1 {
+					t.Errorf("restored %d operations, want 1", st.Operations)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("restore: %v, want an error naming the %s", err, tc.want)
+			}
+		})
 	}
 }
