@@ -130,8 +130,13 @@ func (c *finalCheck) actionCache() {
 		cancel()
 		c.acChecked++
 		if status.Code(err) == codes.NotFound {
-			if o.final == "succeeded" {
+			switch {
+			case o.final != "succeeded":
+			case o.notCached:
+				// The client was told: the write failed past its retries.
 				c.acMissing++
+			default:
+				c.rec.wrong(fmt.Sprintf("%s (%s) succeeded with no note, but the ActionCache has no entry for it", a.key, a.digest))
 			}
 			continue
 		}
@@ -316,7 +321,7 @@ func (c *finalCheck) summary(duration time.Duration) string {
 	for _, m := range c.most {
 		fmt.Fprintf(&b, "    %s\n", m)
 	}
-	fmt.Fprintf(&b, "  client retries %d; operation names checked %d (unknown at the end: %d answered from the ActionCache, %d whose Execute failed before submitting); ActionCache entries checked %d (%d successful ones missing); blobs read back %d\n",
+	fmt.Fprintf(&b, "  client retries %d; operation names checked %d (unknown at the end: %d answered from the ActionCache, %d whose Execute failed before submitting); ActionCache entries checked %d (%d successful ones missing, each answered with \"could not be cached\"); blobs read back %d\n",
 		c.retries, c.names, c.cachedForgotten, c.brokenForgotten, c.acChecked, c.acMissing, c.blobsChecked)
 	fmt.Fprintf(&b, "  longest submission: %v with a fault in its time, %v without\n", c.longestFault.Round(time.Millisecond), c.longestCalm.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  fault log:\n%s", c.rec.faultLog())
