@@ -136,7 +136,7 @@ func (c *finalCheck) actionCache() {
 				// The client was told: the write failed past its retries.
 				c.acMissing++
 			default:
-				c.rec.wrong(fmt.Sprintf("%s (%s) succeeded with no note, but the ActionCache has no entry for it", a.key, a.digest))
+				c.rec.wrong(fmt.Sprintf("%s (%s) succeeded with no note, but the ActionCache has no entry for it: %v", a.key, a.digest, err))
 			}
 			continue
 		}
