@@ -105,7 +105,7 @@ func operation(name string, st scheduler.OperationState, fn digest.Function) *lo
 // answer from the ActionCache if it can, prepare the submission from the
 // CAS, submit it (unless the client cancelled it first), follow it to the
 // end and report it.
-func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_ExecuteServer) error {
+func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_ExecuteServer) (err error) {
 	accepted := time.Now()
 	ad, err := executeDigest(req)
 	if err != nil {
@@ -120,6 +120,14 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	// (added before the send, or a cancel could arrive first).
 	s.pending.add(name)
 	defer s.pending.remove(name)
+	// A call that fails before the submit leaves the name it gave out
+	// answering with its error (kept before the name leaves pending).
+	submitted := false
+	defer func() {
+		if err != nil && !submitted {
+			s.recent.addFailed(st, err)
+		}
+	}()
 	if err := stream.Send(operation(name, st, ad.Function)); err != nil {
 		return err
 	}
@@ -138,6 +146,7 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	if err := s.submit(ctx, &sub); err != nil {
 		return submitError(err)
 	}
+	submitted = true
 	if s.pending.remove(name) {
 		// Asked while the submit was on its way.
 		_ = s.sched.Cancel(name)

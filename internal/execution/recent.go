@@ -3,12 +3,15 @@ package execution
 import (
 	"sync"
 
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc/status"
+
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
 // recentMax bounds how many operations recentlyDone keeps: those Execute
 // finished without the scheduler (a cache hit, a cancel before the
-// submit) are otherwise unknown the moment their Execute ends.
+// submit, a call failed before the submit) are otherwise unknown the moment their Execute ends.
 const recentMax = 4096
 
 // recentlyDone keeps the final state of the last operations Execute ended
@@ -32,6 +35,30 @@ func newRecentlyDone(max int) *recentlyDone {
 func (r *recentlyDone) add(st scheduler.OperationState) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.addLocked(st)
+}
+
+// addFailed keeps st, an operation whose Execute call ended with err
+// before it reached the scheduler (the ActionCache or the scheduler
+// unreachable), as done with that error, so that a client that follows
+// the name it was given sees a final state; a name already kept (an
+// answer whose sending failed) stays as it is.
+func (r *recentlyDone) addFailed(st scheduler.OperationState, err error) {
+	se, ok := status.FromError(err)
+	if !ok {
+		se = status.FromContextError(err)
+	}
+	st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
+	st.Response = &repb.ExecuteResponse{Status: status.New(se.Code(),
+		"the Execute call that named this operation failed before running it: "+se.Message()+"; call Execute again").Proto()}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.ops[st.Name]; !ok {
+		r.addLocked(st)
+	}
+}
+
+func (r *recentlyDone) addLocked(st scheduler.OperationState) {
 	if _, ok := r.ops[st.Name]; ok {
 		r.ops[st.Name] = st
 		return
