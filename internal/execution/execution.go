@@ -125,7 +125,7 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	submitted := false
 	defer func() {
 		if err != nil && !submitted {
-			s.recent.addFailed(st, err)
+			s.keepFailed(st, err)
 		}
 	}()
 	if err := stream.Send(operation(name, st, ad.Function)); err != nil {
@@ -221,7 +221,7 @@ func (s *Service) submission(ctx context.Context, req *repb.ExecuteRequest, ad d
 func (s *Service) answerCancelled(stream repb.Execution_ExecuteServer, st scheduler.OperationState, sub *scheduler.SubmitRequest, note *callNote) error {
 	st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
 	st.Response = &repb.ExecuteResponse{Status: status.New(codes.Canceled, "operation cancelled by request").Proto()}
-	s.recent.add(st)
+	s.keep(st)
 	s.finished(protocol.Finished{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Invocation: sub.Invocation, Accepted: sub.Accepted,
 		Response: st.Response, Metadata: note.metadata, BuildName: note.buildName, Command: note.command})
 	return stream.Send(operation(st.Name, st, st.ActionDigest.Function))
@@ -250,7 +250,7 @@ func (s *Service) answerCached(ctx context.Context, stream repb.Execution_Execut
 	st.Response = &repb.ExecuteResponse{Result: ar, CachedResult: true, Status: status.New(codes.OK, "").Proto()}
 	// Kept before the name leaves pending (Execute's deferred remove), so
 	// that a WaitExecution waiting on it finds the result.
-	s.recent.add(st)
+	s.keep(st)
 	sent := st
 	sent.Response = s.withInlineOutputs(ctx, st.Response, st.ActionDigest.Function)
 	if err := stream.Send(operation(st.Name, sent, st.ActionDigest.Function)); err != nil {

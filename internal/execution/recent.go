@@ -38,12 +38,21 @@ func (r *recentlyDone) add(st scheduler.OperationState) {
 	r.addLocked(st)
 }
 
-// addFailed keeps st, an operation whose Execute call ended with err
+// keep keeps st, an operation Execute ended itself (a cache hit, a
+// cancel before the submit), here and with the scheduler's finished
+// operations, which outlive this process (a fail-over) and stay for
+// scheduler.retention.
+func (s *Service) keep(st scheduler.OperationState) {
+	s.recent.add(st)
+	s.sched.Answered(answered(st))
+}
+
+// keepFailed keeps st, an operation whose Execute call ended with err
 // before it reached the scheduler (the ActionCache or the scheduler
 // unreachable), as done with that error, so that a client that follows
 // the name it was given sees a final state; a name already kept (an
 // answer whose sending failed) stays as it is.
-func (r *recentlyDone) addFailed(st scheduler.OperationState, err error) {
+func (s *Service) keepFailed(st scheduler.OperationState, err error) {
 	se, ok := status.FromError(err)
 	if !ok {
 		se = status.FromContextError(err)
@@ -51,11 +60,25 @@ func (r *recentlyDone) addFailed(st scheduler.OperationState, err error) {
 	st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
 	st.Response = &repb.ExecuteResponse{Status: status.New(se.Code(),
 		"the Execute call that named this operation failed before running it: "+se.Message()+"; call Execute again").Proto()}
+	if s.recent.addNew(st) {
+		s.sched.Answered(answered(st))
+	}
+}
+
+func answered(st scheduler.OperationState) scheduler.AnsweredOperation {
+	return scheduler.AnsweredOperation{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Response: st.Response}
+}
+
+// addNew keeps st unless its name is kept already, and reports whether
+// it did.
+func (r *recentlyDone) addNew(st scheduler.OperationState) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.ops[st.Name]; !ok {
-		r.addLocked(st)
+	if _, ok := r.ops[st.Name]; ok {
+		return false
 	}
+	r.addLocked(st)
+	return true
 }
 
 func (r *recentlyDone) addLocked(st scheduler.OperationState) {
