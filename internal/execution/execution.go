@@ -221,7 +221,7 @@ func (s *Service) submission(ctx context.Context, req *repb.ExecuteRequest, ad d
 func (s *Service) answerCancelled(stream repb.Execution_ExecuteServer, st scheduler.OperationState, sub *scheduler.SubmitRequest, note *callNote) error {
 	st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
 	st.Response = &repb.ExecuteResponse{Status: status.New(codes.Canceled, "operation cancelled by request").Proto()}
-	s.keep(st)
+	s.recent.add(st)
 	s.finished(protocol.Finished{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Invocation: sub.Invocation, Accepted: sub.Accepted,
 		Response: st.Response, Metadata: note.metadata, BuildName: note.buildName, Command: note.command})
 	return stream.Send(operation(st.Name, st, st.ActionDigest.Function))

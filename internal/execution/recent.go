@@ -38,13 +38,12 @@ func (r *recentlyDone) add(st scheduler.OperationState) {
 	r.addLocked(st)
 }
 
-// keep keeps st, an operation Execute ended itself (a cache hit, a
-// cancel before the submit), here and with the scheduler's finished
-// operations, which outlive this process (a fail-over) and stay for
-// scheduler.retention.
+// keep keeps st, an operation Execute answered from the ActionCache,
+// here and with the scheduler's finished operations, which outlive this
+// process (a fail-over) and stay for scheduler.retention.
 func (s *Service) keep(st scheduler.OperationState) {
 	s.recent.add(st)
-	s.sched.Answered(answered(st))
+	s.sched.Answered(scheduler.AnsweredOperation{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Response: st.Response})
 }
 
 // keepFailed keeps st, an operation whose Execute call ended with err
@@ -60,13 +59,9 @@ func (s *Service) keepFailed(st scheduler.OperationState, err error) {
 	st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
 	st.Response = &repb.ExecuteResponse{Status: status.New(se.Code(),
 		"the Execute call that named this operation failed before running it: "+se.Message()+"; call Execute again").Proto()}
-	if s.recent.addNew(st) {
-		s.sched.Answered(answered(st))
-	}
-}
-
-func answered(st scheduler.OperationState) scheduler.AnsweredOperation {
-	return scheduler.AnsweredOperation{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Response: st.Response}
+	// Kept in this process only: a refused request must leave nothing
+	// behind in the scheduler's state.
+	s.recent.addNew(st)
 }
 
 // addNew keeps st unless its name is kept already, and reports whether
