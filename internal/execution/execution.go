@@ -105,7 +105,7 @@ func operation(name string, st scheduler.OperationState, fn digest.Function) *lo
 // answer from the ActionCache if it can, prepare the submission from the
 // CAS, submit it (unless the client cancelled it first), follow it to the
 // end and report it.
-func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_ExecuteServer) (err error) {
+func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_ExecuteServer) error {
 	accepted := time.Now()
 	ad, err := executeDigest(req)
 	if err != nil {
@@ -120,45 +120,63 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	// (added before the send, or a cancel could arrive first).
 	s.pending.add(name)
 	defer s.pending.remove(name)
-	// A call that fails before the submit leaves the name it gave out
-	// answering with its error (kept before the name leaves pending).
-	submitted := false
-	defer func() {
-		if err != nil && !submitted {
-			s.keepFailed(st, err)
-		}
-	}()
-	if err := stream.Send(operation(name, st, ad.Function)); err != nil {
-		return err
+	a := onFreshStack(func() admission { return s.admit(ctx, req, stream, span, st, accepted) })
+	if a.err != nil && !a.answered {
+		// Failed before the submit: the name it gave out answers with
+		// its error (kept before the name leaves pending).
+		s.keepFailed(st, a.err)
 	}
-	if !req.SkipCacheLookup {
-		if answered, err := s.answerFromCache(ctx, stream, span, st, accepted); answered || err != nil {
-			return err
-		}
-	}
-	sub, note, err := s.submission(ctx, req, ad, name, accepted)
-	if err != nil {
-		return err
-	}
-	if s.pending.cancelled(name) {
-		return s.answerCancelled(stream, st, &sub, note)
-	}
-	if err := s.submit(ctx, &sub); err != nil {
-		return submitError(err)
-	}
-	submitted = true
-	if s.pending.remove(name) {
-		// Asked while the submit was on its way.
-		_ = s.sched.Cancel(name)
+	if a.answered || a.err != nil {
+		return a.err
 	}
 	// The operation is reported once: here, or by the scheduler when
 	// this call is gone (scheduledFinished).
 	final, err := s.follow(ctx, name, ad.Function, stream, true)
 	if err == nil && final.Done {
 		endExecuteSpan(span, final.Response)
-		s.reportFollowed(ctx, final, note)
+		s.reportFollowed(ctx, final, a.note)
 	}
 	return err
+}
+
+// admission is how admit left an Execute call: answered (from the
+// ActionCache, or cancelled before it was queued) or failed with err, else
+// queued with note.
+type admission struct {
+	answered bool
+	note     *callNote
+	err      error
+}
+
+// admit tells the client the operation's name (st), answers from the
+// ActionCache if it can, prepares the submission from the CAS and submits
+// it unless the client cancelled it first. Execute runs it on a fresh
+// stack (onFreshStack).
+func (s *Service) admit(ctx context.Context, req *repb.ExecuteRequest, stream repb.Execution_ExecuteServer, span trace.Span, st scheduler.OperationState, accepted time.Time) admission {
+	name := st.Name
+	if err := stream.Send(operation(name, st, st.ActionDigest.Function)); err != nil {
+		return admission{err: err}
+	}
+	if !req.SkipCacheLookup {
+		if answered, err := s.answerFromCache(ctx, stream, span, st, accepted); answered || err != nil {
+			return admission{answered: answered, err: err}
+		}
+	}
+	sub, note, err := s.submission(ctx, req, st.ActionDigest, name, accepted)
+	if err != nil {
+		return admission{err: err}
+	}
+	if s.pending.cancelled(name) {
+		return admission{answered: true, err: s.answerCancelled(stream, st, &sub, note)}
+	}
+	if err := s.submit(ctx, &sub); err != nil {
+		return admission{err: submitError(err)}
+	}
+	if s.pending.remove(name) {
+		// Asked while the submit was on its way.
+		_ = s.sched.Cancel(name)
+	}
+	return admission{note: note}
 }
 
 // executeDigest checks an ExecuteRequest's instance name and digest
@@ -223,7 +241,7 @@ func (s *Service) answerCancelled(stream repb.Execution_ExecuteServer, st schedu
 	st.Response = &repb.ExecuteResponse{Status: status.New(codes.Canceled, "operation cancelled by request").Proto()}
 	s.recent.add(st)
 	s.finished(protocol.Finished{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Invocation: sub.Invocation, Accepted: sub.Accepted,
-		Response: st.Response, Metadata: note.metadata, BuildName: note.buildName, Command: note.command})
+		Response: st.Response, Metadata: note.metadata, BuildName: note.buildName, Command: note.command()})
 	return stream.Send(operation(st.Name, st, st.ActionDigest.Function))
 }
 
@@ -382,11 +400,7 @@ func (s *Service) follow(ctx context.Context, name string, fn digest.Function, s
 			return st, status.Errorf(codes.NotFound, "operation %s is no longer known; call Execute again", name)
 		}
 		if st.Done || !announced || (updates && st.Stage != lastStage) {
-			sent := st
-			if st.Done {
-				sent.Response = s.withInlineOutputs(ctx, st.Response, fn)
-			}
-			if err := stream.Send(operation(name, sent, fn)); err != nil {
+			if err := onFreshStack(func() error { return s.sendState(ctx, stream, st, fn) }); err != nil {
 				return st, err
 			}
 			lastStage, announced = st.Stage, true
@@ -400,6 +414,16 @@ func (s *Service) follow(ctx context.Context, name string, fn digest.Function, s
 			return st, status.FromContextError(ctx.Err()).Err()
 		}
 	}
+}
+
+// sendState sends st to a follower, with the outputs inlined when it
+// is done. follow runs it on a fresh stack (onFreshStack): the send goes
+// deep into gRPC, and the follower's stack stays parked between sends.
+func (s *Service) sendState(ctx context.Context, stream grpc.ServerStreamingServer[longrunningpb.Operation], st scheduler.OperationState, fn digest.Function) error {
+	if st.Done {
+		st.Response = s.withInlineOutputs(ctx, st.Response, fn)
+	}
+	return stream.Send(operation(st.Name, st, fn))
 }
 
 // WaitExecution implements REAPI Execution.

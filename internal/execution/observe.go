@@ -48,7 +48,9 @@ func (Unobserved) WorkerCompleted(string, *repb.ExecuteResponse) {}
 type callNote struct {
 	metadata  *repb.RequestMetadata
 	buildName string
-	command   *repb.Command
+	// program and output are the command's program and first declared
+	// output (newCallNote).
+	program, output string
 	// claimed is set by whoever reports the operation: the Execute call,
 	// when it sees the operation done first (as it mostly does: then the
 	// report costs no hand-over), else the scheduler's report.
@@ -61,7 +63,33 @@ type callNote struct {
 }
 
 func newCallNote(md *repb.RequestMetadata, buildName string, cmd *repb.Command) *callNote {
-	return &callNote{metadata: md, buildName: buildName, command: cmd, reported: make(chan struct{})}
+	n := &callNote{metadata: md, buildName: buildName, reported: make(chan struct{})}
+	// Of the command, the report reads the program and the first
+	// declared output (the history's label): the note keeps those, not
+	// the decoded Command, for as long as the operation is queued.
+	if args := cmd.GetArguments(); len(args) > 0 {
+		n.program = args[0]
+		for _, outs := range [][]string{cmd.OutputPaths, cmd.OutputFiles, cmd.OutputDirectories} {
+			if len(outs) > 0 {
+				n.output = outs[0]
+				break
+			}
+		}
+	}
+	return n
+}
+
+// command is what the note kept of the Command, for the report (nil
+// without one).
+func (n *callNote) command() *repb.Command {
+	if n.program == "" {
+		return nil
+	}
+	c := &repb.Command{Arguments: []string{n.program}}
+	if n.output != "" {
+		c.OutputPaths = []string{n.output}
+	}
+	return c
 }
 
 // claim reports whether the caller is the one to report the operation.
@@ -89,7 +117,7 @@ func (s *Service) finishedOp(st scheduler.OperationState, n *callNote) {
 	if n != nil {
 		// The note's own: st may have been taken after the scheduler's
 		// reporter let the operation's copy go.
-		f.Metadata, f.BuildName, f.Command = n.metadata, n.buildName, n.command
+		f.Metadata, f.BuildName, f.Command = n.metadata, n.buildName, n.command()
 	}
 	s.finished(f)
 }

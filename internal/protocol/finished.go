@@ -27,8 +27,8 @@ type Finished struct {
 	Response *repb.ExecuteResponse
 	// Metadata is the RequestMetadata the Execute call carried, and
 	// BuildName the build name it sent (protocol.BuildNameHeader);
-	// Command the action's command when Execute read it (not for a cache
-	// hit). All three are unknown (nil, "") for an operation submitted
+	// Command what the report reads of the action's command, its program
+	// and first output, when Execute read it (not for a cache hit). All three are unknown (nil, "") for an operation submitted
 	// before the server restarted.
 	Metadata  *repb.RequestMetadata
 	BuildName string

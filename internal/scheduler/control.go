@@ -285,24 +285,8 @@ func (s *Scheduler) Operation(name string) (OperationInfo, error) {
 func (s *Scheduler) Operations(offset, limit int) (ops []OperationInfo, total int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	all := make([]*Operation, 0, len(s.ops))
-	for _, op := range s.ops {
-		if !op.done {
-			all = append(all, op)
-		}
-	}
-	sort.Slice(all, func(i, j int) bool {
-		a, b := all[i].task, all[j].task
-		if !a.queuedAt.Equal(b.queuedAt) {
-			return a.queuedAt.Before(b.queuedAt)
-		}
-		return all[i].Name < all[j].Name
-	})
-	total = len(all)
-	for i := offset; i < total && len(ops) < limit; i++ {
-		ops = append(ops, s.infoLocked(all[i]))
-	}
-	return ops, total
+	s.open.page(offset, limit, func(op *Operation) { ops = append(ops, s.infoLocked(op)) })
+	return ops, s.open.n
 }
 
 // Kill cancels an operation as an operator: its callers get CANCELLED

@@ -214,7 +214,14 @@ func (r *recReader) end(what string) error {
 }
 
 func (rec *taskRecord) marshal() []byte {
-	w := make(recWriter, 0, 64+len(rec.Action)+len(rec.Command))
+	// Sized to fit: the durable store may keep the record for as long as
+	// the task is queued, so a buffer grown by doubling would keep up to
+	// twice its bytes.
+	n := 64 + strSize(rec.ID) + strSize(rec.Instance) + strSize(rec.Hash) + strSize(rec.Queue) + 6 + len(rec.Action) + len(rec.Command)
+	for _, p := range rec.Platform {
+		n += strSize(p.Name) + strSize(p.Value)
+	}
+	w := make(recWriter, 0, n)
 	w = append(w, recordV1)
 	w.str(rec.ID)
 	w.str(rec.Instance)
@@ -259,7 +266,7 @@ func (rec *taskRecord) unmarshal(b []byte) error {
 }
 
 func (rec *taskStateRecord) marshal() []byte {
-	w := make(recWriter, 0, 32+len(rec.Lease)+len(rec.Worker)+len(rec.LastWorker))
+	w := make(recWriter, 0, 32+strsSize(rec.Invocation)+strSize(rec.Lease)+strSize(rec.Worker)+strSize(rec.LastWorker)+retriesSize(rec.Retries))
 	w = append(w, recordStateV2)
 	w.int(int64(rec.Priority))
 	w.int(rec.Seq)
@@ -273,6 +280,27 @@ func (rec *taskStateRecord) marshal() []byte {
 	w.retries(rec.Retries)
 	w.str(rec.LastWorker)
 	return w
+}
+
+// strSize is at most what w.str(s) appends (for s below 2 MiB).
+func strSize(s string) int { return 3 + len(s) }
+
+// strsSize is at most what w.strs(ss) appends.
+func strsSize(ss []string) int {
+	n := binary.MaxVarintLen64
+	for _, s := range ss {
+		n += strSize(s)
+	}
+	return n
+}
+
+// retriesSize is about what w.retries(rs) appends.
+func retriesSize(rs []Retry) int {
+	n := binary.MaxVarintLen64
+	for _, r := range rs {
+		n += 32 + len(r.Worker) + len(r.Reason)
+	}
+	return n
 }
 
 func (w *recWriter) strs(ss []string) {
@@ -357,11 +385,12 @@ func (rec *taskStateRecord) unmarshal(b []byte) error {
 }
 
 func (rec *opRecord) marshal() []byte {
-	w := make(recWriter, 0, 64+len(rec.Task)+len(rec.Response))
+	n := 64 + strSize(rec.Task) + 3 + len(rec.Response) + strsSize(rec.Invocation)
 	f := rec.Finished
 	if f != nil {
-		w = make(recWriter, 0, 160+len(rec.Task)+len(rec.Response)+len(f.Instance)+len(f.Hash))
+		n += 160 + strSize(f.Instance) + strSize(f.Hash)
 	}
+	w := make(recWriter, 0, n)
 	w = append(w, recordOpV3)
 	w.str(rec.Task)
 	w.bool(rec.Done)

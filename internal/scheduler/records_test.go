@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -182,4 +183,23 @@ func FuzzSchedulerRecords(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestRecordsAreSizedToFit: a queued task's records may be kept by the
+// durable store for as long as it is queued, so their buffers are not
+// grown by doubling: realistic records (a 64-character hash, platform
+// properties, an invocation path) have little spare capacity.
+func TestRecordsAreSizedToFit(t *testing.T) {
+	task, st, op := sampleRecords()
+	task.ID, task.Hash = "x1b2c3d4e5f6-9z", strings.Repeat("ab", 32)
+	task.Platform = platform.Properties{{Name: "OSFamily", Value: "linux"}, {Name: "container-image", Value: "docker://example.org/build/toolchain:2026-11"}, {Name: "pool", Value: "large"}}
+	task.Action, task.Command = make([]byte, 140), make([]byte, 300)
+	inv := []string{"tenant-17", "8b0f3c1e-5a2d-4c6b-9e7f-0a1b2c3d4e5f", "u-someone"}
+	st.Invocation, op.Invocation, op.Done, op.Finished, op.Response = inv, inv, false, nil, nil
+	for _, rec := range []interface{ marshal() []byte }{&task, &st, &op} {
+		b := rec.marshal()
+		if spare := cap(b) - len(b); spare > 128 {
+			t.Errorf("%T: %d bytes in a buffer of %d: %d spare, want at most 128", rec, len(b), cap(b), spare)
+		}
+	}
 }

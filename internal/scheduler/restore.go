@@ -204,6 +204,7 @@ func (s *Scheduler) joinRestoredLocked(op *Operation, t *Task) bool {
 	op.task = t
 	t.ops = append(t.ops, op)
 	s.unwatched.add(op)
+	s.open.add(op)
 	// A record written before operations kept their own acceptance and
 	// invocation: the task's are the best known.
 	if op.accepted.IsZero() {

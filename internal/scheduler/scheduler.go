@@ -295,6 +295,8 @@ type Scheduler struct {
 	// finished are finished operations in the order they finished.
 	unwatched opList
 	finished  []*Operation
+	// open are the unfinished operations in status-page order.
+	open openOps
 	// seen remembers every worker registered recently, for deciding that
 	// no worker could ever run an action.
 	seen    map[string]seenWorker
@@ -549,6 +551,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 	s.unwatched.add(op)
 	t.ops = append(t.ops, op)
 	s.ops[op.Name] = op
+	s.open.add(op)
 	s.touchTask(t)
 	s.touchOp(op)
 	s.emit(Event{Kind: EventSubmitted, Task: t.ID, Operation: op.Name})
@@ -694,6 +697,11 @@ func (s *Scheduler) RemoveWatcher(name string) {
 		if op.watchers == 0 && !op.done {
 			op.goneSince = s.clock.Now()
 			s.unwatched.add(op)
+			// Let the change channel go with the last stream: a queued
+			// operation whose client left keeps none. Anyone else waiting
+			// on it (WaitOperation) wakes, finds no change and watches
+			// again.
+			s.notifyOpLocked(op)
 		}
 	}
 }
@@ -788,6 +796,7 @@ func (s *Scheduler) inflightLocked(key dedupKey) *Task {
 
 func (s *Scheduler) finishOpLocked(op *Operation, resp *repb.ExecuteResponse) {
 	s.unwatched.remove(op)
+	s.open.remove(op)
 	s.finished = append(s.finished, op)
 	op.done = true
 	op.response = resp

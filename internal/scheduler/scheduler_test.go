@@ -404,3 +404,34 @@ func TestPollAbandonedAfterHandoffRequeues(t *testing.T) {
 		t.Fatal("task completed unexpectedly")
 	}
 }
+
+// TestLastWatcherLetsTheChangeChannelGo: when the last stream of a queued
+// operation ends, the operation keeps no change channel (a client that
+// left costs no channel per queued action), and a waiter holding the old
+// one wakes and can watch again.
+func TestLastWatcherLetsTheChangeChannelGo(t *testing.T) {
+	s, _ := newTest(t)
+	op := submit(t, s, "a")
+	if err := s.AddWatcher(op); err != nil {
+		t.Fatal(err)
+	}
+	_, changed, err := s.Watch(op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.RemoveWatcher(op)
+	select {
+	case <-changed:
+	default:
+		t.Fatal("a waiter on the operation was not woken when its last stream ended")
+	}
+	s.mu.Lock()
+	kept := s.ops[op].changed
+	s.mu.Unlock()
+	if kept != nil {
+		t.Fatal("the operation keeps its change channel after its last stream ended")
+	}
+	if st, again, err := s.Watch(op); err != nil || st.Done || again == nil {
+		t.Fatalf("watching again: %+v %v %v", st, again, err)
+	}
+}
