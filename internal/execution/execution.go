@@ -121,6 +121,11 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	s.pending.add(name)
 	defer s.pending.remove(name)
 	a := onFreshStack(func() admission { return s.admit(ctx, req, stream, span, st, accepted) })
+	if a.err != nil && !a.answered {
+		// Failed before the submit: the name it gave out answers with
+		// its error (kept before the name leaves pending).
+		s.keepFailed(st, a.err)
+	}
 	if a.answered || a.err != nil {
 		return a.err
 	}
@@ -263,7 +268,7 @@ func (s *Service) answerCached(ctx context.Context, stream repb.Execution_Execut
 	st.Response = &repb.ExecuteResponse{Result: ar, CachedResult: true, Status: status.New(codes.OK, "").Proto()}
 	// Kept before the name leaves pending (Execute's deferred remove), so
 	// that a WaitExecution waiting on it finds the result.
-	s.recent.add(st)
+	s.keep(st)
 	sent := st
 	sent.Response = s.withInlineOutputs(ctx, st.Response, st.ActionDigest.Function)
 	if err := stream.Send(operation(st.Name, sent, st.ActionDigest.Function)); err != nil {

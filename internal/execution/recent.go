@@ -3,12 +3,15 @@ package execution
 import (
 	"sync"
 
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc/status"
+
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
 // recentMax bounds how many operations recentlyDone keeps: those Execute
 // finished without the scheduler (a cache hit, a cancel before the
-// submit) are otherwise unknown the moment their Execute ends.
+// submit, a call failed before the submit) are otherwise unknown the moment their Execute ends.
 const recentMax = 4096
 
 // recentlyDone keeps the final state of the last operations Execute ended
@@ -32,6 +35,48 @@ func newRecentlyDone(max int) *recentlyDone {
 func (r *recentlyDone) add(st scheduler.OperationState) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.addLocked(st)
+}
+
+// keep keeps st, an operation Execute answered from the ActionCache,
+// here and with the scheduler's finished operations, which outlive this
+// process (a fail-over) and stay for scheduler.retention.
+func (s *Service) keep(st scheduler.OperationState) {
+	s.recent.add(st)
+	s.sched.Answered(scheduler.AnsweredOperation{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Response: st.Response})
+}
+
+// keepFailed keeps st, an operation whose Execute call ended with err
+// before it reached the scheduler (the ActionCache or the scheduler
+// unreachable), as done with that error, so that a client that follows
+// the name it was given sees a final state; a name already kept (an
+// answer whose sending failed) stays as it is.
+func (s *Service) keepFailed(st scheduler.OperationState, err error) {
+	se, ok := status.FromError(err)
+	if !ok {
+		se = status.FromContextError(err)
+	}
+	st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
+	st.Response = &repb.ExecuteResponse{Status: status.New(se.Code(),
+		"the Execute call that named this operation failed before running it: "+se.Message()+"; call Execute again").Proto()}
+	// Kept in this process only: a refused request must leave nothing
+	// behind in the scheduler's state.
+	s.recent.addNew(st)
+}
+
+// addNew keeps st unless its name is kept already, and reports whether
+// it did.
+func (r *recentlyDone) addNew(st scheduler.OperationState) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.ops[st.Name]; ok {
+		return false
+	}
+	r.addLocked(st)
+	return true
+}
+
+func (r *recentlyDone) addLocked(st scheduler.OperationState) {
 	if _, ok := r.ops[st.Name]; ok {
 		r.ops[st.Name] = st
 		return

@@ -3,6 +3,7 @@ package execution
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/scheduler"
 )
 
@@ -91,4 +93,45 @@ func TestRecentlyDoneBound(t *testing.T) {
 	if len(r.ops) != 3 {
 		t.Fatalf("%d kept, want 3", len(r.ops))
 	}
+}
+
+// TestNameOfAFailedExecuteAnswersItsError: an Execute that named its
+// operation and then failed before submitting it (the ActionCache down)
+// leaves the name answering, done, with that error: a client following
+// the name (WaitExecution, GetOperation) sees a final state, not
+// NOT_FOUND.
+func TestNameOfAFailedExecuteAnswersItsError(t *testing.T) {
+	e := newEnvWith(t, func(ResultLookup) ResultLookup {
+		return func(context.Context, string, digest.Digest) (*repb.ActionResult, error) {
+			return nil, status.Error(codes.Unavailable, "the action cache is down")
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ad := e.action(emptyRoot(), simpleCmd("/bin/true"))
+	ops, err := e.execute(ctx, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
+	if status.Code(err) != codes.Unavailable || len(ops) != 1 {
+		t.Fatalf("Execute: %d operations, %v; want the name, then UNAVAILABLE", len(ops), err)
+	}
+	name := ops[0].Name
+	check := func(what string, op *longrunningpb.Operation) {
+		t.Helper()
+		if op == nil || op.Name != name || !op.Done {
+			t.Fatalf("%s: %v, want the done operation %s", what, op, name)
+		}
+		st := responseOf(t, op).GetStatus()
+		if codes.Code(st.GetCode()) != codes.Unavailable || !strings.Contains(st.GetMessage(), "the action cache is down") {
+			t.Fatalf("%s: status %v, want UNAVAILABLE saying why", what, st)
+		}
+	}
+	wait, err := e.exec.WaitExecution(ctx, &repb.WaitExecutionRequest{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("WaitExecution", lastOperation(wait))
+	op, err := e.ops.GetOperation(ctx, &longrunningpb.GetOperationRequest{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("GetOperation", op)
 }

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"strings"
+	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 
@@ -64,8 +65,9 @@ func (s *Scheduler) Complete(ctx context.Context, workerID string, cs []Completi
 
 // cacheResults writes the results of cs that ask for it to the
 // ActionCache, under their leases' instance and action digest, for the
-// leases still workerID's now. A failed write is noted in the result's
-// message: the result still reaches the callers.
+// leases still workerID's now. A failed write is tried again a few
+// times (cacheRetryPauses, bounded by ctx); one that still fails is
+// noted in the result's message: the result still reaches the callers.
 func (s *Scheduler) cacheResults(ctx context.Context, workerID string, cs []Completion) {
 	if s.cache == nil {
 		return
@@ -96,11 +98,42 @@ func (s *Scheduler) cacheResults(ctx context.Context, workerID string, cs []Comp
 		n++
 	}
 	s.mu.Unlock()
-	for _, e := range es[:n] {
-		if err := s.cache.WriteActionResult(ctx, e.instance, e.action, e.c.Response.Result); err != nil {
-			r := e.c.Response
-			r.Message = strings.TrimSpace(r.Message + " (the result could not be cached: " + err.Error() + ")")
+	failing := es[:n]
+	errs := make([]error, len(failing))
+	for try := 0; ; try++ {
+		m := 0
+		for i, e := range failing {
+			if errs[i] = s.cache.WriteActionResult(ctx, e.instance, e.action, e.c.Response.Result); errs[i] != nil {
+				failing[m], errs[m] = e, errs[i]
+				m++
+			}
 		}
+		failing, errs = failing[:m], errs[:m]
+		if m == 0 || try == len(cacheRetryPauses) || !pause(ctx, cacheRetryPauses[try]) {
+			break
+		}
+	}
+	for i, e := range failing {
+		r := e.c.Response
+		r.Message = strings.TrimSpace(r.Message + " (the result could not be cached: " + errs[i].Error() + ")")
+	}
+}
+
+// cacheRetryPauses are the pauses between the tries of a failed
+// ActionCache write (the store restarting, a frontend behind the
+// balancer killed): about 3s in all, while the operation waits, before
+// its result is delivered with the note.
+var cacheRetryPauses = []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, time.Second, 1600 * time.Millisecond}
+
+// pause waits d, or less if ctx ends first (false).
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

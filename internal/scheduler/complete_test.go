@@ -40,11 +40,13 @@ type cacheEntry struct {
 
 // recordingCache records the writes; it fails them with err when set.
 type recordingCache struct {
-	mu      sync.Mutex
-	s       *Scheduler
-	op      func(digest.Digest) string
-	err     error
-	entries []cacheEntry
+	mu  sync.Mutex
+	s   *Scheduler
+	op  func(digest.Digest) string
+	err error
+	// failFirst fails that many writes first (then err's rule applies).
+	failFirst int
+	entries   []cacheEntry
 }
 
 func (c *recordingCache) WriteActionResult(_ context.Context, instance string, action digest.Digest, ar *repb.ActionResult) error {
@@ -52,6 +54,10 @@ func (c *recordingCache) WriteActionResult(_ context.Context, instance string, a
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.entries = append(c.entries, cacheEntry{instance: instance, action: action, exitCode: ar.ExitCode, doneBefore: st.Done})
+	if c.failFirst > 0 {
+		c.failFirst--
+		return errors.New("the action cache is restarting")
+	}
 	return c.err
 }
 
@@ -163,6 +169,7 @@ func TestCompleteNotesAFailedCacheWrite(t *testing.T) {
 	ops[action("a")] = submit(t, s, "a")
 	a := pollNow(t, s, "w", 1)
 	resp := &repb.ExecuteResponse{Result: &repb.ActionResult{}, Message: "logs at /x"}
+	start := time.Now()
 	accepted, stored := s.Complete(context.Background(), "w", []Completion{{LeaseID: a.LeaseID, Response: resp, CacheResult: true}})
 	stored()
 	if !accepted[0] {
@@ -171,5 +178,52 @@ func TestCompleteNotesAFailedCacheWrite(t *testing.T) {
 	st := state(t, s, ops[action("a")])
 	if !st.Done || !strings.Contains(st.Response.GetMessage(), "logs at /x (the result could not be cached: the action cache is full)") {
 		t.Fatalf("done %v, message %q", st.Done, st.Response.GetMessage())
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the result waited %v for the ActionCache, want a few seconds at most", took)
+	}
+	if n := len(cache.written()); n != len(cacheRetryPauses)+1 {
+		t.Fatalf("%d tries of the write, want %d", n, len(cacheRetryPauses)+1)
+	}
+}
+
+// A write that fails for a while (the store restarting) is tried again
+// while the operation waits: the entry is there, with no note, before
+// the operation finishes; a batch's failed writes are retried together.
+func TestCompleteRetriesAFailedCacheWrite(t *testing.T) {
+	s, _, cache, ops := newCacheTest(t)
+	cache.failFirst = 3
+	register(s, "w")
+	ops[action("a")] = submit(t, s, "a")
+	ops[action("b")] = submit(t, s, "b")
+	var cs []Completion
+	for range 2 {
+		l := pollNow(t, s, "w", 1)
+		cs = append(cs, Completion{LeaseID: l.LeaseID, Response: &repb.ExecuteResponse{Result: &repb.ActionResult{}}, CacheResult: true})
+	}
+	accepted, stored := s.Complete(context.Background(), "w", cs)
+	stored()
+	for i, ok := range accepted {
+		if !ok {
+			t.Fatalf("result %d was not accepted", i)
+		}
+	}
+	for _, a := range []string{"a", "b"} {
+		st := state(t, s, ops[action(a)])
+		if !st.Done || st.Response.GetMessage() != "" {
+			t.Fatalf("%s: done %v, message %q, want done without a note", a, st.Done, st.Response.GetMessage())
+		}
+	}
+	ok := map[digest.Digest]bool{}
+	for i, e := range cache.written() {
+		if e.doneBefore {
+			t.Fatalf("write %d of %s came after its operation finished", i, e.action)
+		}
+		if i >= 3 {
+			ok[e.action] = true
+		}
+	}
+	if !ok[action("a")] || !ok[action("b")] || len(cache.written()) > 5 {
+		t.Fatalf("writes %+v, want both entries written after the 3 failures, at most 5 tries in all", cache.written())
 	}
 }

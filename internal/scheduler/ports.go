@@ -34,6 +34,9 @@ type Operations interface {
 	Cancel(name string) error
 	// OnFinished calls f for every operation that finishes.
 	OnFinished(f func(FinishedOperation))
+	// Answered keeps an operation the caller ended itself (a cache hit)
+	// with the finished ones.
+	Answered(a AnsweredOperation)
 	// RunsInChroot reports whether instance's actions run in a chroot
 	// (their inputs must then hold what the chroot needs).
 	RunsInChroot(instance string) bool

@@ -114,3 +114,72 @@ func responseOf(t *testing.T, op *longrunningpb.Operation) *repb.ExecuteResponse
 	}
 	return resp
 }
+
+// An Execute answered from the ActionCache keeps its operation with the
+// finished ones: after a restart (another leader), WaitExecution and
+// GetOperation of its name still answer its result, as
+// scheduler.retention says.
+func TestCacheHitOperationSurvivesRestart(t *testing.T) {
+	t.Run("embedded", func(t *testing.T) { testCacheHitSurvivesRestart(t, config.StoreConfig{Backend: "embedded"}) })
+	t.Run("postgres", func(t *testing.T) {
+		testCacheHitSurvivesRestart(t, config.StoreConfig{Backend: "postgres", DSN: pgtest.Start(t)})
+	})
+}
+
+func testCacheHitSurvivesRestart(t *testing.T, store config.StoreConfig) {
+	dir := t.TempDir()
+	f := startFarm(t, func(c *config.Config) { c.DataDir = dir; c.Scheduler.Store = store })
+	cmd := shCmd("echo cached > out", "out")
+	a := &repb.Action{CommandDigest: f.put(cmd).Proto(), InputRootDigest: digest.Empty(digest.SHA256).Proto()}
+	ad := f.put(a)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	execute := func() (string, *repb.ExecuteResponse) {
+		t.Helper()
+		stream, err := repb.NewExecutionClient(f.conn).Execute(ctx, &repb.ExecuteRequest{ActionDigest: ad.Proto()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			op := mustRecv(t, stream)
+			if op.Done {
+				return op.Name, responseOf(t, op)
+			}
+		}
+	}
+	if _, resp := execute(); resp.CachedResult || client.CheckResponse(resp) != nil {
+		t.Fatalf("first run: %v, want a fresh success", resp)
+	}
+	name, resp := execute()
+	if !resp.CachedResult {
+		t.Fatalf("second run: %v, want a cache hit", resp)
+	}
+	f.stop()
+
+	f2 := startFarm(t, func(c *config.Config) { c.DataDir = dir; c.Scheduler.Store = store; c.Worker.Enabled = false })
+	wait, err := repb.NewExecutionClient(f2.conn).WaitExecution(ctx, &repb.WaitExecutionRequest{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last *longrunningpb.Operation
+	for {
+		op, err := wait.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("WaitExecution(%s) of a cache hit after restart: %v", name, err)
+		}
+		last = op
+	}
+	if last == nil || !last.Done || !responseOf(t, last).CachedResult {
+		t.Fatalf("WaitExecution(%s) after restart: %v, want the cached result", name, last)
+	}
+	if got := f2.read(responseOf(t, last).Result.OutputFiles[0].Digest); got != "cached\n" {
+		t.Errorf("output %q", got)
+	}
+	op, err := longrunningpb.NewOperationsClient(f2.conn).GetOperation(ctx, &longrunningpb.GetOperationRequest{Name: name})
+	if err != nil || !op.Done {
+		t.Fatalf("GetOperation(%s) after restart: %v, %v", name, op, err)
+	}
+}

@@ -218,4 +218,7 @@ type outcome struct {
 	cachedName string
 	// doneName is the operation whose done message the client last got.
 	doneName string
+	// notCached: the successful answer said its result could not be
+	// cached (the ActionCache write failed past its retries).
+	notCached bool
 }

@@ -49,10 +49,11 @@ type finalCheck struct {
 	names        int
 	most         []string // the actions that ran 3 times or more, and why
 	// cachedForgotten counts operation names answered from the ActionCache
-	// that GetOperation no longer knows at the end (reported, not failed).
+	// that GetOperation no longer knows at the end, each with a leader
+	// kill or a PostgreSQL stop to explain it (reported, not failed).
 	cachedForgotten int
 	// brokenForgotten counts names whose Execute call failed before the
-	// operation was submitted, unknown at the end (reported, not failed).
+	// operation was submitted, unknown at the end, each explained so too.
 	brokenForgotten int
 	retries         int
 	longestFault    time.Duration
@@ -86,21 +87,18 @@ func (c *finalCheck) operations() {
 				if err == nil && op.Done {
 					break
 				}
-				if status.Code(err) == codes.NotFound && name == o.cachedName {
-					// Known: an Execute answered from the ActionCache is kept
-					// in the answering leader's memory only (execution's
-					// recentlyDone), so a new leader does not know it.
-					c.cachedForgotten++
-					break
-				}
-				if status.Code(err) == codes.NotFound && name != o.doneName {
-					// Known: Execute names the operation in its first message,
-					// and when the ActionCache lookup or the submission then
-					// fails (a store down), the call ends with that error and
-					// the name is never an operation: the client saw the
-					// error, WaitExecution answers NOT_FOUND, and the client
-					// calls Execute again.
-					c.brokenForgotten++
+				if status.Code(err) == codes.NotFound && (name != o.doneName || name == o.cachedName) &&
+					c.rec.during(o.start, o.end.Add(faultGrace), faultGrace, "kill-leader", "stop-postgres") {
+					// An operation Execute ended itself (a cache hit, a call
+					// failed before the submit) is stored with the finished
+					// ones without waiting for the commit: a leader killed, or
+					// PostgreSQL stopped, before that commit forgets it. Any
+					// other name unknown at the end is a lost operation.
+					if name == o.cachedName {
+						c.cachedForgotten++
+					} else {
+						c.brokenForgotten++
+					}
 					break
 				}
 				if status.Code(err) == codes.NotFound || time.Now().After(deadline) {
@@ -130,8 +128,13 @@ func (c *finalCheck) actionCache() {
 		cancel()
 		c.acChecked++
 		if status.Code(err) == codes.NotFound {
-			if o.final == "succeeded" {
+			switch {
+			case o.final != "succeeded":
+			case o.notCached:
+				// The client was told: the write failed past its retries.
 				c.acMissing++
+			default:
+				c.rec.wrong(fmt.Sprintf("%s (%s) succeeded with no note, but the ActionCache has no entry for it: %v", a.key, a.digest, err))
 			}
 			continue
 		}
@@ -316,7 +319,7 @@ func (c *finalCheck) summary(duration time.Duration) string {
 	for _, m := range c.most {
 		fmt.Fprintf(&b, "    %s\n", m)
 	}
-	fmt.Fprintf(&b, "  client retries %d; operation names checked %d (unknown at the end: %d answered from the ActionCache, %d whose Execute failed before submitting); ActionCache entries checked %d (%d successful ones missing); blobs read back %d\n",
+	fmt.Fprintf(&b, "  client retries %d; operation names checked %d (unknown at the end: %d answered from the ActionCache, %d whose Execute failed before submitting); ActionCache entries checked %d (%d successful ones missing, each answered with \"could not be cached\"); blobs read back %d\n",
 		c.retries, c.names, c.cachedForgotten, c.brokenForgotten, c.acChecked, c.acMissing, c.blobsChecked)
 	fmt.Fprintf(&b, "  longest submission: %v with a fault in its time, %v without\n", c.longestFault.Round(time.Millisecond), c.longestCalm.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  fault log:\n%s", c.rec.faultLog())

@@ -200,6 +200,7 @@ func (l *load) submit(conn *grpc.ClientConn, o *outcome, inv string, r *rand.Ran
 			return
 		}
 		o.result = resp.GetResult()
+		o.notCached = strings.Contains(resp.GetMessage(), "the result could not be cached")
 		if resp.GetCachedResult() {
 			o.cachedName = name
 		}

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -94,6 +95,23 @@ func (r *recorder) windows(grace time.Duration) [][2]time.Time {
 		out = append(out, [2]time.Time{e.start, end.Add(grace)})
 	}
 	return out
+}
+
+// during reports whether a fault of one of kinds was in progress (or
+// within grace of its repair) at some time between from and to.
+func (r *recorder) during(from, to time.Time, grace time.Duration, kinds ...string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.faults {
+		end := e.end
+		if end.IsZero() {
+			end = time.Now()
+		}
+		if slices.Contains(kinds, e.kind) && !e.start.After(to) && !end.Add(grace).Before(from) {
+			return true
+		}
+	}
+	return false
 }
 
 // byKind counts the faults by kind.
