@@ -42,6 +42,12 @@ type injector struct {
 	// pgDown is set while PostgreSQL is stopped: a scheduler started then
 	// would not become healthy, so the supervisor waits.
 	pgDown bool
+	// s3Down is set while MinIO is stopped: a frontend refuses to start
+	// while its bucket is unreachable (it exits, and its supervisor,
+	// systemd's Restart=always or a pod, starts it again), so a frontend
+	// killed meanwhile is started once MinIO is back, into waitingFEs.
+	s3Down     bool
+	waitingFEs []*cluster.Proc
 }
 
 // loop injects faults until the deadline or the first wrong answer: pauses
@@ -167,7 +173,24 @@ func (in *injector) begin(kind string, targets map[string]bool) (a active, ok bo
 	}
 	switch kind {
 	case "kill-frontend":
-		return restartable(pick(f.fes), true)
+		a, ok, err := restartable(pick(f.fes), true)
+		if ok {
+			start := a.repair
+			p := a.ev.target
+			a.repair = func() error {
+				if !in.s3Down {
+					return start()
+				}
+				a.ev.note += "; started again once MinIO was back, as its supervisor would"
+				for _, fe := range f.fes {
+					if fe.Name == p {
+						in.waitingFEs = append(in.waitingFEs, fe)
+					}
+				}
+				return nil
+			}
+		}
+		return a, ok, err
 	case "kill-leader", "kill-standby":
 		l := f.leader()
 		if l == nil {
@@ -211,7 +234,19 @@ func (in *injector) begin(kind string, targets map[string]bool) (a active, ok bo
 		} else {
 			f.s3.Stop()
 		}
-		return active{ev: ev, hold: hold, repair: func() error { f.s3.Restart(); return nil }}, true, nil
+		in.s3Down = true
+		return active{ev: ev, hold: hold, repair: func() error {
+			f.s3.Restart()
+			in.s3Down = false
+			waiting := in.waitingFEs
+			in.waitingFEs = nil
+			for _, fe := range waiting {
+				if err := fe.Start(); err != nil {
+					return fmt.Errorf("%s, started again after MinIO came back: %w", fe.Name, err)
+				}
+			}
+			return nil
+		}}, true, nil
 	case "stop-postgres":
 		if targets["postgres"] {
 			return active{}, false, nil
