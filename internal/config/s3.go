@@ -45,6 +45,10 @@ type S3Config struct {
 	// PartSize is the size of multipart upload parts, and the size up to
 	// which a blob is sent in one PUT.
 	PartSize ByteSize `yaml:"part_size"`
+	// StartWait is how long a starting process waits for an unreachable
+	// bucket (connection refused, timeouts, 5xx) before it gives up;
+	// refused credentials or a missing bucket fail at once.
+	StartWait Duration `yaml:"start_wait"`
 }
 
 func defaultS3() S3Config {
@@ -53,6 +57,7 @@ func defaultS3() S3Config {
 		HeadConcurrency:       64,
 		ExistenceCacheEntries: 1 << 20,
 		PartSize:              16 << 20,
+		StartWait:             Duration(time.Minute),
 	}
 }
 
@@ -85,6 +90,9 @@ func validateS3(s S3Config, bad func(path, format string, args ...any)) {
 	}
 	if s.ExistenceCacheEntries < 0 {
 		bad("storage.s3.existence_cache_entries", "must not be negative (0 turns the cache off)")
+	}
+	if s.StartWait < 0 {
+		bad("storage.s3.start_wait", "must not be negative (0 gives up at the first failure)")
 	}
 	if s.PartSize < 5<<20 || s.PartSize > 5<<30 {
 		bad("storage.s3.part_size", "must be between 5MiB and 5GiB (S3's limits on a part)")

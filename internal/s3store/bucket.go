@@ -72,6 +72,11 @@ type Config struct {
 	// MaxRetries bounds the retries of a failed request (0: the client
 	// library's default, 10, with backoff).
 	MaxRetries int
+	// StartWait is how long Open waits for a bucket it cannot reach
+	// (the store restarting: connection refused, timeouts, 5xx) before it
+	// gives up; refused credentials and a missing bucket fail at once.
+	// 0 gives up at the first failure.
+	StartWait time.Duration
 }
 
 // Observer is told about every request the store makes: its operation
@@ -152,12 +157,40 @@ func Open(ctx context.Context, cfg Config, obs Observer, log *slog.Logger) (*Buc
 		log:    log,
 		exist:  newExistence(cfg.ExistenceCacheEntries),
 	}
-	if err := b.check(ctx); err != nil {
+	if err := b.checkWaiting(ctx); err != nil {
 		return nil, err
 	}
 	b.fresh = newRefresher(b, refreshWorkers, refreshQueue)
 	return b, nil
 }
+
+// checkWaiting is check, tried again while the bucket is unreachable
+// (a store restarting along with this process) for up to StartWait, each
+// failure logged with what would be fatal after it.
+func (b *Bucket) checkWaiting(ctx context.Context) error {
+	deadline := time.Now().Add(b.cfg.StartWait)
+	pause := 250 * time.Millisecond
+	for {
+		err := b.check(ctx)
+		var u *unreachableError
+		if !errors.As(err, &u) || time.Now().Add(pause).After(deadline) {
+			return err
+		}
+		b.log.Warn("object storage unreachable at start; waiting for it", "err", err, "retry_in", pause, "gives_up_in", time.Until(deadline).Round(time.Second))
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 4*time.Second)
+	}
+}
+
+// unreachableError is a start-up check that failed for want of an answer
+// (no connection, a timeout, a server error), which waiting may cure.
+type unreachableError struct{ error }
+
+func (e *unreachableError) Unwrap() error { return e.error }
 
 // startTimeout bounds the start-up check of the bucket.
 const startTimeout = 30 * time.Second
@@ -206,7 +239,11 @@ func (b *Bucket) startError(err error) error {
 			return fmt.Errorf("storage.s3.bucket: bucket %q does not exist at %s; create it, or set storage.s3.create_bucket: true", b.cfg.Bucket, b.endpoint())
 		}
 	}
-	return fmt.Errorf("storage.s3.endpoint: cannot use %s: %w; check that the endpoint is right and reachable", b.where, err)
+	err = fmt.Errorf("storage.s3.endpoint: cannot use %s: %w; check that the endpoint is right and reachable", b.where, err)
+	if errors.As(err, &resp) && resp.StatusCode > 0 && resp.StatusCode < 500 {
+		return err // an answer, and not one that waiting changes
+	}
+	return &unreachableError{err}
 }
 
 // endpoint is the object store's address as configured, or AWS's.

@@ -377,3 +377,46 @@ func TestStoppedStoreIsUnavailable(t *testing.T) {
 		t.Fatalf("read after the retry: %d bytes, %v", len(got), err)
 	}
 }
+
+// TestOpenWaitsForTheBucket: a process that starts while its object store
+// is down (both restarting after an outage) waits for it, up to
+// StartWait, instead of exiting; past StartWait it gives up with the
+// error that names the endpoint.
+func TestOpenWaitsForTheBucket(t *testing.T) {
+	s := miniotest.Start(t)
+	s.Setenv(t)
+	bucket := s.Bucket(t)
+	s.Stop()
+
+	cfg := testConfig(s, bucket)
+	cfg.StartWait = 500 * time.Millisecond
+	if _, err := Open(context.Background(), cfg, Unobserved{}, quietLog()); err == nil || !strings.Contains(err.Error(), "storage.s3.endpoint") {
+		t.Fatalf("Open with the store down past StartWait: %v, want the endpoint's error", err)
+	}
+
+	cfg.StartWait = time.Minute
+	type result struct {
+		b   *Bucket
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		b, err := Open(context.Background(), cfg, Unobserved{}, quietLog())
+		done <- result{b, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("Open returned while the store was down: %v", r.err)
+	case <-time.After(time.Second):
+	}
+	s.Restart()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("Open after the store came back: %v", r.err)
+		}
+		r.b.Close()
+	case <-time.After(30 * time.Second):
+		t.Fatal("Open still waiting 30s after the store came back")
+	}
+}

@@ -146,5 +146,6 @@ func s3Config(c config.S3Config) s3store.Config {
 		HeadConcurrency:       c.HeadConcurrency,
 		ExistenceCacheEntries: c.ExistenceCacheEntries,
 		PartSize:              int64(c.PartSize),
+		StartWait:             c.StartWait.D(),
 	}
 }

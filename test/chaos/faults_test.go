@@ -42,10 +42,10 @@ type injector struct {
 	// pgDown is set while PostgreSQL is stopped: a scheduler started then
 	// would not become healthy, so the supervisor waits.
 	pgDown bool
-	// s3Down is set while MinIO is stopped: a frontend refuses to start
-	// while its bucket is unreachable (it exits, and its supervisor,
-	// systemd's Restart=always or a pod, starts it again), so a frontend
-	// killed meanwhile is started once MinIO is back, into waitingFEs.
+	// s3Down is set while MinIO is stopped: a frontend started then waits
+	// for its bucket (storage.s3.start_wait) before it serves, and MinIO
+	// comes back only after this round's other repairs, so a frontend
+	// killed meanwhile is started once MinIO is back, from waitingFEs.
 	s3Down     bool
 	waitingFEs []*cluster.Proc
 }
@@ -181,7 +181,7 @@ func (in *injector) begin(kind string, targets map[string]bool) (a active, ok bo
 				if !in.s3Down {
 					return start()
 				}
-				a.ev.note += "; started again once MinIO was back, as its supervisor would"
+				a.ev.note += "; started again once MinIO was back"
 				for _, fe := range f.fes {
 					if fe.Name == p {
 						in.waitingFEs = append(in.waitingFEs, fe)
