@@ -45,7 +45,9 @@ type injector struct {
 	// s3Down is set while MinIO is stopped: a frontend started then waits
 	// for its bucket (storage.s3.start_wait) before it serves, and MinIO
 	// comes back only after this round's other repairs, so a frontend
-	// killed meanwhile is started once MinIO is back, from waitingFEs.
+	// killed meanwhile is started once MinIO is back, from waitingFEs. The
+	// same holds while PostgreSQL is down (pgDown): a frontend does not
+	// start without it yet.
 	s3Down     bool
 	waitingFEs []*cluster.Proc
 }
@@ -178,10 +180,10 @@ func (in *injector) begin(kind string, targets map[string]bool) (a active, ok bo
 			start := a.repair
 			p := a.ev.target
 			a.repair = func() error {
-				if !in.s3Down {
+				if !in.s3Down && !in.pgDown {
 					return start()
 				}
-				a.ev.note += "; started again once MinIO was back"
+				a.ev.note += "; started again once MinIO and PostgreSQL were back"
 				for _, fe := range f.fes {
 					if fe.Name == p {
 						in.waitingFEs = append(in.waitingFEs, fe)
@@ -238,14 +240,7 @@ func (in *injector) begin(kind string, targets map[string]bool) (a active, ok bo
 		return active{ev: ev, hold: hold, repair: func() error {
 			f.s3.Restart()
 			in.s3Down = false
-			waiting := in.waitingFEs
-			in.waitingFEs = nil
-			for _, fe := range waiting {
-				if err := fe.Start(); err != nil {
-					return fmt.Errorf("%s, started again after MinIO came back: %w", fe.Name, err)
-				}
-			}
-			return nil
+			return in.startWaitingFEs()
 		}}, true, nil
 	case "stop-postgres":
 		if targets["postgres"] {
@@ -257,7 +252,11 @@ func (in *injector) begin(kind string, targets map[string]bool) (a active, ok bo
 		ev := in.rec.begin(kind, "postgres", fmt.Sprintf("kill %v, %.1fs", kill, hold.Seconds()))
 		f.pg.Stop(kill)
 		in.pgDown = true
-		return active{ev: ev, hold: hold, repair: func() error { f.pg.Restart(); in.pgDown = false; return nil }}, true, nil
+		return active{ev: ev, hold: hold, repair: func() error {
+			f.pg.Restart()
+			in.pgDown = false
+			return in.startWaitingFEs()
+		}}, true, nil
 	case "cut-frontend":
 		if targets["fe2"] || targets["net-fe2"] {
 			return active{}, false, nil
@@ -294,6 +293,22 @@ func (in *injector) begin(kind string, targets map[string]bool) (a active, ok bo
 		}}, true, nil
 	}
 	return active{}, false, fmt.Errorf("unknown fault kind %q", kind)
+}
+
+// startWaitingFEs starts the frontends killed while MinIO or PostgreSQL
+// was down, once both are back.
+func (in *injector) startWaitingFEs() error {
+	if in.s3Down || in.pgDown {
+		return nil
+	}
+	waiting := in.waitingFEs
+	in.waitingFEs = nil
+	for _, fe := range waiting {
+		if err := fe.Start(); err != nil {
+			return fmt.Errorf("%s, started again once MinIO and PostgreSQL were back: %w", fe.Name, err)
+		}
+	}
+	return nil
 }
 
 // fill writes size bytes to a new file at path (a full disk stops it early).
