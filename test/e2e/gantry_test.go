@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gantry-build/gantry/internal/testutil/cluster"
 )
 
 const (
@@ -169,40 +170,10 @@ func (g *gantryProc) stop(t *testing.T) {
 }
 
 // freeLoopbackAddr returns 127.0.0.1:PORT for a port that was free a moment ago.
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
-}
+func freeLoopbackAddr(t *testing.T) string { t.Helper(); return cluster.FreeAddr(t) }
 
 // readTail returns at most the last n bytes of the file at path.
-func readTail(path string, n int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Sprintf("(cannot read: %v)", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Sprintf("(cannot stat: %v)", err)
-	}
-	prefix := ""
-	if st.Size() > n {
-		if _, err := f.Seek(st.Size()-n, 0); err != nil {
-			return fmt.Sprintf("(cannot seek: %v)", err)
-		}
-		prefix = fmt.Sprintf("... (%d earlier bytes cut)\n", st.Size()-n)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, n))
-	if err != nil {
-		return fmt.Sprintf("(cannot read: %v)", err)
-	}
-	return prefix + string(b)
-}
+func readTail(path string, n int64) string { return cluster.ReadTail(path, n) }
 
 // workerProc is one standalone `gantry worker` subprocess started for a test.
 type workerProc struct {
