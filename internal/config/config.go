@@ -101,6 +101,10 @@ type StoreConfig struct {
 	// DSN is the PostgreSQL connection string for the postgres backend,
 	// e.g. postgres://gantry@db.example:5432/gantry?sslmode=verify-full.
 	DSN string `yaml:"dsn"`
+	// StartWait is how long a starting process of the postgres backend
+	// waits for a database it cannot reach (one restarting along with
+	// it) before it gives up; 0 gives up at the first failure.
+	StartWait Duration `yaml:"start_wait"`
 }
 
 // LabelConfig is a named set of platform properties.
@@ -317,7 +321,7 @@ func defaultScheduler() SchedulerConfig {
 		PreemptionDelay:   Duration(10 * time.Second),
 		Preemption:        "cancel",
 		MaxSuspend:        Duration(10 * time.Minute),
-		Store:             StoreConfig{Backend: "embedded"},
+		Store:             StoreConfig{Backend: "embedded", StartWait: Duration(time.Minute)},
 		Fairness: FairnessConfig{
 			Keys:            append([]string(nil), invocation.Default...),
 			PriorityHalving: 10,

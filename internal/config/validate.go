@@ -117,6 +117,9 @@ func validateSchedulerStore(store StoreConfig, bad func(path, format string, arg
 		if store.DSN == "" {
 			bad("scheduler.store.dsn", "the postgres backend needs a connection string, e.g. postgres://gantry@db:5432/gantry")
 		}
+		if store.StartWait < 0 {
+			bad("scheduler.store.start_wait", "must not be negative (0 gives up at the first failure)")
+		}
 	default:
 		bad("scheduler.store.backend", "%q is not a store; use embedded, postgres or memory", store.Backend)
 	}

@@ -39,7 +39,7 @@ func newLocalScheduler(b *builder, storage *localStorage, grpcAddr string, reloa
 	if err != nil {
 		return nil, fmt.Errorf("loading the worker controls: %w", err)
 	}
-	state, err := openStateStore(context.Background(), cfg)
+	state, err := openStateStore(context.Background(), cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("opening the scheduler's state store (scheduler.store): %w", err)
 	}

@@ -72,9 +72,7 @@ func (b *builder) openClusterStore(what string) (*statestore.Postgres, error) {
 	if err := checkClusterClient(b.cfg); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	store, err := statestore.OpenPostgres(ctx, b.cfg.Scheduler.Store.DSN)
+	store, err := statestore.OpenPostgresWaiting(context.Background(), b.cfg.Scheduler.Store.DSN, b.cfg.Scheduler.Store.StartWait.D(), 30*time.Second, b.log)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s (scheduler.store): %w", what, err)
 	}

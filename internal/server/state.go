@@ -2,19 +2,21 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
+	"time"
 
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/statestore"
 )
 
 // openStateStore opens the configured scheduler state store.
-func openStateStore(ctx context.Context, cfg config.Config) (statestore.Store, error) {
+func openStateStore(ctx context.Context, cfg config.Config, log *slog.Logger) (statestore.Store, error) {
 	switch cfg.Scheduler.Store.Backend {
 	case "memory":
 		return statestore.NewMemory(), nil
 	case "postgres":
-		p, err := statestore.OpenPostgres(ctx, cfg.Scheduler.Store.DSN)
+		p, err := statestore.OpenPostgresWaiting(ctx, cfg.Scheduler.Store.DSN, cfg.Scheduler.Store.StartWait.D(), 30*time.Second, log)
 		if err != nil {
 			return nil, err
 		}

@@ -46,8 +46,9 @@ type injector struct {
 	// for its bucket (storage.s3.start_wait) before it serves, and MinIO
 	// comes back only after this round's other repairs, so a frontend
 	// killed meanwhile is started once MinIO is back, from waitingFEs. The
-	// same holds while PostgreSQL is down (pgDown): a frontend does not
-	// start without it yet.
+	// same holds while PostgreSQL is down (pgDown): a frontend started
+	// then waits for it (scheduler.store.start_wait), and Start waits for
+	// a healthy node.
 	s3Down     bool
 	waitingFEs []*cluster.Proc
 }
