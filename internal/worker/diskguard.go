@@ -62,7 +62,7 @@ func (w *Worker) setupDiskLimits() error {
 			return fmt.Errorf("worker.min_free_disk: cannot read the free space of %s: %w; set worker.min_free_disk: 0 to run without the disk guard", w.cfg.WorkDir, err)
 		}
 		if free < w.cfg.MinFreeDisk {
-			w.log.Warn("the work directory's file system has less free space than worker.min_free_disk: every action will be killed as soon as it writes; free some space or lower worker.min_free_disk",
+			w.log.Warn("the work directory's file system has less free space than worker.min_free_disk: the worker asks for no work until there is more; free some space or lower worker.min_free_disk",
 				"work_dir", w.cfg.WorkDir, "free", formatBytes(free), "min_free_disk", formatBytes(w.cfg.MinFreeDisk))
 		}
 		w.log.Info("disk guard active", "min_free_disk", formatBytes(w.cfg.MinFreeDisk))

@@ -19,6 +19,7 @@ type collector struct {
 	leases, cacheBytes, cacheMax, entries  *prometheus.Desc
 	hits, misses, evictions, downloaded    *prometheus.Desc
 	trees, treeBuilds, treeHits, treeEvict *prometheus.Desc
+	diskLow                                *prometheus.Desc
 }
 
 // RegisterMetrics registers the worker's metrics with reg: active leases
@@ -41,6 +42,7 @@ func (w *Worker) RegisterMetrics(reg prometheus.Registerer, stages bool) error {
 		treeBuilds: prometheus.NewDesc("gantry_worker_input_tree_builds_total", "Input directories laid out in the tree cache.", nil, nil),
 		treeHits:   prometheus.NewDesc("gantry_worker_input_tree_hits_total", "Input directories bound from a tree already cached.", nil, nil),
 		treeEvict:  prometheus.NewDesc("gantry_worker_input_tree_evictions_total", "Idle trees deleted to keep the file cache within worker.cache_max_size.", nil, nil),
+		diskLow:    prometheus.NewDesc("gantry_worker_disk_low", "1 while the work directory's file system is below worker.min_free_disk and the worker asks for no work.", nil, nil),
 	}
 	if err := reg.Register(c); err != nil {
 		return err
@@ -60,7 +62,7 @@ func (w *Worker) RegisterMetrics(reg prometheus.Registerer, stages bool) error {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.leases, c.cacheBytes, c.cacheMax, c.entries, c.hits, c.misses, c.evictions, c.downloaded, c.trees, c.treeBuilds, c.treeHits, c.treeEvict} {
+	for _, d := range []*prometheus.Desc{c.leases, c.cacheBytes, c.cacheMax, c.entries, c.hits, c.misses, c.evictions, c.downloaded, c.trees, c.treeBuilds, c.treeHits, c.treeEvict, c.diskLow} {
 		ch <- d
 	}
 }
@@ -90,6 +92,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	k(c.treeBuilds, float64(ts.Builds))
 	k(c.treeHits, float64(ts.Hits))
 	k(c.treeEvict, float64(ts.Evictions))
+	low := 0.0
+	if c.w.diskLow.holding() {
+		low = 1
+	}
+	g(c.diskLow, low)
 }
 
 // observeStages records a finished lease's stage durations, when the

@@ -111,6 +111,8 @@ type Worker struct {
 	executor  *executor
 	reporter  *reporter
 	completer *completer
+	// diskLow holds the Match stage while the disk is below the reserve.
+	diskLow *diskGate
 	// stages are the stage histograms, when the worker keeps its own
 	// (RegisterMetrics); nil otherwise.
 	stages [4]prometheus.Observer
@@ -227,6 +229,7 @@ func New(conn *grpc.ClientConn, sched workerpb.WorkersClient, cfg Config) (*Work
 	w.inputs = newInputFetcher(w.cache, w.trees, wrap, w.roots)
 	w.executor = newExecutor(w.sup, w.sb, wrap, w.logs, w)
 	w.reporter = newReporter(cfg.MinFreeDisk, wrap.chroot, w.log)
+	w.diskLow = newDiskGate(cfg.WorkDir, cfg.MinFreeDisk, diskCheckEvery, w.log)
 	w.completer = newCompleter(w.sched, cfg.ID, w, w.log)
 	started = true
 	return w, nil
@@ -350,6 +353,9 @@ func sleep(ctx context.Context, d time.Duration) {
 func (w *Worker) matchLoop(ctx, pollCtx context.Context, wg *sync.WaitGroup) error {
 	backoff := time.Duration(0)
 	for pollCtx.Err() == nil {
+		if err := w.diskLow.wait(pollCtx); err != nil {
+			break
+		}
 		if err := w.fetch.Acquire(pollCtx, 1); err != nil {
 			break
 		}
