@@ -69,6 +69,7 @@ func runChaos(t *testing.T, seed int64, duration time.Duration) {
 	rec := newRecorder(seed)
 	l := newLoad(env, conns, seed, rec)
 	smp := &sampler{procs: f.procs()}
+	rest := smp.atRest()
 	stopLoad, loadDone := make(chan struct{}), make(chan struct{})
 	stopSampler, samplerDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(loadDone); l.run(stopLoad) }()
@@ -106,10 +107,15 @@ func runChaos(t *testing.T, seed int64, duration time.Duration) {
 	c := &finalCheck{f: f, l: l, rec: rec, counter: counter, conn: conns[0], marker: marker}
 	c.run()
 	over, usage := smp.check()
-	for _, o := range over {
+	// Let the farm settle (calls finish, idle streams close) before it is
+	// compared with the farm before the load.
+	time.Sleep(restSettle)
+	leaks, growthLine := growth(rest, smp.atRest())
+	for _, o := range append(over, leaks...) {
 		rec.wrong(o)
 	}
 	t.Logf("processes: %s", usage)
+	t.Logf("at rest, before and after the run: %s", growthLine)
 	t.Log(c.summary(duration))
 	if rec.failed() {
 		t.Fatal(rec.failure())

@@ -41,3 +41,28 @@ func TestRunChecks(t *testing.T) {
 		t.Errorf("duplicates %d, distribution %v; want 2 and {0: 1, 2: 2}", c.duplicates, c.runsDist)
 	}
 }
+
+// TestGrowth: a process holding many more goroutines or open files at rest
+// after the run than before it is flagged; modest growth and a process
+// only seen after (a node started later) are not.
+func TestGrowth(t *testing.T) {
+	before := map[string]usage{
+		"fe1": {fds: 40, goroutines: 120},
+		"w1":  {fds: 20, goroutines: 30},
+		"w2":  {fds: 20, goroutines: 30},
+	}
+	after := map[string]usage{
+		"fe1": {fds: 60, goroutines: 180},  // modest
+		"w1":  {fds: 25, goroutines: 900},  // leaked goroutines
+		"w2":  {fds: 400, goroutines: 35},  // leaked files
+		"fe2": {fds: 999, goroutines: 999}, // not seen before
+	}
+	over, summary := growth(before, after)
+	all := strings.Join(over, "\n")
+	if len(over) != 2 || !strings.Contains(all, "w1 holds more") || !strings.Contains(all, "w2 holds more") {
+		t.Errorf("flagged:\n%s\nwant w1 and w2 only", all)
+	}
+	if !strings.Contains(summary, "fe1: 40→60 fds") {
+		t.Errorf("summary %q does not show fe1's growth", summary)
+	}
+}

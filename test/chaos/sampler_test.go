@@ -20,6 +20,9 @@ const (
 	maxGoroutines = 10000
 	// sampleEvery is how often the processes are sampled.
 	sampleEvery = 5 * time.Second
+	// restSettle is how long the farm idles before its state at rest is
+	// taken after the run.
+	restSettle = 5 * time.Second
 )
 
 // usage is one process's largest resident memory, open files and
@@ -89,6 +92,51 @@ func (s *sampler) check() (over []string, summary string) {
 		if m.rss > maxRSS || m.fds > maxFDs || m.goroutines > maxGoroutines {
 			over = append(over, fmt.Sprintf("%s went over a bound: rss %d MiB (bound %d), %d fds (bound %d), %d goroutines (bound %d)",
 				n, m.rss>>20, maxRSS>>20, m.fds, maxFDs, m.goroutines, maxGoroutines))
+		}
+	}
+	return over, b.String()
+}
+
+// atRest is each running process's open files and goroutines now, for
+// comparing the idle farm before the load with the idle farm after it.
+func (s *sampler) atRest() map[string]usage {
+	out := map[string]usage{}
+	for _, p := range s.procs {
+		pid := p.PID()
+		if pid == 0 || !p.Running() {
+			continue
+		}
+		u := usage{rss: rssOf(pid), fds: fdsOf(pid)}
+		if g, err := cluster.Gauge(p.HTTPAddr, "go_goroutines"); err == nil {
+			u.goroutines = int64(g)
+		}
+		out[p.Name] = u
+	}
+	return out
+}
+
+// growth compares the idle farm after the run with the idle farm before
+// it: a process (the same one, or the one started in its place) holding
+// more than twice its open files or goroutines of before, and 100 more,
+// leaks them (thousands of actions went through it). Resident memory is
+// reported, not bounded: the Go runtime keeps freed memory for a while.
+func growth(before, after map[string]usage) (over []string, summary string) {
+	names := make([]string, 0, len(after))
+	for n := range after {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		a, ok := before[n]
+		if !ok {
+			continue
+		}
+		z := after[n]
+		fmt.Fprintf(&b, "%s: %d→%d fds, %d→%d goroutines, %d→%d MiB; ", n, a.fds, z.fds, a.goroutines, z.goroutines, a.rss>>20, z.rss>>20)
+		leaks := func(was, is int64) bool { return is > 2*was && is > was+100 }
+		if leaks(a.fds, z.fds) || leaks(a.goroutines, z.goroutines) {
+			over = append(over, fmt.Sprintf("%s holds more at rest after the run than before it: %d open files (was %d), %d goroutines (was %d)", n, z.fds, a.fds, z.goroutines, a.goroutines))
 		}
 	}
 	return over, b.String()
