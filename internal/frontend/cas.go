@@ -97,83 +97,118 @@ func (s *Server) BatchUpdateBlobs(ctx context.Context, req *repb.BatchUpdateBlob
 	if total > s.opts.MaxBatchSize {
 		return nil, invalid("batch holds %d bytes, more than max_batch_total_size_bytes (%d); split it or use ByteStream Write for large blobs", total, s.opts.MaxBatchSize)
 	}
-	resp := &repb.BatchUpdateBlobsResponse{Responses: make([]*repb.BatchUpdateBlobsResponse_Response, len(req.Requests))}
-	ds := make([]digest.Digest, len(req.Requests))
-	errs := make([]error, len(req.Requests))
-	for i, r := range req.Requests {
-		ds[i], errs[i] = parseListDigest(fn, r.Digest, "requests[%d].digest", i)
-		if errs[i] == nil && r.Compressor != repb.Compressor_IDENTITY && r.Compressor != repb.Compressor_ZSTD {
-			errs[i] = invalid("requests[%d]: compressor %s is not supported; use identity or zstd", i, r.Compressor)
-		}
-	}
+	b := parseBatch(fn, req.Requests)
 	// Skip blobs already present: re-uploads then cost a lookup, not a write.
-	var candidates []digest.Digest
-	for i := range ds {
-		if errs[i] == nil {
-			candidates = append(candidates, ds[i])
-		}
-	}
-	missing, err := s.cas.FindMissing(ctx, candidates)
+	missing, err := s.cas.FindMissing(ctx, b.valid())
 	if err != nil {
 		return nil, storeError(err, "finding missing blobs")
 	}
+	b.plan(missing)
+	b.store(ctx, s.cas)
+	return b.response(), nil
+}
+
+// batchUpload is one BatchUpdateBlobs request on its way to the store:
+// each entry's digest and error so far, and the entries to store.
+type batchUpload struct {
+	reqs []*repb.BatchUpdateBlobsRequest_Request
+	ds   []digest.Digest
+	errs []error
+	// putIdx, putDs and putData are the entries to store: their index in
+	// reqs, digest and (decompressed) data.
+	putIdx  []int
+	putDs   []digest.Digest
+	putData [][]byte
+}
+
+// parseBatch checks each entry's digest and compressor.
+func parseBatch(fn digest.Function, reqs []*repb.BatchUpdateBlobsRequest_Request) *batchUpload {
+	b := &batchUpload{reqs: reqs, ds: make([]digest.Digest, len(reqs)), errs: make([]error, len(reqs))}
+	for i, r := range reqs {
+		b.ds[i], b.errs[i] = parseListDigest(fn, r.Digest, "requests[%d].digest", i)
+		if b.errs[i] == nil && r.Compressor != repb.Compressor_IDENTITY && r.Compressor != repb.Compressor_ZSTD {
+			b.errs[i] = invalid("requests[%d]: compressor %s is not supported; use identity or zstd", i, r.Compressor)
+		}
+	}
+	return b
+}
+
+// valid are the digests of the entries without an error so far.
+func (b *batchUpload) valid() []digest.Digest {
+	var out []digest.Digest
+	for i := range b.ds {
+		if b.errs[i] == nil {
+			out = append(out, b.ds[i])
+		}
+	}
+	return out
+}
+
+// plan picks the entries to store (those missing, decompressed) and checks
+// the copies sent of blobs already present.
+func (b *batchUpload) plan(missing []digest.Digest) {
 	need := make(map[digest.Digest]bool, len(missing))
 	for _, d := range missing {
 		need[d] = true
 	}
-	// Store the missing blobs in one go: they are verified on all cores,
-	// and the disk store appends the small ones to its pack in a few writes.
-	var putIdx []int
-	var putDs []digest.Digest
-	var putData [][]byte
-	for i := range ds {
+	for i, d := range b.ds {
 		switch {
-		case errs[i] != nil:
-		case need[ds[i]]:
+		case b.errs[i] != nil:
+		case need[d]:
 			// A digest sent twice in one batch is stored twice: each copy
 			// gets the status of its own data, and the store keeps one.
-			data := req.Requests[i].Data
-			if req.Requests[i].Compressor == repb.Compressor_ZSTD {
-				if data, errs[i] = decodeZstd(data, ds[i].Size); errs[i] != nil {
-					errs[i] = invalid("blob %s: %v", ds[i], errs[i])
+			data := b.reqs[i].Data
+			if b.reqs[i].Compressor == repb.Compressor_ZSTD {
+				var err error
+				if data, err = decodeZstd(data, d.Size); err != nil {
+					b.errs[i] = invalid("blob %s: %v", d, err)
 					continue
 				}
 			}
-			putIdx = append(putIdx, i)
-			putDs = append(putDs, ds[i])
-			putData = append(putData, data)
+			b.putIdx = append(b.putIdx, i)
+			b.putDs = append(b.putDs, d)
+			b.putData = append(b.putData, data)
 		default:
-			errs[i] = verifyPresentCopy(ds[i], req.Requests[i])
+			b.errs[i] = verifyPresentCopy(d, b.reqs[i])
 		}
 	}
-	// Verified here, once (on all cores), the blobs go to the store as
-	// data it may trust: it does not hash them again.
-	verrs := make([]error, len(putDs))
-	blobs, good := blobstore.VerifyBatch(putDs, putData, verrs)
+}
+
+// store verifies the planned blobs here, once (on all cores), and stores
+// them in one go as data the store may trust: it does not hash them again,
+// and the disk store appends the small ones to its pack in a few writes.
+func (b *batchUpload) store(ctx context.Context, cas blobstore.Store) {
+	verrs := make([]error, len(b.putDs))
+	blobs, good := blobstore.VerifyBatch(b.putDs, b.putData, verrs)
 	for k, err := range verrs {
 		if err != nil {
-			errs[putIdx[k]] = storeError(err, "blob "+putDs[k].String())
+			b.errs[b.putIdx[k]] = storeError(err, "blob "+b.putDs[k].String())
 		}
 	}
-	for j, err := range blobstore.PutVerifiedBatch(ctx, s.cas, blobs) {
+	for j, err := range blobstore.PutVerifiedBatch(ctx, cas, blobs) {
 		if err != nil {
 			k := good[j]
-			errs[putIdx[k]] = storeError(err, "blob "+putDs[k].String())
+			b.errs[b.putIdx[k]] = storeError(err, "blob "+b.putDs[k].String())
 		}
 	}
-	// The responses and their statuses share two allocations.
-	rs := make([]repb.BatchUpdateBlobsResponse_Response, len(req.Requests))
-	oks := make([]rpcstatus.Status, len(req.Requests))
-	for i, r := range req.Requests {
+}
+
+// response gives each entry its status; the responses and their statuses
+// share two allocations.
+func (b *batchUpload) response() *repb.BatchUpdateBlobsResponse {
+	resp := &repb.BatchUpdateBlobsResponse{Responses: make([]*repb.BatchUpdateBlobsResponse_Response, len(b.reqs))}
+	rs := make([]repb.BatchUpdateBlobsResponse_Response, len(b.reqs))
+	oks := make([]rpcstatus.Status, len(b.reqs))
+	for i, r := range b.reqs {
 		rs[i].Digest = r.Digest
-		if errs[i] == nil {
+		if b.errs[i] == nil {
 			rs[i].Status = &oks[i]
 		} else {
-			rs[i].Status = rpcStatus(errs[i])
+			rs[i].Status = rpcStatus(b.errs[i])
 		}
 		resp.Responses[i] = &rs[i]
 	}
-	return resp, nil
+	return resp
 }
 
 // verifyPresentCopy checks data sent for a blob that is already stored, so
