@@ -31,6 +31,10 @@ func (s *Server) GetCapabilities(_ context.Context, req *repb.GetCapabilitiesReq
 			SymlinkAbsolutePathStrategy:     s.symlinkStrategy(req.InstanceName),
 			SupportedCompressors:            []repb.Compressor_Value{repb.Compressor_ZSTD},
 			SupportedBatchUpdateCompressors: []repb.Compressor_Value{repb.Compressor_ZSTD},
+			SplitBlobSupport:                true,
+			SpliceBlobSupport:               true,
+			FastCdc_2020Params:              &repb.FastCdc2020Params{AvgChunkSizeBytes: fastCDCAverage},
+			RepMaxCdcParams:                 &repb.RepMaxCdcParams{MinChunkSizeBytes: repMaxMinChunk, HorizonSizeBytes: repMaxHorizon},
 		},
 		ExecutionCapabilities: &repb.ExecutionCapabilities{
 			DigestFunction:  repb.DigestFunction_SHA256,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/actioncache"
 	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/chunkmap"
 	"github.com/gantry-build/gantry/internal/digest"
 )
 
@@ -50,10 +51,12 @@ type Server struct {
 	repb.UnimplementedActionCacheServer
 	bspb.UnimplementedByteStreamServer
 
-	cas  blobstore.Store
-	ac   actioncache.Store
-	opts Options
-	log  *slog.Logger
+	cas       blobstore.Store
+	ac        actioncache.Store
+	maps      *chunkmap.Store
+	chunkings chunkings
+	opts      Options
+	log       *slog.Logger
 
 	uploadsMu sync.Mutex
 	uploads   map[string]*upload
@@ -73,7 +76,8 @@ func New(cas blobstore.Store, ac actioncache.Store, opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Server{cas: cas, ac: ac, opts: opts, log: opts.Logger, uploads: map[string]*upload{}}
+	return &Server{cas: cas, ac: ac, maps: chunkmap.New(ac, cas), chunkings: newChunkings(),
+		opts: opts, log: opts.Logger, uploads: map[string]*upload{}}
 }
 
 // Register adds the services to a gRPC server, which must have been
