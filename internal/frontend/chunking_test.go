@@ -33,7 +33,11 @@ func newWatchedStore() *watchedStore {
 
 func (w *watchedStore) evict(d digest.Digest) { w.mu.Lock(); w.gone[d] = true; w.mu.Unlock() }
 
-func (w *watchedStore) openCount(d digest.Digest) int { w.mu.Lock(); defer w.mu.Unlock(); return w.opens[d] }
+func (w *watchedStore) openCount(d digest.Digest) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.opens[d]
+}
 
 func (w *watchedStore) FindMissing(ctx context.Context, ds []digest.Digest) ([]digest.Digest, error) {
 	missing, err := w.Store.FindMissing(ctx, ds)
