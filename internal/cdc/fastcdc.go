@@ -113,25 +113,26 @@ func (f *FastCDC) cut(src []byte) (int, uint64) {
 	} else if n < center {
 		center = n
 	}
-	src = src[:n]
 	var h uint64
 	i := f.min / 2 * 2
-	for end := center / 2 * 2; i < end; i += 2 {
-		h = h<<2 + f.g2[src[i]]
+	// Walk windows that shrink from the front, so that the compiler
+	// drops the bounds checks.
+	for s := src[i : center/2*2]; len(s) >= 2; s, i = s[2:], i+2 {
+		h = h<<2 + f.g2[s[0]]
 		if h&f.maskS2 == 0 {
 			return i, h
 		}
-		h += f.g[src[i+1]]
+		h += f.g[s[1]]
 		if h&f.maskS == 0 {
 			return i + 1, h
 		}
 	}
-	for end := n / 2 * 2; i < end; i += 2 {
-		h = h<<2 + f.g2[src[i]]
+	for s := src[i : n/2*2]; len(s) >= 2; s, i = s[2:], i+2 {
+		h = h<<2 + f.g2[s[0]]
 		if h&f.maskL2 == 0 {
 			return i, h
 		}
-		h += f.g[src[i+1]]
+		h += f.g[s[1]]
 		if h&f.maskL == 0 {
 			return i + 1, h
 		}
