@@ -397,3 +397,43 @@ func BenchmarkSHA256(b *testing.B) {
 	}
 	reportCPURate(b, len(data), start)
 }
+
+// go-cdc carries a FastCDC too (normalization level 2, min avg/4, max
+// avg*4, its own copy of the Gear table and masks) that differs from the
+// paper in one way: it keeps the byte whose hash matched in the chunk.
+// Started at each of our cuts, its first chunk must therefore be ours
+// plus one byte (or the same, at the maximum): an independent check of
+// the table, the masks, the normalization and the cut positions.
+func TestFastCDCAgreesWithGoCDC(t *testing.T) {
+	for _, avg := range []int{1024, 8192, 65536} {
+		f, err := NewFastCDC(avg/4, avg, avg*4, 2, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := gocdc.NewFastContentDefinedChunker(&gocdc.FastContentDefinedChunkerGearTable, avg)
+		data := randomBytes(2<<20, int64(avg))
+		chunks := split(t, f, data)
+		off, checked := 0, 0
+		for _, c := range chunks {
+			if off+len(c) < len(data) {
+				r := ref.NewChunkReader(bufio.NewReaderSize(bytes.NewReader(data[off:]), ref.GetMaximumPeekSizeBytes()))
+				first, err := r.ReadNextChunk()
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := len(c) + 1
+				if len(c) == f.max {
+					want = f.max
+				}
+				if len(first) != want {
+					t.Fatalf("avg %d: at offset %d we cut %d bytes, go-cdc %d", avg, off, len(c), len(first))
+				}
+				checked++
+			}
+			off += len(c)
+		}
+		if checked < 20 {
+			t.Fatalf("avg %d: only %d cuts checked", avg, checked)
+		}
+	}
+}
