@@ -418,3 +418,27 @@ func TestGetChunkMappingFromChunksOnly(t *testing.T) {
 		t.Fatal("chunks cut from the registered chunks are not the blob")
 	}
 }
+
+// The RPCs use only the blobstore.Store interface; the disk store (with
+// its own writers and readers) serves them as the memory store does.
+func TestChunkingOnDiskStore(t *testing.T) {
+	e := newEnv(t, diskStore(t), defaultOptions())
+	data := randomBlob("disk", 3<<20)
+	d := e.put(t, digest.SHA256, data)
+	_, chunks, err := e.getMapping(t, &repb.GetChunkMappingRequest{BlobDigest: d.Proto(), DigestFunction: digest.SHA256, ChunkingFunction: repb.ChunkingFunction_REP_MAX_CDC})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.readChunks(t, digest.SHA256, chunks); !bytes.Equal(got, data) {
+		t.Fatal("the chunks are not the blob")
+	}
+	other := randomBlob("disk spliced", 3<<20)
+	od := digest.Compute(digest.SHA256, other)
+	if _, err := e.register(t, &repb.RegisterChunkMappingRequest{BlobDigest: od.Proto(), DigestFunction: digest.SHA256, ChunkDigests: e.cutLocally(t, digest.SHA256, other)}); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := e.read(testCtx(t), &bspb.ReadRequest{ResourceName: "blobs/" + od.ResourceSegment()})
+	if err != nil || !bytes.Equal(got, other) {
+		t.Fatalf("ByteStream Read of the spliced blob: %d bytes, %v", len(got), err)
+	}
+}
