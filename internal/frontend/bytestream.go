@@ -36,6 +36,9 @@ func (s *Server) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) 
 		return invalid("read_limit must be 0 when reading compressed-blobs (the limit would cut a compressed stream)")
 	}
 	r, err := blobstore.OpenRange(ctx, s.cas, d, req.ReadOffset, req.ReadLimit)
+	if errors.Is(err, blobstore.ErrNotFound) {
+		r, err = s.openChunked(ctx, d, req.ReadOffset, req.ReadLimit)
+	}
 	if err != nil {
 		return storeError(err, "blob "+d.String())
 	}

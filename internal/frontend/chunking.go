@@ -170,6 +170,41 @@ func (s *Server) openBlob(ctx context.Context, d digest.Digest) (io.ReadCloser, 
 	return nil, status.Errorf(codes.NotFound, "blob %s is not in the CAS; upload it first", d)
 }
 
+// openChunked reads blob d from offset on (limit bytes, 0: all) from the
+// chunks of a kept mapping, for a blob that left the CAS while its chunks
+// stayed. It returns blobstore.ErrNotFound when there is no such mapping.
+func (s *Server) openChunked(ctx context.Context, d digest.Digest, offset, limit int64) (io.ReadCloser, error) {
+	for _, v := range []repb.ChunkingFunction_Value{repb.ChunkingFunction_FAST_CDC_2020, repb.ChunkingFunction_REP_MAX_CDC, repb.ChunkingFunction_UNKNOWN} {
+		m, err := s.maps.Get(ctx, d, s.chunkings.variant(v))
+		if err != nil {
+			continue
+		}
+		chunks := m.Chunks
+		for len(chunks) > 0 && offset >= chunks[0].Size {
+			offset -= chunks[0].Size
+			chunks = chunks[1:]
+		}
+		r := &chunksReader{ctx: ctx, cas: s.cas, chunks: chunks}
+		if offset > 0 {
+			first, err := s.cas.Open(ctx, chunks[0], offset)
+			if err != nil {
+				return nil, err
+			}
+			r.cur, r.chunks = first, chunks[1:]
+		}
+		if limit > 0 {
+			return readCloser{io.LimitReader(r, limit), r}, nil
+		}
+		return r, nil
+	}
+	return nil, blobstore.ErrNotFound
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
 // cut splits blob d, read from r, with c, and stores the chunks the CAS
 // lacks. It holds at most c's read-ahead in memory.
 func (s *Server) cut(ctx context.Context, d digest.Digest, c chunking, r io.Reader) (chunkmap.Mapping, error) {

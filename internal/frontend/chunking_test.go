@@ -442,3 +442,33 @@ func TestChunkingOnDiskStore(t *testing.T) {
 		t.Fatalf("ByteStream Read of the spliced blob: %d bytes, %v", len(got), err)
 	}
 }
+
+// ByteStream Read serves a blob that left the CAS while a mapping and
+// its chunks stayed, from the chunks, at any offset and limit.
+func TestByteStreamReadFromChunks(t *testing.T) {
+	store := newWatchedStore()
+	e := newEnv(t, store, defaultOptions())
+	data := randomBlob("read chunks", 3<<20)
+	d := digest.Compute(digest.SHA256, data)
+	chunks := e.cutLocally(t, digest.SHA256, data)
+	if _, err := e.register(t, &repb.RegisterChunkMappingRequest{BlobDigest: d.Proto(), DigestFunction: digest.SHA256, ChunkDigests: chunks}); err != nil {
+		t.Fatal(err)
+	}
+	store.evict(d)
+	first := chunks[0].SizeBytes
+	for _, tt := range []struct{ offset, limit int64 }{{0, 0}, {1, 0}, {first, 0}, {first - 1, 2}, {first + 5, 100000}, {int64(len(data)), 0}} {
+		got, _, err := e.read(testCtx(t), &bspb.ReadRequest{ResourceName: "blobs/" + d.ResourceSegment(), ReadOffset: tt.offset, ReadLimit: tt.limit})
+		want := data[tt.offset:]
+		if tt.limit > 0 {
+			want = want[:tt.limit]
+		}
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("offset %d limit %d: %d bytes (want %d), %v", tt.offset, tt.limit, len(got), len(want), err)
+		}
+	}
+	// Without a mapping, a blob that is gone is NOT_FOUND as before.
+	gone := e.put(t, digest.SHA256, randomBlob("gone", 100))
+	store.evict(gone)
+	_, _, err := e.read(testCtx(t), &bspb.ReadRequest{ResourceName: "blobs/" + gone.ResourceSegment()})
+	wantCode(t, err, codes.NotFound, "")
+}
