@@ -24,7 +24,7 @@ const (
 	// firstBuild is when the first round of builds starts, so that a
 	// 3-minute run has one of each; then a round starts every buildEvery.
 	firstBuild = 15 * time.Second
-	buildEvery = 3 * time.Minute
+	buildEvery = 2 * time.Minute
 	// buildAttemptTimeout bounds one `bazel test` or `gantry batch`.
 	buildAttemptTimeout = 4 * time.Minute
 	// buildBound is the longest a build may take, retries included,
@@ -193,8 +193,12 @@ func (b *builds) retry(bd *build, try func() attempt) *build {
 		bd.attempts++
 		from := time.Now()
 		a := try()
-		b.logf("chaos: %s (round %d, %s) attempt %d at %s: %s", bd.kind, bd.round, bd.variant, bd.attempts,
-			b.rec.since(from), map[bool]string{true: "ok", false: a.why}[a.ok])
+		outcome := a.why
+		if a.ok {
+			outcome = fmt.Sprintf("ok, %d actions executed remotely, %d cache hits", bd.remote, bd.cached)
+		}
+		b.logf("chaos: %s (round %d, %s) attempt %d from %s for %v: %s", bd.kind, bd.round, bd.variant, bd.attempts,
+			strings.TrimSpace(b.rec.since(from)), time.Since(from).Round(100*time.Millisecond), outcome)
 		switch {
 		case a.ok:
 			bd.final = "completed"
