@@ -360,7 +360,9 @@ func (b *builds) batch(round int) *build {
 		case ctx.Err() != nil:
 			return attempt{why: fmt.Sprintf("did not finish within %v", buildAttemptTimeout)}
 		case errors.As(err, &exit):
-			return attempt{why: fmt.Sprintf("exit %d: %s", exit.ExitCode(), lastLine(stderr.String()))}
+			log := filepath.Join(b.dir, fmt.Sprintf("batch-%d-%d.log", round, bd.attempts))
+			_ = os.WriteFile(log, stderr.Bytes(), 0o644)
+			return attempt{why: fmt.Sprintf("exit %d: %s (%s)", exit.ExitCode(), batchError(stderr.String()), log)}
 		case err != nil:
 			return attempt{wrong: true, why: "running gantry batch: " + err.Error()}
 		}
@@ -453,8 +455,15 @@ func firstLine(err error) string {
 	return s
 }
 
-// lastLine is the last non-empty line of s.
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
+// batchError is the first line of gantry batch's stderr that says what
+// failed, or its last line.
+func batchError(stderr string) string {
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	for _, line := range lines {
+		l := strings.ToLower(line)
+		if strings.Contains(l, "error") || strings.Contains(l, "fail") || strings.Contains(l, "unavailable") {
+			return short(errors.New(line))
+		}
+	}
 	return short(errors.New(lines[len(lines)-1]))
 }
