@@ -41,6 +41,9 @@ const (
 	batchInstance = "chaos-batch"
 )
 
+// explaining are the fault log's kinds that explain a failed build.
+var explaining = append(append([]string(nil), faultKinds...), "restart")
+
 // batchProject sizes the C project of `gantry batch`: a few dozen cheap
 // compiles.
 var batchProject = cproject.Options{Modules: 3, FilesPerModule: 6, HeadersPerModule: 2, Work: 1}
@@ -208,7 +211,7 @@ func (b *builds) retry(bd *build, try func() attempt) *build {
 			b.rec.wrong(fmt.Sprintf("%s (round %d, %s, attempt %d): %s", bd.kind, bd.round, bd.variant, bd.attempts, a.why))
 			return bd
 		case b.ctx.Err() != nil:
-		case !b.rec.during(from, time.Now(), faultGrace, append(faultKinds, "restart")...):
+		case !b.rec.during(from, time.Now(), faultGrace, explaining...):
 			// A build may fail while a fault is active, not otherwise.
 			bd.final = "wrong"
 			b.rec.wrong(fmt.Sprintf("%s (round %d, %s, attempt %d) failed from %s to %s with no fault then: %s",
