@@ -5,6 +5,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/worker/dircache"
 )
 
@@ -17,6 +18,7 @@ var StageBuckets = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 type collector struct {
 	w                                      *Worker
 	leases, cacheBytes, cacheMax, entries  *prometheus.Desc
+	byStage                                *prometheus.Desc
 	hits, misses, evictions, downloaded    *prometheus.Desc
 	trees, treeBuilds, treeHits, treeEvict *prometheus.Desc
 	diskLow                                *prometheus.Desc
@@ -30,7 +32,9 @@ type collector struct {
 // leaves that to the server, which sees every worker's results.
 func (w *Worker) RegisterMetrics(reg prometheus.Registerer, stages bool) error {
 	c := &collector{w: w,
-		leases:     prometheus.NewDesc("gantry_worker_active_leases", "Actions this worker holds (fetching, executing or uploading).", nil, nil),
+		leases: prometheus.NewDesc("gantry_worker_active_leases", "Actions this worker holds (fetching, executing or uploading).", nil, nil),
+		byStage: prometheus.NewDesc("gantry_worker_stage_leases", "Actions this worker holds in each stage (input_fetch, execute, output_upload).",
+			[]string{"stage"}, nil),
 		cacheBytes: prometheus.NewDesc("gantry_worker_input_cache_bytes", "Bytes of input files in the worker's cache.", nil, nil),
 		cacheMax:   prometheus.NewDesc("gantry_worker_input_cache_max_bytes", "The input cache's limit (worker.cache_max_size; 0: none).", nil, nil),
 		entries:    prometheus.NewDesc("gantry_worker_input_cache_files", "Input files in the worker's cache.", nil, nil),
@@ -62,7 +66,7 @@ func (w *Worker) RegisterMetrics(reg prometheus.Registerer, stages bool) error {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.leases, c.cacheBytes, c.cacheMax, c.entries, c.hits, c.misses, c.evictions, c.downloaded, c.trees, c.treeBuilds, c.treeHits, c.treeEvict, c.diskLow} {
+	for _, d := range []*prometheus.Desc{c.leases, c.byStage, c.cacheBytes, c.cacheMax, c.entries, c.hits, c.misses, c.evictions, c.downloaded, c.trees, c.treeBuilds, c.treeHits, c.treeEvict, c.diskLow} {
 		ch <- d
 	}
 }
@@ -70,6 +74,17 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	c.w.mu.Lock()
 	n := len(c.w.leases)
+	var fetching, executing, reporting int
+	for _, l := range c.w.leases {
+		switch l.stage {
+		case workerpb.Stage_INPUT_FETCH:
+			fetching++
+		case workerpb.Stage_EXECUTING:
+			executing++
+		case workerpb.Stage_REPORTING:
+			reporting++
+		}
+	}
 	c.w.mu.Unlock()
 	st := c.w.cache.Stats()
 	g := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v) }
@@ -77,6 +92,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
 	}
 	g(c.leases, float64(n))
+	// The stage names are those of gantry_worker_stage_duration_seconds.
+	for stage, v := range map[string]int{"input_fetch": fetching, "execute": executing, "output_upload": reporting} {
+		ch <- prometheus.MustNewConstMetric(c.byStage, prometheus.GaugeValue, float64(v), stage)
+	}
 	g(c.cacheBytes, float64(st.Bytes))
 	g(c.cacheMax, float64(st.MaxBytes))
 	g(c.entries, float64(st.Entries))

@@ -67,12 +67,20 @@ func runChaos(t *testing.T, seed int64, duration time.Duration) {
 		conns = append(conns, conn)
 	}
 	rec := newRecorder(seed)
+	bd := newBuilds(t, dir, f.lb.Addr, rec)
 	l := newLoad(env, conns, seed, rec)
 	smp := &sampler{procs: f.procs()}
 	rest := smp.atRest()
 	stopLoad, loadDone := make(chan struct{}), make(chan struct{})
 	stopSampler, samplerDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(loadDone); l.run(stopLoad) }()
+	buildsDone := make(chan struct{})
+	go func() {
+		defer close(buildsDone)
+		if bd != nil {
+			bd.run(stopLoad)
+		}
+	}()
 	go func() { defer close(samplerDone); smp.run(stopSampler) }()
 	defer func() {
 		close(stopSampler)
@@ -85,26 +93,14 @@ func runChaos(t *testing.T, seed int64, duration time.Duration) {
 	}
 	loopEnd := time.Now()
 	close(stopLoad)
-	for drained := false; !drained; {
-		select {
-		case <-loadDone:
-			drained = true
-		case <-time.After(250 * time.Millisecond):
-			if err := in.supervise(); err != nil {
-				rec.wrong(err.Error())
-			}
-			if time.Since(loopEnd) > opBound+time.Minute {
-				rec.wrong(fmt.Sprintf("the load did not end within %v of the loop's end", opBound+time.Minute))
-				<-loadDone
-				drained = true
-			}
-		}
-	}
+	in.drain(loadDone, loopEnd, opBound+time.Minute, "the load")
+	in.drain(buildsDone, loopEnd, 2*buildBound+time.Minute, "the builds")
 	t.Logf("the loop ended after %v; the load drained in %v", loopEnd.Sub(rec.start).Round(time.Second), time.Since(loopEnd).Round(time.Second))
 	if rec.failed() {
 		t.Fatal(rec.failure())
 	}
-	c := &finalCheck{f: f, l: l, rec: rec, counter: counter, conn: conns[0], marker: marker}
+	bd.check(duration)
+	c := &finalCheck{f: f, l: l, b: bd, rec: rec, counter: counter, conn: conns[0], marker: marker}
 	c.run()
 	over, usage := smp.check()
 	// Let the farm settle (calls finish, idle streams close) before it is
@@ -119,6 +115,26 @@ func runChaos(t *testing.T, seed int64, duration time.Duration) {
 	t.Log(c.summary(duration))
 	if rec.failed() {
 		t.Fatal(rec.failure())
+	}
+}
+
+// drain waits for done, supervising the nodes, for at most bound after
+// loopEnd.
+func (in *injector) drain(done <-chan struct{}, loopEnd time.Time, bound time.Duration, what string) {
+	for {
+		select {
+		case <-done:
+			return
+		case <-time.After(250 * time.Millisecond):
+			if err := in.supervise(); err != nil {
+				in.rec.wrong(err.Error())
+			}
+			if time.Since(loopEnd) > bound {
+				in.rec.wrong(fmt.Sprintf("%s did not end within %v of the loop's end", what, bound))
+				<-done
+				return
+			}
+		}
 	}
 }
 

@@ -33,6 +33,7 @@ const (
 type finalCheck struct {
 	f       *farm
 	l       *load
+	b       *builds // nil when the builds are left out
 	rec     *recorder
 	counter *runCounter
 	conn    *grpc.ClientConn
@@ -314,6 +315,7 @@ func (c *finalCheck) summary(duration time.Duration) string {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "chaos summary: seed %d, %v of faults\n", c.rec.seed, duration)
 	fmt.Fprintf(&b, "  faults by kind: %s\n", summaryLine(c.rec.byKind()))
+	fmt.Fprintf(&b, "  worker kills by the stage of its actions: %s\n", summaryLine(c.rec.killsByStage()))
 	fmt.Fprintf(&b, "  submissions by kind and outcome: %s\n", summaryLine(c.states))
 	fmt.Fprintf(&b, "  runs per fresh action (runs: actions): %s; duplicate runs %d; repeats that ran again %d\n", summaryLine(c.runsDist), c.duplicates, c.repeatsRan)
 	for _, m := range c.most {
@@ -321,6 +323,7 @@ func (c *finalCheck) summary(duration time.Duration) string {
 	}
 	fmt.Fprintf(&b, "  client retries %d; operation names checked %d (unknown at the end: %d answered from the ActionCache, %d whose Execute failed before submitting); ActionCache entries checked %d (%d successful ones missing, each answered with \"could not be cached\"); blobs read back %d\n",
 		c.retries, c.names, c.cachedForgotten, c.brokenForgotten, c.acChecked, c.acMissing, c.blobsChecked)
+	fmt.Fprintf(&b, "  builds: %s\n", c.b.summary())
 	fmt.Fprintf(&b, "  longest submission: %v with a fault in its time, %v without\n", c.longestFault.Round(time.Millisecond), c.longestCalm.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  fault log:\n%s", c.rec.faultLog())
 	return b.String()

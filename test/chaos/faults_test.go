@@ -211,7 +211,19 @@ func (in *injector) begin(kind string, targets map[string]bool) (a active, ok bo
 		}
 		return restartable(l, true)
 	case "kill-worker":
-		return restartable(pick(f.workers), false)
+		// What the worker holds is read just before the kill: its actions'
+		// stage, for the fault log and the summary.
+		p := pick(f.workers)
+		var stage, detail string
+		if p != nil && !targets[p.Name] {
+			stage, detail = workerStage(p.HTTPAddr)
+		}
+		a, ok, err := restartable(p, false)
+		if ok {
+			a.ev.stage = stage
+			a.ev.note += fmt.Sprintf("; %s (%s)", stage, detail)
+		}
+		return a, ok, err
 	case "stop-worker":
 		p := pick(f.workers)
 		if p == nil {

@@ -25,6 +25,9 @@ type faultEvent struct {
 	kind, target string
 	start, end   time.Time
 	note         string
+	// stage is, for a kill-worker, the stage of the killed worker's
+	// actions (workerStage).
+	stage string
 }
 
 func newRecorder(seed int64) *recorder {
@@ -121,6 +124,20 @@ func (r *recorder) byKind() map[string]int {
 	out := map[string]int{}
 	for _, e := range r.faults {
 		out[e.kind]++
+	}
+	return out
+}
+
+// killsByStage counts the kill-worker faults by the stage of the killed
+// worker's actions.
+func (r *recorder) killsByStage() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]int{}
+	for _, e := range r.faults {
+		if e.kind == "kill-worker" {
+			out[e.stage]++
+		}
 	}
 	return out
 }

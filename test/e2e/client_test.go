@@ -118,17 +118,9 @@ func tail(s string) string {
 // (.d) when the Makefile built them.
 func readObjects(t *testing.T, p *cproject.Project) map[string][]byte {
 	t.Helper()
-	objs := map[string][]byte{}
-	for _, o := range p.Objects() {
-		b, err := os.ReadFile(filepath.Join(p.Dir, o))
-		if err != nil {
-			t.Fatalf("object missing after the build: %v", err)
-		}
-		objs[o] = b
-		d := strings.TrimSuffix(o, ".o") + ".d"
-		if b, err := os.ReadFile(filepath.Join(p.Dir, d)); err == nil {
-			objs[d] = b
-		}
+	objs, err := p.ReadObjects()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return objs
 }
@@ -137,13 +129,7 @@ func readObjects(t *testing.T, p *cproject.Project) map[string][]byte {
 // byte for byte.
 func sameObjects(t *testing.T, how string, want, got map[string][]byte) {
 	t.Helper()
-	var differ []string
-	for name, w := range want {
-		if !bytes.Equal(w, got[name]) {
-			differ = append(differ, name)
-		}
-	}
-	if len(differ) > 0 {
+	if differ := cproject.DifferingObjects(want, got); len(differ) > 0 {
 		t.Fatalf("%s: %d of %d objects and dependency files differ from the local build, e.g. %s", how, len(differ), len(want), differ[0])
 	}
 }
@@ -151,10 +137,8 @@ func sameObjects(t *testing.T, how string, want, got map[string][]byte) {
 // cleanBuild removes the project's build outputs.
 func cleanBuild(t *testing.T, p *cproject.Project) {
 	t.Helper()
-	for _, name := range []string{"build", "app"} {
-		if err := os.RemoveAll(filepath.Join(p.Dir, name)); err != nil {
-			t.Fatal(err)
-		}
+	if err := p.Clean(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -12,9 +12,9 @@ import (
 // bazelServerPID returns the PID of the workspace's Bazel server, from the
 // server.pid.txt Bazel keeps in its output base.
 func bazelServerPID(w *bazelWorkspace) (int, error) {
-	matches, _ := filepath.Glob(filepath.Join(w.outputUserRoot, "*", "server", "server.pid.txt"))
+	matches, _ := filepath.Glob(filepath.Join(w.OutputUserRoot, "*", "server", "server.pid.txt"))
 	if len(matches) != 1 {
-		return 0, fmt.Errorf("want one server.pid.txt under %s, found %v", w.outputUserRoot, matches)
+		return 0, fmt.Errorf("want one server.pid.txt under %s, found %v", w.OutputUserRoot, matches)
 	}
 	b, err := os.ReadFile(matches[0])
 	if err != nil {

@@ -149,7 +149,7 @@ func TestCrash(t *testing.T) {
 				// drives it with its own *testing.T.
 				sw := *w
 				sw.t = t
-				defer func() { w.invocations = sw.invocations }()
+				defer func() { w.Invocations = sw.Invocations }()
 				runCrashScenario(t, &sw, sc)
 			})
 		}
@@ -313,7 +313,7 @@ func runCrashScenario(t *testing.T, w *bazelWorkspace, sc crashScenario) {
 		t.Errorf("the build after bazel clean executed actions (the log grew by %v), want every result from the ActionCache",
 			after.Lines[before:])
 	}
-	t.Logf("%s/%s: crash scenario took %v", w.client.Name, sc.name, time.Since(started).Round(time.Millisecond))
+	t.Logf("%s/%s: crash scenario took %v", w.Client.Name, sc.name, time.Since(started).Round(time.Millisecond))
 }
 
 // crashExecutions is what the log says about the executions of one scenario.

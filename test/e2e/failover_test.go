@@ -154,7 +154,7 @@ func runFailover(t *testing.T, w *bazelWorkspace, dsn string) {
 	if after := readCrashLog(t, logPath); len(after.Lines) != before {
 		t.Errorf("the build after bazel clean executed actions (%v), want every result from the ActionCache", after.Lines[before:])
 	}
-	t.Logf("%s: failover took %v", w.client.Name, time.Since(started).Round(time.Millisecond))
+	t.Logf("%s: failover took %v", w.Client.Name, time.Since(started).Round(time.Millisecond))
 }
 
 func healthz(httpAddr string) string {

@@ -103,7 +103,7 @@ func TestBazelRemoteDownloader(t *testing.T) {
 		writeWorkspace(sha256Hex(fileBody))
 		origin.Close()
 		w.shutdown()
-		w.outputUserRoot = filepath.Join(dir, "fresh-root")
+		w.OutputUserRoot = filepath.Join(dir, "fresh-root")
 		w.mustRun("build", flags("repo-cache-3")...)
 		if got := w.readOutput("combined.txt"); got != want {
 			t.Fatalf("from Gantry's cache, combined.txt is %q, want %q", got, want)

@@ -1,4 +1,4 @@
-package e2e
+package bazeltest
 
 import (
 	"reflect"
@@ -76,7 +76,7 @@ func TestLastProcessSummary(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s, ok := lastProcessSummary(tc.output)
+			s, ok := LastProcessSummary(tc.output)
 			if ok != tc.ok {
 				t.Fatalf("ok = %v, want %v", ok, tc.ok)
 			}
@@ -88,8 +88,8 @@ func TestLastProcessSummary(t *testing.T) {
 			}
 		})
 	}
-	s, _ := lastProcessSummary("INFO: 9 processes: 5 remote cache hit, 2 internal, 2 linux-sandbox.\n")
-	if got, want := s.Except(kindRemoteCacheHit, kindInternal), map[string]int{"linux-sandbox": 2}; !reflect.DeepEqual(got, want) {
+	s, _ := LastProcessSummary("INFO: 9 processes: 5 remote cache hit, 2 internal, 2 linux-sandbox.\n")
+	if got, want := s.Except(KindRemoteCacheHit, KindInternal), map[string]int{"linux-sandbox": 2}; !reflect.DeepEqual(got, want) {
 		t.Errorf("Except = %v, want %v", got, want)
 	}
 }
