@@ -58,5 +58,6 @@ func (g *diskGate) wait(ctx context.Context) error {
 	}
 }
 
-// holding reports whether the gate is holding the Match stage now.
-func (g *diskGate) holding() bool { return g.low.Load() }
+// holding reports whether the gate is holding the Match stage now (never
+// for a worker without one).
+func (g *diskGate) holding() bool { return g != nil && g.low.Load() }
