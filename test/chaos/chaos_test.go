@@ -107,7 +107,14 @@ func runChaos(t *testing.T, seed int64, duration time.Duration) {
 	// compared with the farm before the load.
 	time.Sleep(restSettle)
 	leaks, growthLine := growth(rest, smp.atRest())
-	for _, o := range append(over, leaks...) {
+	for _, lk := range leaks {
+		path, err := smp.dumpGoroutines(lk.name)
+		if err != nil {
+			path = fmt.Sprintf("no goroutine dump: %v", err)
+		}
+		over = append(over, fmt.Sprintf("%s (its goroutines: %s)", lk.msg, path))
+	}
+	for _, o := range over {
 		rec.wrong(o)
 	}
 	t.Logf("processes: %s", usage)

@@ -58,7 +58,11 @@ func TestGrowth(t *testing.T) {
 		"fe2": {fds: 999, goroutines: 999}, // not seen before
 	}
 	over, summary := growth(before, after)
-	all := strings.Join(over, "\n")
+	var msgs []string
+	for _, lk := range over {
+		msgs = append(msgs, lk.msg)
+	}
+	all := strings.Join(msgs, "\n")
 	if len(over) != 2 || !strings.Contains(all, "w1 holds more") || !strings.Contains(all, "w2 holds more") {
 		t.Errorf("flagged:\n%s\nwant w1 and w2 only", all)
 	}

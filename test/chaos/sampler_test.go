@@ -2,7 +2,10 @@ package chaos
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -120,7 +123,7 @@ func (s *sampler) atRest() map[string]usage {
 // more than twice its open files or goroutines of before, and 100 more,
 // leaks them (thousands of actions went through it). Resident memory is
 // reported, not bounded: the Go runtime keeps freed memory for a while.
-func growth(before, after map[string]usage) (over []string, summary string) {
+func growth(before, after map[string]usage) (over []leak, summary string) {
 	names := make([]string, 0, len(after))
 	for n := range after {
 		names = append(names, n)
@@ -136,10 +139,35 @@ func growth(before, after map[string]usage) (over []string, summary string) {
 		fmt.Fprintf(&b, "%s: %d→%d fds, %d→%d goroutines, %d→%d MiB; ", n, a.fds, z.fds, a.goroutines, z.goroutines, a.rss>>20, z.rss>>20)
 		leaks := func(was, is int64) bool { return is > 2*was && is > was+100 }
 		if leaks(a.fds, z.fds) || leaks(a.goroutines, z.goroutines) {
-			over = append(over, fmt.Sprintf("%s holds more at rest after the run than before it: %d open files (was %d), %d goroutines (was %d)", n, z.fds, a.fds, z.goroutines, a.goroutines))
+			over = append(over, leak{n, fmt.Sprintf("%s holds more at rest after the run than before it: %d open files (was %d), %d goroutines (was %d)", n, z.fds, a.fds, z.goroutines, a.goroutines)})
 		}
 	}
 	return over, b.String()
+}
+
+// leak is a process that holds more at rest after the run than before.
+type leak struct{ name, msg string }
+
+// dumpGoroutines saves the goroutines of the process named name (its
+// /debug/pprof/goroutine?debug=1) next to its logs and returns the path.
+func (s *sampler) dumpGoroutines(name string) (string, error) {
+	for _, p := range s.procs {
+		if p.Name != name {
+			continue
+		}
+		resp, err := http.Get("http://" + p.HTTPAddr + "/debug/pprof/goroutine?debug=1")
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return "", err
+		}
+		path := filepath.Join(p.Dir, name+"-goroutines-at-rest.txt")
+		return path, os.WriteFile(path, b, 0o644)
+	}
+	return "", fmt.Errorf("no process %s", name)
 }
 
 func rssOf(pid int) int64 {
