@@ -75,7 +75,7 @@ func TestScaleWorkersRunEveryActionOnce(t *testing.T) {
 	}
 	probe := &scaleItem{id: "none", err: context.Canceled} // no probe in this test
 	rep := &ScaleReport{Queued: len(items)}
-	rep.summarize(items, probe, []*scaleWorkersReport{&wr}, t0, 0)
+	rep.summarize(items, probe, nil, []*scaleWorkersReport{&wr}, t0, 0)
 	if rep.Completed != len(items) || rep.Errors != 0 {
 		t.Fatalf("%d of %d completed, %d failed: %s", rep.Completed, len(items), rep.Errors, rep.FirstError)
 	}
@@ -95,7 +95,7 @@ func TestScaleReportCatchesDoubleLeases(t *testing.T) {
 	items := []*scaleItem{{id: "a", doneAt: now}, {id: "b", doneAt: now}, {id: "c", doneAt: now}}
 	leases := []scaleLease{{ID: "a", AtNs: 1}, {ID: "a", AtNs: 2}, {ID: "b", AtNs: 3}}
 	rep := &ScaleReport{Queued: 3}
-	rep.summarize(items, &scaleItem{id: "p", doneAt: now}, []*scaleWorkersReport{{Leases: leases}}, now.Add(-time.Second), 0)
+	rep.summarize(items, &scaleItem{id: "p", doneAt: now}, nil, []*scaleWorkersReport{{Leases: leases}}, now.Add(-time.Second), 0)
 	if rep.LeasedTwice != 1 || rep.NeverLeased != 2 { // c, and the probe
 		t.Fatalf("leased twice %d, never leased %d; want 1 and 2", rep.LeasedTwice, rep.NeverLeased)
 	}
