@@ -128,7 +128,7 @@ scheduler; every action must still complete, and be leased once.`,
 	fl.Uint64Var(&p.Seed, "seed", 1, "seed of the load's random choices")
 	fl.DurationVar(&p.KillAfter, "kill-after", 0, "SIGKILL the server (--server-pid) this long into the drain and measure the recovery: a fail-over with --standby-http, else a restart by the server's supervisor (0: no kill)")
 	fl.StringVar(&p.StandbyHTTP, "standby-http", "", "with --kill-after: the standby scheduler's HTTP address (host:port); --server-pid and --http are then the leading scheduler's")
-	fl.StringVar(&p.KillProfile, "kill-profile", "", "file for the standby's CPU profile over the 15 s after the kill, its takeover (needs --standby-http)")
+	fl.StringVar(&p.KillProfile, "kill-profile", "", "file for the standby's CPU profile over the 30 s after the kill, its takeover (needs --standby-http)")
 	fl.StringVar(&jsonOut, "json", "", "also write the report as JSON to this file")
 	fl.BoolVar(&printConfig, "print-config", false, "print the server configuration a scale run needs and exit")
 	fl.BoolVar(&workerProcess, "worker-process", false, "internal: run as one worker process of a scale run")

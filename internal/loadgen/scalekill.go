@@ -62,7 +62,7 @@ func (k *scaleKill) run(ctx context.Context, conn grpc.ClientConnInterface, wg *
 		profWG.Add(1)
 		go func() {
 			defer profWG.Done()
-			if err := saveProfile(ctx, k.plan.StandbyHTTP, "profile?seconds=15", k.plan.KillProfile); err != nil {
+			if err := saveProfile(ctx, k.plan.StandbyHTTP, "profile?seconds=30", k.plan.KillProfile); err != nil {
 				k.err = err
 			}
 		}()

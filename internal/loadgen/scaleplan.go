@@ -109,7 +109,7 @@ type ScalePlan struct {
 	// the server's supervisor starts it again on the same addresses.
 	StandbyHTTP string
 	// KillProfile is a file for the CPU profile of the standby over the
-	// first 15 s after the kill, its takeover ("": none).
+	// first 30 s after the kill, its takeover ("": none).
 	KillProfile string
 }
 
