@@ -139,6 +139,10 @@ func (s *Service) Execute(req *repb.ExecuteRequest, stream repb.Execution_Execut
 	return err
 }
 
+// admitTimeout bounds the admission of an operation once its name is
+// out: the ActionCache lookup, the reads from the CAS and the queueing.
+const admitTimeout = time.Minute
+
 // admission is how admit left an Execute call: answered (from the
 // ActionCache, or cancelled before it was queued) or failed with err, else
 // queued with note.
@@ -157,6 +161,11 @@ func (s *Service) admit(ctx context.Context, req *repb.ExecuteRequest, stream re
 	if err := stream.Send(operation(name, st, st.ActionDigest.Function)); err != nil {
 		return admission{err: err}
 	}
+	// The client knows the name now and may leave to follow it with
+	// WaitExecution: the admission goes on without its call (a remote
+	// CAS read would fail with it, and the operation with it).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), admitTimeout)
+	defer cancel()
 	if !req.SkipCacheLookup {
 		if answered, err := s.answerFromCache(ctx, stream, span, st, accepted); answered || err != nil {
 			return admission{answered: answered, err: err}

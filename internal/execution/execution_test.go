@@ -55,6 +55,13 @@ func newEnvWith(t *testing.T, wrap func(ResultLookup) ResultLookup) *env {
 // with the input root as "/" (scheduler.chroot_instances).
 func newEnvChroot(t *testing.T, wrap func(ResultLookup) ResultLookup, chroot []string) *env {
 	t.Helper()
+	return newEnvCAS(t, wrap, chroot, nil)
+}
+
+// newEnvCAS is newEnvChroot with the CAS the Service reads actions from
+// passed through wrapCAS (nil: as it is).
+func newEnvCAS(t *testing.T, wrap func(ResultLookup) ResultLookup, chroot []string, wrapCAS func(blobstore.Store) blobstore.Store) *env {
+	t.Helper()
 	cas := blobstore.NewMemory(0)
 	ac := actioncache.NewMemory(0)
 	fe := frontend.New(cas, ac, frontend.Options{CompletenessCheck: true, ExecEnabled: true, ChrootInstances: chroot})
@@ -65,7 +72,11 @@ func newEnvChroot(t *testing.T, wrap func(ResultLookup) ResultLookup, chroot []s
 	if wrap != nil {
 		lookup = wrap(lookup)
 	}
-	svc := New(sched, cas, lookup, Unobserved{}, nil)
+	var svcCAS blobstore.Store = cas
+	if wrapCAS != nil {
+		svcCAS = wrapCAS(cas)
+	}
+	svc := New(sched, svcCAS, lookup, Unobserved{}, nil)
 	svc.Register(g)
 	ws := NewWorkerService(sched, Unobserved{})
 	ws.MaxPollWait = 2 * time.Second
