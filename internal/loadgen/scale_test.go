@@ -126,7 +126,7 @@ func TestScalePlanValidate(t *testing.T) {
 		"--drop":         func(p *ScalePlan) { p.Drop = 2 },
 		"--invocations":  func(p *ScalePlan) { p.Invocations = 1 },
 		"--kill-after":   func(p *ScalePlan) { p.KillAfter = time.Second }, // without --server-pid
-		"--standby-http": func(p *ScalePlan) { p.StandbyHTTP = "x:2" },    // without --kill-after
+		"--standby-http": func(p *ScalePlan) { p.StandbyHTTP = "x:2" },     // without --kill-after
 		"--kill-profile": func(p *ScalePlan) { p.KillAfter, p.ServerPID, p.HTTP, p.KillProfile = time.Second, 1, "x:3", "f" },
 	} {
 		p := ok
