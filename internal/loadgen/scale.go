@@ -55,6 +55,14 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 		if err := kill.checkRoles(ctx); err != nil {
 			return nil, err
 		}
+		// The Execute sent after the kill is a new client's: a connection
+		// of its own, not one of the clients' in their reconnection storm.
+		c, err := dial(plan.Server)
+		if err != nil {
+			return nil, fmt.Errorf("--server: %w", err)
+		}
+		defer c.Close()
+		kill.conn = c
 	}
 	rep := &ScaleReport{Workers: plan.Workers, Slots: plan.Slots, Tenants: plan.Tenants, Invocations: plan.Invocations, Queued: plan.Queued, MeanSleepMs: ms(plan.MeanSleep), Drop: plan.Drop}
 	s0, err := readProc(plan.ServerPID)
@@ -228,7 +236,7 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 				return
 			}
 			fmt.Fprintf(progress, "bench scale: %s into the drain; SIGKILL to the server (pid %d)\n", plan.KillAfter, plan.ServerPID)
-			kill.run(ctx, conns[len(conns)-1], &killWG)
+			kill.run(ctx, &killWG)
 			<-kill.done
 			fmt.Fprintf(progress, "bench scale: a scheduler serves %v after the kill, Execute answered after %v\n",
 				kill.back.Sub(kill.at).Round(time.Millisecond), kill.execute.Sub(kill.at).Round(time.Millisecond))

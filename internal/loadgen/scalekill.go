@@ -22,8 +22,10 @@ const killPollInterval = 10 * time.Millisecond
 // answered, and the operations the new scheduler held.
 type scaleKill struct {
 	plan *ScalePlan
-	// probe is a fresh action, uploaded before the kill, sent after it.
+	// probe is a fresh action, uploaded before the kill, sent after it
+	// on conn.
 	probe *scaleItem
+	conn  grpc.ClientConnInterface
 
 	at, back, execute time.Time
 	// restored is what the new scheduler held when it served: queued
@@ -55,7 +57,7 @@ func (k *scaleKill) checkRoles(ctx context.Context) error {
 // and the probe's Execute was answered; the probe then runs on to its
 // result. done closes when both were seen (or ctx ended); wg is done
 // when the probe has its result.
-func (k *scaleKill) run(ctx context.Context, conn grpc.ClientConnInterface, wg *sync.WaitGroup) {
+func (k *scaleKill) run(ctx context.Context, wg *sync.WaitGroup) {
 	k.done = make(chan struct{})
 	var profWG sync.WaitGroup
 	if k.plan.KillProfile != "" {
@@ -78,7 +80,7 @@ func (k *scaleKill) run(ctx context.Context, conn grpc.ClientConnInterface, wg *
 	answered := make(chan time.Time, 1)
 	go func() {
 		defer wg.Done()
-		k.probe.execute(ctx, conn, make(chan struct{}, 1), func() { answered <- time.Now() }, nil)
+		k.probe.execute(ctx, k.conn, make(chan struct{}, 1), func() { answered <- time.Now() }, nil)
 	}()
 	go func() {
 		defer close(k.done)
