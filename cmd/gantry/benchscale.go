@@ -48,11 +48,27 @@ completed once and was leased once (it exits non-zero when not).
 
 --server-pid (the server's process id, on this machine) enables the /proc
 figures; --http the status, metrics and pprof figures (with auth.enabled the
-HTTP port needs a token: run this against a server without auth).`,
+HTTP port needs a token: run this against a server without auth).
+
+--kill-after kills the server with SIGKILL that long into the drain, with
+the queue still deep; the clients then retry as Bazel does (Execute, then
+WaitExecution on the operation's name) and the workers as Gantry's do
+(register again, with the leases they hold). With --standby-http it is a
+fail-over: --server-pid and --http are the leading scheduler's (on
+PostgreSQL, behind the --server frontend), --standby-http the other
+scheduler's. Without it, a restart: the server's supervisor must start it
+again on the same addresses. The report adds the time from the kill until
+a scheduler serves (the standby leads, or /healthz answers), until a fresh
+Execute is answered, until every client whose stream broke follows its
+operation again, and until every worker holds a lease of the new
+scheduler; every action must still complete, and be leased once.`,
 		Example: `  gantry bench scale --print-config > scale.yaml
   gantry serve --config scale.yaml &
   gantry bench scale --server 127.0.0.1:8980 --http 127.0.0.1:9090 --server-pid $! \
-      --workers 1000 --slots 4 --worker-procs 4 --queued 100000 --heap-profile heap.pb.gz`,
+      --workers 1000 --slots 4 --worker-procs 4 --queued 100000 --heap-profile heap.pb.gz
+  # a fail-over: schedulers A (leading, pid $A) and B on PostgreSQL, behind a frontend
+  gantry bench scale --server FRONTEND:8980 --http A:9090 --server-pid $A \
+      --standby-http B:9090 --kill-after 2s --kill-profile takeover.pb.gz`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -110,6 +126,9 @@ HTTP port needs a token: run this against a server without auth).`,
 	fl.DurationVar(&p.Hold, "hold", 0, "keep the loaded state this long before the workers start, to profile the server by hand")
 	fl.DurationVar(&p.Timeout, "timeout", 30*time.Minute, "give up after this long")
 	fl.Uint64Var(&p.Seed, "seed", 1, "seed of the load's random choices")
+	fl.DurationVar(&p.KillAfter, "kill-after", 0, "SIGKILL the server (--server-pid) this long into the drain and measure the recovery: a fail-over with --standby-http, else a restart by the server's supervisor (0: no kill)")
+	fl.StringVar(&p.StandbyHTTP, "standby-http", "", "with --kill-after: the standby scheduler's HTTP address (host:port); --server-pid and --http are then the leading scheduler's")
+	fl.StringVar(&p.KillProfile, "kill-profile", "", "file for the standby's CPU profile over the 30 s after the kill, its takeover (needs --standby-http)")
 	fl.StringVar(&jsonOut, "json", "", "also write the report as JSON to this file")
 	fl.BoolVar(&printConfig, "print-config", false, "print the server configuration a scale run needs and exit")
 	fl.BoolVar(&workerProcess, "worker-process", false, "internal: run as one worker process of a scale run")

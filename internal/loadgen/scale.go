@@ -49,6 +49,21 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 			return nil, fmt.Errorf("setting the probe tenant's min quota on cohort %s: %w; start the server with the configuration of `gantry bench scale --print-config`", c, err)
 		}
 	}
+	var kill *scaleKill
+	if plan.KillAfter > 0 {
+		kill = &scaleKill{plan: plan}
+		if err := kill.checkRoles(ctx); err != nil {
+			return nil, err
+		}
+		// The Execute sent after the kill is a new client's: a connection
+		// of its own, not one of the clients' in their reconnection storm.
+		c, err := dial(plan.Server)
+		if err != nil {
+			return nil, fmt.Errorf("--server: %w", err)
+		}
+		defer c.Close()
+		kill.conn = c
+	}
 	rep := &ScaleReport{Workers: plan.Workers, Slots: plan.Slots, Tenants: plan.Tenants, Invocations: plan.Invocations, Queued: plan.Queued, MeanSleepMs: ms(plan.MeanSleep), Drop: plan.Drop}
 	s0, err := readProc(plan.ServerPID)
 	if err != nil {
@@ -104,8 +119,17 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 	items := scaleItems(plan, run)
 	probe := &scaleItem{id: run + "-probe", instance: ScaleProbeTenant, invocation: run + "-probe", tenant: -1, inv: -1}
 	probe.build(scalePools[0])
+	extra := []*scaleItem{probe}
+	if kill != nil {
+		kill.probe = &scaleItem{id: run + "-after-kill", instance: scaleTenant(0), invocation: run + "-after-kill", tenant: -1, inv: -1}
+		kill.probe.build(scalePools[1])
+		extra = append(extra, kill.probe)
+		for _, it := range append(slices.Clone(items), extra...) {
+			it.retry = true
+		}
+	}
 	start := time.Now()
-	if err := uploadItems(ctx, conns[0], client.BatchLimit(caps), append(slices.Clone(items), probe)); err != nil {
+	if err := uploadItems(ctx, conns[0], client.BatchLimit(caps), append(slices.Clone(items), extra...)); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(progress, "bench scale: uploaded %d actions in %v; queueing them\n", len(items), time.Since(start).Round(time.Millisecond))
@@ -203,15 +227,35 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 		defer close(probeDone)
 		probe.execute(ctx, conns[0], make(chan struct{}, 1), func() {}, follow)
 	}()
+	var killWG sync.WaitGroup
+	if kill != nil {
+		killWG.Add(1)
+		go func() {
+			if !sleepCtx(ctx, plan.KillAfter) {
+				killWG.Done()
+				return
+			}
+			fmt.Fprintf(progress, "bench scale: %s into the drain; SIGKILL to the server (pid %d)\n", plan.KillAfter, plan.ServerPID)
+			kill.run(ctx, &killWG)
+			<-kill.done
+			fmt.Fprintf(progress, "bench scale: a scheduler serves %v after the kill, Execute answered after %v\n",
+				kill.back.Sub(kill.at).Round(time.Millisecond), kill.execute.Sub(kill.at).Round(time.Millisecond))
+		}()
+	}
 	drained := make(chan struct{})
-	go func() { done.Wait(); <-probeDone; close(drained) }()
+	go func() { done.Wait(); <-probeDone; killWG.Wait(); close(drained) }()
 	select {
 	case <-drained:
 	case <-ctx.Done():
 	}
 	stopSampling()
 	sampleWG.Wait()
-	s3, err := readProc(plan.ServerPID)
+	// A killed server has no figures left to read.
+	endPID := plan.ServerPID
+	if kill != nil {
+		endPID = 0
+	}
+	s3, err := readProc(endPID)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +264,14 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 	rep.RSSPeak = max(peak, s3.RSS)
 	rep.RSSPeakPerQueued = float64(rep.RSSPeak-s1.RSS) / float64(plan.Queued)
 	rep.FilesPeak = s3.Files
-	rep.summarize(items, probe, reps, t0, s3.CPU-d0.CPU)
+	rep.summarize(items, probe, extra[1:], reps, t0, s3.CPU-d0.CPU)
+	if kill != nil {
+		rep.CPUPerActionMs = 0 // the killed server's CPU is gone with it
+		if kill.done != nil {
+			<-kill.done
+		}
+		rep.summarizeKill(kill, items, reps)
+	}
 	if ctx.Err() != nil {
 		return rep, fmt.Errorf("the run did not finish within --timeout %s: %d of %d actions completed", plan.Timeout, rep.Completed, plan.Queued)
 	}

@@ -75,7 +75,7 @@ func TestScaleWorkersRunEveryActionOnce(t *testing.T) {
 	}
 	probe := &scaleItem{id: "none", err: context.Canceled} // no probe in this test
 	rep := &ScaleReport{Queued: len(items)}
-	rep.summarize(items, probe, []*scaleWorkersReport{&wr}, t0, 0)
+	rep.summarize(items, probe, nil, []*scaleWorkersReport{&wr}, t0, 0)
 	if rep.Completed != len(items) || rep.Errors != 0 {
 		t.Fatalf("%d of %d completed, %d failed: %s", rep.Completed, len(items), rep.Errors, rep.FirstError)
 	}
@@ -95,7 +95,7 @@ func TestScaleReportCatchesDoubleLeases(t *testing.T) {
 	items := []*scaleItem{{id: "a", doneAt: now}, {id: "b", doneAt: now}, {id: "c", doneAt: now}}
 	leases := []scaleLease{{ID: "a", AtNs: 1}, {ID: "a", AtNs: 2}, {ID: "b", AtNs: 3}}
 	rep := &ScaleReport{Queued: 3}
-	rep.summarize(items, &scaleItem{id: "p", doneAt: now}, []*scaleWorkersReport{{Leases: leases}}, now.Add(-time.Second), 0)
+	rep.summarize(items, &scaleItem{id: "p", doneAt: now}, nil, []*scaleWorkersReport{{Leases: leases}}, now.Add(-time.Second), 0)
 	if rep.LeasedTwice != 1 || rep.NeverLeased != 2 { // c, and the probe
 		t.Fatalf("leased twice %d, never leased %d; want 1 and 2", rep.LeasedTwice, rep.NeverLeased)
 	}
@@ -125,6 +125,9 @@ func TestScalePlanValidate(t *testing.T) {
 		"--zipf":         func(p *ScalePlan) { p.Zipf = 1 },
 		"--drop":         func(p *ScalePlan) { p.Drop = 2 },
 		"--invocations":  func(p *ScalePlan) { p.Invocations = 1 },
+		"--kill-after":   func(p *ScalePlan) { p.KillAfter = time.Second }, // without --server-pid
+		"--standby-http": func(p *ScalePlan) { p.StandbyHTTP = "x:2" },     // without --kill-after
+		"--kill-profile": func(p *ScalePlan) { p.KillAfter, p.ServerPID, p.HTTP, p.KillProfile = time.Second, 1, "x:3", "f" },
 	} {
 		p := ok
 		mod(&p)
@@ -146,4 +149,43 @@ func FuzzScaleAction(f *testing.F) {
 			t.Fatalf("accepted %q with id %q sleep %v", b, id, sleep)
 		}
 	})
+}
+
+// The kill's figures: a worker is back at its first lease taken once the
+// new scheduler served, a client at its first message after its stream
+// broke; an action without a result at the kill was open.
+func TestScaleReportKill(t *testing.T) {
+	at := time.Now()
+	back := at.Add(2 * time.Second)
+	k := &scaleKill{plan: &ScalePlan{StandbyHTTP: "x:1"}, probe: &scaleItem{}, at: at, back: back, execute: at.Add(3 * time.Second), restored: 2}
+	items := []*scaleItem{
+		{id: "done-before", doneAt: at.Add(-time.Second)},
+		{id: "broken", doneAt: at.Add(5 * time.Second), brokeAt: at, backAt: at.Add(4 * time.Second)},
+		{id: "still-broken", brokeAt: at},
+	}
+	ns := func(d time.Duration) int64 { return at.Add(d).UnixNano() }
+	leases := []scaleLease{
+		{ID: "a", Worker: "w1", AtNs: ns(time.Second)}, // from the killed scheduler's time
+		{ID: "b", Worker: "w1", AtNs: ns(3 * time.Second)},
+		{ID: "c", Worker: "w1", AtNs: ns(2500 * time.Millisecond)},
+		{ID: "d", Worker: "w2", AtNs: ns(6 * time.Second)},
+	}
+	rep := &ScaleReport{Workers: 3}
+	rep.summarizeKill(k, items, []*scaleWorkersReport{{Leases: leases}})
+	if rep.Kill != "fail-over" || rep.OpenAtKill != 2 || rep.RestoredActions != 2 {
+		t.Errorf("kill %q, open at the kill %d, restored %g; want fail-over, 2, 2", rep.Kill, rep.OpenAtKill, rep.RestoredActions)
+	}
+	if rep.BackMs != 2000 || rep.ExecuteMs != 3000 {
+		t.Errorf("serving after %gms, Execute after %gms; want 2000 and 3000", rep.BackMs, rep.ExecuteMs)
+	}
+	if rep.ClientsBroken != 2 || rep.ClientsBack != 1 || rep.ClientsBackMs != 4000 {
+		t.Errorf("clients broken %d, back %d after %gms; want 2, 1, 4000", rep.ClientsBroken, rep.ClientsBack, rep.ClientsBackMs)
+	}
+	if rep.WorkersBack != 2 || rep.WorkersBackMaxMs != 6000 {
+		t.Errorf("workers back %d, the last after %gms; want 2 (w3 never), 6000", rep.WorkersBack, rep.WorkersBackMaxMs)
+	}
+	rep.KillProbeError = "boom"
+	if err := rep.check(); err == nil || !strings.Contains(err.Error(), "after the kill") {
+		t.Errorf("check() = %v; want the failed Execute after the kill", err)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -36,6 +37,12 @@ type scaleItem struct {
 	doneAt time.Time     // when its result arrived
 	err    error         // why it failed
 	wait   time.Duration // Execute call to result
+
+	// retry: the run kills the server, so calls that fail UNAVAILABLE
+	// are retried; brokeAt is when the item's stream first broke, backAt
+	// when it next heard of its operation.
+	retry           bool
+	brokeAt, backAt time.Time
 }
 
 // scaleItems makes the plan's actions: invocation sizes Zipf-skewed,
@@ -131,7 +138,11 @@ func uploadItems(ctx context.Context, conn *grpc.ClientConn, batchLimit int64, i
 
 // execute runs the item: Execute, and once the operation is queued it
 // tells queued. An item that drops its stream waits for follow and then
-// follows the operation with WaitExecution. It returns when the
+// follows the operation with WaitExecution. With it.retry (a run that
+// kills the server) a call that fails UNAVAILABLE is retried, as Bazel
+// does: Execute until it is answered, and once the operation has a name,
+// WaitExecution on it (brokeAt and backAt say when the stream broke and
+// when the client followed its operation again). It returns when the
 // operation is done (it.err says how).
 func (it *scaleItem) execute(ctx context.Context, conn grpc.ClientConnInterface, openSem chan struct{}, queued func(), follow <-chan struct{}) {
 	exec := repb.NewExecutionClient(conn)
@@ -141,15 +152,24 @@ func (it *scaleItem) execute(ctx context.Context, conn grpc.ClientConnInterface,
 	openSem <- struct{}{}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := exec.Execute(sctx, &repb.ExecuteRequest{InstanceName: it.instance, ActionDigest: it.digest.Proto(), DigestFunction: digest.SHA256})
-	var first *repb.ExecuteResponse
-	if err == nil {
-		var o *longrunningpb.Operation
-		if o, err = stream.Recv(); err == nil {
-			it.name = o.Name
-			if o.Done {
-				first, err = unpackOperation(o)
+	var (
+		stream grpc.ServerStreamingClient[longrunningpb.Operation]
+		first  *repb.ExecuteResponse
+		err    error
+	)
+	for b := newBackoff(); ; {
+		stream, err = exec.Execute(sctx, &repb.ExecuteRequest{InstanceName: it.instance, ActionDigest: it.digest.Proto(), DigestFunction: digest.SHA256})
+		if err == nil {
+			var o *longrunningpb.Operation
+			if o, err = stream.Recv(); err == nil {
+				it.name = o.Name
+				if o.Done {
+					first, err = unpackOperation(o)
+				}
 			}
+		}
+		if err == nil || !it.retry || !transient(err) || !b.wait(ctx) {
+			break
 		}
 	}
 	<-openSem
@@ -166,19 +186,43 @@ func (it *scaleItem) execute(ctx context.Context, conn grpc.ClientConnInterface,
 			it.err = ctx.Err()
 			return
 		}
-		stream, err = exec.WaitExecution(ctx, &repb.WaitExecutionRequest{Name: it.name})
-		if err != nil {
-			it.err = fmt.Errorf("WaitExecution(%s): %w", it.name, err)
-			return
-		}
+		stream = nil
 	}
 	resp := first
+	b := newBackoff()
 	for resp == nil {
+		if stream == nil {
+			stream, err = exec.WaitExecution(ctx, &repb.WaitExecutionRequest{Name: it.name})
+			if err != nil {
+				if it.retry && transient(err) && b.wait(ctx) {
+					stream = nil
+					continue
+				}
+				it.err = fmt.Errorf("WaitExecution(%s): %w", it.name, err)
+				return
+			}
+		}
 		o, err := stream.Recv()
 		if err != nil {
-			it.err = fmt.Errorf("operation %s: the stream broke: %w", it.name, err)
+			if it.retry && transient(err) && ctx.Err() == nil {
+				if it.brokeAt.IsZero() {
+					it.brokeAt = time.Now()
+				}
+				stream = nil
+				b.wait(ctx)
+				continue
+			}
+			what := "the stream broke"
+			if status.Code(err) == codes.NotFound {
+				what = "the server does not know it (not restored?)"
+			}
+			it.err = fmt.Errorf("operation %s: %s: %w", it.name, what, err)
 			return
 		}
+		if !it.brokeAt.IsZero() && it.backAt.IsZero() {
+			it.backAt = time.Now()
+		}
+		b = newBackoff()
 		if o.Done {
 			if resp, err = unpackOperation(o); err != nil {
 				it.err = err
@@ -195,6 +239,20 @@ func (it *scaleItem) execute(ctx context.Context, conn grpc.ClientConnInterface,
 	if err := client.CheckResponse(resp); err != nil {
 		it.err = fmt.Errorf("operation %s: %w", it.name, err)
 	}
+}
+
+// backoff spaces a client's retries: from 50 ms, doubling up to 2 s, each
+// wait drawn at random from half to all of it, so that a hundred thousand
+// clients whose streams broke at once do not retry in step.
+type backoff struct{ next time.Duration }
+
+func newBackoff() *backoff { return &backoff{next: 50 * time.Millisecond} }
+
+// wait sleeps before the next try; it reports false when ctx ended.
+func (b *backoff) wait(ctx context.Context) bool {
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(2*b.next, 2*time.Second)
+	return sleepCtx(ctx, d)
 }
 
 // unpackOperation is the ExecuteResponse of a done operation.

@@ -99,6 +99,18 @@ type ScalePlan struct {
 	Timeout time.Duration
 	// Seed makes the load repeatable.
 	Seed uint64
+	// KillAfter, when positive, kills the server (ServerPID, the leading
+	// scheduler with StandbyHTTP) with SIGKILL this long into the drain
+	// and measures the recovery (scalekill.go); the clients and workers
+	// then retry as Bazel and Gantry's workers do.
+	KillAfter time.Duration
+	// StandbyHTTP is the standby scheduler's HTTP host:port: with
+	// KillAfter, a fail-over to it. Without it, KillAfter is a restart:
+	// the server's supervisor starts it again on the same addresses.
+	StandbyHTTP string
+	// KillProfile is a file for the CPU profile of the standby over the
+	// first 30 s after the kill, its takeover ("": none).
+	KillProfile string
 }
 
 // Validate checks the plan and says what to change.
@@ -122,6 +134,14 @@ func (p *ScalePlan) Validate() error {
 		return fmt.Errorf("--drop %g: it is a share of the clients, between 0 and 1", p.Drop)
 	case p.Conns < 1:
 		return fmt.Errorf("--conns %d: it must be at least 1", p.Conns)
+	case p.KillAfter < 0:
+		return fmt.Errorf("--kill-after %s: it must be 0 (no kill) or positive", p.KillAfter)
+	case p.KillAfter > 0 && (p.ServerPID == 0 || p.HTTP == ""):
+		return fmt.Errorf("--kill-after %s needs --server-pid (the process to kill: the leading scheduler, or the gantry serve process) and --http (its HTTP address, to see it lead or come back)", p.KillAfter)
+	case p.KillAfter == 0 && p.StandbyHTTP != "":
+		return errors.New("--standby-http is for a fail-over run: add --kill-after (e.g. 2s)")
+	case p.KillProfile != "" && (p.KillAfter == 0 || p.StandbyHTTP == ""):
+		return errors.New("--kill-profile profiles the standby's takeover: it needs --kill-after and --standby-http")
 	case p.Timeout <= 0:
 		return fmt.Errorf("--timeout %s: it must be positive", p.Timeout)
 	}

@@ -56,11 +56,31 @@ type ScaleReport struct {
 	// ProbeWaitMs is the starving-tenant probe's Execute-to-result time.
 	ProbeWaitMs float64
 	ProbeError  string `json:",omitempty"`
+
+	// Kill is "fail-over" or "restart" for a run with --kill-after
+	// (scalekill.go): OpenAtKill actions had no result at the kill;
+	// RestoredActions were queued or leased on the new scheduler when it
+	// served (-1: not read). From the kill: BackMs until a scheduler
+	// served again (the standby led, or the restarted server answered
+	// /healthz), ExecuteMs until a fresh Execute was answered,
+	// ClientsBackMs until the last of the ClientsBroken clients whose
+	// stream broke followed its operation again (ClientsBack did), and
+	// WorkersBack workers held a lease of the new scheduler again, the
+	// median and the last after WorkersBackP50Ms and WorkersBackMaxMs.
+	Kill                               string `json:",omitempty"`
+	OpenAtKill                         int
+	RestoredActions                    float64
+	BackMs, ExecuteMs, ClientsBackMs   float64
+	ClientsBroken, ClientsBack         int
+	WorkersBack                        int
+	WorkersBackP50Ms, WorkersBackMaxMs float64
+	KillError                          string `json:",omitempty"`
+	KillProbeError                     string `json:",omitempty"`
 }
 
 // summarize fills in the report from the items, the probe, the worker
 // processes' leases, the drain's start and the server CPU it took.
-func (r *ScaleReport) summarize(items []*scaleItem, probe *scaleItem, reps []*scaleWorkersReport, t0 time.Time, cpu time.Duration) {
+func (r *ScaleReport) summarize(items []*scaleItem, probe *scaleItem, extra []*scaleItem, reps []*scaleWorkersReport, t0 time.Time, cpu time.Duration) {
 	byID := make(map[string]*scaleItem, len(items)+1)
 	var last time.Time
 	var waits []time.Duration
@@ -82,6 +102,9 @@ func (r *ScaleReport) summarize(items []*scaleItem, probe *scaleItem, reps []*sc
 		}
 	}
 	byID[probe.id] = probe
+	for _, it := range extra {
+		byID[it.id] = it
+	}
 	if probe.err != nil {
 		r.ProbeError = probe.err.Error()
 	} else {
@@ -201,6 +224,12 @@ func (r *ScaleReport) check() error {
 	if r.ProbeError != "" {
 		errs = append(errs, fmt.Errorf("the starving-tenant probe failed: %s", r.ProbeError))
 	}
+	if r.KillError != "" {
+		errs = append(errs, fmt.Errorf("the kill: %s", r.KillError))
+	}
+	if r.KillProbeError != "" {
+		errs = append(errs, fmt.Errorf("the Execute sent after the kill failed: %s", r.KillProbeError))
+	}
 	for _, p := range append(slices.Clone(r.PagesIdle), r.PagesLoaded...) {
 		if p.Error != "" {
 			errs = append(errs, fmt.Errorf("%s: %s", p.Page, p.Error))
@@ -241,8 +270,15 @@ func (r *ScaleReport) Print(w io.Writer) {
 		fmt.Fprintf(w, "UNBOUNDED page: %s\n", u)
 	}
 	fmt.Fprintf(w, "fairness (Jain): invocations %.3f, tenants %.3f; starving-tenant probe %.1fms\n", r.JainInvocations, r.JainTenants, r.ProbeWaitMs)
+	if r.Kill != "" {
+		fmt.Fprintf(w, "%s: %d actions open at the kill, %.0f queued or leased on the new scheduler; after the kill: serving %.0fms, Execute answered %.0fms, %d of %d broken streams followed again %.0fms, %d of %d workers leased again p50 %.0fms last %.0fms\n",
+			r.Kill, r.OpenAtKill, r.RestoredActions, r.BackMs, r.ExecuteMs, r.ClientsBack, r.ClientsBroken, r.ClientsBackMs, r.WorkersBack, r.Workers, r.WorkersBackP50Ms, r.WorkersBackMaxMs)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "SCALE workers=%d slots=%d queued=%d rate=%.1f gap_p50_ms=%.3f gap_p99_ms=%.3f gap_max_ms=%.3f cpu_ms=%.3f", r.Workers, r.Slots, r.Queued, r.Throughput, r.GapP50Ms, r.GapP99Ms, r.GapMaxMs, r.CPUPerActionMs)
 	fmt.Fprintf(&b, " rss_worker_kib=%.1f rss_queued_kib=%.2f rss_peak_queued_kib=%.2f jain_inv=%.3f jain_tenant=%.3f probe_ms=%.1f", r.RSSPerWorker/1024, r.RSSPerQueued/1024, r.RSSPeakPerQueued/1024, r.JainInvocations, r.JainTenants, r.ProbeWaitMs)
+	if r.Kill != "" {
+		fmt.Fprintf(&b, " kill=%s back_ms=%.0f execute_ms=%.0f clients_back_ms=%.0f workers_back_p50_ms=%.0f workers_back_max_ms=%.0f", r.Kill, r.BackMs, r.ExecuteMs, r.ClientsBackMs, r.WorkersBackP50Ms, r.WorkersBackMaxMs)
+	}
 	fmt.Fprintln(w, b.String())
 }

@@ -50,13 +50,20 @@ func newScaleWorker(client workerpb.WorkersClient, id string, props []*workerpb.
 	return &scaleWorker{id: id, props: props, slots: slots, client: client, leases: map[string]struct{}{}}
 }
 
-// register announces the worker, retrying transient errors; it returns
-// the heartbeat interval.
+// register announces the worker, with the leases it holds (as Gantry's
+// worker does: a new leader keeps those and requeues the others at
+// once), retrying transient errors; it returns the heartbeat interval.
 func (w *scaleWorker) register(ctx context.Context) (time.Duration, error) {
 	req := &workerpb.RegisterRequest{
 		WorkerId: w.id, Properties: w.props, AcceptUnknownProperties: true,
 		Cores: int32(w.slots), Slots: int32(w.slots), Version: "gantry-bench-scale",
+		ReportsLeases: true,
 	}
+	w.mu.Lock()
+	for id := range w.leases {
+		req.LeaseIds = append(req.LeaseIds, id)
+	}
+	w.mu.Unlock()
 	for tries := 1; ; tries++ {
 		resp, err := w.client.Register(ctx, req)
 		if err == nil {

@@ -70,6 +70,27 @@ func (s *Scheduler) RegisterWorkerHolding(info WorkerInfo, held []string) int {
 	return len(lost)
 }
 
+// startRestoredLeaseClocks gives every lease restored from the store
+// whose worker has not come back a full HeartbeatTimeout from now: its
+// worker can report it only once the scheduler serves, and a restore
+// that took longer than the timeout (seconds with a deep queue, more on a
+// busy machine) would otherwise requeue them all at the first tick, to
+// run a second time next to the first (issue 38: 104 actions leased twice
+// after a 19.5 s takeover). Run calls it before its first tick.
+func (s *Scheduler) startRestoredLeaseClocks() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	for _, w := range s.workers {
+		if !w.restored {
+			continue
+		}
+		for _, l := range w.leases {
+			l.lastSeen = now
+		}
+	}
+}
+
 // loseLeasesLocked ends leases of w, whose worker lost them (why says how
 // that was learned): their tasks go back to the front of the queue, or
 // fail once they were started MaxAttempts times. It logs one line with

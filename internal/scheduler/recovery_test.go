@@ -95,6 +95,42 @@ func TestRestoredLeasesRequeuedWhenTheirWorkerRegistersWithoutThem(t *testing.T)
 	}
 }
 
+// A restored lease's heartbeat timeout counts from when the scheduler
+// runs, not from the restore: after a restore longer than the timeout,
+// the first tick keeps it for its worker, and the timeout still ends it
+// if the worker does not come back.
+func TestRestoredLeaseTimeoutCountsFromRun(t *testing.T) {
+	store := statestore.NewMemory()
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s, stop := durableTest(t, store, clk) // heartbeat timeout 10 s
+	register(s, "w")
+	submit(t, s, "a")
+	if pollNow(t, s, "w", 1) == nil {
+		t.Fatal("no lease")
+	}
+	stop()
+
+	s2, stop2 := durableTest(t, store, clk)
+	defer stop2()
+	clk.Advance(15 * time.Second) // the restore, and what follows until Run, took 15 s
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { s2.Run(ctx, 5*time.Millisecond); close(ran) }()
+	defer func() { cancel(); <-ran }()
+	time.Sleep(100 * time.Millisecond) // ticks
+	if st := s2.Stats(); st.Leased != 1 || st.Queued != 0 {
+		t.Fatalf("after a 15 s restore and the first ticks: %+v, want the lease kept for its worker", st)
+	}
+	clk.Advance(11 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for s2.Stats().Queued != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("11 s after Run with no word from its worker: %+v, want the lease requeued", s2.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // A worker whose session ends loses its leases once SessionGrace passes
 // without a new session, long before the heartbeat timeout; a new
 // session within the grace keeps them.

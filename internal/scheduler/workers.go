@@ -547,6 +547,7 @@ func (s *Scheduler) isWaitingLocked(w *worker) bool {
 // Run calls Tick every interval until ctx ends. Then it ends the workers'
 // sessions: without the timers their ends would go unheeded anyway.
 func (s *Scheduler) Run(ctx context.Context, interval time.Duration) {
+	s.startRestoredLeaseClocks()
 	tk := time.NewTicker(interval)
 	defer tk.Stop()
 	defer s.halt()

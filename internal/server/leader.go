@@ -111,8 +111,15 @@ func (l *leader) run(ctx context.Context) error {
 // lead restores the state and serves until ctx ends or lost closes. The
 // term ends on the process's closers, after its ports stopped: calls in
 // flight finish before the journal stops.
-func (l *leader) lead(ctx context.Context, number int64, lost <-chan struct{}) error {
+func (l *leader) lead(ctx context.Context, number int64, lost <-chan struct{}) (err error) {
 	start := time.Now()
+	// Frontends forward here from now on: calls wait for the restore.
+	l.services.restoring()
+	defer func() {
+		if err != nil {
+			l.services.set(nil) // the held calls fail over to the next leader
+		}
+	}()
 	cfg, log := l.latest(), l.b.log
 	ac := remoteAC{ac: repb.NewActionCacheClient(l.casConn)}
 	sched := newScheduler(cfg, log, ac.store)

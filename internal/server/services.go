@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -56,11 +58,25 @@ func serviceNames(descs []*grpc.ServiceDesc) []string {
 // server, which serves from the start, standing by included (health and
 // reflection answer throughout): they are registered once, and each call
 // goes to the implementation of the current term, or fails with
-// UNAVAILABLE while the node stands by.
+// UNAVAILABLE while the node stands by. Between taking the leadership
+// and serving (restoring the state, which takes seconds with a deep
+// queue) calls wait for the term instead: frontends already forward to
+// this node then, and answering UNAVAILABLE at once would have every
+// client and worker retry in a loop against the restore (issue 38: with
+// 100,000 clients that storm took the CPU the restore needed).
 type termServices struct {
 	descs []*grpc.ServiceDesc
 	impls atomic.Pointer[map[string]any]
+
+	mu sync.Mutex
+	// starting is closed by set once the restore ends; nil unless the
+	// node is between taking the leadership and serving.
+	starting chan struct{}
 }
+
+// restoreHold bounds how long a call waits for a term being restored
+// (a variable for tests).
+var restoreHold = time.Minute
 
 func newTermServices() *termServices { return &termServices{descs: schedulerServiceDescs()} }
 
@@ -76,18 +92,51 @@ func (t *termServices) register(g *grpc.Server) {
 func (t *termServices) set(impls map[string]any) {
 	if impls == nil {
 		t.impls.Store(nil)
-		return
+	} else {
+		t.impls.Store(&impls)
 	}
-	t.impls.Store(&impls)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.starting != nil {
+		close(t.starting)
+		t.starting = nil
+	}
+}
+
+// restoring says that this node leads and restores its state: calls wait
+// (up to restoreHold) for the next set.
+func (t *termServices) restoring() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.starting == nil {
+		t.starting = make(chan struct{})
+	}
 }
 
 // errStandby answers calls to a scheduler that does not lead.
 var errStandby = status.Error(codes.Unavailable, "this scheduler stands by and serves nothing but health and reflection; call a frontend, which forwards to the leader it finds in PostgreSQL")
 
-func (t *termServices) impl(service string) (any, error) {
+func (t *termServices) impl(ctx context.Context, service string) (any, error) {
 	m := t.impls.Load()
 	if m == nil {
-		return nil, errStandby
+		t.mu.Lock()
+		starting := t.starting
+		t.mu.Unlock()
+		if starting == nil {
+			return nil, errStandby
+		}
+		hold := time.NewTimer(restoreHold)
+		defer hold.Stop()
+		select {
+		case <-starting:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		case <-hold.C:
+			return nil, status.Errorf(codes.Unavailable, "this scheduler took the leadership but is still restoring its state after %v; retry", restoreHold)
+		}
+		if m = t.impls.Load(); m == nil {
+			return nil, errStandby
+		}
 	}
 	impl, ok := (*m)[service]
 	if !ok {
@@ -105,7 +154,7 @@ func (t *termServices) wrap(sd *grpc.ServiceDesc) *grpc.ServiceDesc {
 	for i, m := range sd.Methods {
 		h := m.Handler
 		w.Methods[i] = grpc.MethodDesc{MethodName: m.MethodName, Handler: func(_ any, ctx context.Context, dec func(any) error, in grpc.UnaryServerInterceptor) (any, error) {
-			impl, err := t.impl(name)
+			impl, err := t.impl(ctx, name)
 			if err != nil {
 				return nil, err
 			}
@@ -117,7 +166,7 @@ func (t *termServices) wrap(sd *grpc.ServiceDesc) *grpc.ServiceDesc {
 		h := s.Handler
 		w.Streams[i] = s
 		w.Streams[i].Handler = func(_ any, ss grpc.ServerStream) error {
-			impl, err := t.impl(name)
+			impl, err := t.impl(ss.Context(), name)
 			if err != nil {
 				return err
 			}

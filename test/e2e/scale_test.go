@@ -3,14 +3,17 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gantry-build/gantry/internal/loadgen"
+	"github.com/gantry-build/gantry/internal/statestore/pgtest"
 )
 
 // TestScaleCI is the CI-sized run of `gantry bench scale` (issue 38): 200
@@ -76,5 +79,93 @@ func TestScaleCI(t *testing.T) {
 	}
 	for _, p := range rep.UnboundedPages() {
 		t.Errorf("unbounded page: %s", p)
+	}
+}
+
+// TestScaleFailoverCI is the CI-sized fail-over run of `gantry bench
+// scale` (issue 38): 50 no-op workers with 4 slots each drain 2,000
+// actions (mean sleep 200 ms, so leases are in flight) queued as open
+// Execute streams through a `--role frontend` to two `--role scheduler`
+// processes sharing one PostgreSQL (started by the test; CI must have
+// it); 300 ms into the drain the tool kills the leading scheduler with
+// SIGKILL. The clients retry as Bazel does (WaitExecution on their
+// operation) and the workers register again with the leases they hold.
+// It checks that actions were open at the kill, that every action
+// completes and is leased exactly once across the takeover, that every
+// client whose stream broke followed its operation again and that the
+// workers took work from the new leader. It asserts no timings.
+func TestScaleFailoverCI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the fail-over scale run takes about half a minute")
+	}
+	dsn := pgtest.Start(t)
+	bin := launcherBin(t)
+	dir := testDir(t, "scale-failover")
+	cfg, err := exec.Command(bin, "bench", "scale", "--print-config").Output()
+	if err != nil {
+		t.Fatalf("gantry bench scale --print-config: %v", err)
+	}
+	store := fmt.Sprintf("scheduler:\n  store:\n    backend: postgres\n    dsn: %q\n", dsn)
+	withStore := strings.Replace(string(cfg), "scheduler:\n", store, 1)
+	if withStore == string(cfg) {
+		t.Fatalf("the --print-config configuration has no scheduler section to add the store to:\n%s", cfg)
+	}
+	fe := startGantryBin(t, bin, "--role", "frontend", "--config", writeFile(t, filepath.Join(dir, "frontend.yaml"), withStore))
+	schedCfg := writeFile(t, filepath.Join(dir, "scheduler.yaml"), withStore+fmt.Sprintf("cluster:\n  cas: %s\n  takeover_interval: 200ms\n", fe.GRPCAddr))
+	a := newCrashServer(t, "--role", "scheduler", "--config", schedCfg)
+	a.bin = bin
+	leader := a.start()
+	waitLeading(t, leader, failoverTakeoverTimeout)
+	b := newCrashServer(t, "--role", "scheduler", "--config", schedCfg)
+	b.bin = bin
+	standby := b.start()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	reportPath := filepath.Join(dir, "report.json")
+	cmd := exec.CommandContext(ctx, bin, "bench", "scale",
+		"--server", fe.GRPCAddr, "--http", leader.HTTPAddr, "--server-pid", strconv.Itoa(leader.cmd.Process.Pid),
+		"--standby-http", standby.HTTPAddr, "--kill-after", "300ms",
+		"--workers", "50", "--slots", "4", "--worker-procs", "2",
+		"--tenants", "10", "--invocations", "40", "--queued", "2000",
+		"--mean-sleep", "200ms", "--drop", "0.2", "--timeout", "150s", "--json", reportPath)
+	out, err := cmd.CombinedOutput()
+	t.Logf("gantry bench scale:\n%s", out)
+	select {
+	case <-leader.exited:
+		leader.killed = true // by the tool: nothing to stop at the end
+	case <-time.After(5 * time.Second):
+	}
+	if err != nil {
+		t.Fatalf("gantry bench scale failed: %v", err)
+	}
+	if !leader.killed {
+		t.Fatal("the leading scheduler still runs after the run: the tool did not kill it")
+	}
+	b2, err := os.ReadFile(reportPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep loadgen.ScaleReport
+	if err := json.Unmarshal(b2, &rep); err != nil {
+		t.Fatalf("the report %s does not parse: %v", reportPath, err)
+	}
+	if rep.Kill != "fail-over" || rep.KillError != "" || rep.KillProbeError != "" {
+		t.Errorf("the report's kill %q, error %q, Execute after the kill %q; want a fail-over without errors", rep.Kill, rep.KillError, rep.KillProbeError)
+	}
+	if rep.OpenAtKill == 0 {
+		t.Error("no action was open at the kill: the queue drained first, so nothing failed over (queue more, or kill sooner)")
+	}
+	if rep.Completed != 2000 || rep.Errors != 0 {
+		t.Errorf("%d of 2000 actions completed, %d failed (first: %s)", rep.Completed, rep.Errors, rep.FirstError)
+	}
+	if rep.LeasedTwice != 0 || rep.NeverLeased != 0 {
+		t.Errorf("exactly-once dispatch across the fail-over: %d actions leased twice, %d never leased", rep.LeasedTwice, rep.NeverLeased)
+	}
+	if rep.ClientsBroken == 0 || rep.ClientsBack != rep.ClientsBroken {
+		t.Errorf("%d of %d clients whose stream broke at the kill followed their operation again; want all, and some", rep.ClientsBack, rep.ClientsBroken)
+	}
+	if rep.WorkersBack == 0 {
+		t.Error("no worker took work from the new leader")
 	}
 }
