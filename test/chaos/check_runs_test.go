@@ -70,3 +70,25 @@ func TestGrowth(t *testing.T) {
 		t.Errorf("summary %q does not show fe1's growth", summary)
 	}
 }
+
+// TestCountOutsidePools: idle HTTP connections and gRPC's stream workers
+// are pools, not leaks; everything else counts.
+func TestCountOutsidePools(t *testing.T) {
+	profile := `goroutine profile: total 141
+64 @ 0x1 0x2
+#	0x8d8831	net/http.(*persistConn).readLoop+0x171		/usr/local/go/src/net/http/transport.go:2330
+
+64 @ 0x3
+#	0x8da1e5	net/http.(*persistConn).writeLoop+0xe5	/usr/local/go/src/net/http/transport.go:2652
+
+8 @ 0x4
+#	0x9a0539	google.golang.org/grpc.(*Server).serverWorker+0x59	/root/go/pkg/mod/google.golang.org/grpc@v1.85.0/server.go:689
+
+5 @ 0x5
+#	0x10cba24	github.com/gantry-build/gantry/internal/server.(*leaderConns).handler+0x5a4	forward.go:213
+`
+	g, conns := countOutsidePools(profile)
+	if g != 5 || conns != 64 {
+		t.Errorf("countOutsidePools: %d goroutines, %d HTTP connections; want 5 and 64", g, conns)
+	}
+}

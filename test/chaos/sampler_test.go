@@ -102,6 +102,9 @@ func (s *sampler) check() (over []string, summary string) {
 
 // atRest is each running process's open files and goroutines now, for
 // comparing the idle farm before the load with the idle farm after it.
+// Pools are left out: idle HTTP connections (to the object store, kept
+// up to its transport's limits; one file and two goroutines each) and
+// gRPC's stream workers.
 func (s *sampler) atRest() map[string]usage {
 	out := map[string]usage{}
 	for _, p := range s.procs {
@@ -109,13 +112,54 @@ func (s *sampler) atRest() map[string]usage {
 		if pid == 0 || !p.Running() {
 			continue
 		}
-		u := usage{rss: rssOf(pid), fds: fdsOf(pid)}
-		if g, err := cluster.Gauge(p.HTTPAddr, "go_goroutines"); err == nil {
-			u.goroutines = int64(g)
+		g, idleConns, err := goroutinesOutsidePools(p.HTTPAddr)
+		if err != nil {
+			continue
 		}
-		out[p.Name] = u
+		out[p.Name] = usage{rss: rssOf(pid), fds: fdsOf(pid) - idleConns, goroutines: g}
 	}
 	return out
+}
+
+// goroutinesOutsidePools reads a process's goroutine profile: the
+// goroutines outside the pools, and the HTTP connections it keeps.
+func goroutinesOutsidePools(httpAddr string) (goroutines, httpConns int64, err error) {
+	resp, err := http.Get("http://" + httpAddr + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, 0, err
+	}
+	goroutines, httpConns = countOutsidePools(string(b))
+	return goroutines, httpConns, nil
+}
+
+// countOutsidePools reads a goroutine profile (debug=1).
+func countOutsidePools(profile string) (goroutines, httpConns int64) {
+	// Each record: "N @ addrs", then "#\t... func+off file:line" lines.
+	for _, rec := range strings.Split(profile, "\n\n") {
+		rec = strings.TrimSpace(rec)
+		if strings.HasPrefix(rec, "goroutine profile:") {
+			_, rec, _ = strings.Cut(rec, "\n")
+		}
+		head, _, _ := strings.Cut(rec, " @ ")
+		n, err := strconv.ParseInt(head, 10, 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.Contains(rec, "net/http.(*persistConn).readLoop"):
+			httpConns += n
+		case strings.Contains(rec, "net/http.(*persistConn).writeLoop"),
+			strings.Contains(rec, "grpc.(*Server).serverWorker"):
+		default:
+			goroutines += n
+		}
+	}
+	return goroutines, httpConns
 }
 
 // growth compares the idle farm after the run with the idle farm before
@@ -136,10 +180,10 @@ func growth(before, after map[string]usage) (over []leak, summary string) {
 			continue
 		}
 		z := after[n]
-		fmt.Fprintf(&b, "%s: %d→%d fds, %d→%d goroutines, %d→%d MiB; ", n, a.fds, z.fds, a.goroutines, z.goroutines, a.rss>>20, z.rss>>20)
+		fmt.Fprintf(&b, "%s: %d→%d fds, %d→%d goroutines (outside pools), %d→%d MiB; ", n, a.fds, z.fds, a.goroutines, z.goroutines, a.rss>>20, z.rss>>20)
 		leaks := func(was, is int64) bool { return is > 2*was && is > was+100 }
 		if leaks(a.fds, z.fds) || leaks(a.goroutines, z.goroutines) {
-			over = append(over, leak{n, fmt.Sprintf("%s holds more at rest after the run than before it: %d open files (was %d), %d goroutines (was %d)", n, z.fds, a.fds, z.goroutines, a.goroutines)})
+			over = append(over, leak{n, fmt.Sprintf("%s holds more at rest after the run than before it: %d open files (was %d), %d goroutines (was %d), outside pools", n, z.fds, a.fds, z.goroutines, a.goroutines)})
 		}
 	}
 	return over, b.String()
