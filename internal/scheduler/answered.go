@@ -25,7 +25,7 @@ type AnsweredOperation struct {
 // told to OnFinished's listeners (the caller reports it). A name already
 // known is left as it is.
 func (s *Scheduler) Answered(a AnsweredOperation) {
-	s.mu.Lock()
+	s.lockFor(a.Name)
 	defer s.mu.Unlock()
 	if _, taken := s.ops[a.Name]; taken {
 		return

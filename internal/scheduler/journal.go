@@ -71,7 +71,9 @@ func newJournal(store statestore.Store) *journal {
 // Attach makes the scheduler durable in store and restores what store
 // holds: queued work in its order, leases (kept if their worker reports
 // them within the heartbeat timeout, requeued otherwise), and operations
-// with their callers' names. Call it once, before serving. Changes are
+// with their callers' names. Call it once, before serving. The finished
+// operations whose task is gone are restored after it returns
+// (restorelater.go); Restored is closed once they are. Changes are
 // stored until ctx ends (then the last ones are flushed).
 func (s *Scheduler) Attach(ctx context.Context, store statestore.Store) error {
 	s.mu.Lock()
@@ -79,9 +81,14 @@ func (s *Scheduler) Attach(ctx context.Context, store statestore.Store) error {
 	if s.jr != nil {
 		return errors.New("scheduler already has a store")
 	}
-	dropped, err := s.restoreLocked(ctx, store)
+	started := time.Now()
+	dropped, later, err := s.restoreLocked(ctx, store)
 	if err != nil {
 		return err
+	}
+	if len(later.ops) > 0 {
+		s.restoring, s.restorePending = make(chan struct{}), len(later.ops)
+		go s.restoreLater(ctx, later, started)
 	}
 	s.jr = newJournal(store)
 	for _, t := range dropped {

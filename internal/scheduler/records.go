@@ -451,3 +451,22 @@ func (rec *opRecord) unmarshal(b []byte) error {
 	}
 	return r.end("operation")
 }
+
+// peekOp reads an operation record's task and done fields without
+// decoding the rest (task aliases b). ok is false for a record it cannot
+// read that way (JSON, or damaged): decode that one whole.
+func peekOp(b []byte) (task []byte, done bool, ok bool) {
+	if len(b) == 0 || b[0] < recordV1 || b[0] > recordOpV3 {
+		return nil, false, false
+	}
+	b = b[1:]
+	l, n := binary.Uvarint(b)
+	if n <= 0 || l >= uint64(len(b)-n) {
+		return nil, false, false
+	}
+	task, b = b[n:n+int(l)], b[n+int(l):]
+	if b[0] > 1 {
+		return nil, false, false
+	}
+	return task, b[0] == 1, true
+}

@@ -295,6 +295,12 @@ type Scheduler struct {
 	// finished are finished operations in the order they finished.
 	unwatched opList
 	finished  []*Operation
+	// restoring is closed once the finished operations Attach left to
+	// the background have joined; nil when none are left (restorelater.go).
+	restoring chan struct{}
+	// restorePending counts the operations still to join then, so that
+	// Stats counts them already.
+	restorePending int
 	// open are the unfinished operations in status-page order.
 	open openOps
 	// seen remembers every worker registered recently, for deciding that
@@ -488,7 +494,7 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 }
 
 func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
-	s.mu.Lock()
+	s.lockFor(req.Name)
 	defer s.mu.Unlock()
 	req.Platform = s.chrootPlatform(req.Instance, req.Platform.Without(s.ignored))
 	preq, err := platform.ParseRequest(req.Platform)
@@ -634,7 +640,7 @@ func (s *Scheduler) releaseInvocationLocked(t *Task) {
 
 // Watch returns the operation's state and a channel closed at its next change.
 func (s *Scheduler) Watch(name string) (OperationState, <-chan struct{}, error) {
-	s.mu.Lock()
+	s.lockFor(name)
 	defer s.mu.Unlock()
 	op, ok := s.ops[name]
 	if !ok {
@@ -664,7 +670,7 @@ func (s *Scheduler) stateLocked(op *Operation) OperationState {
 
 // List returns the states of all known operations.
 func (s *Scheduler) List() []OperationState {
-	s.mu.Lock()
+	s.lockAll()
 	defer s.mu.Unlock()
 	out := make([]OperationState, 0, len(s.ops))
 	for _, op := range s.ops {
@@ -677,7 +683,7 @@ func (s *Scheduler) List() []OperationState {
 // with RemoveWatcher; when no caller is left for CallerGrace, the work is
 // cancelled.
 func (s *Scheduler) AddWatcher(name string) error {
-	s.mu.Lock()
+	s.lockFor(name)
 	defer s.mu.Unlock()
 	op, ok := s.ops[name]
 	if !ok {
@@ -709,7 +715,7 @@ func (s *Scheduler) RemoveWatcher(name string) {
 // Cancel cancels one operation. The task behind it stops only when no
 // other operation shares it.
 func (s *Scheduler) Cancel(name string) error {
-	s.mu.Lock()
+	s.lockFor(name)
 	err := s.cancelLocked(name)
 	ticket := s.ticketLocked()
 	s.mu.Unlock()
@@ -861,7 +867,7 @@ type Stats struct {
 func (s *Scheduler) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Queued: s.queue.n, Leased: len(s.leases), Operations: len(s.ops), Workers: len(s.workers), Preemptions: s.preemptions,
+	st := Stats{Queued: s.queue.n, Leased: len(s.leases), Operations: len(s.ops) + s.restorePending, Workers: len(s.workers), Preemptions: s.preemptions,
 		Suspended: len(s.ten.suspended), SuspendExpired: s.ten.expired}
 	for _, l := range s.leases {
 		if l.executing() {
