@@ -293,7 +293,7 @@ func (s *Scheduler) restoreOpsLocked(ctx context.Context, store statestore.Store
 	}
 	err := statestore.LoadShared(ctx, store, kindOp, func(name string, value []byte) error {
 		if task, done, ok := peekOp(value); ok && done && byID[string(task)] == nil {
-			later.ops = append(later.ops, storedOp{name: name, value: value})
+			later.ops = append(later.ops, rawOp{name, value})
 			return nil
 		}
 		meta, hasMeta := metas.find(name)

@@ -27,8 +27,15 @@ var beforeLaterBatch func()
 // records and the names of those that have stored metadata, both in
 // name order.
 type laterOps struct {
-	ops   []storedOp
+	ops   []rawOp
 	metas metaIndex
+}
+
+// rawOp is an operation record as read, not decoded: small, as a
+// million of them wait.
+type rawOp struct {
+	name  string
+	value []byte
 }
 
 // lockFor locks s.mu for a call about operation name. While finished
@@ -82,11 +89,17 @@ func (s *Scheduler) Restored() <-chan struct{} {
 func (s *Scheduler) restoreLater(ctx context.Context, later *laterOps, started time.Time) {
 	var restored []*Operation
 	anonymous, damaged := 0, 0
+	buf := make([]storedOp, restoreLaterBatch)
 	for lo := 0; lo < len(later.ops) && ctx.Err() == nil; lo += restoreLaterBatch {
 		if beforeLaterBatch != nil {
 			beforeLaterBatch()
 		}
-		batch := later.ops[lo:min(lo+restoreLaterBatch, len(later.ops))]
+		raw := later.ops[lo:min(lo+restoreLaterBatch, len(later.ops))]
+		batch := buf[:len(raw)]
+		for i, r := range raw {
+			batch[i] = storedOp{name: r.name, value: r.value}
+		}
+		clear(raw)
 		decodeParallel(len(batch), func(i int) { decodeStoredOp(&batch[i]) })
 		now := s.clock.Now()
 		s.mu.Lock()
