@@ -382,7 +382,7 @@ type finishedTask struct {
 type taskSnap struct {
 	id     string
 	delete bool
-	first  *taskRecord // set when the "task" record is not stored yet
+	first  []byte // the encoded "task" record, when it is not stored yet
 	state  taskStateRecord
 }
 
@@ -399,8 +399,12 @@ func (s *Scheduler) snapTaskLocked(t *Task) taskSnap {
 	}
 	if !t.stored {
 		t.stored = true
-		ts.first = &taskRecord{ID: t.ID, Instance: t.Instance, Function: int32(t.ActionDigest.Function), Hash: t.ActionDigest.Hash, Size: t.ActionDigest.Size,
+		first := &taskRecord{ID: t.ID, Instance: t.Instance, Function: int32(t.ActionDigest.Function), Hash: t.ActionDigest.Hash, Size: t.ActionDigest.Size,
 			Platform: t.Platform, Action: t.ActionBytes, Command: t.CommandBytes, Cacheable: t.Cacheable, Queue: t.Queue, QueuedAt: t.queuedAt}
+		// Encoded here, under the lock, so that the task keeps its action
+		// and command in the record the embedded store keeps, not in a
+		// second copy of its own.
+		ts.first, t.ActionBytes, t.CommandBytes = first.marshalSharing()
 	}
 	return ts
 }
@@ -410,7 +414,7 @@ func (ts taskSnap) mutations(batch []statestore.Mutation) []statestore.Mutation 
 		return append(batch, statestore.Mutation{Kind: kindTask, Key: ts.id, Delete: true}, statestore.Mutation{Kind: kindTaskState, Key: ts.id, Delete: true})
 	}
 	if ts.first != nil {
-		batch = append(batch, statestore.Mutation{Kind: kindTask, Key: ts.id, Value: ts.first.marshal()})
+		batch = append(batch, statestore.Mutation{Kind: kindTask, Key: ts.id, Value: ts.first})
 	}
 	return append(batch, statestore.Mutation{Kind: kindTaskState, Key: ts.id, Value: ts.state.marshal()})
 }

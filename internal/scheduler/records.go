@@ -214,6 +214,15 @@ func (r *recReader) end(what string) error {
 }
 
 func (rec *taskRecord) marshal() []byte {
+	b, _, _ := rec.marshalSharing()
+	return b
+}
+
+// marshalSharing encodes rec and returns, besides, its Action and Command
+// bytes as they lie in the encoding (nil when empty): a task that keeps
+// those instead of its own shares them with the store's copy of its
+// record, for as long as it is queued.
+func (rec *taskRecord) marshalSharing() (b, action, command []byte) {
 	// Sized to fit: the durable store may keep the record for as long as
 	// the task is queued, so a buffer grown by doubling would keep up to
 	// twice its bytes.
@@ -234,11 +243,19 @@ func (rec *taskRecord) marshal() []byte {
 		w.str(p.Value)
 	}
 	w.bytes(rec.Action)
+	aEnd := len(w)
 	w.bytes(rec.Command)
+	cEnd := len(w)
 	w.bool(rec.Cacheable)
 	w.str(rec.Queue)
 	w.time(rec.QueuedAt)
-	return w
+	if len(rec.Action) > 0 {
+		action = w[aEnd-len(rec.Action) : aEnd : aEnd]
+	}
+	if len(rec.Command) > 0 {
+		command = w[cEnd-len(rec.Command) : cEnd : cEnd]
+	}
+	return w, action, command
 }
 
 func (rec *taskRecord) unmarshal(b []byte) error {
