@@ -304,7 +304,7 @@ func (s *Scheduler) Kill(name, reason string, refuse time.Duration) (alreadyDone
 	alreadyDone = op.done
 	if refuse > 0 {
 		now := s.clock.Now()
-		s.refused.add(op.task.dedupKey, refusal{until: now.Add(min(refuse, MaxRefusal)), reason: reason, op: name}, now)
+		s.refused.add(op.task.dedupKey(), refusal{until: now.Add(min(refuse, MaxRefusal)), reason: reason, op: name}, now)
 	}
 	err = s.cancelWithLocked(name, "operation killed by an operator: "+reason)
 	ticket := s.ticketLocked()

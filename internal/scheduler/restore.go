@@ -104,12 +104,12 @@ func (s *Scheduler) restoreTaskLocked(r *storedTask, now time.Time) (*Task, erro
 	t := &Task{ID: r.ID, Instance: r.Instance, ActionDigest: d, Platform: r.Platform, ActionBytes: r.Action, CommandBytes: r.Command,
 		Cacheable: r.Cacheable, Queue: r.Queue, Req: preq, bucketKey: r.Queue + "\x00" + r.Instance + "\x00" + r.Platform.Key(),
 		priority: r.Priority, seq: r.Seq, heapIndex: -1, attempts: r.Attempts, queuedAt: r.QueuedAt,
-		dedupKey: dedupKey{r.Instance, d}, inv: s.fair.node(r.Invocation), invPath: r.Invocation, stored: true,
+		inv: s.fair.node(r.Invocation), invPath: r.Invocation, stored: true,
 		retries: r.Retries, lastWorker: r.LastWorker}
 	s.nextSeq = max(s.nextSeq, t.seq)
 	s.frontSeq = min(s.frontSeq, t.seq)
-	if t.Cacheable && s.inflightLocked(t.dedupKey) == nil {
-		fp := t.dedupKey.fingerprint()
+	if t.Cacheable && s.inflightLocked(t.dedupKey()) == nil {
+		fp := t.dedupKey().fingerprint()
 		t.dedupNext = s.inflight[fp]
 		s.inflight[fp] = t
 	}
@@ -403,7 +403,7 @@ func finishedTaskOf(r *opRecord, resp *repb.ExecuteResponse) *Task {
 	d := digest.Digest{Function: digest.Function(f.Function), Hash: f.Hash, Size: f.Size}
 	t := &Task{ID: r.Task, Instance: f.Instance, ActionDigest: d, Platform: f.Platform, Queue: f.Queue, priority: f.Priority,
 		heapIndex: -1, state: stateDone, stage: repb.ExecutionStage_COMPLETED, attempts: f.Attempts, response: resp, queuedAt: f.QueuedAt,
-		dedupKey: dedupKey{f.Instance, d}, lastWorker: f.Worker, retries: f.Retries, invPath: f.Invocation, stored: true}
+		lastWorker: f.Worker, retries: f.Retries, invPath: f.Invocation, stored: true}
 	// Only the cores are shown; a record whose properties no longer
 	// parse (the rules changed) shows none.
 	if preq, err := platform.ParseRequest(f.Platform); err == nil {

@@ -118,7 +118,7 @@ func DefaultConfig() Config {
 // ErrNotFound is returned for an unknown operation name.
 var ErrNotFound = errors.New("operation not found")
 
-type taskState int
+type taskState uint8
 
 const (
 	stateQueued taskState = iota
@@ -134,7 +134,6 @@ type Task struct {
 	Platform     platform.Properties
 	ActionBytes  []byte
 	CommandBytes []byte
-	Cacheable    bool
 	// Queue is the provision queue the task waits in; Req what it asks of
 	// a worker.
 	Queue string
@@ -142,16 +141,14 @@ type Task struct {
 
 	bucketKey  string
 	priority   int32
+	stage      repb.ExecutionStage_Value
 	seq        int64
 	heapIndex  int
-	state      taskState
-	stage      repb.ExecutionStage_Value
 	attempts   int
 	lease      *lease
 	ops        []*Operation
 	response   *repb.ExecuteResponse
 	queuedAt   time.Time
-	dedupKey   dedupKey
 	dedupNext  *Task
 	lastWorker string
 	// retries are the times it was taken from a worker, oldest first
@@ -164,14 +161,24 @@ type Task struct {
 	// finishes and lets inv go. It shares the submitter's slice (a
 	// prefix of it after joins), so keeping it costs nothing.
 	invPath []string
-	// stored: the task's unchanging record is in the store.
+	// stored: the task's unchanging record is in the store. The small
+	// fields sit together at the end: a Task fits the 448-byte size
+	// class, and a million finished ones are restored after a restart.
 	stored bool
+	// Cacheable is the submission's !DoNotCache: the task is shared by
+	// equal submissions and its result may go to the ActionCache.
+	Cacheable bool
+	state     taskState
 }
 
 type dedupKey struct {
 	instance string
 	action   digest.Digest
 }
+
+// dedupKey is the key t is deduplicated by: derived, not kept, as a
+// million tasks each carry their instance and digest already.
+func (t *Task) dedupKey() dedupKey { return dedupKey{t.Instance, t.ActionDigest} }
 
 // dedupSeed seeds the fingerprints of in-flight keys.
 var dedupSeed = maphash.MakeSeed()
@@ -538,7 +545,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 			Platform: req.Platform, ActionBytes: req.ActionBytes, CommandBytes: req.CommandBytes,
 			Cacheable: !req.DoNotCache, Queue: queueName, Req: preq,
 			bucketKey: queueName + "\x00" + req.Instance + "\x00" + req.Platform.Key(), priority: req.Priority, seq: s.nextSeq,
-			heapIndex: -1, stage: repb.ExecutionStage_QUEUED, queuedAt: now, dedupKey: key,
+			heapIndex: -1, stage: repb.ExecutionStage_QUEUED, queuedAt: now,
 			inv: s.fair.node(req.Invocation), invPath: req.Invocation,
 		}
 		s.setTraceParentLocked(t, req.TraceParent)
@@ -771,7 +778,7 @@ func (s *Scheduler) forgetInflightLocked(t *Task) {
 	if !t.Cacheable {
 		return
 	}
-	fp := t.dedupKey.fingerprint()
+	fp := t.dedupKey().fingerprint()
 	var prev *Task
 	for x := s.inflight[fp]; x != nil; prev, x = x, x.dedupNext {
 		if x != t {
@@ -793,7 +800,7 @@ func (s *Scheduler) forgetInflightLocked(t *Task) {
 // inflightLocked returns the unfinished cacheable task for key, or nil.
 func (s *Scheduler) inflightLocked(key dedupKey) *Task {
 	for t := s.inflight[key.fingerprint()]; t != nil; t = t.dedupNext {
-		if t.dedupKey == key {
+		if t.dedupKey() == key {
 			return t
 		}
 	}

@@ -51,3 +51,12 @@ func TestQueuedTaskSharesItsActionWithTheStoredRecord(t *testing.T) {
 		t.Errorf("the task keeps its own copy of its action and command besides the stored record's")
 	}
 }
+
+// A Task stays within the 448-byte size class (576 before its dedup key
+// was derived and its small fields packed): a million of them wait in a
+// queue or in retention.
+func TestTaskFitsItsSizeClass(t *testing.T) {
+	if n := unsafe.Sizeof(Task{}); n > 448 {
+		t.Errorf("a Task takes %d bytes, more than the 448-byte size class", n)
+	}
+}
