@@ -87,7 +87,9 @@ func (s *Scheduler) Attach(ctx context.Context, store statestore.Store) error {
 		return err
 	}
 	if len(later.ops) > 0 {
-		s.restoring, s.restorePending = make(chan struct{}), len(later.ops)
+		later.sort()
+		later.batch, later.beforeBatch = restoreLaterBatch, beforeLaterBatch
+		s.restoring, s.restorePending, s.later = make(chan struct{}), len(later.ops), later
 		go s.restoreLater(ctx, later, started)
 	}
 	s.jr = newJournal(store)

@@ -12,9 +12,10 @@ import (
 // needs them: Attach restores the unfinished work and returns, so the
 // server serves Execute at once, and the finished operations whose task
 // is gone join afterwards, in the background (restoreLater), a batch at a
-// time under the lock. Until they all have, a call about a name the
-// scheduler does not know yet waits for them (lockFor): it is never
-// answered NOT_FOUND for an operation whose record is still being read.
+// time under the lock. Until they all have, a call about a name still to
+// join waits for them (lockFor): it is never answered NOT_FOUND for an
+// operation whose record is still being read. Other names do not wait:
+// an Execute (a new name) or an unknown name is answered at once.
 
 // restoreLaterBatch is how many finished operations join under one hold
 // of the lock: short enough not to stall dispatch for long.
@@ -29,6 +30,10 @@ var beforeLaterBatch func()
 type laterOps struct {
 	ops   []rawOp
 	metas metaIndex
+	// batch and beforeBatch are restoreLaterBatch and beforeLaterBatch
+	// as Attach found them.
+	batch       int
+	beforeBatch func()
 }
 
 // rawOp is an operation record as read, not decoded: small, as a
@@ -38,14 +43,28 @@ type rawOp struct {
 	value []byte
 }
 
+// sort orders the records by name, if the store did not.
+func (l *laterOps) sort() {
+	byName := func(a, b rawOp) int { return strings.Compare(a.name, b.name) }
+	if !slices.IsSortedFunc(l.ops, byName) {
+		slices.SortFunc(l.ops, byName)
+	}
+}
+
+// has reports whether name is one of the records (joined already or
+// not).
+func (l *laterOps) has(name string) bool {
+	_, found := slices.BinarySearchFunc(l.ops, name, func(r rawOp, n string) int { return strings.Compare(r.name, n) })
+	return found
+}
+
 // lockFor locks s.mu for a call about operation name. While finished
-// operations are still being restored, a name not known yet waits until
-// they have all been. The empty name (a submission that takes a new
-// name) never waits.
+// operations are still being restored, a name that is among them but not
+// joined yet waits until they all have.
 func (s *Scheduler) lockFor(name string) {
 	s.mu.Lock()
 	for s.restoring != nil && name != "" {
-		if _, ok := s.ops[name]; ok {
+		if _, ok := s.ops[name]; ok || !s.later.has(name) {
 			return
 		}
 		ch := s.restoring
@@ -89,17 +108,16 @@ func (s *Scheduler) Restored() <-chan struct{} {
 func (s *Scheduler) restoreLater(ctx context.Context, later *laterOps, started time.Time) {
 	var restored []*Operation
 	anonymous, damaged := 0, 0
-	buf := make([]storedOp, restoreLaterBatch)
-	for lo := 0; lo < len(later.ops) && ctx.Err() == nil; lo += restoreLaterBatch {
-		if beforeLaterBatch != nil {
-			beforeLaterBatch()
+	buf := make([]storedOp, later.batch)
+	for lo := 0; lo < len(later.ops) && ctx.Err() == nil; lo += later.batch {
+		if later.beforeBatch != nil {
+			later.beforeBatch()
 		}
-		raw := later.ops[lo:min(lo+restoreLaterBatch, len(later.ops))]
+		raw := later.ops[lo:min(lo+later.batch, len(later.ops))]
 		batch := buf[:len(raw)]
 		for i, r := range raw {
 			batch[i] = storedOp{name: r.name, value: r.value}
 		}
-		clear(raw)
 		decodeParallel(len(batch), func(i int) { decodeStoredOp(&batch[i]) })
 		now := s.clock.Now()
 		s.mu.Lock()
@@ -130,7 +148,7 @@ func (s *Scheduler) restoreLater(ctx context.Context, later *laterOps, started t
 	s.mu.Lock()
 	s.finished = append(restored, s.finished...)
 	ch := s.restoring
-	s.restoring, s.restorePending = nil, 0
+	s.restoring, s.restorePending, s.later = nil, 0, nil
 	s.mu.Unlock()
 	close(ch)
 	if anonymous > 0 {

@@ -305,6 +305,9 @@ type Scheduler struct {
 	// restoring is closed once the finished operations Attach left to
 	// the background have joined; nil when none are left (restorelater.go).
 	restoring chan struct{}
+	// later are the records it joins, in name order, for lockFor to
+	// tell a name still to come from one never stored.
+	later *laterOps
 	// restorePending counts the operations still to join then, so that
 	// Stats counts them already.
 	restorePending int
