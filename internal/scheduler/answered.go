@@ -25,14 +25,14 @@ type AnsweredOperation struct {
 // told to OnFinished's listeners (the caller reports it). A name already
 // known is left as it is.
 func (s *Scheduler) Answered(a AnsweredOperation) {
-	s.mu.Lock()
+	s.lockFor(a.Name)
 	defer s.mu.Unlock()
 	if _, taken := s.ops[a.Name]; taken {
 		return
 	}
 	now := s.clock.Now()
 	t := &Task{ID: s.newID(), Instance: a.Instance, ActionDigest: a.ActionDigest, heapIndex: -1, state: stateDone,
-		stage: repb.ExecutionStage_COMPLETED, response: a.Response, queuedAt: now, dedupKey: dedupKey{a.Instance, a.ActionDigest},
+		stage: repb.ExecutionStage_COMPLETED, response: a.Response, queuedAt: now,
 		invPath: a.Invocation, stored: true}
 	op := &Operation{Name: a.Name, task: t, accepted: now, invocation: a.Invocation, done: true, response: a.Response, doneAt: now}
 	t.ops = []*Operation{op}

@@ -270,7 +270,7 @@ func (s *Scheduler) infoLocked(op *Operation) OperationInfo {
 // Operation returns an operation the scheduler knows (running or
 // finished within the retention).
 func (s *Scheduler) Operation(name string) (OperationInfo, error) {
-	s.mu.Lock()
+	s.lockFor(name)
 	defer s.mu.Unlock()
 	op, ok := s.ops[name]
 	if !ok {
@@ -295,7 +295,7 @@ func (s *Scheduler) Operations(offset, limit int) (ops []OperationInfo, total in
 // the operation had finished. It reports whether the operation had already
 // finished.
 func (s *Scheduler) Kill(name, reason string, refuse time.Duration) (alreadyDone bool, err error) {
-	s.mu.Lock()
+	s.lockFor(name)
 	op, ok := s.ops[name]
 	if !ok {
 		s.mu.Unlock()
@@ -304,7 +304,7 @@ func (s *Scheduler) Kill(name, reason string, refuse time.Duration) (alreadyDone
 	alreadyDone = op.done
 	if refuse > 0 {
 		now := s.clock.Now()
-		s.refused.add(op.task.dedupKey, refusal{until: now.Add(min(refuse, MaxRefusal)), reason: reason, op: name}, now)
+		s.refused.add(op.task.dedupKey(), refusal{until: now.Add(min(refuse, MaxRefusal)), reason: reason, op: name}, now)
 	}
 	err = s.cancelWithLocked(name, "operation killed by an operator: "+reason)
 	ticket := s.ticketLocked()

@@ -71,7 +71,9 @@ func newJournal(store statestore.Store) *journal {
 // Attach makes the scheduler durable in store and restores what store
 // holds: queued work in its order, leases (kept if their worker reports
 // them within the heartbeat timeout, requeued otherwise), and operations
-// with their callers' names. Call it once, before serving. Changes are
+// with their callers' names. Call it once, before serving. The finished
+// operations whose task is gone are restored after it returns
+// (restorelater.go); Restored is closed once they are. Changes are
 // stored until ctx ends (then the last ones are flushed).
 func (s *Scheduler) Attach(ctx context.Context, store statestore.Store) error {
 	s.mu.Lock()
@@ -79,9 +81,16 @@ func (s *Scheduler) Attach(ctx context.Context, store statestore.Store) error {
 	if s.jr != nil {
 		return errors.New("scheduler already has a store")
 	}
-	dropped, err := s.restoreLocked(ctx, store)
+	started := time.Now()
+	dropped, later, err := s.restoreLocked(ctx, store)
 	if err != nil {
 		return err
+	}
+	if len(later.ops) > 0 {
+		later.sort()
+		later.batch, later.beforeBatch = restoreLaterBatch, beforeLaterBatch
+		s.restoring, s.restorePending, s.later = make(chan struct{}), len(later.ops), later
+		go s.restoreLater(ctx, later, started)
 	}
 	s.jr = newJournal(store)
 	for _, t := range dropped {
@@ -375,7 +384,7 @@ type finishedTask struct {
 type taskSnap struct {
 	id     string
 	delete bool
-	first  *taskRecord // set when the "task" record is not stored yet
+	first  []byte // the encoded "task" record, when it is not stored yet
 	state  taskStateRecord
 }
 
@@ -392,8 +401,12 @@ func (s *Scheduler) snapTaskLocked(t *Task) taskSnap {
 	}
 	if !t.stored {
 		t.stored = true
-		ts.first = &taskRecord{ID: t.ID, Instance: t.Instance, Function: int32(t.ActionDigest.Function), Hash: t.ActionDigest.Hash, Size: t.ActionDigest.Size,
+		first := &taskRecord{ID: t.ID, Instance: t.Instance, Function: int32(t.ActionDigest.Function), Hash: t.ActionDigest.Hash, Size: t.ActionDigest.Size,
 			Platform: t.Platform, Action: t.ActionBytes, Command: t.CommandBytes, Cacheable: t.Cacheable, Queue: t.Queue, QueuedAt: t.queuedAt}
+		// Encoded here, under the lock, so that the task keeps its action
+		// and command in the record the embedded store keeps, not in a
+		// second copy of its own.
+		ts.first, t.ActionBytes, t.CommandBytes = first.marshalSharing()
 	}
 	return ts
 }
@@ -403,7 +416,7 @@ func (ts taskSnap) mutations(batch []statestore.Mutation) []statestore.Mutation 
 		return append(batch, statestore.Mutation{Kind: kindTask, Key: ts.id, Delete: true}, statestore.Mutation{Kind: kindTaskState, Key: ts.id, Delete: true})
 	}
 	if ts.first != nil {
-		batch = append(batch, statestore.Mutation{Kind: kindTask, Key: ts.id, Value: ts.first.marshal()})
+		batch = append(batch, statestore.Mutation{Kind: kindTask, Key: ts.id, Value: ts.first})
 	}
 	return append(batch, statestore.Mutation{Kind: kindTaskState, Key: ts.id, Value: ts.state.marshal()})
 }

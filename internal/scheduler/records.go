@@ -214,6 +214,15 @@ func (r *recReader) end(what string) error {
 }
 
 func (rec *taskRecord) marshal() []byte {
+	b, _, _ := rec.marshalSharing()
+	return b
+}
+
+// marshalSharing encodes rec and returns, besides, its Action and Command
+// bytes as they lie in the encoding (nil when empty): a task that keeps
+// those instead of its own shares them with the store's copy of its
+// record, for as long as it is queued.
+func (rec *taskRecord) marshalSharing() (b, action, command []byte) {
 	// Sized to fit: the durable store may keep the record for as long as
 	// the task is queued, so a buffer grown by doubling would keep up to
 	// twice its bytes.
@@ -234,11 +243,19 @@ func (rec *taskRecord) marshal() []byte {
 		w.str(p.Value)
 	}
 	w.bytes(rec.Action)
+	aEnd := len(w)
 	w.bytes(rec.Command)
+	cEnd := len(w)
 	w.bool(rec.Cacheable)
 	w.str(rec.Queue)
 	w.time(rec.QueuedAt)
-	return w
+	if len(rec.Action) > 0 {
+		action = w[aEnd-len(rec.Action) : aEnd : aEnd]
+	}
+	if len(rec.Command) > 0 {
+		command = w[cEnd-len(rec.Command) : cEnd : cEnd]
+	}
+	return w, action, command
 }
 
 func (rec *taskRecord) unmarshal(b []byte) error {
@@ -450,4 +467,23 @@ func (rec *opRecord) unmarshal(b []byte) error {
 		}
 	}
 	return r.end("operation")
+}
+
+// peekOp reads an operation record's task and done fields without
+// decoding the rest (task aliases b). ok is false for a record it cannot
+// read that way (JSON, or damaged): decode that one whole.
+func peekOp(b []byte) (task []byte, done bool, ok bool) {
+	if len(b) == 0 || b[0] < recordV1 || b[0] > recordOpV3 {
+		return nil, false, false
+	}
+	b = b[1:]
+	l, n := binary.Uvarint(b)
+	if n <= 0 || l >= uint64(len(b)-n) {
+		return nil, false, false
+	}
+	task, b = b[n:n+int(l)], b[n+int(l):]
+	if b[0] > 1 {
+		return nil, false, false
+	}
+	return task, b[0] == 1, true
 }

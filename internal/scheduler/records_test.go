@@ -164,6 +164,12 @@ func FuzzSchedulerRecords(f *testing.F) {
 	}
 	f.Add([]byte{recordV1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// peekOp agrees with a whole decode wherever that succeeds (a
+		// restart leaves finished records undecoded on its word).
+		var op opRecord
+		if task, done, ok := peekOp(b); ok && op.unmarshal(b) == nil && (string(task) != op.Task || done != op.Done) {
+			t.Fatalf("peekOp = %q, %v; the record decodes to %q, %v", task, done, op.Task, op.Done)
+		}
 		for _, rec := range []interface {
 			marshal() []byte
 			unmarshal([]byte) error
@@ -183,6 +189,34 @@ func FuzzSchedulerRecords(f *testing.F) {
 			}
 		}
 	})
+}
+
+// peekOp reads an operation record's task and done fields, and declines
+// (for a whole decode) what it cannot read so.
+func TestPeekOp(t *testing.T) {
+	_, _, op := sampleRecords()
+	open := op
+	open.Done, open.Response, open.Finished = false, nil, nil
+	js, _ := json.Marshal(&op)
+	for _, tc := range []struct {
+		name     string
+		b        []byte
+		task     string
+		done, ok bool
+	}{
+		{"finished", op.marshal(), "t1", true, true},
+		{"unfinished", open.marshal(), "t1", false, true},
+		{"JSON", js, "", false, false},
+		{"empty", nil, "", false, false},
+		{"task cut short", []byte{recordOpV3, 5, 't'}, "", false, false},
+		{"no done field", []byte{recordOpV3, 1, 't'}, "", false, false},
+		{"done not 0 or 1", []byte{recordOpV3, 1, 't', 7}, "", false, false},
+	} {
+		task, done, ok := peekOp(tc.b)
+		if string(task) != tc.task || done != tc.done || ok != tc.ok {
+			t.Errorf("%s: peekOp = %q, %v, %v; want %q, %v, %v", tc.name, task, done, ok, tc.task, tc.done, tc.ok)
+		}
+	}
 }
 
 // TestRecordsAreSizedToFit: a queued task's records may be kept by the

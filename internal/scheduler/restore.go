@@ -22,29 +22,31 @@ import (
 // joined to its task or kept finished; and the tasks no operation waits
 // for any more are dropped.
 
-// restoreLocked rebuilds the scheduler's state from store.
-func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (dropped []*Task, err error) {
+// restoreLocked rebuilds the scheduler's state from store. The finished
+// operations whose task is gone are returned in later, for restoreLater.
+func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (dropped []*Task, later *laterOps, err error) {
 	now := s.clock.Now()
 	tasks, err := loadTasks(ctx, store)
 	if err != nil {
-		return nil, fmt.Errorf("loading scheduler state: %w", err)
+		return nil, nil, fmt.Errorf("loading scheduler state: %w", err)
 	}
 	byID := map[string]*Task{}
 	for _, r := range tasks {
 		t, err := s.restoreTaskLocked(r, now)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		byID[t.ID] = t
 	}
 	metas, err := loadOpMetas(ctx, store)
 	if err != nil {
-		return nil, fmt.Errorf("loading scheduler state: %w", err)
+		return nil, nil, fmt.Errorf("loading scheduler state: %w", err)
 	}
-	if err := s.restoreOpsLocked(ctx, store, byID, metas, now); err != nil {
-		return nil, fmt.Errorf("loading scheduler state: %w", err)
+	later, err = s.restoreOpsLocked(ctx, store, byID, metas, now)
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading scheduler state: %w", err)
 	}
-	return s.dropUnwaitedLocked(byID), nil
+	return s.dropUnwaitedLocked(byID), later, nil
 }
 
 // storedTask is an unfinished task as stored: its record and its latest
@@ -102,12 +104,12 @@ func (s *Scheduler) restoreTaskLocked(r *storedTask, now time.Time) (*Task, erro
 	t := &Task{ID: r.ID, Instance: r.Instance, ActionDigest: d, Platform: r.Platform, ActionBytes: r.Action, CommandBytes: r.Command,
 		Cacheable: r.Cacheable, Queue: r.Queue, Req: preq, bucketKey: r.Queue + "\x00" + r.Instance + "\x00" + r.Platform.Key(),
 		priority: r.Priority, seq: r.Seq, heapIndex: -1, attempts: r.Attempts, queuedAt: r.QueuedAt,
-		dedupKey: dedupKey{r.Instance, d}, inv: s.fair.node(r.Invocation), invPath: r.Invocation, stored: true,
+		inv: s.fair.node(r.Invocation), invPath: r.Invocation, stored: true,
 		retries: r.Retries, lastWorker: r.LastWorker}
 	s.nextSeq = max(s.nextSeq, t.seq)
 	s.frontSeq = min(s.frontSeq, t.seq)
-	if t.Cacheable && s.inflightLocked(t.dedupKey) == nil {
-		fp := t.dedupKey.fingerprint()
+	if t.Cacheable && s.inflightLocked(t.dedupKey()) == nil {
+		fp := t.dedupKey().fingerprint()
 		t.dedupNext = s.inflight[fp]
 		s.inflight[fp] = t
 	}
@@ -141,13 +143,60 @@ func (s *Scheduler) restoreLeaseLocked(t *Task, id, workerID string, now time.Ti
 // loadOpMetas reads the callers' RequestMetadata, by operation name, as
 // stored: only an unfinished operation's is decoded (decodeOpMeta), a
 // finished one only says it had one.
-func loadOpMetas(ctx context.Context, store statestore.Store) (map[string][]byte, error) {
-	metas := map[string][]byte{}
-	err := store.Load(ctx, kindOpMeta, func(name string, value []byte) error {
-		metas[name] = value
+func loadOpMetas(ctx context.Context, store statestore.Store) (*metaIndex, error) {
+	m := &metaIndex{}
+	err := statestore.LoadShared(ctx, store, kindOpMeta, func(name string, value []byte) error {
+		m.names = append(m.names, name)
+		m.values = append(m.values, value)
 		return nil
 	})
-	return metas, err
+	m.sort()
+	return m, err
+}
+
+// metaIndex finds stored metadata by operation name without a map of a
+// million entries: the names in order, looked up in ascending order by a
+// cursor (the records come in name order), or by binary search.
+type metaIndex struct {
+	names  []string
+	values [][]byte
+	next   int
+}
+
+// sort orders the index by name, if the store did not.
+func (m *metaIndex) sort() {
+	if slices.IsSorted(m.names) {
+		return
+	}
+	idx := make([]int, len(m.names))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return strings.Compare(m.names[a], m.names[b]) })
+	names, values := make([]string, len(idx)), make([][]byte, len(idx))
+	for i, j := range idx {
+		names[i], values[i] = m.names[j], m.values[j]
+	}
+	m.names, m.values = names, values
+}
+
+// find returns the metadata stored for name.
+func (m *metaIndex) find(name string) ([]byte, bool) {
+	if m.next > 0 && m.names[m.next-1] >= name {
+		i, ok := slices.BinarySearch(m.names, name)
+		if !ok {
+			return nil, false
+		}
+		return m.values[i], true
+	}
+	for m.next < len(m.names) && m.names[m.next] < name {
+		m.next++
+	}
+	if m.next < len(m.names) && m.names[m.next] == name {
+		m.next++
+		return m.values[m.next-1], true
+	}
+	return nil, false
 }
 
 // decodeOpMeta decodes the stored RequestMetadata of operation name.
@@ -164,7 +213,10 @@ func decodeOpMeta(name string, value []byte) (*repb.RequestMetadata, error) {
 type storedOp struct {
 	name  string
 	value []byte
-	r     opRecord
+	// meta is its stored RequestMetadata, if hasMeta.
+	meta    []byte
+	hasMeta bool
+	r       opRecord
 	// resp and fin are a finished operation's response and the task its
 	// record keeps (nil if it keeps none).
 	resp *repb.ExecuteResponse
@@ -196,12 +248,15 @@ func decodeStoredOp(o *storedOp) {
 
 // restoreOpsLocked reads the stored operations: an unfinished one joins
 // its task (byID) and is unwatched until a caller follows it again; a
-// finished one is kept, oldest first, until retention ends. Finished
-// operations that do not say whose they are (an older Gantry) are
-// dropped with a warning. The records are decoded in batches, in
-// parallel (decodeParallel), and join in their stored order.
-func (s *Scheduler) restoreOpsLocked(ctx context.Context, store statestore.Store, byID map[string]*Task, metas map[string][]byte, now time.Time) error {
+// finished one whose task is gone is returned in later, undecoded, for
+// restoreLater; a finished one whose task is still unfinished is kept,
+// oldest first, until retention ends. Finished operations that do not
+// say whose they are (an older Gantry) are dropped with a warning. The
+// records are decoded in batches, in parallel (decodeParallel), and join
+// in their stored order.
+func (s *Scheduler) restoreOpsLocked(ctx context.Context, store statestore.Store, byID map[string]*Task, metas *metaIndex, now time.Time) (*laterOps, error) {
 	var finished []*Operation
+	later := &laterOps{metas: metaIndex{names: metas.names, values: metas.values}}
 	anonymous := 0
 	batch := make([]storedOp, 0, restoreBatch)
 	flush := func() error {
@@ -211,11 +266,10 @@ func (s *Scheduler) restoreOpsLocked(ctx context.Context, store statestore.Store
 			if o.err != nil {
 				return o.err
 			}
-			raw, hasMeta := metas[o.name]
-			op := &Operation{Name: o.name, goneSince: now, accepted: o.r.Accepted, invocation: o.r.Invocation, hasMeta: hasMeta, stored: true}
+			op := &Operation{Name: o.name, goneSince: now, accepted: o.r.Accepted, invocation: o.r.Invocation, hasMeta: o.hasMeta, stored: true}
 			if !o.r.Done {
-				if hasMeta { // a finished one was reported before
-					md, err := decodeOpMeta(o.name, raw)
+				if o.hasMeta { // a finished one was reported before
+					md, err := decodeOpMeta(o.name, o.meta)
 					if err != nil {
 						return err
 					}
@@ -237,8 +291,13 @@ func (s *Scheduler) restoreOpsLocked(ctx context.Context, store statestore.Store
 		batch = batch[:0]
 		return nil
 	}
-	err := store.Load(ctx, kindOp, func(name string, value []byte) error {
-		batch = append(batch, storedOp{name: name, value: value})
+	err := statestore.LoadShared(ctx, store, kindOp, func(name string, value []byte) error {
+		if task, done, ok := peekOp(value); ok && done && byID[string(task)] == nil {
+			later.ops = append(later.ops, rawOp{name, value})
+			return nil
+		}
+		meta, hasMeta := metas.find(name)
+		batch = append(batch, storedOp{name: name, value: value, meta: meta, hasMeta: hasMeta})
 		if len(batch) == restoreBatch {
 			return flush()
 		}
@@ -248,21 +307,15 @@ func (s *Scheduler) restoreOpsLocked(ctx context.Context, store statestore.Store
 		err = flush()
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if anonymous > 0 {
 		s.cfg.Logger.Warn("finished operations stored by an older Gantry do not say whose they are: not restored (WaitExecution of them answers NOT_FOUND; their results stay in the ActionCache)",
 			"operations", anonymous)
 	}
-	// Oldest first; the same instant in name order.
-	slices.SortFunc(finished, func(a, b *Operation) int {
-		if c := a.doneAt.Compare(b.doneAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	sortFinished(finished)
 	s.finished = append(s.finished, finished...)
-	return nil
+	return later, nil
 }
 
 // joinRestoredLocked joins the unfinished operation op to its task t; it
@@ -350,7 +403,7 @@ func finishedTaskOf(r *opRecord, resp *repb.ExecuteResponse) *Task {
 	d := digest.Digest{Function: digest.Function(f.Function), Hash: f.Hash, Size: f.Size}
 	t := &Task{ID: r.Task, Instance: f.Instance, ActionDigest: d, Platform: f.Platform, Queue: f.Queue, priority: f.Priority,
 		heapIndex: -1, state: stateDone, stage: repb.ExecutionStage_COMPLETED, attempts: f.Attempts, response: resp, queuedAt: f.QueuedAt,
-		dedupKey: dedupKey{f.Instance, d}, lastWorker: f.Worker, retries: f.Retries, invPath: f.Invocation, stored: true}
+		lastWorker: f.Worker, retries: f.Retries, invPath: f.Invocation, stored: true}
 	// Only the cores are shown; a record whose properties no longer
 	// parse (the rules changed) shows none.
 	if preq, err := platform.ParseRequest(f.Platform); err == nil {

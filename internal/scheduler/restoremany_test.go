@@ -79,6 +79,7 @@ func TestRestoreManyFinishedAndQueued(t *testing.T) {
 			store = reopen(store)
 			s2, stop2 := durableTest(t, store, clk)
 			defer stop2()
+			<-s2.Restored()
 			got := restoredView(s2)
 			if got != want {
 				gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")

@@ -118,7 +118,7 @@ func DefaultConfig() Config {
 // ErrNotFound is returned for an unknown operation name.
 var ErrNotFound = errors.New("operation not found")
 
-type taskState int
+type taskState uint8
 
 const (
 	stateQueued taskState = iota
@@ -134,7 +134,6 @@ type Task struct {
 	Platform     platform.Properties
 	ActionBytes  []byte
 	CommandBytes []byte
-	Cacheable    bool
 	// Queue is the provision queue the task waits in; Req what it asks of
 	// a worker.
 	Queue string
@@ -142,16 +141,14 @@ type Task struct {
 
 	bucketKey  string
 	priority   int32
+	stage      repb.ExecutionStage_Value
 	seq        int64
 	heapIndex  int
-	state      taskState
-	stage      repb.ExecutionStage_Value
 	attempts   int
 	lease      *lease
 	ops        []*Operation
 	response   *repb.ExecuteResponse
 	queuedAt   time.Time
-	dedupKey   dedupKey
 	dedupNext  *Task
 	lastWorker string
 	// retries are the times it was taken from a worker, oldest first
@@ -164,14 +161,24 @@ type Task struct {
 	// finishes and lets inv go. It shares the submitter's slice (a
 	// prefix of it after joins), so keeping it costs nothing.
 	invPath []string
-	// stored: the task's unchanging record is in the store.
+	// stored: the task's unchanging record is in the store. The small
+	// fields sit together at the end: a Task fits the 448-byte size
+	// class, and a million finished ones are restored after a restart.
 	stored bool
+	// Cacheable is the submission's !DoNotCache: the task is shared by
+	// equal submissions and its result may go to the ActionCache.
+	Cacheable bool
+	state     taskState
 }
 
 type dedupKey struct {
 	instance string
 	action   digest.Digest
 }
+
+// dedupKey is the key t is deduplicated by: derived, not kept, as a
+// million tasks each carry their instance and digest already.
+func (t *Task) dedupKey() dedupKey { return dedupKey{t.Instance, t.ActionDigest} }
 
 // dedupSeed seeds the fingerprints of in-flight keys.
 var dedupSeed = maphash.MakeSeed()
@@ -295,6 +302,15 @@ type Scheduler struct {
 	// finished are finished operations in the order they finished.
 	unwatched opList
 	finished  []*Operation
+	// restoring is closed once the finished operations Attach left to
+	// the background have joined; nil when none are left (restorelater.go).
+	restoring chan struct{}
+	// later are the records it joins, in name order, for lockFor to
+	// tell a name still to come from one never stored.
+	later *laterOps
+	// restorePending counts the operations still to join then, so that
+	// Stats counts them already.
+	restorePending int
 	// open are the unfinished operations in status-page order.
 	open openOps
 	// seen remembers every worker registered recently, for deciding that
@@ -488,7 +504,7 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 }
 
 func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
-	s.mu.Lock()
+	s.lockFor(req.Name)
 	defer s.mu.Unlock()
 	req.Platform = s.chrootPlatform(req.Instance, req.Platform.Without(s.ignored))
 	preq, err := platform.ParseRequest(req.Platform)
@@ -532,7 +548,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 			Platform: req.Platform, ActionBytes: req.ActionBytes, CommandBytes: req.CommandBytes,
 			Cacheable: !req.DoNotCache, Queue: queueName, Req: preq,
 			bucketKey: queueName + "\x00" + req.Instance + "\x00" + req.Platform.Key(), priority: req.Priority, seq: s.nextSeq,
-			heapIndex: -1, stage: repb.ExecutionStage_QUEUED, queuedAt: now, dedupKey: key,
+			heapIndex: -1, stage: repb.ExecutionStage_QUEUED, queuedAt: now,
 			inv: s.fair.node(req.Invocation), invPath: req.Invocation,
 		}
 		s.setTraceParentLocked(t, req.TraceParent)
@@ -634,7 +650,7 @@ func (s *Scheduler) releaseInvocationLocked(t *Task) {
 
 // Watch returns the operation's state and a channel closed at its next change.
 func (s *Scheduler) Watch(name string) (OperationState, <-chan struct{}, error) {
-	s.mu.Lock()
+	s.lockFor(name)
 	defer s.mu.Unlock()
 	op, ok := s.ops[name]
 	if !ok {
@@ -664,7 +680,7 @@ func (s *Scheduler) stateLocked(op *Operation) OperationState {
 
 // List returns the states of all known operations.
 func (s *Scheduler) List() []OperationState {
-	s.mu.Lock()
+	s.lockAll()
 	defer s.mu.Unlock()
 	out := make([]OperationState, 0, len(s.ops))
 	for _, op := range s.ops {
@@ -677,7 +693,7 @@ func (s *Scheduler) List() []OperationState {
 // with RemoveWatcher; when no caller is left for CallerGrace, the work is
 // cancelled.
 func (s *Scheduler) AddWatcher(name string) error {
-	s.mu.Lock()
+	s.lockFor(name)
 	defer s.mu.Unlock()
 	op, ok := s.ops[name]
 	if !ok {
@@ -709,7 +725,7 @@ func (s *Scheduler) RemoveWatcher(name string) {
 // Cancel cancels one operation. The task behind it stops only when no
 // other operation shares it.
 func (s *Scheduler) Cancel(name string) error {
-	s.mu.Lock()
+	s.lockFor(name)
 	err := s.cancelLocked(name)
 	ticket := s.ticketLocked()
 	s.mu.Unlock()
@@ -765,7 +781,7 @@ func (s *Scheduler) forgetInflightLocked(t *Task) {
 	if !t.Cacheable {
 		return
 	}
-	fp := t.dedupKey.fingerprint()
+	fp := t.dedupKey().fingerprint()
 	var prev *Task
 	for x := s.inflight[fp]; x != nil; prev, x = x, x.dedupNext {
 		if x != t {
@@ -787,7 +803,7 @@ func (s *Scheduler) forgetInflightLocked(t *Task) {
 // inflightLocked returns the unfinished cacheable task for key, or nil.
 func (s *Scheduler) inflightLocked(key dedupKey) *Task {
 	for t := s.inflight[key.fingerprint()]; t != nil; t = t.dedupNext {
-		if t.dedupKey == key {
+		if t.dedupKey() == key {
 			return t
 		}
 	}
@@ -861,7 +877,7 @@ type Stats struct {
 func (s *Scheduler) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Queued: s.queue.n, Leased: len(s.leases), Operations: len(s.ops), Workers: len(s.workers), Preemptions: s.preemptions,
+	st := Stats{Queued: s.queue.n, Leased: len(s.leases), Operations: len(s.ops) + s.restorePending, Workers: len(s.workers), Preemptions: s.preemptions,
 		Suspended: len(s.ten.suspended), SuspendExpired: s.ten.expired}
 	for _, l := range s.leases {
 		if l.executing() {

@@ -60,7 +60,7 @@ var ErrNotQueued = errors.New("operation is not queued")
 
 // WhyQueued analyses a queued operation.
 func (s *Scheduler) WhyQueued(name string) (QueuedAnalysis, error) {
-	s.mu.Lock()
+	s.lockFor(name)
 	defer s.mu.Unlock()
 	op, ok := s.ops[name]
 	if !ok {

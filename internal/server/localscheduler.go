@@ -28,18 +28,20 @@ type localScheduler struct {
 	embedded string
 }
 
-// newLocalScheduler restores the scheduler's state, quotas and worker
-// controls and builds its services over storage. grpcAddr is published
+// newLocalScheduler restores the scheduler's state (from the store being
+// opened), quotas and worker controls and builds its services over
+// storage. grpcAddr is published
 // as the leader's address when the state is in PostgreSQL; reload
 // re-reads the config file (nil: none).
-func newLocalScheduler(b *builder, storage *localStorage, grpcAddr string, reload func() error) (*localScheduler, error) {
+func newLocalScheduler(b *builder, storage *localStorage, opening *stateOpening, grpcAddr string, reload func() error) (*localScheduler, error) {
 	cfg, log := b.cfg, b.log
 	cf := controlsFile{path: filepath.Join(cfg.DataDir, "scheduler", "worker-controls.json")}
 	controls, err := cf.load()
 	if err != nil {
+		opening.discard()
 		return nil, fmt.Errorf("loading the worker controls: %w", err)
 	}
-	state, err := openStateStore(context.Background(), cfg, log)
+	state, err := opening.wait()
 	if err != nil {
 		return nil, fmt.Errorf("opening the scheduler's state store (scheduler.store): %w", err)
 	}

@@ -28,8 +28,15 @@ func (s *Server) buildParts(b *builder, configFile string) ([]part, error) {
 		}
 		return []part{l}, nil
 	}
+	var state *stateOpening
+	if b.cfg.Role != config.RoleFrontend {
+		state = openStateStoreAsync(b.cfg, b.log)
+	}
 	storage, err := newLocalStorage(b)
 	if err != nil {
+		if state != nil {
+			state.discard()
+		}
 		return nil, err
 	}
 	s.Frontend = storage.fe
@@ -41,7 +48,7 @@ func (s *Server) buildParts(b *builder, configFile string) ([]part, error) {
 		second, err = newForwarder(b)
 	} else {
 		var ls *localScheduler
-		ls, err = newLocalScheduler(b, storage, addr, reload)
+		ls, err = newLocalScheduler(b, storage, state, addr, reload)
 		if ls != nil {
 			second, local = ls, ls.term.ws
 		}

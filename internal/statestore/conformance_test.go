@@ -62,6 +62,18 @@ func wantRecords(t *testing.T, s Store, kind string, want ...record) {
 			t.Fatalf("Load(%q) = %v, want %v", kind, got, want)
 		}
 	}
+	// A Viewer's View (through LoadShared) reads the same, in the same
+	// order.
+	var shared []record
+	if err := LoadShared(context.Background(), s, kind, func(key string, value []byte) error {
+		shared = append(shared, record{key, string(value)})
+		return nil
+	}); err != nil {
+		t.Fatalf("LoadShared(%q): %v", kind, err)
+	}
+	if fmt.Sprint(shared) != fmt.Sprint(got) {
+		t.Fatalf("LoadShared(%q) = %v, Load = %v", kind, shared, got)
+	}
 }
 
 func openClosed(t *testing.T, open func() Store) Store {

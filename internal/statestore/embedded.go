@@ -484,6 +484,18 @@ func writeSnapshot(dir string, gen, seq uint64, data map[string]map[string][]byt
 
 // Load implements Store, from memory.
 func (s *Embedded) Load(ctx context.Context, kind string, fn func(key string, value []byte) error) error {
+	return s.load(ctx, kind, true, fn)
+}
+
+// View implements Viewer: Load without copying the values, which are
+// never changed in place.
+func (s *Embedded) View(ctx context.Context, kind string, fn func(key string, value []byte) error) error {
+	return s.load(ctx, kind, false, fn)
+}
+
+var _ Viewer = (*Embedded)(nil)
+
+func (s *Embedded) load(ctx context.Context, kind string, copyValues bool, fn func(key string, value []byte) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -507,8 +519,11 @@ func (s *Embedded) Load(ctx context.Context, kind string, fn func(key string, va
 				return err
 			}
 		}
-		// A copy: the caller may keep or change it.
-		if err := fn(r.key, append([]byte(nil), r.value...)); err != nil {
+		v := r.value
+		if copyValues { // the caller may keep or change it
+			v = append([]byte(nil), v...)
+		}
+		if err := fn(r.key, v); err != nil {
 			return err
 		}
 	}

@@ -182,6 +182,7 @@ func decodeRecord(b []byte) (seq, from uint64, muts []Mutation, n int, err error
 		p = p[k+int(l):]
 		return f, true
 	}
+	var lastKind string
 	for i := uint64(0); i < count; i++ {
 		if len(p) < 1 || p[0] > opDelete {
 			return 0, 0, nil, 0, errors.New("bad mutation op")
@@ -193,7 +194,12 @@ func decodeRecord(b []byte) (seq, from uint64, muts []Mutation, n int, err error
 		if !ok1 || !ok2 {
 			return 0, 0, nil, 0, errors.New("bad mutation kind or key")
 		}
-		m.Kind, m.Key = string(kind), string(key)
+		// Consecutive mutations share their kind's string: a snapshot
+		// of a million records allocates one per kind, not per record.
+		if string(kind) != lastKind {
+			lastKind = string(kind)
+		}
+		m.Kind, m.Key = lastKind, string(key)
 		if !m.Delete {
 			v, ok := field()
 			if !ok {

@@ -35,6 +35,23 @@ type Store interface {
 	Close() error
 }
 
+// Viewer is a Store whose records can be read without a copy of each
+// value: fn may keep value but must not change it. Restoring a million
+// records then allocates nothing per record.
+type Viewer interface {
+	Store
+	View(ctx context.Context, kind string, fn func(key string, value []byte) error) error
+}
+
+// LoadShared reads the records of kind from store as Load does, through
+// View when store is a Viewer: fn must not change value.
+func LoadShared(ctx context.Context, store Store, kind string, fn func(key string, value []byte) error) error {
+	if v, ok := store.(Viewer); ok {
+		return v.View(ctx, kind, fn)
+	}
+	return store.Load(ctx, kind, fn)
+}
+
 // Pipeliner is a Store that can queue a batch without waiting for its
 // commit, so that one caller can keep several commits in flight in order.
 // Batches queued by Enqueue commit in the order Enqueue was called; if a
