@@ -237,3 +237,35 @@ func TestPollCompletionsFromUnknownWorker(t *testing.T) {
 		t.Errorf("response %v, want reregister with completions_accepted [false]", resp)
 	}
 }
+
+// TestPollCountsOneHandoffPerLease checks the scheduler's hand-off
+// histograms count each lease handed out over gRPC once: a batch taken
+// at once and a lease made for a parked poll, not a poll that got none.
+func TestPollCountsOneHandoffPerLease(t *testing.T) {
+	e := newEnv(t)
+	w := e.worker("w1")
+	counts := func() (uint64, uint64) {
+		m := e.sched.MetricsSnapshot()
+		return m.Handoff.Count, m.HandoffLock.Count
+	}
+	e.submit(3)
+	if n := len(all(w.pollReq(&workerpb.PollRequest{FreeCores: 8, MaxAssignments: 3}))); n != 3 {
+		t.Fatalf("%d assignments, want 3", n)
+	}
+	if h, l := counts(); h != 3 || l != 3 {
+		t.Fatalf("after a batch of 3 leases: %d hand-offs, %d lock times; want 3 and 3", h, l)
+	}
+	if n := len(all(w.pollReq(&workerpb.PollRequest{FreeCores: 8, WaitMs: 50}))); n != 0 {
+		t.Fatalf("%d assignments from an empty queue", n)
+	}
+	got := make(chan *workerpb.PollResponse, 1)
+	go func() { got <- w.pollReq(&workerpb.PollRequest{FreeCores: 8, MaxAssignments: 4, WaitMs: 5000}) }()
+	time.Sleep(50 * time.Millisecond)
+	e.submit(1)
+	if n := len(all(<-got)); n != 1 {
+		t.Fatalf("the parked poll got %d assignments, want 1", n)
+	}
+	if h, l := counts(); h != 4 || l != 4 {
+		t.Fatalf("after a parked poll's lease: %d hand-offs, %d lock times; want 4 and 4", h, l)
+	}
+}

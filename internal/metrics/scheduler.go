@@ -16,6 +16,7 @@ type Scheduler struct {
 
 	queued, executing, held, workers, cores, busyCores *prometheus.Desc
 	dispatch, retries, gaveUp, lost                    *prometheus.Desc
+	handoff, handoffLock                               *prometheus.Desc
 
 	mu sync.Mutex
 	// seenQueued, seenExecuting and seenHeld are the label sets reported
@@ -41,6 +42,10 @@ func NewScheduler(reg prometheus.Registerer, snap func() scheduler.MetricsSnapsh
 		busyCores: prometheus.NewDesc("gantry_worker_busy_cores", "Cores the leased actions ask for.", nil, nil),
 		dispatch: prometheus.NewDesc("gantry_scheduler_dispatch_latency_seconds",
 			"Time from an action being queued to its lease to a worker (first attempts only).", nil, nil),
+		handoff: prometheus.NewDesc("gantry_scheduler_handoff_seconds",
+			"The scheduler's own share of a dispatch, per lease: from a worker's poll reaching the scheduler with work queued (or, for a poll that waited, from its lease being made) to the lease being handed to the transport, stored.", nil, nil),
+		handoffLock: prometheus.NewDesc("gantry_scheduler_handoff_lock_seconds",
+			"The time the scheduler's lock was held to answer a worker's poll, per lease it handed out.", nil, nil),
 		retries: prometheus.NewDesc("gantry_scheduler_retries_total",
 			"Actions queued again because their worker stopped responding.", nil, nil),
 		gaveUp: prometheus.NewDesc("gantry_scheduler_gave_up_total",
@@ -55,7 +60,7 @@ func NewScheduler(reg prometheus.Registerer, snap func() scheduler.MetricsSnapsh
 
 // Describe implements prometheus.Collector.
 func (c *Scheduler) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.queued, c.executing, c.held, c.workers, c.cores, c.busyCores, c.dispatch, c.retries, c.gaveUp, c.lost} {
+	for _, d := range []*prometheus.Desc{c.queued, c.executing, c.held, c.workers, c.cores, c.busyCores, c.dispatch, c.handoff, c.handoffLock, c.retries, c.gaveUp, c.lost} {
 		ch <- d
 	}
 }
@@ -73,14 +78,21 @@ func (c *Scheduler) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.cores, prometheus.GaugeValue, float64(m.Cores))
 	ch <- prometheus.MustNewConstMetric(c.busyCores, prometheus.GaugeValue, float64(m.BusyCores))
-	buckets := make(map[float64]uint64, len(m.Dispatch.Buckets))
-	for i, b := range m.Dispatch.Buckets {
-		buckets[b] = m.Dispatch.Cumulative[i]
-	}
-	ch <- prometheus.MustNewConstHistogram(c.dispatch, m.Dispatch.Count, m.Dispatch.Sum, buckets)
+	histogram(ch, c.dispatch, m.Dispatch)
+	histogram(ch, c.handoff, m.Handoff)
+	histogram(ch, c.handoffLock, m.HandoffLock)
 	ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(m.Retries))
 	ch <- prometheus.MustNewConstMetric(c.gaveUp, prometheus.CounterValue, float64(m.GaveUp))
 	ch <- prometheus.MustNewConstMetric(c.lost, prometheus.CounterValue, float64(m.WorkersLost))
+}
+
+// histogram reports h as d.
+func histogram(ch chan<- prometheus.Metric, d *prometheus.Desc, h scheduler.HistogramSnapshot) {
+	buckets := make(map[float64]uint64, len(h.Buckets))
+	for i, b := range h.Buckets {
+		buckets[b] = h.Cumulative[i]
+	}
+	ch <- prometheus.MustNewConstHistogram(d, h.Count, h.Sum, buckets)
 }
 
 // gauges reports counts folded onto capped instance labels, and 0 for

@@ -104,6 +104,10 @@ type MetricsSnapshot struct {
 	Cores, BusyCores int
 	// Dispatch is the queued -> leased latency of first attempts.
 	Dispatch HistogramSnapshot
+	// Handoff is a poll's (or its lease's) arrival -> the lease handed
+	// to the transport, per lease; HandoffLock the scheduler's lock held
+	// to answer, per lease (handoff.go).
+	Handoff, HandoffLock HistogramSnapshot
 	// Retries, GaveUp, WorkersLost, Preemptions count events since start.
 	Retries, GaveUp, WorkersLost, Preemptions int64
 }
@@ -139,6 +143,7 @@ func (s *Scheduler) MetricsSnapshot() MetricsSnapshot {
 		Dispatch: s.counters.dispatch.snapshot(), Retries: s.counters.retries, GaveUp: s.counters.gaveUp,
 		WorkersLost: s.counters.workersLost, Preemptions: s.preemptions,
 	}
+	out.Handoff, out.HandoffLock = s.handoffs.snapshot()
 	queued := map[[3]string]int{}
 	for _, b := range s.queue.buckets {
 		cohort := ""

@@ -330,6 +330,8 @@ type Scheduler struct {
 
 	// counters feed the metrics (metrics.go).
 	counters schedCounters
+	// handoffs measure the scheduler's share of each dispatch (handoff.go).
+	handoffs handoffs
 	// traceParents are the trace contexts of unfinished tasks submitted
 	// with tracing on (metrics.go): kept aside so Task stays small.
 	traceParents map[*Task]string

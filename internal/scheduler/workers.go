@@ -102,6 +102,8 @@ type waiter struct {
 	worker *worker
 	free   Capacity
 	ch     chan *Assignment
+	// leasedAt is when the lease on ch was made (handoff.go).
+	leasedAt time.Time
 }
 
 // Assignment is a leased task handed to a worker.
@@ -183,7 +185,9 @@ func (s *Scheduler) Poll(ctx context.Context, workerID string, free Capacity) (*
 // the wait ended with no work.
 func (s *Scheduler) PollMany(ctx context.Context, req PollRequest) ([]*Assignment, error) {
 	workerID, free, limit := req.WorkerID, req.Free, max(req.Limit, 1)
+	arrived := time.Now()
 	s.mu.Lock()
+	locked := time.Now()
 	w, ok := s.workers[workerID]
 	if !ok || w.restored {
 		s.mu.Unlock()
@@ -196,8 +200,9 @@ func (s *Scheduler) PollMany(ctx context.Context, req PollRequest) ([]*Assignmen
 		s.queue.take(t)
 		as := s.leaseMoreLocked(w, free, limit, s.leaseLocked(t, w, nil))
 		ticket := s.leaseTicketLocked(req)
+		held := time.Since(locked)
 		s.mu.Unlock()
-		return s.deliver(ctx, as, ticket)
+		return s.handOff(ctx, as, ticket, arrived, held)
 	}
 	wt := &waiter{worker: w, free: free, ch: make(chan *Assignment, 1)}
 	s.waiters = append(s.waiters, wt)
@@ -211,13 +216,15 @@ func (s *Scheduler) PollMany(ctx context.Context, req PollRequest) ([]*Assignmen
 	select {
 	case a := <-wt.ch:
 		s.mu.Lock()
+		locked := time.Now()
 		as := []*Assignment{a}
 		if limit > 1 {
 			as = s.leaseMoreLocked(w, free, limit, a)
 		}
 		ticket := s.leaseTicketLocked(req)
+		held := time.Since(locked)
 		s.mu.Unlock()
-		return s.deliver(ctx, as, ticket)
+		return s.handOff(ctx, as, ticket, wt.leasedAt, held)
 	case <-ctx.Done():
 	}
 	s.mu.Lock()
@@ -320,6 +327,7 @@ func (s *Scheduler) leaseLocked(t *Task, w *worker, wt *waiter) *Assignment {
 	a := &Assignment{LeaseID: l.id, Task: t, Attempt: t.attempts, ActionBytes: t.ActionBytes, CommandBytes: t.CommandBytes}
 	s.emit(Event{Kind: EventLeased, Task: t.ID, Worker: w.info.ID})
 	if wt != nil {
+		wt.leasedAt = time.Now()
 		wt.ch <- a
 	}
 	return a

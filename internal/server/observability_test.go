@@ -164,6 +164,7 @@ func TestMetricsAfterKnownScenario(t *testing.T) {
 		{"gantry_action_cache_lookups_total", []string{"source", "execute", "result", "hit"}, 1},
 		{"gantry_action_cache_lookups_total", []string{"source", "execute", "result", "miss"}, 4},
 		{"gantry_scheduler_dispatch_latency_seconds", nil, 4},
+		{"gantry_scheduler_handoff_seconds", nil, 4},
 		{"gantry_operation_queue_time_seconds", nil, 4},
 		{"gantry_worker_stage_duration_seconds", []string{"stage", "input_fetch"}, 4},
 		{"gantry_worker_stage_duration_seconds", []string{"stage", "execute"}, 4},
