@@ -215,6 +215,7 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 			}
 		}
 	}()
+	handoffsBefore := scrapeHandoffs(ctx, plan.HTTP)
 	t0 := time.Now()
 	for _, p := range procs {
 		if _, err := io.WriteString(p.gate, "go\n"); err != nil {
@@ -250,6 +251,9 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 	}
 	stopSampling()
 	sampleWG.Wait()
+	if kill == nil {
+		rep.summarizeHandoffs(handoffsBefore, scrapeHandoffs(ctx, plan.HTTP))
+	}
 	// A killed server has no figures left to read.
 	endPID := plan.ServerPID
 	if kill != nil {

@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -24,10 +26,12 @@ import (
 // TestScaleWorkersRunEveryActionOnce queues actions of several tenants
 // and invocations on a real Gantry as open Execute streams (some dropped
 // and followed with WaitExecution), holds the scale workers back until
-// all are queued, and checks that they run every action once.
+// all are queued, and checks that they run every action once, and that
+// the scheduler's hand-off histogram, read from /metrics, counts each
+// lease.
 func TestScaleWorkersRunEveryActionOnce(t *testing.T) {
 	// No embedded worker: the scale workers must run every action.
-	srv, conn := servertest.StartWith(t, func(c *config.Config) { c.Worker.Enabled = false })
+	srv, conn := servertest.StartWith(t, func(c *config.Config) { c.Worker.Enabled = false; c.HTTPListen = "127.0.0.1:0" })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	plan := &ScalePlan{Tenants: 2, Invocations: 5, Queued: 60, Zipf: 1.2, MeanSleep: time.Millisecond, Drop: 0.3, Seed: 7}
@@ -61,6 +65,7 @@ func TestScaleWorkersRunEveryActionOnce(t *testing.T) {
 		go func() { defer done.Done(); it.execute(ctx, conn, sem, queued.Done, follow) }()
 	}
 	queued.Wait()
+	handoffsBefore := scrapeHandoffs(ctx, srv.HTTPAddr())
 	t0 := time.Now()
 	io.WriteString(gateW, "go\n")
 	close(follow)
@@ -76,6 +81,7 @@ func TestScaleWorkersRunEveryActionOnce(t *testing.T) {
 	probe := &scaleItem{id: "none", err: context.Canceled} // no probe in this test
 	rep := &ScaleReport{Queued: len(items)}
 	rep.summarize(items, probe, nil, []*scaleWorkersReport{&wr}, t0, 0)
+	rep.summarizeHandoffs(handoffsBefore, scrapeHandoffs(ctx, srv.HTTPAddr()))
 	if rep.Completed != len(items) || rep.Errors != 0 {
 		t.Fatalf("%d of %d completed, %d failed: %s", rep.Completed, len(items), rep.Errors, rep.FirstError)
 	}
@@ -86,6 +92,9 @@ func TestScaleWorkersRunEveryActionOnce(t *testing.T) {
 	}
 	if rep.GapN == 0 {
 		t.Error("no slot-free-to-lease gap was measured")
+	}
+	if rep.ServerHandoffN != len(items) || rep.ServerHandoffMaxMs == 0 {
+		t.Errorf("the scheduler's histogram counted %d hand-offs (max %gms), want one per action: %d", rep.ServerHandoffN, rep.ServerHandoffMaxMs, len(items))
 	}
 }
 
@@ -187,5 +196,34 @@ func TestScaleReportKill(t *testing.T) {
 	rep.KillProbeError = "boom"
 	if err := rep.check(); err == nil || !strings.Contains(err.Error(), "after the kill") {
 		t.Errorf("check() = %v; want the failed Execute after the kill", err)
+	}
+}
+
+// TestHandoffQuantiles checks the histogram arithmetic of the
+// server-side dispatch figures on a known exposition.
+func TestHandoffQuantiles(t *testing.T) {
+	text := func(counts ...int) []byte {
+		var b strings.Builder
+		for i, le := range []string{"0.0001", "0.001", "0.01", "+Inf"} {
+			fmt.Fprintf(&b, "gantry_scheduler_handoff_seconds_bucket{le=%q} %d\n", le, counts[i])
+		}
+		return []byte(b.String())
+	}
+	before := parseHistogram(text(10, 10, 10, 10), "gantry_scheduler_handoff_seconds")
+	// 100 more: 50 up to 0.1 ms, 49 in (0.1, 1] ms, 1 in (1, 10] ms.
+	h := parseHistogram(text(60, 109, 110, 110), "gantry_scheduler_handoff_seconds").since(before)
+	if n := h.count(); n != 100 {
+		t.Fatalf("count %g, want 100", n)
+	}
+	for _, c := range []struct{ q, want float64 }{{0.5, 0.0001}, {0.99, 0.001}, {0.995, 0.0055}} {
+		if got := h.quantile(c.q); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("quantile(%g) = %g, want %g", c.q, got, c.want)
+		}
+	}
+	if got := h.maxBound(); got != 0.01 {
+		t.Errorf("max bound %g, want 0.01", got)
+	}
+	if got := parseHistogram(text(0, 0, 1, 2), "gantry_scheduler_handoff_seconds").maxBound(); !math.IsInf(got, 1) {
+		t.Errorf("max bound with a sample in +Inf: %g", got)
 	}
 }

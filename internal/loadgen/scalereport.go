@@ -34,6 +34,14 @@ type ScaleReport struct {
 	// until 90% of the actions were leased (the queue still deep).
 	GapN                         int
 	GapP50Ms, GapP99Ms, GapMaxMs float64
+	// The scheduler's own share of it (gantry_scheduler_handoff_seconds
+	// over the drain, needs --http): a poll's arrival, or its lease being
+	// made, to the lease handed to the transport. The max is the upper
+	// bound of the histogram's highest bucket in use (-1: above the
+	// last); Lock is the scheduler's lock held per lease.
+	ServerHandoffN                                             int
+	ServerHandoffP50Ms, ServerHandoffP99Ms, ServerHandoffMaxMs float64
+	ServerLockP50Ms, ServerLockP99Ms                           float64
 	// The clients' time from Execute to the result.
 	WaitP50Ms, WaitP99Ms, WaitMaxMs float64
 	CPUPerActionMs                  float64
@@ -247,6 +255,14 @@ func (r *ScaleReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "queued in %.1fs; drained in %.2fs: %.1f actions/s; server CPU %.3f ms/action\n", r.QueueSeconds, r.DrainSeconds, r.Throughput, r.CPUPerActionMs)
 	fmt.Fprintf(w, "slot free → next lease (%d): p50 %.3fms p99 %.3fms max %.3fms; Execute → result p50 %.1fms p99 %.1fms max %.1fms\n",
 		r.GapN, r.GapP50Ms, r.GapP99Ms, r.GapMaxMs, r.WaitP50Ms, r.WaitP99Ms, r.WaitMaxMs)
+	if r.ServerHandoffN > 0 {
+		maxMs := fmt.Sprintf("<= %.3fms", r.ServerHandoffMaxMs)
+		if r.ServerHandoffMaxMs < 0 {
+			maxMs = "above the last bucket"
+		}
+		fmt.Fprintf(w, "  of which the scheduler's own (%d leases, from its histogram): p50 %.3fms p99 %.3fms max %s; its lock held per lease p50 %.4fms p99 %.4fms\n",
+			r.ServerHandoffN, r.ServerHandoffP50Ms, r.ServerHandoffP99Ms, maxMs, r.ServerLockP50Ms, r.ServerLockP99Ms)
+	}
 	fmt.Fprintf(w, "server CPU per worker: %.4f ms to register; %.5f ms a second while it only heartbeats (measured with --hold)\n", r.RegisterCPUPerWorkerMs, r.HeartbeatCPUPerWorkerSecMs)
 	fmt.Fprintf(w, "server RSS: idle %s, with workers %s (%.1f KiB/worker), loaded %s (%.2f KiB/queued), peak %s (%.2f KiB/queued)\n",
 		mib(r.RSSIdle), mib(r.RSSWorkers), r.RSSPerWorker/1024, mib(r.RSSLoaded), r.RSSPerQueued/1024, mib(r.RSSPeak), r.RSSPeakPerQueued/1024)
@@ -276,6 +292,7 @@ func (r *ScaleReport) Print(w io.Writer) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "SCALE workers=%d slots=%d queued=%d rate=%.1f gap_p50_ms=%.3f gap_p99_ms=%.3f gap_max_ms=%.3f cpu_ms=%.3f", r.Workers, r.Slots, r.Queued, r.Throughput, r.GapP50Ms, r.GapP99Ms, r.GapMaxMs, r.CPUPerActionMs)
+	fmt.Fprintf(&b, " server_p50_ms=%.3f server_p99_ms=%.3f server_max_ms=%.3f", r.ServerHandoffP50Ms, r.ServerHandoffP99Ms, r.ServerHandoffMaxMs)
 	fmt.Fprintf(&b, " rss_worker_kib=%.1f rss_queued_kib=%.2f rss_peak_queued_kib=%.2f jain_inv=%.3f jain_tenant=%.3f probe_ms=%.1f", r.RSSPerWorker/1024, r.RSSPerQueued/1024, r.RSSPeakPerQueued/1024, r.JainInvocations, r.JainTenants, r.ProbeWaitMs)
 	if r.Kill != "" {
 		fmt.Fprintf(&b, " kill=%s back_ms=%.0f execute_ms=%.0f clients_back_ms=%.0f workers_back_p50_ms=%.0f workers_back_max_ms=%.0f", r.Kill, r.BackMs, r.ExecuteMs, r.ClientsBackMs, r.WorkersBackP50Ms, r.WorkersBackMaxMs)
