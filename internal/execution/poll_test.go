@@ -246,6 +246,9 @@ func TestPollCountsOneHandoffPerLease(t *testing.T) {
 	w := e.worker("w1")
 	counts := func() (uint64, uint64) {
 		m := e.sched.MetricsSnapshot()
+		if m.HandoffStore.Count != m.Handoff.Count {
+			t.Errorf("%d hand-offs but %d store waits", m.Handoff.Count, m.HandoffStore.Count)
+		}
 		return m.Handoff.Count, m.HandoffLock.Count
 	}
 	e.submit(3)

@@ -12,7 +12,7 @@ import (
 )
 
 // The scheduler's own share of dispatch, read from its histograms
-// (gantry_scheduler_handoff_seconds and _lock_seconds) before and after
+// (gantry_scheduler_handoff_seconds, _lock_seconds, _store_seconds) before and after
 // the drain: the worker processes' figure adds their own wake-ups.
 
 // promHistogram is a histogram of a Prometheus text exposition:
@@ -120,19 +120,20 @@ func (h promHistogram) maxBound() float64 {
 }
 
 // handoffScrape is the two histograms at one moment.
-type handoffScrape struct{ total, lock promHistogram }
+type handoffScrape struct{ total, lock, store promHistogram }
 
 func scrapeHandoffs(ctx context.Context, httpAddr string) handoffScrape {
 	return handoffScrape{
 		total: scrapeHistogram(ctx, httpAddr, "gantry_scheduler_handoff_seconds"),
 		lock:  scrapeHistogram(ctx, httpAddr, "gantry_scheduler_handoff_lock_seconds"),
+		store: scrapeHistogram(ctx, httpAddr, "gantry_scheduler_handoff_store_seconds"),
 	}
 }
 
 // summarizeHandoffs fills in the server-side dispatch figures from the
 // histograms' growth between before and after.
 func (r *ScaleReport) summarizeHandoffs(before, after handoffScrape) {
-	t, l := after.total.since(before.total), after.lock.since(before.lock)
+	t, l, st := after.total.since(before.total), after.lock.since(before.lock), after.store.since(before.store)
 	r.ServerHandoffN = int(t.count())
 	if r.ServerHandoffN == 0 {
 		return
@@ -143,4 +144,5 @@ func (r *ScaleReport) summarizeHandoffs(before, after handoffScrape) {
 		r.ServerHandoffMaxMs = -1
 	}
 	r.ServerLockP50Ms, r.ServerLockP99Ms = roundTo(l.quantile(0.5)*1e3, 4), roundTo(l.quantile(0.99)*1e3, 4)
+	r.ServerStoreP50Ms, r.ServerStoreP99Ms = roundTo(st.quantile(0.5)*1e3, 3), roundTo(st.quantile(0.99)*1e3, 3)
 }

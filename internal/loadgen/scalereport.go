@@ -38,10 +38,12 @@ type ScaleReport struct {
 	// over the drain, needs --http): a poll's arrival, or its lease being
 	// made, to the lease handed to the transport. The max is the upper
 	// bound of the histogram's highest bucket in use (-1: above the
-	// last); Lock is the scheduler's lock held per lease.
+	// last); Lock is the scheduler's lock held per lease, Store the wait
+	// for the lease to be stored.
 	ServerHandoffN                                             int
 	ServerHandoffP50Ms, ServerHandoffP99Ms, ServerHandoffMaxMs float64
 	ServerLockP50Ms, ServerLockP99Ms                           float64
+	ServerStoreP50Ms, ServerStoreP99Ms                         float64
 	// The clients' time from Execute to the result.
 	WaitP50Ms, WaitP99Ms, WaitMaxMs float64
 	CPUPerActionMs                  float64
@@ -260,8 +262,8 @@ func (r *ScaleReport) Print(w io.Writer) {
 		if r.ServerHandoffMaxMs < 0 {
 			maxMs = "above the last bucket"
 		}
-		fmt.Fprintf(w, "  of which the scheduler's own (%d leases, from its histogram): p50 %.3fms p99 %.3fms max %s; its lock held per lease p50 %.4fms p99 %.4fms\n",
-			r.ServerHandoffN, r.ServerHandoffP50Ms, r.ServerHandoffP99Ms, maxMs, r.ServerLockP50Ms, r.ServerLockP99Ms)
+		fmt.Fprintf(w, "  of which the scheduler's own (%d leases, from its histogram): p50 %.3fms p99 %.3fms max %s; its lock held per lease p50 %.4fms p99 %.4fms; waiting for the lease to be stored p50 %.3fms p99 %.3fms\n",
+			r.ServerHandoffN, r.ServerHandoffP50Ms, r.ServerHandoffP99Ms, maxMs, r.ServerLockP50Ms, r.ServerLockP99Ms, r.ServerStoreP50Ms, r.ServerStoreP99Ms)
 	}
 	fmt.Fprintf(w, "server CPU per worker: %.4f ms to register; %.5f ms a second while it only heartbeats (measured with --hold)\n", r.RegisterCPUPerWorkerMs, r.HeartbeatCPUPerWorkerSecMs)
 	fmt.Fprintf(w, "server RSS: idle %s, with workers %s (%.1f KiB/worker), loaded %s (%.2f KiB/queued), peak %s (%.2f KiB/queued)\n",

@@ -16,7 +16,7 @@ type Scheduler struct {
 
 	queued, executing, held, workers, cores, busyCores *prometheus.Desc
 	dispatch, retries, gaveUp, lost                    *prometheus.Desc
-	handoff, handoffLock                               *prometheus.Desc
+	handoff, handoffLock, handoffStore                 *prometheus.Desc
 
 	mu sync.Mutex
 	// seenQueued, seenExecuting and seenHeld are the label sets reported
@@ -46,6 +46,8 @@ func NewScheduler(reg prometheus.Registerer, snap func() scheduler.MetricsSnapsh
 			"The scheduler's own share of a dispatch, per lease: from a worker's poll reaching the scheduler with work queued (or, for a poll that waited, from its lease being made) to the lease being handed to the transport, stored.", nil, nil),
 		handoffLock: prometheus.NewDesc("gantry_scheduler_handoff_lock_seconds",
 			"The time the scheduler's lock was held to answer a worker's poll, per lease it handed out.", nil, nil),
+		handoffStore: prometheus.NewDesc("gantry_scheduler_handoff_store_seconds",
+			"The part of gantry_scheduler_handoff_seconds spent waiting for the lease to be stored, per lease.", nil, nil),
 		retries: prometheus.NewDesc("gantry_scheduler_retries_total",
 			"Actions queued again because their worker stopped responding.", nil, nil),
 		gaveUp: prometheus.NewDesc("gantry_scheduler_gave_up_total",
@@ -60,7 +62,7 @@ func NewScheduler(reg prometheus.Registerer, snap func() scheduler.MetricsSnapsh
 
 // Describe implements prometheus.Collector.
 func (c *Scheduler) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.queued, c.executing, c.held, c.workers, c.cores, c.busyCores, c.dispatch, c.handoff, c.handoffLock, c.retries, c.gaveUp, c.lost} {
+	for _, d := range []*prometheus.Desc{c.queued, c.executing, c.held, c.workers, c.cores, c.busyCores, c.dispatch, c.handoff, c.handoffLock, c.handoffStore, c.retries, c.gaveUp, c.lost} {
 		ch <- d
 	}
 }
@@ -81,6 +83,7 @@ func (c *Scheduler) Collect(ch chan<- prometheus.Metric) {
 	histogram(ch, c.dispatch, m.Dispatch)
 	histogram(ch, c.handoff, m.Handoff)
 	histogram(ch, c.handoffLock, m.HandoffLock)
+	histogram(ch, c.handoffStore, m.HandoffStore)
 	ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(m.Retries))
 	ch <- prometheus.MustNewConstMetric(c.gaveUp, prometheus.CounterValue, float64(m.GaveUp))
 	ch <- prometheus.MustNewConstMetric(c.lost, prometheus.CounterValue, float64(m.WorkersLost))

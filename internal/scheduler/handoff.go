@@ -12,7 +12,8 @@ import (
 // worker's poll reaching PollMany with work queued (or, for a poll that
 // waited, from its lease being made) to the leases being handed back to
 // the transport, stored. It also measures how long PollMany held the
-// scheduler's lock to answer, per lease. One observation per lease.
+// scheduler's lock to answer, per lease, and how long the leases waited
+// to be stored. One observation per lease.
 
 // HandoffBuckets are the upper bounds, in seconds, of the hand-off
 // histograms: sub-millisecond first.
@@ -20,11 +21,11 @@ var HandoffBuckets = handoffBounds[:]
 
 var handoffBounds = [...]float64{0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}
 
-// handoffs holds the two histograms under a lock of their own: a hand-off
+// handoffs holds the histograms under a lock of their own: a hand-off
 // ends after the scheduler's lock is let go (storing the leases).
 type handoffs struct {
-	mu          sync.Mutex
-	total, lock boundedHistogram
+	mu                 sync.Mutex
+	total, lock, store boundedHistogram
 }
 
 type boundedHistogram struct {
@@ -54,29 +55,33 @@ func (h *boundedHistogram) snapshot() HistogramSnapshot {
 }
 
 // observe counts n leases handed off d after their poll arrived (or
-// their lease was made), answered with the lock held for held.
-func (h *handoffs) observe(d, held time.Duration, n int) {
+// their lease was made), answered with the lock held for held, stored
+// after waiting stored.
+func (h *handoffs) observe(d, held, stored time.Duration, n int) {
 	if n == 0 {
 		return
 	}
 	h.mu.Lock()
 	h.total.observe(d.Seconds(), n)
 	h.lock.observe(held.Seconds()/float64(n), n)
+	h.store.observe(stored.Seconds(), n)
 	h.mu.Unlock()
 }
 
-func (h *handoffs) snapshot() (total, lock HistogramSnapshot) {
+func (h *handoffs) snapshot() (total, lock, store HistogramSnapshot) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.total.snapshot(), h.lock.snapshot()
+	return h.total.snapshot(), h.lock.snapshot(), h.store.snapshot()
 }
 
 // handOff is deliver, counting the leases handed off since from, held
 // being how long PollMany held the lock for them.
 func (s *Scheduler) handOff(ctx context.Context, as []*Assignment, ticket uint64, from time.Time, held time.Duration) ([]*Assignment, error) {
+	storing := time.Now()
 	as, err := s.deliver(ctx, as, ticket)
 	if err == nil {
-		s.handoffs.observe(time.Since(from), held, len(as))
+		now := time.Now()
+		s.handoffs.observe(now.Sub(from), held, now.Sub(storing), len(as))
 	}
 	return as, err
 }

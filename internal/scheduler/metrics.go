@@ -106,8 +106,9 @@ type MetricsSnapshot struct {
 	Dispatch HistogramSnapshot
 	// Handoff is a poll's (or its lease's) arrival -> the lease handed
 	// to the transport, per lease; HandoffLock the scheduler's lock held
-	// to answer, per lease (handoff.go).
-	Handoff, HandoffLock HistogramSnapshot
+	// to answer, per lease; HandoffStore the wait for the leases to be
+	// stored (handoff.go).
+	Handoff, HandoffLock, HandoffStore HistogramSnapshot
 	// Retries, GaveUp, WorkersLost, Preemptions count events since start.
 	Retries, GaveUp, WorkersLost, Preemptions int64
 }
@@ -143,7 +144,7 @@ func (s *Scheduler) MetricsSnapshot() MetricsSnapshot {
 		Dispatch: s.counters.dispatch.snapshot(), Retries: s.counters.retries, GaveUp: s.counters.gaveUp,
 		WorkersLost: s.counters.workersLost, Preemptions: s.preemptions,
 	}
-	out.Handoff, out.HandoffLock = s.handoffs.snapshot()
+	out.Handoff, out.HandoffLock, out.HandoffStore = s.handoffs.snapshot()
 	queued := map[[3]string]int{}
 	for _, b := range s.queue.buckets {
 		cohort := ""
