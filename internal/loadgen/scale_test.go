@@ -223,6 +223,10 @@ func TestHandoffQuantiles(t *testing.T) {
 	if got := h.maxBound(); got != 0.01 {
 		t.Errorf("max bound %g, want 0.01", got)
 	}
+	labelled := parseHistogram([]byte(`x_bucket{backend="embedded",le="0.5"} 3`+"\n"+`x_bucket{backend="embedded",le="+Inf"} 4`+"\n"), "x")
+	if n, q := labelled.count(), labelled.quantile(0.5); n != 4 || q != 0.5*2/3 {
+		t.Errorf("a labelled histogram: count %g, median %g", n, q)
+	}
 	if got := parseHistogram(text(0, 0, 1, 2), "gantry_scheduler_handoff_seconds").maxBound(); !math.IsInf(got, 1) {
 		t.Errorf("max bound with a sample in +Inf: %g", got)
 	}

@@ -35,19 +35,23 @@ func scrapeHistogram(ctx context.Context, httpAddr, name string) promHistogram {
 	return parseHistogram(body, name)
 }
 
-// parseHistogram reads the unlabelled histogram name from a text
-// exposition.
+// parseHistogram reads histogram name from a text exposition (its one
+// series: le its only label, or le last).
 func parseHistogram(text []byte, name string) promHistogram {
 	var h promHistogram
 	sc := bufio.NewScanner(bytes.NewReader(text))
 	sc.Buffer(nil, 1<<20)
-	prefix := name + `_bucket{le="`
+	prefix := name + `_bucket{`
 	for sc.Scan() {
 		rest, ok := strings.CutPrefix(sc.Text(), prefix)
 		if !ok {
 			continue
 		}
-		le, v, ok := strings.Cut(rest, `"} `)
+		i := strings.Index(rest, `le="`)
+		if i < 0 {
+			continue
+		}
+		le, v, ok := strings.Cut(rest[i+len(`le="`):], `"} `)
 		if !ok {
 			continue
 		}
@@ -120,13 +124,16 @@ func (h promHistogram) maxBound() float64 {
 }
 
 // handoffScrape is the two histograms at one moment.
-type handoffScrape struct{ total, lock, store promHistogram }
+type handoffScrape struct{ total, lock, store, commit promHistogram }
 
 func scrapeHandoffs(ctx context.Context, httpAddr string) handoffScrape {
 	return handoffScrape{
 		total: scrapeHistogram(ctx, httpAddr, "gantry_scheduler_handoff_seconds"),
 		lock:  scrapeHistogram(ctx, httpAddr, "gantry_scheduler_handoff_lock_seconds"),
 		store: scrapeHistogram(ctx, httpAddr, "gantry_scheduler_handoff_store_seconds"),
+		// The store's group commits (write and fsync), which the
+		// stored wait is for.
+		commit: scrapeHistogram(ctx, httpAddr, "gantry_state_commit_duration_seconds"),
 	}
 }
 
@@ -145,4 +152,6 @@ func (r *ScaleReport) summarizeHandoffs(before, after handoffScrape) {
 	}
 	r.ServerLockP50Ms, r.ServerLockP99Ms = roundTo(l.quantile(0.5)*1e3, 4), roundTo(l.quantile(0.99)*1e3, 4)
 	r.ServerStoreP50Ms, r.ServerStoreP99Ms = roundTo(st.quantile(0.5)*1e3, 3), roundTo(st.quantile(0.99)*1e3, 3)
+	c := after.commit.since(before.commit)
+	r.CommitN, r.CommitP50Ms, r.CommitP99Ms = int(c.count()), roundTo(c.quantile(0.5)*1e3, 3), roundTo(c.quantile(0.99)*1e3, 3)
 }

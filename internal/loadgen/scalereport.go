@@ -44,6 +44,9 @@ type ScaleReport struct {
 	ServerHandoffP50Ms, ServerHandoffP99Ms, ServerHandoffMaxMs float64
 	ServerLockP50Ms, ServerLockP99Ms                           float64
 	ServerStoreP50Ms, ServerStoreP99Ms                         float64
+	// The state store's group commits over the drain (write and fsync).
+	CommitN                  int
+	CommitP50Ms, CommitP99Ms float64
 	// The clients' time from Execute to the result.
 	WaitP50Ms, WaitP99Ms, WaitMaxMs float64
 	CPUPerActionMs                  float64
@@ -264,6 +267,7 @@ func (r *ScaleReport) Print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  of which the scheduler's own (%d leases, from its histogram): p50 %.3fms p99 %.3fms max %s; its lock held per lease p50 %.4fms p99 %.4fms; waiting for the lease to be stored p50 %.3fms p99 %.3fms\n",
 			r.ServerHandoffN, r.ServerHandoffP50Ms, r.ServerHandoffP99Ms, maxMs, r.ServerLockP50Ms, r.ServerLockP99Ms, r.ServerStoreP50Ms, r.ServerStoreP99Ms)
+		fmt.Fprintf(w, "  the state store's group commits (%d): p50 %.3fms p99 %.3fms\n", r.CommitN, r.CommitP50Ms, r.CommitP99Ms)
 	}
 	fmt.Fprintf(w, "server CPU per worker: %.4f ms to register; %.5f ms a second while it only heartbeats (measured with --hold)\n", r.RegisterCPUPerWorkerMs, r.HeartbeatCPUPerWorkerSecMs)
 	fmt.Fprintf(w, "server RSS: idle %s, with workers %s (%.1f KiB/worker), loaded %s (%.2f KiB/queued), peak %s (%.2f KiB/queued)\n",
