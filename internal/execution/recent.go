@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-build/gantry/internal/scheduler"
@@ -59,9 +60,28 @@ func (s *Service) keepFailed(st scheduler.OperationState, err error) {
 	st.Done, st.Stage = true, repb.ExecutionStage_COMPLETED
 	st.Response = &repb.ExecuteResponse{Status: status.New(se.Code(),
 		"the Execute call that named this operation failed before running it: "+se.Message()+"; call Execute again").Proto()}
-	// Kept in this process only: a refused request must leave nothing
-	// behind in the scheduler's state.
-	s.recent.addNew(st)
+	if !s.recent.addNew(st) {
+		return
+	}
+	// A refused request (bad input, missing inputs) is kept in this
+	// process only: it must leave nothing behind in the scheduler's
+	// state. A call that failed for want of a part that was down (the
+	// ActionCache, the CAS, the scheduler) is kept with the finished
+	// operations too, so that its name answers after a fail-over as well.
+	if failedForAnOutage(se.Code()) {
+		s.sched.Answered(scheduler.AnsweredOperation{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Response: st.Response})
+	}
+}
+
+// failedForAnOutage reports whether an Execute that failed with code
+// failed because a part it needs was unreachable or overloaded, not
+// because of its request.
+func failedForAnOutage(code codes.Code) bool {
+	switch code {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Internal, codes.Unknown, codes.Aborted, codes.ResourceExhausted, codes.Canceled:
+		return true
+	}
+	return false
 }
 
 // addNew keeps st unless its name is kept already, and reports whether

@@ -134,4 +134,9 @@ func TestNameOfAFailedExecuteAnswersItsError(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("GetOperation", op)
+	// It is kept with the scheduler's finished operations too (stored,
+	// restored by the next leader), not only in this process.
+	if info, err := e.sched.Operation(name); err != nil || !info.Done {
+		t.Fatalf("the scheduler's record of %s: %+v, %v; want it done", name, info, err)
+	}
 }
