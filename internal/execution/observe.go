@@ -46,7 +46,9 @@ func (Unobserved) WorkerCompleted(string, *repb.ExecuteResponse) {}
 // (scheduler.SubmitRequest.Note), so that its completion line and history
 // entry have it also when the call is gone.
 type callNote struct {
-	metadata  *repb.RequestMetadata
+	// metadata is the caller's RequestMetadata, encoded (the bytes the
+	// operation keeps too: scheduler.EncodeMetadata).
+	metadata  []byte
 	buildName string
 	// program and output are the command's program and first declared
 	// output (newCallNote).
@@ -62,7 +64,7 @@ type callNote struct {
 	reported chan struct{}
 }
 
-func newCallNote(md *repb.RequestMetadata, buildName string, cmd *repb.Command) *callNote {
+func newCallNote(md []byte, buildName string, cmd *repb.Command) *callNote {
 	n := &callNote{metadata: md, buildName: buildName, reported: make(chan struct{})}
 	// Of the command, the report reads the program and the first
 	// declared output (the history's label): the note keeps those, not
@@ -111,14 +113,16 @@ func (s *Service) scheduledFinished(fo scheduler.FinishedOperation) {
 // finishedOp reports st, an operation of the scheduler that finished,
 // with what its Execute call knew (n; nil: unknown).
 func (s *Service) finishedOp(st scheduler.OperationState, n *callNote) {
+	md := st.Metadata
 	f := protocol.Finished{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Queue: st.Queue,
-		Invocation: st.Invocation, Accepted: st.Accepted, ResultAt: st.DoneAt, Response: st.Response, Retries: retries(st.Retries),
-		Metadata: st.Metadata} // stored with the operation: known after a restart too
+		Invocation: st.Invocation, Accepted: st.Accepted, ResultAt: st.DoneAt, Response: st.Response, Retries: retries(st.Retries)}
+	// md: the metadata stored with the operation, known after a restart too.
 	if n != nil {
 		// The note's own: st may have been taken after the scheduler's
 		// reporter let the operation's copy go.
-		f.Metadata, f.BuildName, f.Command = n.metadata, n.buildName, n.command()
+		md, f.BuildName, f.Command = n.metadata, n.buildName, n.command()
 	}
+	f.Metadata = scheduler.DecodeMetadata(md)
 	s.finished(f)
 }
 

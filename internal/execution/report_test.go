@@ -26,12 +26,12 @@ func TestReportKeepsTheCallersMetadata(t *testing.T) {
 	svc := New(nil, nil, nil, obs, nil)
 	md := &repb.RequestMetadata{ToolDetails: &repb.ToolDetails{ToolName: "gantry"}, ToolInvocationId: "run-1"}
 	st := scheduler.OperationState{Name: "op", Done: true, Response: &repb.ExecuteResponse{}}
-	svc.finishedOp(st, newCallNote(md, "gantry run -- true", nil))
+	svc.finishedOp(st, newCallNote(scheduler.EncodeMetadata(md), "gantry run -- true", nil))
 	if len(obs.got) != 1 || obs.got[0].Metadata.GetToolInvocationId() != "run-1" || obs.got[0].BuildName != "gantry run -- true" {
 		t.Fatalf("reported %+v, want the call's metadata and build name", obs.got)
 	}
 	// Without a note (after a restart), the stored metadata is used.
-	st.Metadata = md
+	st.Metadata = scheduler.EncodeMetadata(md)
 	svc.finishedOp(st, nil)
 	if len(obs.got) != 2 || obs.got[1].Metadata.GetToolInvocationId() != "run-1" {
 		t.Fatalf("reported %+v without a note, want the stored metadata", obs.got)

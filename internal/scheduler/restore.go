@@ -269,11 +269,10 @@ func (s *Scheduler) restoreOpsLocked(ctx context.Context, store statestore.Store
 			op := &Operation{Name: o.name, goneSince: now, accepted: o.r.Accepted, invocation: o.r.Invocation, hasMeta: o.hasMeta, stored: true}
 			if !o.r.Done {
 				if o.hasMeta { // a finished one was reported before
-					md, err := decodeOpMeta(o.name, o.meta)
-					if err != nil {
+					if _, err := decodeOpMeta(o.name, o.meta); err != nil {
 						return err
 					}
-					op.meta = md
+					op.meta = presentMeta(o.meta)
 				}
 				if !s.joinRestoredLocked(op, byID[o.r.Task]) {
 					continue

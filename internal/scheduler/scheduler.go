@@ -220,8 +220,9 @@ type Operation struct {
 	accepted   time.Time
 	invocation []string
 	// meta is the submitter's RequestMetadata (tool, invocation ids,
-	// mnemonic, target), nil without one; stored with the operation.
-	meta *repb.RequestMetadata
+	// mnemonic, target), encoded, nil without one; stored with the
+	// operation (the same bytes: kept once, not decoded, while queued).
+	meta []byte
 	// stored: the operation's metadata record is in the store (when
 	// hasMeta); meta itself is let go once the operation is reported.
 	stored, hasMeta bool
@@ -259,9 +260,9 @@ type OperationState struct {
 	Accepted time.Time
 	// Invocation is the submitter's invocation path.
 	Invocation []string
-	// Metadata is the submitter's RequestMetadata (nil without one);
-	// shared, not to be changed.
-	Metadata *repb.RequestMetadata
+	// Metadata is the submitter's RequestMetadata, encoded (nil without
+	// one; see DecodeMetadata); shared, not to be changed.
+	Metadata []byte
 	// DoneAt is when the scheduler took the result (server clock); set
 	// when Done.
 	DoneAt time.Time
@@ -479,10 +480,11 @@ type SubmitRequest struct {
 	// operation's duration accounting); zero means now. It is stored with
 	// the operation, so it survives a restart.
 	Accepted time.Time
-	// Metadata is the caller's RequestMetadata (nil without one): kept
-	// and stored with the operation, for its log line, history entry and
-	// status page, also after a restart. Not changed after Submit.
-	Metadata *repb.RequestMetadata
+	// Metadata is the caller's RequestMetadata, encoded (nil without one;
+	// EncodeMetadata): kept and stored with the operation as it is, for
+	// its log line, history entry and status page, also after a restart.
+	// Not changed after Submit.
+	Metadata []byte
 	// Note is handed back, untouched, to the OnFinished listeners when
 	// the operation finishes (what the submitter knew that the scheduler
 	// does not keep). It is not stored.
