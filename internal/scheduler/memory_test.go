@@ -7,6 +7,9 @@ import (
 	"time"
 	"unsafe"
 
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/gantry-build/gantry/internal/statestore"
 )
 
@@ -58,5 +61,39 @@ func TestQueuedTaskSharesItsActionWithTheStoredRecord(t *testing.T) {
 func TestTaskFitsItsSizeClass(t *testing.T) {
 	if n := unsafe.Sizeof(Task{}); n > 448 {
 		t.Errorf("a Task takes %d bytes, more than the 448-byte size class", n)
+	}
+}
+
+// A queued operation keeps its caller's RequestMetadata as the encoded
+// bytes of its stored record, not decoded (a message and a string each
+// for its fields, several times the size) nor in a copy of its own.
+func TestQueuedOperationSharesItsMetadataWithTheStoredRecord(t *testing.T) {
+	store, err := statestore.OpenEmbedded(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	s, stop := durableTest(t, store, &fakeClock{now: time.Unix(1_700_000_000, 0)})
+	defer stop()
+	md := &repb.RequestMetadata{ToolDetails: &repb.ToolDetails{ToolName: "bazel", ToolVersion: "8.1"}, ToolInvocationId: "inv-1", ActionMnemonic: "CppCompile"}
+	name := submit(t, s, "shared", func(r *SubmitRequest) { r.Metadata = EncodeMetadata(md) })
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	kept := s.ops[name].meta
+	s.mu.Unlock()
+	if got := DecodeMetadata(kept); !proto.Equal(got, md) {
+		t.Fatalf("the operation's metadata is %v, want %v", got, md)
+	}
+	var rec []byte
+	if err := store.View(context.Background(), kindOpMeta, func(_ string, v []byte) error { rec = v; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) == 0 || !within(kept, rec) {
+		t.Errorf("the operation keeps its own copy of its metadata besides the stored record's")
+	}
+	if got := DecodeMetadata(state(t, s, name).Metadata); !proto.Equal(got, md) {
+		t.Errorf("the operation's state has metadata %v, want %v", got, md)
 	}
 }
