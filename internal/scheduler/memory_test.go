@@ -3,6 +3,8 @@ package scheduler
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -95,5 +97,28 @@ func TestQueuedOperationSharesItsMetadataWithTheStoredRecord(t *testing.T) {
 	}
 	if got := DecodeMetadata(state(t, s, name).Metadata); !proto.Equal(got, md) {
 		t.Errorf("the operation's state has metadata %v, want %v", got, md)
+	}
+}
+
+// The tasks and operations of one invocation share its path (the
+// fairness tree's), not a slice and strings each from their caller.
+func TestQueuedActionsShareTheirInvocationPath(t *testing.T) {
+	s, _ := newTest(t)
+	var names []string
+	for i := range 2 {
+		names = append(names, submit(t, s, fmt.Sprint("a", i), func(r *SubmitRequest) {
+			r.Invocation = []string{strings.Clone("main"), strings.Clone("build-1")}
+		}))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, b := s.ops[names[0]], s.ops[names[1]]
+	for _, p := range [][]string{a.task.invPath, b.task.invPath, a.invocation, b.invocation} {
+		if fmt.Sprint(p) != "[main build-1]" {
+			t.Fatalf("invocation path %q, want [main build-1]", p)
+		}
+	}
+	if &a.task.invPath[0] != &b.task.invPath[0] || &a.invocation[0] != &a.task.invPath[0] || &b.invocation[0] != &a.task.invPath[0] {
+		t.Errorf("the actions of one invocation keep copies of its path")
 	}
 }

@@ -551,8 +551,9 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 			Cacheable: !req.DoNotCache, Queue: queueName, Req: preq,
 			bucketKey: queueName + "\x00" + req.Instance + "\x00" + req.Platform.Key(), priority: req.Priority, seq: s.nextSeq,
 			heapIndex: -1, stage: repb.ExecutionStage_QUEUED, queuedAt: now,
-			inv: s.fair.node(req.Invocation), invPath: req.Invocation,
 		}
+		t.inv = s.fair.node(req.Invocation)
+		t.invPath = t.inv.keys
 		s.setTraceParentLocked(t, req.TraceParent)
 		if t.Cacheable {
 			fp := key.fingerprint()
@@ -565,7 +566,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 	if accepted.IsZero() {
 		accepted = now
 	}
-	op := &Operation{Name: name, task: t, goneSince: now, accepted: accepted, invocation: req.Invocation, meta: req.Metadata, hasMeta: req.Metadata != nil, note: req.Note}
+	op := &Operation{Name: name, task: t, goneSince: now, accepted: accepted, invocation: s.fair.canonical(req.Invocation), meta: req.Metadata, hasMeta: req.Metadata != nil, note: req.Note}
 	s.unwatched.add(op)
 	t.ops = append(t.ops, op)
 	s.ops[op.Name] = op
