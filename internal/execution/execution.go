@@ -265,10 +265,7 @@ func (s *Service) reportFollowed(ctx context.Context, final scheduler.OperationS
 		s.finishedOp(final, note)
 		return
 	}
-	select {
-	case <-note.reported:
-	case <-ctx.Done():
-	}
+	note.waitReported(ctx)
 }
 
 // answerCached ends the Execute of st, the operation its first message
