@@ -57,6 +57,14 @@ func TestQueuedTaskSharesItsActionWithTheStoredRecord(t *testing.T) {
 	}
 }
 
+// An Operation stays within the 208-byte size class (its metadata, now
+// encoded bytes, is a slice: its small fields are packed together).
+func TestOperationFitsItsSizeClass(t *testing.T) {
+	if n := unsafe.Sizeof(Operation{}); n > 208 {
+		t.Errorf("an Operation takes %d bytes, more than the 208-byte size class", n)
+	}
+}
+
 // A Task stays within the 448-byte size class (576 before its dedup key
 // was derived and its small fields packed): a million of them wait in a
 // queue or in retention.

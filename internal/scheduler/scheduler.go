@@ -226,13 +226,16 @@ type Operation struct {
 	// stored: the operation's metadata record is in the store (when
 	// hasMeta); meta itself is let go once the operation is reported.
 	stored, hasMeta bool
+	done            bool
+	// watchers counts the calls following the operation (next to the
+	// flags: an Operation stays in the 208-byte size class,
+	// TestOperationFitsItsSizeClass).
+	watchers int32
 	// note is the submitter's SubmitRequest.Note, until the operation is
 	// reported (finished.go).
 	note any
 
-	watchers  int
 	goneSince time.Time
-	done      bool
 	response  *repb.ExecuteResponse
 	doneAt    time.Time
 	// doneSeq is the journal's change count when the operation finished:
