@@ -195,7 +195,7 @@ func (s *Disk) appendBatch(blobs []VerifiedBlob, errs []error, idx []int, size i
 			more = s.releaseLocked(d, nil)
 			retry = append(retry, i)
 		} else {
-			more = s.releaseLocked(d, &entry{d: d, seg: g, off: base + offs[k]})
+			more = s.releaseLocked(d, newEntry(d, g, base+offs[k]))
 		}
 		ev.files = append(ev.files, more.files...)
 		ev.segs = append(ev.segs, more.segs...)

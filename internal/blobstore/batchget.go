@@ -101,13 +101,13 @@ func (s *Disk) GetBatch(ctx context.Context, ds []digest.Digest, data [][]byte, 
 	})
 	for len(packed) > 0 {
 		n := 1
-		end := packed[0].off + recordLen(packed[0].e.d)
+		end := packed[0].off + packed[0].e.recordLen()
 		for n < len(packed) && packed[n].g == packed[0].g && packed[n].off <= end+maxReadGap &&
-			packed[n].off+recordLen(packed[n].e.d)-packed[0].off <= maxMergedRead {
-			end = max(end, packed[n].off+recordLen(packed[n].e.d))
+			packed[n].off+packed[n].e.recordLen()-packed[0].off <= maxMergedRead {
+			end = max(end, packed[n].off+packed[n].e.recordLen())
 			n++
 		}
-		s.readRecords(packed[:n], end, data, errs)
+		s.readRecords(packed[:n], end, ds, data, errs)
 		packed = packed[n:]
 	}
 	for _, i := range single {
@@ -125,10 +125,10 @@ func compareUint(a, b uint64) int {
 	return 0
 }
 
-// readRecords reads the records of run, all in one segment and in
+// readRecords reads the records of run (blobs ds[w.i]), all in one segment and in
 // offset order, ending at end, with one read, and drops the run's
 // segment references.
-func (s *Disk) readRecords(run []packedWant, end int64, data [][]byte, errs []error) {
+func (s *Disk) readRecords(run []packedWant, end int64, ds []digest.Digest, data [][]byte, errs []error) {
 	g, start := run[0].g, run[0].off
 	buf := make([]byte, end-start)
 	got, err := g.log.ReadAt(buf, start)
@@ -136,7 +136,7 @@ func (s *Disk) readRecords(run []packedWant, end int64, data [][]byte, errs []er
 		g.unref()
 	}
 	for _, w := range run {
-		d := w.e.d
+		d := ds[w.i]
 		lo, hi := w.off-start, w.off-start+recordLen(d)
 		if hi > int64(got) {
 			if err != nil && !errors.Is(err, io.EOF) {

@@ -219,7 +219,7 @@ func (s *Disk) load() error {
 			}
 			continue
 		}
-		s.idx.addOldest(&entry{d: f.d, seg: f.seg, off: f.off})
+		s.idx.addOldest(newEntry(f.d, f.seg, f.off))
 	}
 	s.idx.stamp()
 	ev := s.evictLocked()
@@ -266,7 +266,7 @@ func (s *Disk) Open(_ context.Context, d digest.Digest, offset int64) (io.ReadCl
 			return nil, ErrNotFound
 		}
 		if g != nil {
-			return s.readPacked(e, g, off, offset)
+			return s.readPacked(d, e, g, off, offset)
 		}
 		f, err := os.Open(s.path(d))
 		if err == nil {

@@ -301,7 +301,7 @@ func (s *Disk) renameIn(d digest.Digest, tmpName string) error {
 // releaseFile ends a claim on d, indexing it as a file if stored.
 func (s *Disk) releaseFile(d digest.Digest, stored bool) {
 	if stored {
-		s.release(d, &entry{d: d})
+		s.release(d, newEntry(d, nil, 0))
 	} else {
 		s.release(d, nil)
 	}

@@ -55,7 +55,7 @@ func (s *Disk) evictLocked() evictions {
 			s.evictSegmentLocked(tail, &ev)
 			continue
 		}
-		d := tail.d
+		d := tail.digest()
 		s.idx.evict(tail)
 		s.idx.markBusy(d)
 		ev.files = append(ev.files, evictedFile{d: d, reuse: tail.readers == 0})
@@ -192,7 +192,7 @@ func (s *Disk) evictSegmentLocked(tail *entry, ev *evictions) {
 	var keep []*entry
 	var buf []byte
 	for _, e := range candidates {
-		n, rl := int64(len(buf)), recordLen(e.d)
+		n, rl := int64(len(buf)), e.recordLen()
 		if whole != nil && e.off+rl <= int64(len(whole)) {
 			buf = append(buf, whole[e.off:e.off+rl]...)
 		} else {
@@ -201,7 +201,7 @@ func (s *Disk) evictSegmentLocked(tail *entry, ev *evictions) {
 				buf = buf[:n]
 			}
 		}
-		if int64(len(buf)) == n+rl && checkRecord(buf[n:], e.d) {
+		if int64(len(buf)) == n+rl && checkRecord(buf[n:], e.digest()) {
 			keep = append(keep, e)
 			continue
 		}
@@ -226,7 +226,7 @@ func (s *Disk) evictSegmentLocked(tail *entry, ev *evictions) {
 	}
 	for _, e := range keep {
 		e.seg, e.off = g, off
-		off += recordLen(e.d)
+		off += e.recordLen()
 		g.entries = append(g.entries, e)
 	}
 	g.unref() // the store's reference keeps it

@@ -13,7 +13,7 @@ import (
 func TestEvictionPolicyAlone(t *testing.T) {
 	x := newBlobIndex()
 	for i := range 3 {
-		x.add(&entry{d: digest.Digest{Function: digest.SHA256, Hash: fmt.Sprintf("%064x", i), Size: 100}})
+		x.add(newEntry(digest.Digest{Function: digest.SHA256, Hash: fmt.Sprintf("%064x", i), Size: 100}, nil, 0))
 	}
 	for _, c := range []struct {
 		max  int64

@@ -1,21 +1,106 @@
 package blobstore
 
 import (
-	"container/list"
+	"encoding/hex"
+	"strings"
 
 	"github.com/gantry-build/gantry/internal/digest"
 )
 
-// entry is the index entry of a blob: where it is and when it was used.
+// entry is the index entry of a blob: which blob, where it is and when it
+// was used. A store holds one per blob, so it is kept small (96 bytes, a
+// size class of its own; TestEntryFitsItsSizeClass): the hash in binary
+// instead of a hex string, the LRU links inside it.
 type entry struct {
-	d    digest.Digest
-	elem *list.Element
-	seg  *segment // nil: the blob has its own file
-	off  int64    // offset of the blob's record in seg
-	used uint64   // clock at the last store or use
+	// sum is the hash's bytes, n of them, when it is canonical lowercase
+	// hex of at most 32 bytes (SHA256, BLAKE3, SHA1, MD5); otherwise odd
+	// holds the whole digest.
+	sum  [32]byte
+	size int64
 	// readers counts the Open calls that hold (or are opening) the
 	// blob's file; an evicted file with readers is never recycled.
-	readers int
+	readers int32
+	fn      uint8
+	n       uint8
+	// prev and next link the index's LRU ring; nil when not indexed.
+	prev, next *entry
+	seg        *segment // nil: the blob has its own file
+	off        int64    // offset of the blob's record in seg
+	used       uint64   // clock at the last store or use
+	odd        *digest.Digest
+}
+
+// blobKey identifies a blob whose hash packs into an entry (see entry.sum).
+type blobKey struct {
+	sum  [32]byte
+	size int64
+	fn   digest.Function
+	n    uint8
+}
+
+// packKey returns d's key, or false if d's hash does not pack: longer
+// than 32 bytes (SHA384, SHA512), or not lowercase hex.
+func packKey(d digest.Digest) (blobKey, bool) {
+	h := d.Hash
+	if len(h) > 64 || len(h)%2 != 0 || d.Function < 0 || d.Function > 255 {
+		return blobKey{}, false
+	}
+	k := blobKey{size: d.Size, fn: d.Function, n: uint8(len(h) / 2)}
+	for i := 0; i < len(h); i += 2 {
+		hi, ok1 := lowerHex(h[i])
+		lo, ok2 := lowerHex(h[i+1])
+		if !ok1 || !ok2 {
+			return blobKey{}, false
+		}
+		k.sum[i/2] = hi<<4 | lo
+	}
+	return k, true
+}
+
+func lowerHex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
+}
+
+// newEntry returns an entry for blob d at (seg, off); seg nil: its own
+// file.
+func newEntry(d digest.Digest, seg *segment, off int64) *entry {
+	e := &entry{size: d.Size, seg: seg, off: off}
+	if k, ok := packKey(d); ok {
+		e.sum, e.fn, e.n = k.sum, uint8(k.fn), k.n
+	} else {
+		// Cloned: the hash may point into a request's buffers.
+		e.odd = &digest.Digest{Function: d.Function, Hash: strings.Clone(d.Hash), Size: d.Size}
+	}
+	return e
+}
+
+func digestFn(b uint8) digest.Function { return digest.Function(b) }
+
+func (e *entry) key() blobKey {
+	return blobKey{sum: e.sum, size: e.size, fn: digestFn(e.fn), n: e.n}
+}
+
+// digest returns e's blob's digest (its hash as a new string).
+func (e *entry) digest() digest.Digest {
+	if e.odd != nil {
+		return *e.odd
+	}
+	return digest.Digest{Function: digestFn(e.fn), Hash: hex.EncodeToString(e.sum[:e.n]), Size: e.size}
+}
+
+// recordLen is recordLen of e's digest.
+func (e *entry) recordLen() int64 {
+	hashBytes := int64(e.n)
+	if e.odd != nil {
+		hashBytes = int64(len(e.odd.Hash) / 2)
+	}
+	return recFixedHdr + hashBytes + 4 + e.size
 }
 
 // blobIndex is what a disk store knows of its blobs: where each is, in
@@ -23,8 +108,12 @@ type entry struct {
 // digests whose file or record is being written or removed (busy). It is
 // not safe for concurrent use: the store holds its lock around every call.
 type blobIndex struct {
-	lru   *list.List // of *entry, most recently used at the front
-	m     map[digest.Digest]*entry
+	// root links the LRU ring: root.next is the most recently used
+	// entry, root.prev the least.
+	root entry
+	m    entryTable
+	// oddM holds the entries whose digests do not pack.
+	oddM  map[digest.Digest]*entry
 	total int64
 	// clock ticks on every store and use of a blob.
 	clock uint64
@@ -37,21 +126,36 @@ type blobIndex struct {
 }
 
 func newBlobIndex() *blobIndex {
-	return &blobIndex{lru: list.New(), m: make(map[digest.Digest]*entry), busy: make(map[digest.Digest]chan struct{})}
+	x := &blobIndex{m: newEntryTable(), oddM: make(map[digest.Digest]*entry), busy: make(map[digest.Digest]chan struct{})}
+	x.root.prev, x.root.next = &x.root, &x.root
+	return x
 }
 
 // get returns d's entry.
 func (x *blobIndex) get(d digest.Digest) (*entry, bool) {
-	e, ok := x.m[d]
-	return e, ok
+	var e *entry
+	if k, ok := packKey(d); ok {
+		e = x.m.find(k)
+	} else {
+		e = x.oddM[d]
+	}
+	return e, e != nil
 }
 
 // holds reports whether e is still its digest's entry.
-func (x *blobIndex) holds(e *entry) bool { return x.m[e.d] == e }
+func (x *blobIndex) holds(e *entry) bool {
+	if e.odd != nil {
+		return x.oddM[*e.odd] == e
+	}
+	return x.m.find(e.key()) == e
+}
 
 // use marks e as just used.
 func (x *blobIndex) use(e *entry) {
-	x.lru.MoveToFront(e.elem)
+	if e.prev != nil && x.root.next != e {
+		x.unlink(e)
+		x.linkAfter(&x.root, e)
+	}
 	e.used = x.tick()
 }
 
@@ -63,7 +167,7 @@ func (x *blobIndex) tick() uint64 {
 
 // add indexes e as the most recently used blob.
 func (x *blobIndex) add(e *entry) {
-	e.elem = x.lru.PushFront(e)
+	x.linkAfter(&x.root, e)
 	e.used = x.tick()
 	x.insert(e)
 }
@@ -71,30 +175,55 @@ func (x *blobIndex) add(e *entry) {
 // addOldest indexes e as the least recently used blob so far, without a
 // use stamp (see stamp): start-up adds the blobs newest first.
 func (x *blobIndex) addOldest(e *entry) {
-	e.elem = x.lru.PushBack(e)
+	x.linkAfter(x.root.prev, e)
 	x.insert(e)
 }
 
 func (x *blobIndex) insert(e *entry) {
-	x.m[e.d] = e
-	x.total += e.d.Size
+	if e.odd != nil {
+		x.oddM[*e.odd] = e
+	} else {
+		x.m.put(e)
+	}
+	x.total += e.size
 	if e.seg != nil {
 		e.seg.entries = append(e.seg.entries, e)
 	}
 }
 
+// linkAfter puts e into the LRU ring after at.
+func (x *blobIndex) linkAfter(at, e *entry) {
+	e.prev, e.next = at, at.next
+	at.next.prev = e
+	at.next = e
+}
+
+// unlink takes e out of the LRU ring.
+func (x *blobIndex) unlink(e *entry) {
+	e.prev.next = e.next
+	e.next.prev = e.prev
+	e.prev, e.next = nil, nil
+}
+
 // stamp gives every entry a use stamp, oldest first.
 func (x *blobIndex) stamp() {
-	for el := x.lru.Back(); el != nil; el = el.Prev() {
-		el.Value.(*entry).used = x.tick()
+	for e := x.root.prev; e != &x.root; e = e.prev {
+		e.used = x.tick()
 	}
 }
 
 // remove drops e from the index.
 func (x *blobIndex) remove(e *entry) {
-	x.lru.Remove(e.elem)
-	delete(x.m, e.d)
-	x.total -= e.d.Size
+	if e.prev == nil {
+		return // not indexed (any more)
+	}
+	x.unlink(e)
+	if e.odd != nil {
+		delete(x.oddM, *e.odd)
+	} else {
+		x.m.del(e.key())
+	}
+	x.total -= e.size
 }
 
 // evict is remove, counted as an eviction.
@@ -105,14 +234,14 @@ func (x *blobIndex) evict(e *entry) {
 
 // oldest returns the least recently used entry, or nil.
 func (x *blobIndex) oldest() *entry {
-	if el := x.lru.Back(); el != nil {
-		return el.Value.(*entry)
+	if e := x.root.prev; e != &x.root {
+		return e
 	}
 	return nil
 }
 
 // len is the number of blobs indexed.
-func (x *blobIndex) len() int { return len(x.m) }
+func (x *blobIndex) len() int { return x.m.n + len(x.oddM) }
 
 // markBusy marks d busy; it must not be.
 func (x *blobIndex) markBusy(d digest.Digest) { x.busy[d] = make(chan struct{}) }

@@ -249,17 +249,16 @@ func (s *Disk) releasePacked(d digest.Digest, g *segment, off int64) bool {
 		s.mu.Unlock()
 		return false
 	}
-	ev := s.releaseLocked(d, &entry{d: d, seg: g, off: off})
+	ev := s.releaseLocked(d, newEntry(d, g, off))
 	s.mu.Unlock()
 	s.remove(ev)
 	return true
 }
 
-// readPacked reads the record of d at (g, off), on which the caller holds
+// readPacked reads the record of d (e) at (g, off), on which the caller holds
 // a reference that readPacked drops, and returns d's data from offset on.
 // A damaged record drops e from the index and gives ErrNotFound.
-func (s *Disk) readPacked(e *entry, g *segment, off int64, offset int64) (io.ReadCloser, error) {
-	d := e.d
+func (s *Disk) readPacked(d digest.Digest, e *entry, g *segment, off int64, offset int64) (io.ReadCloser, error) {
 	rec := make([]byte, recordLen(d))
 	_, err := g.log.ReadAt(rec, off)
 	g.unref()

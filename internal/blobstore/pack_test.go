@@ -391,7 +391,7 @@ func TestPackReadDuringEviction(t *testing.T) {
 	if _, err := os.Stat(g.log.Path()); err != nil {
 		t.Errorf("segment file removed while a reader holds it: %v", err)
 	}
-	r, err := s.readPacked(e, g, off, 0)
+	r, err := s.readPacked(d, e, g, off, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

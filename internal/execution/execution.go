@@ -236,7 +236,9 @@ func (s *Service) submission(ctx context.Context, req *repb.ExecuteRequest, ad d
 		return scheduler.SubmitRequest{}, nil, err
 	}
 	sub.Name, sub.Accepted = name, accepted
-	sub.Invocation, sub.Metadata = s.callKeys(ctx, req.InstanceName, sub.Platform)
+	var md *repb.RequestMetadata
+	sub.Invocation, md = s.callKeys(ctx, req.InstanceName, sub.Platform)
+	sub.Metadata = scheduler.EncodeMetadata(md) // the note and the operation share it
 	note := newCallNote(sub.Metadata, buildName(ctx), cmd)
 	sub.Note = note
 	return sub, note, nil
@@ -250,7 +252,7 @@ func (s *Service) answerCancelled(stream repb.Execution_ExecuteServer, st schedu
 	st.Response = &repb.ExecuteResponse{Status: status.New(codes.Canceled, "operation cancelled by request").Proto()}
 	s.recent.add(st)
 	s.finished(protocol.Finished{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Invocation: sub.Invocation, Accepted: sub.Accepted,
-		Response: st.Response, Metadata: note.metadata, BuildName: note.buildName, Command: note.command()})
+		Response: st.Response, Metadata: scheduler.DecodeMetadata(note.metadata), BuildName: note.buildName, Command: note.command()})
 	return stream.Send(operation(st.Name, st, st.ActionDigest.Function))
 }
 
@@ -263,10 +265,7 @@ func (s *Service) reportFollowed(ctx context.Context, final scheduler.OperationS
 		s.finishedOp(final, note)
 		return
 	}
-	select {
-	case <-note.reported:
-	case <-ctx.Done():
-	}
+	note.waitReported(ctx)
 }
 
 // answerCached ends the Execute of st, the operation its first message

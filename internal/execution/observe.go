@@ -46,7 +46,9 @@ func (Unobserved) WorkerCompleted(string, *repb.ExecuteResponse) {}
 // (scheduler.SubmitRequest.Note), so that its completion line and history
 // entry have it also when the call is gone.
 type callNote struct {
-	metadata  *repb.RequestMetadata
+	// metadata is the caller's RequestMetadata, encoded (the bytes the
+	// operation keeps too: scheduler.EncodeMetadata).
+	metadata  []byte
 	buildName string
 	// program and output are the command's program and first declared
 	// output (newCallNote).
@@ -55,15 +57,40 @@ type callNote struct {
 	// when it sees the operation done first (as it mostly does: then the
 	// report costs no hand-over), else the scheduler's report.
 	claimed atomic.Bool
-	// reported is closed once the scheduler's report is done: an Execute
+	// reported tells when the scheduler's report is done: an Execute
 	// call that lost the claim ends its stream only then, so that a
 	// client whose call ended finds its operation logged, counted and in
-	// the history.
-	reported chan struct{}
+	// the history. The channel is made only by a call that waits
+	// (waitReported), not for every queued operation; reportDone swaps in
+	// reportedAlready.
+	reported atomic.Pointer[chan struct{}]
 }
 
-func newCallNote(md *repb.RequestMetadata, buildName string, cmd *repb.Command) *callNote {
-	n := &callNote{metadata: md, buildName: buildName, reported: make(chan struct{})}
+// reportedAlready marks a note whose report is done.
+var reportedAlready = make(chan struct{})
+
+// reportDone marks the scheduler's report of n done, waking the call
+// waiting for it, if any.
+func (n *callNote) reportDone() {
+	if ch := n.reported.Swap(&reportedAlready); ch != nil && ch != &reportedAlready {
+		close(*ch)
+	}
+}
+
+// waitReported waits until reportDone or ctx ends.
+func (n *callNote) waitReported(ctx context.Context) {
+	ch := make(chan struct{})
+	if !n.reported.CompareAndSwap(nil, &ch) {
+		return // done already
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+}
+
+func newCallNote(md []byte, buildName string, cmd *repb.Command) *callNote {
+	n := &callNote{metadata: md, buildName: buildName}
 	// Of the command, the report reads the program and the first
 	// declared output (the history's label): the note keeps those, not
 	// the decoded Command, for as long as the operation is queued.
@@ -103,7 +130,7 @@ func (s *Service) scheduledFinished(fo scheduler.FinishedOperation) {
 		if !n.claim() {
 			return
 		}
-		defer close(n.reported)
+		defer n.reportDone()
 	}
 	s.finishedOp(fo.OperationState, n)
 }
@@ -111,14 +138,16 @@ func (s *Service) scheduledFinished(fo scheduler.FinishedOperation) {
 // finishedOp reports st, an operation of the scheduler that finished,
 // with what its Execute call knew (n; nil: unknown).
 func (s *Service) finishedOp(st scheduler.OperationState, n *callNote) {
+	md := st.Metadata
 	f := protocol.Finished{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Queue: st.Queue,
-		Invocation: st.Invocation, Accepted: st.Accepted, ResultAt: st.DoneAt, Response: st.Response, Retries: retries(st.Retries),
-		Metadata: st.Metadata} // stored with the operation: known after a restart too
+		Invocation: st.Invocation, Accepted: st.Accepted, ResultAt: st.DoneAt, Response: st.Response, Retries: retries(st.Retries)}
+	// md: the metadata stored with the operation, known after a restart too.
 	if n != nil {
 		// The note's own: st may have been taken after the scheduler's
 		// reporter let the operation's copy go.
-		f.Metadata, f.BuildName, f.Command = n.metadata, n.buildName, n.command()
+		md, f.BuildName, f.Command = n.metadata, n.buildName, n.command()
 	}
+	f.Metadata = scheduler.DecodeMetadata(md)
 	s.finished(f)
 }
 

@@ -163,7 +163,7 @@ func BenchmarkDurableAction(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		d := digest.Compute(digest.SHA256, fmt.Appendf(nil, "durable-%d", i))
-		if _, err := s.Submit(SubmitRequest{Instance: "main", ActionDigest: d, Platform: plat, Invocation: inv, Metadata: md}); err != nil {
+		if _, err := s.Submit(SubmitRequest{Instance: "main", ActionDigest: d, Platform: plat, Invocation: inv, Metadata: EncodeMetadata(md)}); err != nil {
 			b.Fatal(err)
 		}
 		a, err := s.Poll(polled, "w", Capacity{Cores: 1})

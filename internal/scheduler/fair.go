@@ -37,8 +37,11 @@ import (
 // inode is one invocation: a node of the global invocation trie. It lives
 // while tasks or workers refer to it.
 type inode struct {
-	parent   *inode
-	key      string
+	parent *inode
+	key    string
+	// keys is the node's invocation path, shared by the tasks and
+	// operations of the invocation instead of a copy each (canonical).
+	keys     []string
 	depth    int
 	children map[string]*inode
 	refs     int
@@ -118,7 +121,8 @@ func (f *fairness) node(path []string) *inode {
 	for _, k := range path {
 		c := n.children[k]
 		if c == nil {
-			c = &inode{parent: n, key: k, depth: n.depth + 1, children: map[string]*inode{}}
+			keys := append(n.keys[:len(n.keys):len(n.keys)], k)
+			c = &inode{parent: n, key: k, keys: keys[:len(keys):len(keys)], depth: n.depth + 1, children: map[string]*inode{}}
 			n.children[k] = c
 		}
 		n = c
@@ -128,6 +132,18 @@ func (f *fairness) node(path []string) *inode {
 }
 
 func (f *fairness) ref(n *inode) { n.refs++ }
+
+// canonical returns the keys of path's node if there is one (the same
+// strings, shared), else path.
+func (f *fairness) canonical(path []string) []string {
+	n := f.root
+	for _, k := range path {
+		if n = n.children[k]; n == nil {
+			return path
+		}
+	}
+	return n.keys
+}
 
 // unref drops a reference and removes invocations nothing refers to.
 func (f *fairness) unref(n *inode) {

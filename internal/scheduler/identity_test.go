@@ -20,7 +20,7 @@ func TestRestartKeepsWhoseOperationItIs(t *testing.T) {
 			s, stop := durableTest(t, store, clk)
 			md := func(tool string) func(*SubmitRequest) {
 				return func(r *SubmitRequest) {
-					r.Metadata = &repb.RequestMetadata{ToolDetails: &repb.ToolDetails{ToolName: tool, ToolVersion: "1.0"}, ActionMnemonic: "CppCompile"}
+					r.Metadata = EncodeMetadata(&repb.RequestMetadata{ToolDetails: &repb.ToolDetails{ToolName: tool, ToolVersion: "1.0"}, ActionMnemonic: "CppCompile"})
 				}
 			}
 			in := func(instance string) func(*SubmitRequest) {
@@ -66,8 +66,9 @@ func TestRestartKeepsWhoseOperationItIs(t *testing.T) {
 					t.Errorf("%s after restart: instance %q, action %v, done %v; want %q, %v, %v", op, got.Instance, got.ActionDigest, got.Done, w.Instance, w.ActionDigest, w.Done)
 				}
 				// A finished operation's metadata went with its report.
-				if !w.Done && (got.Metadata.GetToolDetails().GetToolName() != w.Metadata.GetToolDetails().GetToolName() || got.Metadata.GetActionMnemonic() != "CppCompile") {
-					t.Errorf("%s after restart: request metadata %v, want %v", op, got.Metadata, w.Metadata)
+				gotMD, wantMD := DecodeMetadata(got.Metadata), DecodeMetadata(w.Metadata)
+				if !w.Done && (gotMD.GetToolDetails().GetToolName() != wantMD.GetToolDetails().GetToolName() || gotMD.GetActionMnemonic() != "CppCompile") {
+					t.Errorf("%s after restart: request metadata %v, want %v", op, gotMD, wantMD)
 				}
 				if fmt.Sprint(got.Invocation) != fmt.Sprint(w.Invocation) {
 					t.Errorf("%s after restart: invocation %q, want %q", op, got.Invocation, w.Invocation)

@@ -427,7 +427,7 @@ type opSnap struct {
 	hadMeta bool // when deleting: an opmeta record goes too
 	rec     opRecord
 	resp    *repb.ExecuteResponse
-	meta    *repb.RequestMetadata // set when the opmeta record is to be written
+	meta    []byte // set when the opmeta record is to be written
 }
 
 func (s *Scheduler) snapOpLocked(op *Operation) opSnap {
@@ -461,8 +461,7 @@ func (o opSnap) mutations(batch []statestore.Mutation) []statestore.Mutation {
 		o.rec.Response, _ = proto.Marshal(o.resp)
 	}
 	if o.meta != nil {
-		md, _ := proto.Marshal(o.meta)
-		batch = append(batch, statestore.Mutation{Kind: kindOpMeta, Key: o.name, Value: md})
+		batch = append(batch, statestore.Mutation{Kind: kindOpMeta, Key: o.name, Value: o.meta})
 	}
 	return append(batch, statestore.Mutation{Kind: kindOp, Key: o.name, Value: o.rec.marshal()})
 }

@@ -104,8 +104,9 @@ func (s *Scheduler) restoreTaskLocked(r *storedTask, now time.Time) (*Task, erro
 	t := &Task{ID: r.ID, Instance: r.Instance, ActionDigest: d, Platform: r.Platform, ActionBytes: r.Action, CommandBytes: r.Command,
 		Cacheable: r.Cacheable, Queue: r.Queue, Req: preq, bucketKey: r.Queue + "\x00" + r.Instance + "\x00" + r.Platform.Key(),
 		priority: r.Priority, seq: r.Seq, heapIndex: -1, attempts: r.Attempts, queuedAt: r.QueuedAt,
-		inv: s.fair.node(r.Invocation), invPath: r.Invocation, stored: true,
-		retries: r.Retries, lastWorker: r.LastWorker}
+		stored: true, retries: r.Retries, lastWorker: r.LastWorker}
+	t.inv = s.fair.node(r.Invocation)
+	t.invPath = t.inv.keys
 	s.nextSeq = max(s.nextSeq, t.seq)
 	s.frontSeq = min(s.frontSeq, t.seq)
 	if t.Cacheable && s.inflightLocked(t.dedupKey()) == nil {
@@ -269,11 +270,10 @@ func (s *Scheduler) restoreOpsLocked(ctx context.Context, store statestore.Store
 			op := &Operation{Name: o.name, goneSince: now, accepted: o.r.Accepted, invocation: o.r.Invocation, hasMeta: o.hasMeta, stored: true}
 			if !o.r.Done {
 				if o.hasMeta { // a finished one was reported before
-					md, err := decodeOpMeta(o.name, o.meta)
-					if err != nil {
+					if _, err := decodeOpMeta(o.name, o.meta); err != nil {
 						return err
 					}
-					op.meta = md
+					op.meta = presentMeta(o.meta)
 				}
 				if !s.joinRestoredLocked(op, byID[o.r.Task]) {
 					continue

@@ -27,7 +27,7 @@ func TestRestartAnswersFinishedOperationsNotYetLoaded(t *testing.T) {
 			var names []string
 			for i := range 500 {
 				names = append(names, submit(t, s, fmt.Sprintf("a%d", i), func(r *SubmitRequest) {
-					r.Metadata = &repb.RequestMetadata{ToolInvocationId: "inv"}
+					r.Metadata = EncodeMetadata(&repb.RequestMetadata{ToolInvocationId: "inv"})
 				}))
 				clk.Advance(time.Millisecond)
 				if i%5 == 4 {

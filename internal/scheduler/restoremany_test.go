@@ -30,8 +30,7 @@ func restoredView(s *Scheduler) string {
 			name, op.done, op.doneAt.UnixNano(), resp, t.ID, t.Instance, t.ActionDigest, t.Platform.Key(), t.state, t.Queue,
 			op.accepted.UnixNano(), op.invocation, op.hasMeta)
 		if !op.done {
-			md, _ := proto.MarshalOptions{Deterministic: true}.Marshal(op.meta)
-			fmt.Fprintf(&b, " meta=%x", md)
+			fmt.Fprintf(&b, " meta=%x", op.meta)
 		}
 		b.WriteByte('\n')
 	}
@@ -58,7 +57,7 @@ func TestRestoreManyFinishedAndQueued(t *testing.T) {
 				submit(t, s, name, func(r *SubmitRequest) {
 					r.Invocation = []string{fmt.Sprintf("inv%d", i%7)}
 					if i%3 != 0 {
-						r.Metadata = &repb.RequestMetadata{ToolInvocationId: name, ActionMnemonic: "CppCompile"}
+						r.Metadata = EncodeMetadata(&repb.RequestMetadata{ToolInvocationId: name, ActionMnemonic: "CppCompile"})
 					}
 				})
 				clk.Advance(time.Millisecond)

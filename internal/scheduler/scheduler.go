@@ -220,18 +220,22 @@ type Operation struct {
 	accepted   time.Time
 	invocation []string
 	// meta is the submitter's RequestMetadata (tool, invocation ids,
-	// mnemonic, target), nil without one; stored with the operation.
-	meta *repb.RequestMetadata
+	// mnemonic, target), encoded, nil without one; stored with the
+	// operation (the same bytes: kept once, not decoded, while queued).
+	meta []byte
 	// stored: the operation's metadata record is in the store (when
 	// hasMeta); meta itself is let go once the operation is reported.
 	stored, hasMeta bool
+	done            bool
+	// watchers counts the calls following the operation (next to the
+	// flags: an Operation stays in the 208-byte size class,
+	// TestOperationFitsItsSizeClass).
+	watchers int32
 	// note is the submitter's SubmitRequest.Note, until the operation is
 	// reported (finished.go).
 	note any
 
-	watchers  int
 	goneSince time.Time
-	done      bool
 	response  *repb.ExecuteResponse
 	doneAt    time.Time
 	// doneSeq is the journal's change count when the operation finished:
@@ -259,9 +263,9 @@ type OperationState struct {
 	Accepted time.Time
 	// Invocation is the submitter's invocation path.
 	Invocation []string
-	// Metadata is the submitter's RequestMetadata (nil without one);
-	// shared, not to be changed.
-	Metadata *repb.RequestMetadata
+	// Metadata is the submitter's RequestMetadata, encoded (nil without
+	// one; see DecodeMetadata); shared, not to be changed.
+	Metadata []byte
 	// DoneAt is when the scheduler took the result (server clock); set
 	// when Done.
 	DoneAt time.Time
@@ -481,10 +485,11 @@ type SubmitRequest struct {
 	// operation's duration accounting); zero means now. It is stored with
 	// the operation, so it survives a restart.
 	Accepted time.Time
-	// Metadata is the caller's RequestMetadata (nil without one): kept
-	// and stored with the operation, for its log line, history entry and
-	// status page, also after a restart. Not changed after Submit.
-	Metadata *repb.RequestMetadata
+	// Metadata is the caller's RequestMetadata, encoded (nil without one;
+	// EncodeMetadata): kept and stored with the operation as it is, for
+	// its log line, history entry and status page, also after a restart.
+	// Not changed after Submit.
+	Metadata []byte
 	// Note is handed back, untouched, to the OnFinished listeners when
 	// the operation finishes (what the submitter knew that the scheduler
 	// does not keep). It is not stored.
@@ -551,8 +556,9 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 			Cacheable: !req.DoNotCache, Queue: queueName, Req: preq,
 			bucketKey: queueName + "\x00" + req.Instance + "\x00" + req.Platform.Key(), priority: req.Priority, seq: s.nextSeq,
 			heapIndex: -1, stage: repb.ExecutionStage_QUEUED, queuedAt: now,
-			inv: s.fair.node(req.Invocation), invPath: req.Invocation,
 		}
+		t.inv = s.fair.node(req.Invocation)
+		t.invPath = t.inv.keys
 		s.setTraceParentLocked(t, req.TraceParent)
 		if t.Cacheable {
 			fp := key.fingerprint()
@@ -565,7 +571,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 	if accepted.IsZero() {
 		accepted = now
 	}
-	op := &Operation{Name: name, task: t, goneSince: now, accepted: accepted, invocation: req.Invocation, meta: req.Metadata, hasMeta: req.Metadata != nil, note: req.Note}
+	op := &Operation{Name: name, task: t, goneSince: now, accepted: accepted, invocation: s.fair.canonical(req.Invocation), meta: req.Metadata, hasMeta: req.Metadata != nil, note: req.Note}
 	s.unwatched.add(op)
 	t.ops = append(t.ops, op)
 	s.ops[op.Name] = op
