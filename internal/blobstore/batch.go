@@ -108,6 +108,7 @@ func (s *Disk) PutBatch(ctx context.Context, ds []digest.Digest, data [][]byte, 
 func (s *Disk) PutVerified(ctx context.Context, blobs []VerifiedBlob, errs []error) {
 	// Claim the packable blobs; the rest go one by one.
 	var packed, single []int
+	var room evictions // evicted to make room for the blobs below
 	s.mu.Lock()
 	for i, b := range blobs {
 		d := b.Digest()
@@ -120,6 +121,15 @@ func (s *Disk) PutVerified(ctx context.Context, blobs []VerifiedBlob, errs []err
 				s.idx.use(e)
 				continue
 			}
+			if _, busy := s.idx.busyUntil(d); !busy {
+				ev, err := s.roomForLocked(d)
+				room.files = append(room.files, ev.files...)
+				room.segs = append(room.segs, ev.segs...)
+				if err != nil {
+					errs[i] = err
+					continue
+				}
+			}
 			if _, busy := s.idx.busyUntil(d); busy {
 				// Another writer, or a copy earlier in this batch: the
 				// single write waits for it and then finds the blob stored.
@@ -130,7 +140,9 @@ func (s *Disk) PutVerified(ctx context.Context, blobs []VerifiedBlob, errs []err
 			packed = append(packed, i)
 		}
 	}
+	s.datedLocked()
 	s.mu.Unlock()
+	s.remove(room)
 	for len(packed) > 0 {
 		// One group of records per write.
 		n, size := 0, int64(0)

@@ -92,6 +92,7 @@ func (s *Disk) GetBatch(ctx context.Context, ds []digest.Digest, data [][]byte, 
 			packed = append(packed, packedWant{i: i, e: e, g: e.seg, off: e.off})
 		}
 	}
+	s.datedLocked()
 	s.mu.Unlock()
 	slices.SortFunc(packed, func(a, b packedWant) int {
 		if a.g.id != b.g.id {

@@ -66,6 +66,14 @@ type Disk struct {
 	sealer *sealer
 	// verified counts the blob files hashed at start (see seal.go).
 	verified int
+	// life is the promise kept to FindMissing's callers (lifetime.go);
+	// ticks maps the use clock to time for it and cut is the clock value
+	// before which promises have expired, as of the last eviction; both
+	// guarded by mu. refused counts the blobs refused to keep it.
+	life    Lifetime
+	ticks   tickClock
+	cut     uint64
+	refused atomic.Int64
 }
 
 var (
@@ -94,6 +102,9 @@ type DiskOptions struct {
 	// many small hot ones out of memory. 0 writes every blob through the
 	// page cache. Blobs of up to 1 MiB never use it.
 	DirectIOThreshold int64
+	// Lifetime keeps blobs FindMissing reported present for a while, at
+	// the cost of refusing new blobs when nothing else is left to evict.
+	Lifetime Lifetime
 }
 
 // NewDisk opens (creating if needed) a disk store rooted at dir.
@@ -109,6 +120,8 @@ func NewDisk(dir string, opts DiskOptions) (*Disk, error) {
 		removers:  make(chan struct{}, backgroundRemovals),
 		spares:    newSpareFiles(filepath.Join(dir, "tmp"), max(opts.MaxBytes, 0)/spareShare),
 		sealer:    newSealer(dir, filepath.Join(dir, "tmp"), opts.Fsync),
+		life:      opts.Lifetime,
+		ticks:     newTickClock(opts.Lifetime),
 	}
 	switch {
 	case s.packMax == 0:
@@ -242,9 +255,11 @@ func (s *Disk) FindMissing(_ context.Context, ds []digest.Digest) ([]digest.Dige
 	missing := make([]digest.Digest, 0, len(ds)/4)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.datedLocked()
 	for _, d := range ds {
 		if e, ok := s.idx.get(d); ok {
 			s.idx.use(e)
+			e.promised = true
 		} else if !d.IsEmpty() {
 			missing = append(missing, d)
 		}
@@ -318,6 +333,7 @@ func (s *Disk) touch(d digest.Digest) (*entry, *segment, int64) {
 		return nil, nil, 0
 	}
 	s.idx.use(e)
+	s.datedLocked()
 	if e.seg != nil {
 		e.seg.refs.Add(1)
 	} else {
@@ -397,6 +413,7 @@ func (s *Disk) claim(d digest.Digest) bool {
 	for {
 		if e, ok := s.idx.get(d); ok {
 			s.idx.use(e)
+			s.datedLocked()
 			return false
 		}
 		ch, busy := s.idx.busyUntil(d)
@@ -429,6 +446,10 @@ func (s *Disk) Stats() (blobs int, bytes int64) {
 // Spares reports the bytes held in spare files and how many uploads have
 // been written into one since start (see spare.go).
 func (s *Disk) Spares() (bytes, recycled int64) { return s.spares.stats() }
+
+// Refused reports how many blobs were refused since start because only
+// blobs under the lifetime promise were left to evict.
+func (s *Disk) Refused() int64 { return s.refused.Load() }
 
 // Evicted reports how many blobs eviction has removed since start.
 func (s *Disk) Evicted() int64 {

@@ -45,6 +45,9 @@ func (s *Disk) Create(ctx context.Context, d digest.Digest) (Writer, error) {
 
 // CreateTrusted implements Trusting.
 func (s *Disk) CreateTrusted(_ context.Context, d digest.Digest) (TrustedWriter, error) {
+	if err := s.roomFor(d); err != nil {
+		return nil, err
+	}
 	w := &diskWriter{s: s, v: verifier{want: d}}
 	if d.Size <= s.packMax && !d.IsEmpty() {
 		// Room for the record header before the data: the record is

@@ -14,17 +14,17 @@ type evictionPolicy struct {
 
 // over reports whether the blobs indexed exceed the bound, so that the
 // least recently used one must go (never the last one).
-func (p evictionPolicy) over(x *blobIndex) bool {
-	return p.maxBytes > 0 && x.total > p.maxBytes && x.len() > 1
+func (p evictionPolicy) over(x *blobIndex, reserve int64) bool {
+	return p.maxBytes > 0 && x.total+reserve > p.maxBytes && x.len() > 1
 }
 
 // copiesForward reports whether e, a blob in the segment evicted because
 // tail (the least recently used blob) is in it, is copied to the current
 // segment rather than evicted: if it was used in the newest three
-// quarters of the ticks between tail's last use and now (clock). tail
-// itself always goes.
-func (p evictionPolicy) copiesForward(e, tail *entry, clock uint64) bool {
-	return e != tail && e.used > tail.used+(clock-tail.used)/4
+// quarters of the ticks between tail's last use and now (clock), or if
+// it is under the lifetime promise (promised). tail itself always goes.
+func (p evictionPolicy) copiesForward(e, tail *entry, clock uint64, promised bool) bool {
+	return e != tail && (promised || e.used > tail.used+(clock-tail.used)/4)
 }
 
 // evictions is what evictLocked took out of the index: blob files to
@@ -48,9 +48,34 @@ type evictedFile struct {
 // oldest segment goes as a whole, its recently used blobs copied forward
 // first (see evictSegmentLocked).
 func (s *Disk) evictLocked() evictions {
-	var ev evictions
-	for s.policy.over(s.idx) {
+	ev, _ := s.makeRoomLocked(0, nil)
+	return ev
+}
+
+// makeRoomLocked evicts least recently used blobs until those left and
+// reserve more bytes fit the store's bound. Blobs under the lifetime
+// promise are passed over (moved to the recent end of the order, their
+// use stamp kept), and so is fresh, a blob just stored. ok is false when
+// nothing else was left to evict: the store stays over its bound rather
+// than break the promise or drop fresh.
+func (s *Disk) makeRoomLocked(reserve int64, fresh *entry) (ev evictions, ok bool) {
+	if s.life.Min > 0 && s.policy.over(s.idx, reserve) {
+		now := s.life.now()
+		s.ticks.mark(now, s.idx.clock)
+		s.cut = s.ticks.cutoff(now, s.life.Min)
+	}
+	passed := 0
+	for s.policy.over(s.idx, reserve) {
 		tail := s.idx.oldest()
+		if tail == fresh || s.promisedLocked(tail) {
+			if passed >= s.idx.len() {
+				return ev, false
+			}
+			passed++
+			s.idx.unlink(tail)
+			s.idx.linkAfter(&s.idx.root, tail)
+			continue
+		}
 		if tail.seg != nil {
 			s.evictSegmentLocked(tail, &ev)
 			continue
@@ -60,7 +85,52 @@ func (s *Disk) evictLocked() evictions {
 		s.idx.markBusy(d)
 		ev.files = append(ev.files, evictedFile{d: d, reuse: tail.readers == 0})
 	}
-	return ev
+	return ev, true
+}
+
+// datedLocked dates the use clock's ticks so far (see tickClock); every
+// operation that uses or adds blobs calls it once it has.
+func (s *Disk) datedLocked() {
+	if s.life.Min > 0 {
+		s.ticks.mark(s.life.now(), s.idx.clock)
+	}
+}
+
+// promisedLocked reports whether e is under the lifetime promise: seen
+// by FindMissing, and used since the clock value s.cut (see tickClock).
+func (s *Disk) promisedLocked(e *entry) bool {
+	return s.life.Min > 0 && e.promised && e.used > s.cut
+}
+
+// roomFor makes room for a new blob of size bytes, or refuses it with a
+// *LifetimeError when only promised blobs are left to evict. A blob
+// already stored needs no room.
+func (s *Disk) roomFor(d digest.Digest) error {
+	if s.life.Min <= 0 || s.policy.maxBytes <= 0 {
+		return nil
+	}
+	s.mu.Lock()
+	ev, err := s.roomForLocked(d)
+	s.mu.Unlock()
+	s.removeSoon(ev)
+	return err
+}
+
+func (s *Disk) roomForLocked(d digest.Digest) (evictions, error) {
+	if s.life.Min <= 0 || s.policy.maxBytes <= 0 || d.IsEmpty() {
+		return evictions{}, nil
+	}
+	if e, ok := s.idx.get(d); ok {
+		s.idx.use(e)
+		s.datedLocked()
+		return evictions{}, nil
+	}
+	ev, ok := s.makeRoomLocked(d.Size, nil)
+	if !ok && s.idx.total+d.Size > s.policy.maxBytes {
+		s.refused.Add(1)
+		return ev, &LifetimeError{Digest: d, Min: s.life.Min}
+	}
+	return ev, nil
 }
 
 // remove unlinks (or keeps as spares) evicted blobs' files and drops
@@ -128,7 +198,8 @@ func (s *Disk) releaseLocked(d digest.Digest, e *entry) evictions {
 	var ev evictions
 	if e != nil {
 		s.idx.add(e)
-		ev = s.evictLocked()
+		s.datedLocked()
+		ev, _ = s.makeRoomLocked(0, e)
 	}
 	s.idx.idle(d)
 	return ev
@@ -170,7 +241,7 @@ func (s *Disk) evictSegmentLocked(tail *entry, ev *evictions) {
 		if e.seg != old || !s.idx.holds(e) {
 			continue // moved or gone
 		}
-		if s.policy.copiesForward(e, tail, s.idx.clock) {
+		if s.policy.copiesForward(e, tail, s.idx.clock, s.promisedLocked(e)) {
 			candidates = append(candidates, e)
 			continue
 		}

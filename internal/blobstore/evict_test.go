@@ -19,7 +19,7 @@ func TestEvictionPolicyAlone(t *testing.T) {
 		max  int64
 		over bool
 	}{{0, false}, {300, false}, {299, true}, {1, true}} {
-		if got := (evictionPolicy{maxBytes: c.max}).over(x); got != c.over {
+		if got := (evictionPolicy{maxBytes: c.max}).over(x, 0); got != c.over {
 			t.Errorf("bound %d, 300 bytes held: over = %v, want %v", c.max, got, c.over)
 		}
 	}
@@ -27,7 +27,7 @@ func TestEvictionPolicyAlone(t *testing.T) {
 	for x.len() > 1 {
 		x.evict(x.oldest())
 	}
-	if (evictionPolicy{maxBytes: 1}).over(x) {
+	if (evictionPolicy{maxBytes: 1}).over(x, 0) {
 		t.Error("over with one blob left: the store would evict its last blob")
 	}
 
@@ -38,11 +38,11 @@ func TestEvictionPolicyAlone(t *testing.T) {
 		used uint64
 		copy bool
 	}{{100, false}, {125, false}, {126, true}, {200, true}} {
-		if got := p.copiesForward(&entry{used: c.used}, tail, 200); got != c.copy {
+		if got := p.copiesForward(&entry{used: c.used}, tail, 200, false); got != c.copy {
 			t.Errorf("used at %d (tail at 100, now 200): copied forward = %v, want %v", c.used, got, c.copy)
 		}
 	}
-	if p.copiesForward(tail, tail, 200) {
+	if p.copiesForward(tail, tail, 200, true) {
 		t.Error("the least recently used blob is copied forward: eviction would not end")
 	}
 }

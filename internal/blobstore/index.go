@@ -22,6 +22,10 @@ type entry struct {
 	readers int32
 	fn      uint8
 	n       uint8
+	// promised: FindMissing reported the blob present since it was
+	// stored; it is kept for the store's Lifetime after its last use
+	// (see promisedLocked). In the padding: the entry does not grow.
+	promised bool
 	// prev and next link the index's LRU ring; nil when not indexed.
 	prev, next *entry
 	seg        *segment // nil: the blob has its own file

@@ -5,6 +5,8 @@ import (
 	"context"
 	"io"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/gantry-build/gantry/internal/digest"
 )
@@ -12,6 +14,10 @@ import (
 // Memory is a Store held in RAM, bounded in bytes with LRU eviction.
 type Memory struct {
 	maxBytes int64
+	// life is the promise kept to FindMissing's callers (lifetime.go);
+	// refused counts the blobs refused to keep it.
+	life    Lifetime
+	refused atomic.Int64
 
 	mu    sync.Mutex
 	total int64
@@ -22,6 +28,9 @@ type Memory struct {
 type memEntry struct {
 	d      digest.Digest
 	chunks memChunks
+	// keepUntil: FindMissing reported the blob present; it is not
+	// evicted before then while others can go.
+	keepUntil time.Time
 }
 
 // memChunkSize is the size of the pieces a blob is held in. A blob is
@@ -47,17 +56,29 @@ var _ Trusting = (*Memory)(nil)
 // NewMemory returns an in-memory store holding at most maxBytes of blob
 // data (0 means unbounded).
 func NewMemory(maxBytes int64) *Memory {
-	return &Memory{maxBytes: maxBytes, lru: list.New(), index: make(map[digest.Digest]*list.Element)}
+	return NewMemoryLifetime(maxBytes, Lifetime{})
+}
+
+// NewMemoryLifetime is NewMemory keeping the lifetime promise life.
+func NewMemoryLifetime(maxBytes int64, life Lifetime) *Memory {
+	return &Memory{maxBytes: maxBytes, life: life, lru: list.New(), index: make(map[digest.Digest]*list.Element)}
 }
 
 // FindMissing implements Store.
 func (m *Memory) FindMissing(_ context.Context, ds []digest.Digest) ([]digest.Digest, error) {
 	var missing []digest.Digest
+	var until time.Time
+	if m.life.Min > 0 {
+		until = m.life.now().Add(m.life.Min)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, d := range ds {
 		if e, ok := m.index[d]; ok {
 			m.lru.MoveToFront(e)
+			if ent := e.Value.(*memEntry); until.After(ent.keepUntil) {
+				ent.keepUntil = until
+			}
 		} else if !d.IsEmpty() {
 			missing = append(missing, d)
 		}
@@ -148,6 +169,9 @@ func (m *Memory) Create(ctx context.Context, d digest.Digest) (Writer, error) {
 
 // CreateTrusted implements Trusting.
 func (m *Memory) CreateTrusted(_ context.Context, d digest.Digest) (TrustedWriter, error) {
+	if err := m.roomFor(d); err != nil {
+		return nil, err
+	}
 	return &memWriter{m: m, v: verifier{want: d}}, nil
 }
 
@@ -209,16 +233,57 @@ func (m *Memory) insert(d digest.Digest, chunks memChunks) {
 		m.lru.MoveToFront(e)
 		return
 	}
-	m.index[d] = m.lru.PushFront(&memEntry{d: d, chunks: chunks})
+	fresh := m.lru.PushFront(&memEntry{d: d, chunks: chunks})
+	m.index[d] = fresh
 	m.total += chunks.size()
-	for m.maxBytes > 0 && m.total > m.maxBytes && m.lru.Len() > 1 {
-		back := m.lru.Back()
-		ent := back.Value.(*memEntry)
-		m.lru.Remove(back)
-		delete(m.index, ent.d)
-		m.total -= ent.chunks.size()
-	}
+	m.makeRoomLocked(0, fresh)
 }
+
+// makeRoomLocked evicts least recently used blobs until those left and
+// reserve more bytes fit the bound, passing over fresh (a blob just
+// stored) and blobs under the lifetime promise. It reports whether they
+// fit; if not, the store stays over its bound rather than break the
+// promise or drop fresh.
+func (m *Memory) makeRoomLocked(reserve int64, fresh *list.Element) bool {
+	over := func() bool { return m.maxBytes > 0 && m.total+reserve > m.maxBytes }
+	if !over() {
+		return true
+	}
+	var now time.Time
+	if m.life.Min > 0 {
+		now = m.life.now()
+	}
+	for e := m.lru.Back(); e != nil && over() && m.lru.Len() > 1; {
+		ent := e.Value.(*memEntry)
+		prev := e.Prev()
+		if e != fresh && !ent.keepUntil.After(now) {
+			m.lru.Remove(e)
+			delete(m.index, ent.d)
+			m.total -= ent.chunks.size()
+		}
+		e = prev
+	}
+	return !over()
+}
+
+// roomFor makes room for a new blob, or refuses it with a
+// *LifetimeError when only promised blobs are left to evict.
+func (m *Memory) roomFor(d digest.Digest) error {
+	if m.life.Min <= 0 || m.maxBytes <= 0 || d.IsEmpty() {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.index[d]; ok || m.lru.Len() == 0 || m.makeRoomLocked(d.Size, nil) {
+		return nil
+	}
+	m.refused.Add(1)
+	return &LifetimeError{Digest: d, Min: m.life.Min}
+}
+
+// Refused reports how many blobs were refused since start because only
+// blobs under the lifetime promise were left to evict.
+func (m *Memory) Refused() int64 { return m.refused.Load() }
 
 // Stats reports the number of blobs and bytes held.
 func (m *Memory) Stats() (blobs int, bytes int64) {
