@@ -221,6 +221,10 @@ type CASConfig struct {
 	DirectIOThreshold ByteSize `yaml:"direct_io_threshold"`
 	// Cache is the local disk tier in front of the s3 backend.
 	Cache CASCacheConfig `yaml:"cache"`
+	// MinLifetime is how long a blob FindMissingBlobs reported present,
+	// or a GetActionResult answer references, is kept at least (clients
+	// that keep only digests rely on it); 0 promises nothing.
+	MinLifetime Duration `yaml:"min_lifetime"`
 }
 
 // CASCacheConfig configures the disk tier every frontend keeps in front
@@ -277,7 +281,7 @@ func Default() Config {
 		DataDir:    "./gantry-data",
 		Status:     StatusConfig{Refresh: Duration(10 * time.Second), History: defaultHistory},
 		Storage: Storage{
-			CAS:               CASConfig{Backend: "disk", MaxSize: 10 << 30, Cache: CASCacheConfig{MaxSize: 10 << 30}},
+			CAS:               CASConfig{Backend: "disk", MaxSize: 10 << 30, Cache: CASCacheConfig{MaxSize: 10 << 30}, MinLifetime: Duration(3 * time.Hour)},
 			ActionCache:       ACConfig{Backend: "disk", MaxSize: 1 << 30},
 			MaxBatchSize:      4 << 20,
 			ReadChunkSize:     1 << 20,

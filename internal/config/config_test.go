@@ -47,6 +47,8 @@ func TestParseErrorsNameTheKeyPath(t *testing.T) {
 		{"duplicate key", "listen: a:1\nlisten: b:2\n", "listen (line 2): key given twice"},
 		{"not a mapping", "storage: 5\n", "storage (line 1): expected a mapping"},
 		{"tiny batch", "storage:\n  max_batch_size: 10\n", "storage.max_batch_size"},
+		{"negative lifetime", "storage:\n  cas:\n    min_lifetime: -1h\n", "storage.cas.min_lifetime (line 3): \"-1h\" is not a duration"},
+		{"lifetime beyond the bucket's", "storage:\n  cas:\n    backend: s3\n  s3:\n    bucket: b\n    refresh_after: 24h\n    expire_after: 25h\n", "storage.cas.min_lifetime: 3h0m0s is more than storage.s3.expire_after minus refresh_after (1h0m0s)"},
 		{"bad yaml", "storage: [\n", "not valid YAML"},
 		{"negative stream bound", "grpc:\n  max_streams_per_identity: -1\n", "grpc.max_streams_per_identity: -1 is negative"},
 		{"uploads over streams", "grpc:\n  max_streams_per_identity: 10\n  max_uploads_per_identity: 20\n", "grpc.max_uploads_per_identity: 20 is more than grpc.max_streams_per_identity (10)"},

@@ -21,6 +21,9 @@ func validateStorage(st Storage, bad func(path, format string, args ...any)) {
 	if st.UsesS3() {
 		validateS3(st.S3, bad)
 	}
+	if s3 := st.S3; st.CAS.Backend == "s3" && s3.ExpireAfter > 0 && s3.ExpireAfter-s3.RefreshAfter < st.CAS.MinLifetime {
+		bad("storage.cas.min_lifetime", "%s is more than storage.s3.expire_after minus refresh_after (%s): a blob used just before its refresh was due could expire sooner; lower refresh_after or min_lifetime", st.CAS.MinLifetime, s3.ExpireAfter-s3.RefreshAfter)
+	}
 	if st.CAS.PackThreshold > 1<<20 {
 		bad("storage.cas.pack_threshold", "at most 1MiB; larger blobs are better off in their own files")
 	}

@@ -54,20 +54,24 @@ func (s *Server) LookupActionResult(ctx context.Context, instance string, ad dig
 	if err != nil {
 		return nil, storeError(err, "reading the action cache")
 	}
-	if s.opts.CompletenessCheck {
-		missing, err := s.missingOutputs(ctx, ad.Function, ar)
-		if err != nil {
-			return nil, err
-		}
-		if len(missing) > 0 {
-			return nil, status.Errorf(codes.NotFound, "the cached result for action %s references %d blobs no longer in the CAS (first: %s); the action must run again", ad, len(missing), missing[0])
-		}
+	// Asking the CAS for the outputs also promises them the store's
+	// minimum lifetime (storage.cas.min_lifetime), which clients that
+	// keep only digests rely on: so it is done even without the check.
+	missing, err := s.missingOutputs(ctx, ad.Function, ar)
+	switch {
+	case !s.opts.CompletenessCheck:
+		return ar, nil
+	case err != nil:
+		return nil, err
+	case len(missing) > 0:
+		return nil, status.Errorf(codes.NotFound, "the cached result for action %s references %d blobs no longer in the CAS (first: %s); the action must run again", ad, len(missing), missing[0])
 	}
 	return ar, nil
 }
 
-// referencedBlobs lists the blobs an ActionResult points at, reading
-// output directory trees from the CAS. A tree that cannot be read is
+// missingOutputs returns those of the blobs an ActionResult points at
+// that the CAS lacks, reading output directory trees from the CAS; it
+// asks about the trees themselves too. A tree that cannot be read is
 // reported as missing itself.
 func (s *Server) missingOutputs(ctx context.Context, fn digest.Function, ar *repb.ActionResult) ([]digest.Digest, error) {
 	var ds []digest.Digest
@@ -103,6 +107,7 @@ func (s *Server) missingOutputs(ctx context.Context, fn digest.Function, ar *rep
 			missing = append(missing, td) // unusable: treat as absent
 			continue
 		}
+		ds = append(ds, td)
 		for _, dir := range append([]*repb.Directory{tree.Root}, tree.Children...) {
 			for _, f := range dir.GetFiles() {
 				add(f.Digest)

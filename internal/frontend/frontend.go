@@ -102,7 +102,10 @@ func storeError(err error, what string) error {
 	var de *digest.Error
 	var me *blobstore.MismatchError
 	var ue *blobstore.UnavailableError
+	var le *blobstore.LifetimeError
 	switch {
+	case errors.As(err, &le):
+		return status.Error(codes.ResourceExhausted, le.Error())
 	case errors.As(err, &ue):
 		return status.Errorf(codes.Unavailable, "%s: %v", what, ue)
 	case errors.As(err, &de):

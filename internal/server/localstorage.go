@@ -88,28 +88,30 @@ func openCAS(cfg config.Config, bucket *s3store.Bucket, b *builder) (casStores, 
 	c := cfg.Storage.CAS
 	switch c.Backend {
 	case "memory":
-		m := blobstore.NewMemory(int64(c.MaxSize))
+		m := blobstore.NewMemoryLifetime(int64(c.MaxSize), blobstore.Lifetime{Min: c.MinLifetime.D()})
 		return casStores{m, m, c.MaxSize}, nil
 	case "s3":
 		if c.Cache.MaxSize == 0 {
 			return casStores{serve: bucket.CAS()}, nil
 		}
-		cache, err := openDiskCAS(cfg, "cas-cache", c.Cache.MaxSize)
+		// The bucket keeps the promise (see validateStorage); the tier
+		// is a cache, free to evict.
+		cache, err := openDiskCAS(cfg, "cas-cache", c.Cache.MaxSize, blobstore.Lifetime{})
 		if err != nil {
 			return casStores{}, err
 		}
 		return casStores{blobstore.NewTiered(bucket.CAS(), cache, metrics.NewCacheTier(b.reg)), cache, c.Cache.MaxSize}, nil
 	}
-	d, err := openDiskCAS(cfg, "cas", c.MaxSize)
+	d, err := openDiskCAS(cfg, "cas", c.MaxSize, blobstore.Lifetime{Min: c.MinLifetime.D()})
 	if err != nil {
 		return casStores{}, err
 	}
 	return casStores{d, d, c.MaxSize}, nil
 }
 
-func openDiskCAS(cfg config.Config, dir string, maxSize config.ByteSize) (*blobstore.Disk, error) {
+func openDiskCAS(cfg config.Config, dir string, maxSize config.ByteSize, life blobstore.Lifetime) (*blobstore.Disk, error) {
 	c := cfg.Storage.CAS
-	s, err := blobstore.NewDisk(filepath.Join(cfg.DataDir, dir), blobstore.DiskOptions{MaxBytes: int64(maxSize), Fsync: c.Fsync, PackThreshold: int64(c.PackThreshold), SegmentSize: int64(c.SegmentSize), DirectIOThreshold: int64(c.DirectIOThreshold)})
+	s, err := blobstore.NewDisk(filepath.Join(cfg.DataDir, dir), blobstore.DiskOptions{MaxBytes: int64(maxSize), Fsync: c.Fsync, PackThreshold: int64(c.PackThreshold), SegmentSize: int64(c.SegmentSize), DirectIOThreshold: int64(c.DirectIOThreshold), Lifetime: life})
 	if err != nil {
 		return nil, fmt.Errorf("opening the CAS under %s: %w", cfg.DataDir, err)
 	}

@@ -236,6 +236,11 @@ func registerCASMetrics(reg prometheus.Registerer, cas blobstore.Store, limit co
 			Name: "gantry_cas_evictions_total", Help: "Blobs evicted from the CAS to stay under storage.cas.max_size.",
 		}, func() float64 { return float64(ev.Evicted()) }))
 	}
+	if rf, ok := cas.(interface{ Refused() int64 }); ok {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gantry_cas_lifetime_refusals_total", Help: "Blobs refused because the CAS held only blobs under storage.cas.min_lifetime; builds fail while it grows: raise storage.cas.max_size.",
+		}, func() float64 { return float64(rf.Refused()) }))
+	}
 	if sp, ok := cas.(interface{ Spares() (int64, int64) }); ok {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gantry_cas_spare_bytes", Help: "Bytes of evicted blob files kept for new uploads to overwrite (on top of gantry_cas_bytes).",

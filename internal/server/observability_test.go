@@ -586,6 +586,33 @@ func TestCASMetricsAndEviction(t *testing.T) {
 	}
 }
 
+// TestCASLifetimeRefusalMetric: in a CAS with room for two and a half
+// blobs, both held, and reported present by FindMissing, a third is
+// refused with an error naming storage.cas.min_lifetime (on by default),
+// and gantry_cas_lifetime_refusals_total counts it.
+func TestCASLifetimeRefusalMetric(t *testing.T) {
+	const size = 100_000
+	f := observedFarm(t, quietLogger(), func(c *config.Config) {
+		c.Worker.Enabled = false
+		c.Storage.CAS.MaxSize = 2*size + size/2
+	})
+	addr := f.srv.HTTPAddr()
+	blob := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i)}, size) }
+	d0, d1 := f.putBytes(blob(0)), f.putBytes(blob(1))
+	checkMetrics(t, addr, metricWant{"gantry_cas_lifetime_refusals_total", nil, 0})
+	if missing, err := f.cas.FindMissing(context.Background(), []digest.Digest{d0, d1}); err != nil || len(missing) != 0 {
+		t.Fatalf("FindMissing = %v, %v; want both present", missing, err)
+	}
+	err := blobstore.Put(context.Background(), f.cas, digest.Compute(digest.SHA256, blob(2)), blob(2))
+	if err == nil || !strings.Contains(err.Error(), "storage.cas.min_lifetime") {
+		t.Fatalf("third blob: %v; want a refusal naming storage.cas.min_lifetime", err)
+	}
+	checkMetrics(t, addr,
+		metricWant{"gantry_cas_lifetime_refusals_total", nil, 1},
+		metricWant{"gantry_cas_evictions_total", nil, 0},
+	)
+}
+
 // TestCASSpareMetrics: in a CAS bounded at eight and a half 2 MiB blobs,
 // the ninth evicts the first, whose file is kept as a spare
 // (gantry_cas_spare_bytes), and the tenth is written into it
