@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/gantry-build/gantry/internal/actioncache"
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/inputtree"
@@ -429,9 +430,25 @@ func (s *Service) follow(ctx context.Context, name string, fn digest.Function, s
 // deep into gRPC, and the follower's stack stays parked between sends.
 func (s *Service) sendState(ctx context.Context, stream grpc.ServerStreamingServer[longrunningpb.Operation], st scheduler.OperationState, fn digest.Function) error {
 	if st.Done {
+		s.promiseOutputs(ctx, st.Response, fn)
 		st.Response = s.withInlineOutputs(ctx, st.Response, fn)
 	}
 	return stream.Send(operation(st.Name, st, fn))
+}
+
+// promiseOutputs promises a fresh result's outputs the CAS's minimum
+// lifetime (storage.cas.min_lifetime) before the client hears of them:
+// a client that keeps only digests (Bazel's --remote_download_minimal)
+// uses them as inputs later without uploading them. A cached result
+// was promised when it was looked up. Best effort: a CAS that fails
+// here fails the client's next request too.
+func (s *Service) promiseOutputs(ctx context.Context, resp *repb.ExecuteResponse, fn digest.Function) {
+	if resp == nil || resp.Result == nil || resp.CachedResult {
+		return
+	}
+	if _, err := actioncache.Promise(ctx, s.cas, fn, resp.Result); err != nil {
+		s.log.Debug("promising an action's outputs their lifetime", "err", err)
+	}
 }
 
 // WaitExecution implements REAPI Execution.

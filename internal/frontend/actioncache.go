@@ -69,56 +69,14 @@ func (s *Server) LookupActionResult(ctx context.Context, instance string, ad dig
 	return ar, nil
 }
 
-// missingOutputs returns those of the blobs an ActionResult points at
-// that the CAS lacks, reading output directory trees from the CAS; it
-// asks about the trees themselves too. A tree that cannot be read is
-// reported as missing itself.
+// missingOutputs returns those of the blobs ar references that the
+// CAS lacks (see actioncache.Promise).
 func (s *Server) missingOutputs(ctx context.Context, fn digest.Function, ar *repb.ActionResult) ([]digest.Digest, error) {
-	var ds []digest.Digest
-	add := func(pd *repb.Digest) {
-		if pd == nil {
-			return
-		}
-		if d, err := digest.FromProto(fn, pd); err == nil {
-			ds = append(ds, d)
-		}
-	}
-	add(ar.StdoutDigest)
-	add(ar.StderrDigest)
-	for _, f := range ar.OutputFiles {
-		add(f.Digest)
-	}
-	var missing []digest.Digest
-	for _, od := range ar.OutputDirectories {
-		td, err := digest.FromProto(fn, od.TreeDigest)
-		if err != nil {
-			continue
-		}
-		data, err := blobstore.Get(ctx, s.cas, td)
-		if errors.Is(err, blobstore.ErrNotFound) {
-			missing = append(missing, td)
-			continue
-		}
-		if err != nil {
-			return nil, storeError(err, "tree "+td.String())
-		}
-		tree := &repb.Tree{}
-		if err := proto.Unmarshal(data, tree); err != nil {
-			missing = append(missing, td) // unusable: treat as absent
-			continue
-		}
-		ds = append(ds, td)
-		for _, dir := range append([]*repb.Directory{tree.Root}, tree.Children...) {
-			for _, f := range dir.GetFiles() {
-				add(f.Digest)
-			}
-		}
-	}
-	more, err := s.cas.FindMissing(ctx, ds)
+	missing, err := actioncache.Promise(ctx, s.cas, fn, ar)
 	if err != nil {
 		return nil, storeError(err, "checking outputs")
 	}
-	return append(missing, more...), nil
+	return missing, nil
 }
 
 // UpdateActionResult implements REAPI ActionCache. Inline contents the
