@@ -63,6 +63,10 @@ func (s *Disk) makeRoomLocked(reserve int64, fresh *entry) (ev evictions, ok boo
 		now := s.life.now()
 		s.ticks.mark(now, s.idx.clock)
 		s.cut = s.ticks.cutoff(now, s.life.Min)
+		if !s.roomLeftLocked(reserve, fresh) {
+			// Evicting what may go would not be enough: keep it.
+			return ev, false
+		}
 	}
 	passed := 0
 	for s.policy.over(s.idx, reserve) {
@@ -86,6 +90,19 @@ func (s *Disk) makeRoomLocked(reserve int64, fresh *entry) (ev evictions, ok boo
 		ev.files = append(ev.files, evictedFile{d: d, reuse: tail.readers == 0})
 	}
 	return ev, true
+}
+
+// roomLeftLocked reports whether evicting the blobs that may go (not
+// promised, not fresh) brings the store and reserve more bytes within
+// its bound, looking at the least recently used first.
+func (s *Disk) roomLeftLocked(reserve int64, fresh *entry) bool {
+	need := s.idx.total + reserve - s.policy.maxBytes
+	for e := s.idx.root.prev; e != &s.idx.root && need > 0; e = e.prev {
+		if e != fresh && !s.promisedLocked(e) {
+			need -= e.size
+		}
+	}
+	return need <= 0
 }
 
 // datedLocked dates the use clock's ticks so far (see tickClock); every
@@ -117,7 +134,9 @@ func (s *Disk) roomFor(d digest.Digest) error {
 }
 
 func (s *Disk) roomForLocked(d digest.Digest) (evictions, error) {
-	if s.life.Min <= 0 || s.policy.maxBytes <= 0 || d.IsEmpty() {
+	if s.life.Min <= 0 || s.policy.maxBytes <= 0 || d.IsEmpty() || d.Size >= s.policy.maxBytes {
+		// No eviction makes room for it: it is stored as without a
+		// lifetime rather than refused in the setting's name.
 		return evictions{}, nil
 	}
 	if e, ok := s.idx.get(d); ok {

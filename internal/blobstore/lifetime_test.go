@@ -95,6 +95,30 @@ func TestStoreLifetimeKeepsPromisedBlobs(t *testing.T) {
 	}
 }
 
+// TestStoreLifetimeRefusalEvictsNothing: a blob that would fit only by
+// evicting promised blobs is refused without evicting the others first.
+func TestStoreLifetimeRefusalEvictsNothing(t *testing.T) {
+	for _, b := range lifetimeBackends(Lifetime{Min: time.Hour}) {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			const size = 1000
+			s := b.open(t, 3*size+size/2)
+			a := mustPut(t, s, blob("a", size), digest.SHA256)
+			bb := mustPut(t, s, blob("b", size), digest.SHA256)
+			c := mustPut(t, s, blob("c", size), digest.SHA256)
+			s.FindMissing(ctx, []digest.Digest{a, c})
+			big := blob("big", 2*size)
+			var le *LifetimeError
+			if err := Put(ctx, s, digest.Compute(digest.SHA256, big), big); !errors.As(err, &le) {
+				t.Fatalf("Put of a blob that fits only by evicting promised ones: %v, want a *LifetimeError", err)
+			}
+			if missing, _ := s.FindMissing(ctx, []digest.Digest{a, bb, c}); len(missing) != 0 {
+				t.Fatalf("missing after the refusal: %v; the refusal evicted b for nothing", missing)
+			}
+		})
+	}
+}
+
 // TestStoreNoLifetimeEvictsPromised checks the test above can fail: with
 // no lifetime, the store is plain LRU and evicts the blob FindMissing saw.
 func TestStoreNoLifetimeEvictsPromised(t *testing.T) {

@@ -252,6 +252,16 @@ func (m *Memory) makeRoomLocked(reserve int64, fresh *list.Element) bool {
 	var now time.Time
 	if m.life.Min > 0 {
 		now = m.life.now()
+		// Evict nothing unless evicting what may go is enough.
+		need := m.total + reserve - m.maxBytes
+		for e := m.lru.Back(); e != nil && need > 0; e = e.Prev() {
+			if ent := e.Value.(*memEntry); e != fresh && !ent.keepUntil.After(now) {
+				need -= ent.chunks.size()
+			}
+		}
+		if need > 0 {
+			return false
+		}
 	}
 	for e := m.lru.Back(); e != nil && over() && m.lru.Len() > 1; {
 		ent := e.Value.(*memEntry)
@@ -269,8 +279,8 @@ func (m *Memory) makeRoomLocked(reserve int64, fresh *list.Element) bool {
 // roomFor makes room for a new blob, or refuses it with a
 // *LifetimeError when only promised blobs are left to evict.
 func (m *Memory) roomFor(d digest.Digest) error {
-	if m.life.Min <= 0 || m.maxBytes <= 0 || d.IsEmpty() {
-		return nil
+	if m.life.Min <= 0 || m.maxBytes <= 0 || d.IsEmpty() || d.Size >= m.maxBytes {
+		return nil // no eviction makes room for it: see Disk.roomForLocked
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
