@@ -2,9 +2,6 @@ package worker
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,9 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 )
@@ -66,34 +60,10 @@ func smallDisk(t *testing.T, size int64) string {
 func TestWorkerAsksForNoWorkWhileTheDiskIsFull(t *testing.T) {
 	disk := smallDisk(t, 64<<20)
 	sched := &pollCounter{}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	workerpb.RegisterWorkersServer(g, sched)
-	go g.Serve(lis)
-	defer g.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	w, err := New(conn, workerpb.NewWorkersClient(conn), Config{
+	w := runWorkerAgainst(t, sched, Config{
 		ID: "small-disk", Cores: 1, WorkDir: filepath.Join(disk, "work"), CacheMaxBytes: 1 << 20,
 		MinFreeDisk: 24 << 20, PollWait: 10 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)

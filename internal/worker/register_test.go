@@ -2,15 +2,9 @@ package worker
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 )
@@ -77,34 +71,10 @@ func (s *restartingScheduler) snapshot() (registers, heartbeats, reregSent int) 
 // (run under -race), and adopts the new scheduler's heartbeat interval.
 func TestReregisterOnceWhenBothLoopsAreTold(t *testing.T) {
 	sched := &restartingScheduler{intervalMs: 1}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	workerpb.RegisterWorkersServer(g, sched)
-	go g.Serve(lis)
-	defer g.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-
-	w, err := New(conn, workerpb.NewWorkersClient(conn), Config{
+	runWorkerAgainst(t, sched, Config{
 		ID: "rereg", Cores: 1, WorkDir: t.TempDir(), CacheMaxBytes: 1 << 20,
-		PollWait: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		PollWait: 10 * time.Millisecond,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
 
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()

@@ -2,16 +2,12 @@ package worker
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
@@ -80,33 +76,10 @@ func (s *sessionScheduler) snapshot() (registers []*workerpb.RegisterRequest, se
 // it ends, and registers again when the scheduler asks through it.
 func TestSessionIsHeldAndReopened(t *testing.T) {
 	sched := &sessionScheduler{}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	workerpb.RegisterWorkersServer(g, sched)
-	go g.Serve(lis)
-	defer g.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	w, err := New(conn, workerpb.NewWorkersClient(conn), Config{
+	runWorkerAgainst(t, sched, Config{
 		ID: "sess", Cores: 1, WorkDir: t.TempDir(), CacheMaxBytes: 1 << 20,
-		PollWait: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		PollWait: 10 * time.Millisecond,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
 		if _, _, holding := sched.snapshot(); holding {
 			break
