@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -15,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -198,20 +196,9 @@ func TestRestartRequeuesEmbeddedWorkersLeaseAtOnce(t *testing.T) {
 	f2 := startFarmLogging(t, slog.New(slog.NewTextHandler(&logs2, nil)), mod)
 	wctx, wcancel := context.WithTimeout(ctx, recoveryTimeout)
 	defer wcancel()
-	wait, err := repb.NewExecutionClient(f2.conn).WaitExecution(wctx, &repb.WaitExecutionRequest{Name: name})
+	last, err := waitLast(wctx, f2.conn, name)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var last *longrunningpb.Operation
-	for {
-		op, err := wait.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("WaitExecution(%s) after the restart, %s in: %v (the lease waited for the heartbeat timeout of %s?)", name, time.Since(start), err, heartbeatTimeout)
-		}
-		last = op
+		t.Fatalf("WaitExecution(%s) after the restart, %s in: %v (the lease waited for the heartbeat timeout of %s?)", name, time.Since(start), err, heartbeatTimeout)
 	}
 	if last == nil || !last.Done {
 		t.Fatalf("operation %s not done after the restart: %v", name, last)

@@ -61,20 +61,9 @@ func testSurvivesRestart(t *testing.T, store config.StoreConfig) {
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	wait, err := repb.NewExecutionClient(f2.conn).WaitExecution(ctx, &repb.WaitExecutionRequest{Name: name})
+	last, err := waitLast(ctx, f2.conn, name)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var last *longrunningpb.Operation
-	for {
-		op, err := wait.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("WaitExecution(%s) after restart: %v", name, err)
-		}
-		last = op
+		t.Fatalf("WaitExecution(%s) after restart: %v", name, err)
 	}
 	if last == nil || !last.Done {
 		t.Fatalf("operation %s not done after restart: %v", name, last)
@@ -85,6 +74,27 @@ func testSurvivesRestart(t *testing.T, store config.StoreConfig) {
 	}
 	if got := f2.read(resp.Result.OutputFiles[0].Digest); got != "survived\n" {
 		t.Errorf("output %q", got)
+	}
+}
+
+// waitLast follows the operation name with WaitExecution to the end of
+// its stream and returns the last operation it sent (nil: none), or the
+// first error.
+func waitLast(ctx context.Context, conn grpc.ClientConnInterface, name string) (*longrunningpb.Operation, error) {
+	wait, err := repb.NewExecutionClient(conn).WaitExecution(ctx, &repb.WaitExecutionRequest{Name: name})
+	if err != nil {
+		return nil, err
+	}
+	var last *longrunningpb.Operation
+	for {
+		op, err := wait.Recv()
+		if err == io.EOF {
+			return last, nil
+		}
+		if err != nil {
+			return last, err
+		}
+		last = op
 	}
 }
 
@@ -157,20 +167,9 @@ func testCacheHitSurvivesRestart(t *testing.T, store config.StoreConfig) {
 	f.stop()
 
 	f2 := startFarm(t, func(c *config.Config) { c.DataDir = dir; c.Scheduler.Store = store; c.Worker.Enabled = false })
-	wait, err := repb.NewExecutionClient(f2.conn).WaitExecution(ctx, &repb.WaitExecutionRequest{Name: name})
+	last, err := waitLast(ctx, f2.conn, name)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var last *longrunningpb.Operation
-	for {
-		op, err := wait.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("WaitExecution(%s) of a cache hit after restart: %v", name, err)
-		}
-		last = op
+		t.Fatalf("WaitExecution(%s) of a cache hit after restart: %v", name, err)
 	}
 	if last == nil || !last.Done || !responseOf(t, last).CachedResult {
 		t.Fatalf("WaitExecution(%s) after restart: %v, want the cached result", name, last)
