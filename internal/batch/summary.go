@@ -100,14 +100,17 @@ func (s Summary) WriteTable(w io.Writer) error {
 	return err
 }
 
-type jsonQueue struct {
+// QueueJSON is one queue's line in SummaryJSON.
+type QueueJSON struct {
 	Queue   string  `json:"queue"`
 	Steps   int     `json:"steps"`
 	Seconds float64 `json:"seconds"`
 	Failed  int     `json:"failed"`
 }
 
-type jsonSummary struct {
+// SummaryJSON is the form `gantry batch --json` prints (Summary's
+// MarshalJSON); scripts and tests decode it.
+type SummaryJSON struct {
 	Seconds      float64     `json:"seconds"`
 	Total        int         `json:"total"`
 	Succeeded    int         `json:"succeeded"`
@@ -125,20 +128,20 @@ type jsonSummary struct {
 	Stopped      bool        `json:"stopped"`
 	CPUSeconds   float64     `json:"cpu_seconds"`
 	LocalCPU     float64     `json:"local_cpu_seconds"`
-	Queues       []jsonQueue `json:"queues"`
+	Queues       []QueueJSON `json:"queues"`
 	Failures     []Failure   `json:"failures"`
 }
 
 // MarshalJSON writes the summary with snake_case keys and durations in
 // seconds, the form `--json` prints.
 func (s Summary) MarshalJSON() ([]byte, error) {
-	j := jsonSummary{Seconds: s.Elapsed.Seconds(), Total: s.Total, Succeeded: s.Succeeded,
+	j := SummaryJSON{Seconds: s.Elapsed.Seconds(), Total: s.Total, Succeeded: s.Succeeded,
 		CacheHits: s.CacheHits, CacheHitRate: s.CacheHitRate(), Local: s.Local, Failed: s.Failed,
 		Skipped: s.Skipped, Cancelled: s.Cancelled, NotRun: s.NotRun, BytesUp: s.BytesUp, BytesDown: s.BytesDown,
 		BlobsUp: s.BlobsUp, BlobsDown: s.BlobsDown, Stopped: s.Stopped, CPUSeconds: s.CPU.Seconds(), LocalCPU: s.LocalCPU.Seconds(),
-		Queues: []jsonQueue{}, Failures: []Failure{}}
+		Queues: []QueueJSON{}, Failures: []Failure{}}
 	for _, q := range s.Queues {
-		j.Queues = append(j.Queues, jsonQueue{q.Queue, q.Steps, q.Time.Seconds(), q.Failed})
+		j.Queues = append(j.Queues, QueueJSON{q.Queue, q.Steps, q.Time.Seconds(), q.Failed})
 	}
 	j.Failures = append(j.Failures, s.Failures...)
 	return json.Marshal(j)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gantry-build/gantry/internal/batch"
 	"github.com/gantry-build/gantry/internal/testutil/bazeltest"
 	"github.com/gantry-build/gantry/internal/testutil/cluster"
 	"github.com/gantry-build/gantry/internal/testutil/cproject"
@@ -322,15 +323,6 @@ func killBazelServers(pattern string) {
 	}
 }
 
-// batchSummary is the part of `gantry batch --json`'s summary checked here.
-type batchSummary struct {
-	Total     int `json:"total"`
-	Succeeded int `json:"succeeded"`
-	CacheHits int `json:"cache_hits"`
-	Local     int `json:"local"`
-	Failed    int `json:"failed"`
-}
-
 // batch runs `gantry batch` of the C project's compile_commands.json
 // through HAProxy, with no local fallback (a compile that does not run
 // remotely fails). The first round executes everything; later rounds
@@ -369,7 +361,7 @@ func (b *builds) batch(round int) *build {
 		case err != nil:
 			return attempt{wrong: true, why: "running gantry batch: " + err.Error()}
 		}
-		var s batchSummary
+		var s batch.SummaryJSON
 		if err := json.Unmarshal(stdout.Bytes(), &s); err != nil {
 			return attempt{wrong: true, why: fmt.Sprintf("exit 0 and no JSON summary (%v): %q", err, stdout.String())}
 		}

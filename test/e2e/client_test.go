@@ -18,6 +18,7 @@ import (
 
 	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 
+	"github.com/gantry-build/gantry/internal/batch"
 	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/testutil/cproject"
 )
@@ -224,21 +225,9 @@ func TestClientMake(t *testing.T) {
 	}
 }
 
-// batchSummary is the part of `gantry batch --json` the tests read.
-type batchSummary struct {
-	Total     int   `json:"total"`
-	Succeeded int   `json:"succeeded"`
-	CacheHits int   `json:"cache_hits"`
-	Local     int   `json:"local"`
-	Failed    int   `json:"failed"`
-	Cancelled int   `json:"cancelled"`
-	NotRun    int   `json:"not_run"`
-	BytesUp   int64 `json:"bytes_up"`
-}
-
-func parseSummary(t *testing.T, res cmdResult) batchSummary {
+func parseSummary(t *testing.T, res cmdResult) batch.SummaryJSON {
 	t.Helper()
-	var s batchSummary
+	var s batch.SummaryJSON
 	if err := json.Unmarshal([]byte(res.stdout), &s); err != nil {
 		t.Fatalf("gantry batch --json printed no summary (%v):\n%s\nstderr:\n%s", err, res.stdout, tail(res.stderr))
 	}
