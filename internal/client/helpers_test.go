@@ -5,10 +5,12 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/stats"
 
 	"github.com/gantry-build/gantry/internal/actioncache"
 	"github.com/gantry-build/gantry/internal/blobstore"
@@ -25,7 +27,24 @@ func TestMain(m *testing.M) {
 type calls struct {
 	mu sync.Mutex
 	n  map[string]int
+
+	// in and out count the message bytes the server received and sent.
+	in, out atomic.Int64
 }
+
+// TagRPC, HandleRPC, TagConn and HandleConn make calls a gRPC stats
+// handler that counts message bytes.
+func (c *calls) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (c *calls) HandleRPC(_ context.Context, s stats.RPCStats) {
+	switch p := s.(type) {
+	case *stats.InPayload:
+		c.in.Add(int64(p.WireLength))
+	case *stats.OutPayload:
+		c.out.Add(int64(p.WireLength))
+	}
+}
+func (c *calls) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (c *calls) HandleConn(context.Context, stats.ConnStats)                       {}
 
 func (c *calls) add(method string) {
 	c.mu.Lock()
@@ -60,6 +79,7 @@ func startServer(t *testing.T, register func(*grpc.Server)) (*grpc.ClientConn, *
 		// the fakes.
 		frontend.ServerCodec(),
 		grpc.MaxRecvMsgSize(64<<20),
+		grpc.StatsHandler(c),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			c.add(info.FullMethod)
 			return h(ctx, req)

@@ -1,0 +1,436 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sync"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/digest"
+)
+
+// downloadWindow bounds the chunk bytes a chunked download holds in
+// memory at once: the chunks of one window are fetched together, then
+// written out in order.
+const downloadWindow = 32 << 20
+
+// ChunkStats describes one chunked transfer.
+type ChunkStats struct {
+	// Chunked is false when the blob went whole (the server does not
+	// chunk, or the chunk list could not be had).
+	Chunked bool
+	// Chunks is the number of chunks of the blob; Transferred how many
+	// were sent (upload) or fetched (download).
+	Chunks, Transferred int
+	// BytesTransferred is the blob bytes that crossed the network;
+	// BytesSaved those that did not, because the server already held
+	// the chunks (upload) or the local chunk cache did (download).
+	BytesTransferred, BytesSaved int64
+	// Corrupt counts chunks of the local cache that failed their digest
+	// check and were fetched again.
+	Corrupt int
+}
+
+// ChunkObserver is told about every transfer of a Chunked (metrics.Chunking
+// implements it).
+type ChunkObserver interface {
+	ChunkedUpload(ChunkStats)
+	ChunkedDownload(ChunkStats)
+}
+
+// Chunked moves large blobs as content-defined chunks: an upload cuts the
+// blob with the server's chunking function, sends only the chunks the CAS
+// lacks and splices them into the blob; a download asks for the blob's
+// chunk list, takes the chunks the local cache holds and fetches the
+// rest. When the server does not chunk, both move the whole blob. A
+// Chunked is safe for concurrent use.
+type Chunked struct {
+	cas   *CAS
+	ch    Chunking
+	cache *ChunkCache // nil: downloads keep no chunks
+	obs   ChunkObserver
+}
+
+// NewChunked returns chunked transfers through cas with the server
+// support ch (see ChunkingOf), a local chunk cache (nil for none) and an
+// observer (nil for none).
+func NewChunked(cas *CAS, ch Chunking, cache *ChunkCache, obs ChunkObserver) *Chunked {
+	return &Chunked{cas: cas, ch: ch, cache: cache, obs: obs}
+}
+
+// Chunking is the server support the transfers use.
+func (c *Chunked) Chunking() Chunking { return c.ch }
+
+// UploadFile uploads the file at path as blob d. A file that no longer
+// has digest d yields a *blobstore.MismatchError and stores nothing.
+func (c *Chunked) UploadFile(ctx context.Context, d digest.Digest, path string) (ChunkStats, error) {
+	if err := c.cas.check(d); err != nil {
+		return ChunkStats{}, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return ChunkStats{}, err
+	}
+	defer f.Close()
+	if !c.ch.Splice || d.IsEmpty() {
+		return c.uploadWhole(ctx, d, f)
+	}
+	chunks, err := c.cut(d, f)
+	if err != nil {
+		return ChunkStats{}, err
+	}
+	stats := ChunkStats{Chunked: true, Chunks: len(chunks)}
+	// A chunk may leave the CAS between FindMissingBlobs and the splice;
+	// the splice then says NOT_FOUND and one more round sends it.
+	for attempt := 0; ; attempt++ {
+		sent, n, err := c.sendMissing(ctx, f, chunks)
+		stats.Transferred += sent
+		stats.BytesTransferred += n
+		if err != nil {
+			return stats, err
+		}
+		err = c.splice(ctx, d, chunks)
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.NotFound || attempt > 0 {
+			return stats, fmt.Errorf("splicing blob %s from %d chunks: %w", d, len(chunks), err)
+		}
+	}
+	stats.BytesSaved = max(0, d.Size-stats.BytesTransferred)
+	if c.obs != nil {
+		c.obs.ChunkedUpload(stats)
+	}
+	return stats, nil
+}
+
+// uploadWhole streams r as blob d with ByteStream Write.
+func (c *Chunked) uploadWhole(ctx context.Context, d digest.Digest, r io.Reader) (ChunkStats, error) {
+	w, err := c.cas.Create(ctx, d)
+	if err != nil {
+		return ChunkStats{}, err
+	}
+	defer w.Close()
+	if _, err := io.Copy(w, r); err != nil {
+		return ChunkStats{}, err
+	}
+	if err := w.Commit(); err != nil {
+		return ChunkStats{}, err
+	}
+	return ChunkStats{Chunks: 1, Transferred: 1, BytesTransferred: d.Size}, nil
+}
+
+// chunkAt is a chunk of a local file.
+type chunkAt struct {
+	d   digest.Digest
+	off int64
+}
+
+// cut splits the file f (blob d) into chunks and hashes them, cutting
+// on this goroutine and hashing on the others; it also hashes the whole
+// file, so that a file changed since d was computed is caught here.
+func (c *Chunked) cut(d digest.Digest, f *os.File) ([]chunkAt, error) {
+	type job struct {
+		i   int
+		buf []byte
+	}
+	var (
+		chunks []chunkAt
+		mu     sync.Mutex
+		wg     sync.WaitGroup
+	)
+	workers := max(1, runtime.GOMAXPROCS(0))
+	jobs := make(chan job, workers)
+	free := make(chan []byte, 2*workers)
+	for range 2 * workers {
+		free <- make([]byte, 0, c.ch.fn.MaxChunkSize())
+	}
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				cd := digest.Compute(d.Function, j.buf)
+				mu.Lock()
+				chunks[j.i].d = cd
+				mu.Unlock()
+				free <- j.buf
+			}
+		}()
+	}
+	whole := digest.NewHasher(d.Function)
+	sp := c.ch.fn.NewSplitter(f)
+	var off int64
+	var err error
+	for {
+		var data []byte
+		data, err = sp.Next()
+		if errors.Is(err, io.EOF) {
+			err = nil
+			break
+		}
+		if err != nil {
+			break
+		}
+		whole.Write(data)
+		buf := append((<-free)[:0], data...)
+		mu.Lock()
+		chunks = append(chunks, chunkAt{off: off})
+		i := len(chunks) - 1
+		mu.Unlock()
+		jobs <- job{i, buf}
+		off += int64(len(data))
+		if len(chunks) > maxMappingChunks {
+			err = fmt.Errorf("blob %s cuts into more than %d chunks, more than a server keeps; upload it whole", d, maxMappingChunks)
+			break
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", f.Name(), err)
+	}
+	got := digest.Digest{Function: d.Function, Hash: digest.HexOf(whole.Sum(nil)), Size: off}
+	if got != d {
+		return nil, &blobstore.MismatchError{Want: d, Got: got}
+	}
+	return chunks, nil
+}
+
+// sendMissing asks which chunks the CAS lacks and uploads those, read
+// again from f a batch at a time, so that memory holds at most a few
+// batches. It returns the chunks and bytes sent.
+func (c *Chunked) sendMissing(ctx context.Context, f *os.File, chunks []chunkAt) (int, int64, error) {
+	at := make(map[digest.Digest]int64, len(chunks))
+	ds := make([]digest.Digest, 0, len(chunks))
+	for _, ch := range chunks {
+		if _, dup := at[ch.d]; !dup {
+			at[ch.d] = ch.off
+			ds = append(ds, ch.d)
+		}
+	}
+	missing, err := c.cas.FindMissing(ctx, ds)
+	if err != nil {
+		return 0, 0, err
+	}
+	var bytes int64
+	for _, m := range missing {
+		bytes += m.Size
+	}
+	read := func(d digest.Digest) ([]byte, error) {
+		buf := make([]byte, d.Size)
+		if _, err := f.ReadAt(buf, at[d]); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", f.Name(), err)
+		}
+		if got := digest.Compute(d.Function, buf); got != d {
+			return nil, &blobstore.MismatchError{Want: d, Got: got}
+		}
+		return buf, nil
+	}
+	batches, large := packBatches(missing, c.cas.maxBatch)
+	err = runParallel(ctx, len(batches)+len(large), func(ctx context.Context, i int) error {
+		if i >= len(batches) {
+			d := large[i-len(batches)]
+			data, err := read(d)
+			if err != nil {
+				return err
+			}
+			return blobstore.Put(ctx, c.cas, d, data)
+		}
+		blobs := make(map[digest.Digest][]byte, len(batches[i]))
+		for _, d := range batches[i] {
+			data, err := read(d)
+			if err != nil {
+				return err
+			}
+			blobs[d] = data
+		}
+		return c.cas.batchUpdate(ctx, batches[i], blobs)
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return len(missing), bytes, nil
+}
+
+// splicePage bounds the digests of one RegisterChunkMapping message,
+// well under gRPC's 4 MiB default.
+const splicePage = 10000
+
+// splice asks the server to make blob d of the chunks.
+func (c *Chunked) splice(ctx context.Context, d digest.Digest, chunks []chunkAt) error {
+	pds := make([]*repb.Digest, len(chunks))
+	for i, ch := range chunks {
+		pds[i] = ch.d.Proto()
+	}
+	if !c.ch.Streaming {
+		_, err := c.cas.cas.SpliceBlob(ctx, &repb.SpliceBlobRequest{InstanceName: c.cas.instance, BlobDigest: d.Proto(),
+			ChunkDigests: pds, DigestFunction: d.Function, ChunkingFunction: c.ch.Function})
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.cas.cas.RegisterChunkMapping(ctx)
+	if err != nil {
+		return err
+	}
+	req := &repb.RegisterChunkMappingRequest{InstanceName: c.cas.instance, BlobDigest: d.Proto(),
+		DigestFunction: d.Function, ChunkingFunction: c.ch.Function}
+	for first := true; first || len(pds) > 0; first = false {
+		req.ChunkDigests, pds = pds[:min(len(pds), splicePage)], pds[min(len(pds), splicePage):]
+		if err := stream.Send(req); err != nil {
+			break // the error comes with CloseAndRecv
+		}
+		req = &repb.RegisterChunkMappingRequest{}
+	}
+	_, err = stream.CloseAndRecv()
+	return err
+}
+
+// ReadTo writes blob d to w. A server that chunks sends the blob's chunk
+// list; the chunks the local cache holds are read from it and the others
+// fetched (and kept). Memory holds at most one window of chunks, so a
+// blob of any size streams. Every chunk and the whole blob are checked
+// against their digests: a wrong blob is a *blobstore.MismatchError
+// after its bytes were written, so w must be discarded on any error.
+func (c *Chunked) ReadTo(ctx context.Context, d digest.Digest, w io.Writer) (ChunkStats, error) {
+	if err := c.cas.check(d); err != nil {
+		return ChunkStats{}, err
+	}
+	var chunks []digest.Digest
+	var err error
+	if c.ch.Split && !d.IsEmpty() {
+		chunks, err = c.mapping(ctx, d)
+		if err != nil && ctx.Err() != nil {
+			return ChunkStats{}, err
+		}
+	}
+	if chunks == nil {
+		// No chunk list (no support, or the server could not split the
+		// blob): the whole blob, which says what is wrong if it fails too.
+		return c.readWhole(ctx, d, w)
+	}
+	stats := ChunkStats{Chunked: true, Chunks: len(chunks)}
+	h := digest.NewHasher(d.Function)
+	out := io.MultiWriter(w, h)
+	for len(chunks) > 0 {
+		var window []digest.Digest
+		var size int64
+		for len(chunks) > 0 && (len(window) == 0 || size+chunks[0].Size <= downloadWindow) {
+			window = append(window, chunks[0])
+			size += chunks[0].Size
+			chunks = chunks[1:]
+		}
+		if err := c.readWindow(ctx, window, out, &stats); err != nil {
+			return stats, fmt.Errorf("reading blob %s in chunks: %w", d, err)
+		}
+	}
+	if got := digest.HexOf(h.Sum(nil)); got != d.Hash {
+		return stats, &blobstore.MismatchError{Want: d, Got: digest.Digest{Function: d.Function, Hash: got, Size: d.Size}}
+	}
+	stats.BytesSaved = d.Size - stats.BytesTransferred
+	if c.obs != nil {
+		c.obs.ChunkedDownload(stats)
+	}
+	return stats, nil
+}
+
+// readWindow writes the chunks of window to w in order, from the cache
+// or fetched.
+func (c *Chunked) readWindow(ctx context.Context, window []digest.Digest, w io.Writer, stats *ChunkStats) error {
+	have := make(map[digest.Digest][]byte, len(window))
+	var fetch []digest.Digest
+	for _, ch := range window {
+		if _, ok := have[ch]; ok || ch.IsEmpty() {
+			continue
+		}
+		if c.cache != nil {
+			data, ok, corrupt := c.cache.Get(ch)
+			if corrupt {
+				stats.Corrupt++
+			}
+			if ok {
+				have[ch] = data
+				continue
+			}
+		}
+		have[ch] = nil
+		fetch = append(fetch, ch)
+	}
+	if len(fetch) > 0 {
+		got, err := c.cas.GetMany(ctx, fetch)
+		if err != nil {
+			return err
+		}
+		for _, ch := range fetch {
+			have[ch] = got[ch]
+			stats.Transferred++
+			stats.BytesTransferred += ch.Size
+			if c.cache != nil {
+				_ = c.cache.Put(ch, got[ch]) // a cache that cannot store only costs a later fetch
+			}
+		}
+	}
+	for _, ch := range window {
+		if _, err := w.Write(have[ch]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readWhole copies blob d to w with ByteStream Read.
+func (c *Chunked) readWhole(ctx context.Context, d digest.Digest, w io.Writer) (ChunkStats, error) {
+	r, err := c.cas.Open(ctx, d, 0)
+	if err != nil {
+		return ChunkStats{}, err
+	}
+	defer r.Close()
+	if _, err := io.Copy(w, r); err != nil {
+		return ChunkStats{}, err
+	}
+	return ChunkStats{Chunks: 1, Transferred: 1, BytesTransferred: d.Size}, nil
+}
+
+// mapping asks the server for blob d's chunk list, cut with the
+// function this client cuts with when it has one.
+func (c *Chunked) mapping(ctx context.Context, d digest.Digest) ([]digest.Digest, error) {
+	var pds []*repb.Digest
+	if !c.ch.Streaming {
+		resp, err := c.cas.cas.SplitBlob(ctx, &repb.SplitBlobRequest{InstanceName: c.cas.instance, BlobDigest: d.Proto(),
+			DigestFunction: d.Function, ChunkingFunction: c.ch.Function})
+		if err != nil {
+			return nil, err
+		}
+		pds = resp.ChunkDigests
+	} else {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stream, err := c.cas.cas.GetChunkMapping(ctx, &repb.GetChunkMappingRequest{InstanceName: c.cas.instance, BlobDigest: d.Proto(),
+			DigestFunction: d.Function, ChunkingFunction: c.ch.Function})
+		if err != nil {
+			return nil, err
+		}
+		for {
+			resp, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+			if pds = append(pds, resp.ChunkDigests...); len(pds) > maxMappingChunks {
+				return nil, fmt.Errorf("the server's chunk list of blob %s has more than %d chunks; the server is faulty", d, maxMappingChunks)
+			}
+		}
+	}
+	return checkMapping(d, pds)
+}
