@@ -72,14 +72,20 @@ func (c *Chunked) Chunking() Chunking { return c.ch }
 // UploadFile uploads the file at path as blob d. A file that no longer
 // has digest d yields a *blobstore.MismatchError and stores nothing.
 func (c *Chunked) UploadFile(ctx context.Context, d digest.Digest, path string) (ChunkStats, error) {
-	if err := c.cas.check(d); err != nil {
-		return ChunkStats{}, err
-	}
 	f, err := os.Open(path)
 	if err != nil {
 		return ChunkStats{}, err
 	}
 	defer f.Close()
+	return c.Upload(ctx, d, f)
+}
+
+// Upload is UploadFile of a file the caller opened (at offset 0), for
+// callers that open with care (a worker refuses symbolic links).
+func (c *Chunked) Upload(ctx context.Context, d digest.Digest, f *os.File) (ChunkStats, error) {
+	if err := c.cas.check(d); err != nil {
+		return ChunkStats{}, err
+	}
 	if !c.ch.Splice || d.IsEmpty() {
 		return c.uploadWhole(ctx, d, f)
 	}
