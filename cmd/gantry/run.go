@@ -170,7 +170,7 @@ func describeRun(w io.Writer, info remote.RunInfo) {
 	if up, down := info.Upload.ChunkSavedBytes, info.Download.ChunkSavedBytes; up+down > 0 {
 		fmt.Fprintf(w, "; chunking saved %d bytes up, %d down", up, down)
 	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "; upload %s, download %s\n", info.Upload.Duration.Round(time.Millisecond), info.Download.Duration.Round(time.Millisecond))
 }
 
 // cancelOperation asks the server to cancel operation name after Ctrl-C,

@@ -17,10 +17,11 @@ import (
 	"github.com/gantry-build/gantry/internal/digest"
 )
 
-// downloadWindow bounds the chunk bytes a chunked download holds in
-// memory at once: the chunks of one window are fetched together, then
-// written out in order.
-const downloadWindow = 32 << 20
+// downloadWindow bounds the chunk bytes a chunked download reads at
+// once: the chunks of one window are fetched together, then written out
+// in order while the window before is hashed, so that memory holds at
+// most three windows.
+const downloadWindow = 16 << 20
 
 // ChunkStats describes one chunked transfer.
 type ChunkStats struct {
@@ -107,6 +108,13 @@ func (c *Chunked) Upload(ctx context.Context, d digest.Digest, f *os.File) (Chun
 		if err == nil {
 			break
 		}
+		if status.Code(err) == codes.InvalidArgument {
+			// The chunks do not make blob d: most likely the file
+			// changed after d was computed, which only hashing it says.
+			if got, herr := hashFile(d.Function, f); herr == nil && got != d {
+				return stats, &blobstore.MismatchError{Want: d, Got: got}
+			}
+		}
 		if status.Code(err) != codes.NotFound || attempt > 0 {
 			return stats, fmt.Errorf("splicing blob %s from %d chunks: %w", d, len(chunks), err)
 		}
@@ -140,9 +148,20 @@ type chunkAt struct {
 	off int64
 }
 
+// hashFile is the digest of the whole of f.
+func hashFile(fn digest.Function, f *os.File) (digest.Digest, error) {
+	h := digest.NewHasher(fn)
+	n, err := io.Copy(h, io.NewSectionReader(f, 0, 1<<62))
+	if err != nil {
+		return digest.Digest{}, err
+	}
+	return digest.Digest{Function: fn, Hash: digest.HexOf(h.Sum(nil)), Size: n}, nil
+}
+
 // cut splits the file f (blob d) into chunks and hashes them, cutting
-// on this goroutine and hashing on the others; it also hashes the whole
-// file, so that a file changed since d was computed is caught here.
+// on this goroutine and hashing on the others. It does not hash the whole
+// file: the caller has just done so to learn d, and the server checks
+// that the chunks make d before it stores anything.
 func (c *Chunked) cut(d digest.Digest, f *os.File) ([]chunkAt, error) {
 	type job struct {
 		i   int
@@ -172,7 +191,6 @@ func (c *Chunked) cut(d digest.Digest, f *os.File) ([]chunkAt, error) {
 			}
 		}()
 	}
-	whole := digest.NewHasher(d.Function)
 	sp := c.ch.fn.NewSplitter(f)
 	var off int64
 	var err error
@@ -186,7 +204,6 @@ func (c *Chunked) cut(d digest.Digest, f *os.File) ([]chunkAt, error) {
 		if err != nil {
 			break
 		}
-		whole.Write(data)
 		buf := append((<-free)[:0], data...)
 		mu.Lock()
 		chunks = append(chunks, chunkAt{off: off})
@@ -204,9 +221,8 @@ func (c *Chunked) cut(d digest.Digest, f *os.File) ([]chunkAt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", f.Name(), err)
 	}
-	got := digest.Digest{Function: d.Function, Hash: digest.HexOf(whole.Sum(nil)), Size: off}
-	if got != d {
-		return nil, &blobstore.MismatchError{Want: d, Got: got}
+	if off != d.Size {
+		return nil, &blobstore.MismatchError{Want: d, Got: digest.Digest{Function: d.Function, Size: off}}
 	}
 	return chunks, nil
 }
@@ -303,10 +319,16 @@ func (c *Chunked) splice(ctx context.Context, d digest.Digest, chunks []chunkAt)
 
 // ReadTo writes blob d to w. A server that chunks sends the blob's chunk
 // list; the chunks the local cache holds are read from it and the others
-// fetched (and kept). Memory holds at most one window of chunks, so a
-// blob of any size streams. Every chunk and the whole blob are checked
-// against their digests: a wrong blob is a *blobstore.MismatchError
-// after its bytes were written, so w must be discarded on any error.
+// fetched (and kept). Memory holds at most a few windows of chunks, so a
+// blob of any size streams. The whole blob is checked against its digest
+// and every fetched chunk against its own: a wrong blob is a
+// *blobstore.MismatchError after its bytes were written, so w must be
+// discarded on any error.
+//
+// Cached chunks are checked one by one only when w cannot be rewound:
+// when w is a file (Seek and Truncate), ReadTo trusts them, and should
+// the whole blob come out wrong it checks each, removes the damaged ones
+// and writes the blob again, so the usual case hashes the bytes once.
 func (c *Chunked) ReadTo(ctx context.Context, d digest.Digest, w io.Writer) (ChunkStats, error) {
 	if err := c.cas.check(d); err != nil {
 		return ChunkStats{}, err
@@ -324,10 +346,51 @@ func (c *Chunked) ReadTo(ctx context.Context, d digest.Digest, w io.Writer) (Chu
 		// blob): the whole blob, which says what is wrong if it fails too.
 		return c.readWhole(ctx, d, w)
 	}
+	rw, rewindable := w.(rewinder)
+	stats, cached, err := c.readChunks(ctx, d, chunks, w, !rewindable)
+	if errors.As(err, new(*blobstore.MismatchError)) && rewindable && cached > 0 {
+		if _, serr := rw.Seek(0, io.SeekStart); serr == nil && rw.Truncate(0) == nil {
+			first := stats
+			stats, _, err = c.readChunks(ctx, d, chunks, w, true)
+			stats.Transferred += first.Transferred
+			stats.BytesTransferred += first.BytesTransferred
+			stats.BytesSaved = max(0, d.Size-stats.BytesTransferred)
+		}
+	}
+	if err != nil {
+		return stats, err
+	}
+	if c.obs != nil {
+		c.obs.ChunkedDownload(stats)
+	}
+	return stats, nil
+}
+
+// rewinder is a writer ReadTo can start over on (an *os.File).
+type rewinder interface {
+	Seek(offset int64, whence int) (int64, error)
+	Truncate(size int64) error
+}
+
+// readChunks writes the chunks of blob d to w, a window at a time, and
+// checks the whole blob's digest on another goroutine as it goes. It
+// returns how many chunks came from the cache.
+func (c *Chunked) readChunks(ctx context.Context, d digest.Digest, chunks []digest.Digest, w io.Writer, verifyCached bool) (ChunkStats, int, error) {
 	stats := ChunkStats{Chunked: true, Chunks: len(chunks)}
 	h := digest.NewHasher(d.Function)
-	out := io.MultiWriter(w, h)
-	for len(chunks) > 0 {
+	toHash := make(chan [][]byte, 1) // one window waits while the next is read
+	hashed := make(chan struct{})
+	go func() {
+		defer close(hashed)
+		for window := range toHash {
+			for _, b := range window {
+				h.Write(b)
+			}
+		}
+	}()
+	cached := 0
+	var err error
+	for len(chunks) > 0 && err == nil {
 		var window []digest.Digest
 		var size int64
 		for len(chunks) > 0 && (len(window) == 0 || size+chunks[0].Size <= downloadWindow) {
@@ -335,36 +398,50 @@ func (c *Chunked) ReadTo(ctx context.Context, d digest.Digest, w io.Writer) (Chu
 			size += chunks[0].Size
 			chunks = chunks[1:]
 		}
-		if err := c.readWindow(ctx, window, out, &stats); err != nil {
-			return stats, fmt.Errorf("reading blob %s in chunks: %w", d, err)
+		var data [][]byte
+		var n int
+		data, n, err = c.readWindow(ctx, window, &stats, verifyCached)
+		cached += n
+		for _, b := range data {
+			if err != nil {
+				break
+			}
+			_, err = w.Write(b)
+		}
+		if err == nil {
+			toHash <- data
 		}
 	}
+	close(toHash)
+	<-hashed
+	if err != nil {
+		return stats, cached, fmt.Errorf("reading blob %s in chunks: %w", d, err)
+	}
 	if got := digest.HexOf(h.Sum(nil)); got != d.Hash {
-		return stats, &blobstore.MismatchError{Want: d, Got: digest.Digest{Function: d.Function, Hash: got, Size: d.Size}}
+		return stats, cached, &blobstore.MismatchError{Want: d, Got: digest.Digest{Function: d.Function, Hash: got, Size: d.Size}}
 	}
 	stats.BytesSaved = d.Size - stats.BytesTransferred
-	if c.obs != nil {
-		c.obs.ChunkedDownload(stats)
-	}
-	return stats, nil
+	return stats, cached, nil
 }
 
-// readWindow writes the chunks of window to w in order, from the cache
-// or fetched.
-func (c *Chunked) readWindow(ctx context.Context, window []digest.Digest, w io.Writer, stats *ChunkStats) error {
+// readWindow returns the bytes of the chunks of window in order, from the
+// cache or fetched, and how many came from the cache.
+func (c *Chunked) readWindow(ctx context.Context, window []digest.Digest, stats *ChunkStats, verifyCached bool) ([][]byte, int, error) {
 	have := make(map[digest.Digest][]byte, len(window))
 	var fetch []digest.Digest
+	cached := 0
 	for _, ch := range window {
 		if _, ok := have[ch]; ok || ch.IsEmpty() {
 			continue
 		}
 		if c.cache != nil {
-			data, ok, corrupt := c.cache.Get(ch)
+			data, ok, corrupt := c.cache.Get(ch, verifyCached)
 			if corrupt {
 				stats.Corrupt++
 			}
 			if ok {
 				have[ch] = data
+				cached++
 				continue
 			}
 		}
@@ -374,7 +451,7 @@ func (c *Chunked) readWindow(ctx context.Context, window []digest.Digest, w io.W
 	if len(fetch) > 0 {
 		got, err := c.cas.GetMany(ctx, fetch)
 		if err != nil {
-			return err
+			return nil, cached, err
 		}
 		for _, ch := range fetch {
 			have[ch] = got[ch]
@@ -385,12 +462,11 @@ func (c *Chunked) readWindow(ctx context.Context, window []digest.Digest, w io.W
 			}
 		}
 	}
-	for _, ch := range window {
-		if _, err := w.Write(have[ch]); err != nil {
-			return err
-		}
+	out := make([][]byte, len(window))
+	for i, ch := range window {
+		out[i] = have[ch]
 	}
-	return nil
+	return out, cached, nil
 }
 
 // readWhole copies blob d to w with ByteStream Read.

@@ -34,7 +34,7 @@ func changed(data []byte, n int) []byte {
 
 // newChunked returns chunked transfers against the server behind conn,
 // with the support its capabilities advertise.
-func newChunked(t *testing.T, conn *grpc.ClientConn, cache *ChunkCache, obs ChunkObserver) *Chunked {
+func newChunked(t testing.TB, conn *grpc.ClientConn, cache *ChunkCache, obs ChunkObserver) *Chunked {
 	t.Helper()
 	caps, err := GetCapabilities(context.Background(), conn, "")
 	if err != nil {
@@ -124,8 +124,13 @@ func TestChunkedUploadOfChangedFileStoresNothing(t *testing.T) {
 	if !errors.As(err, new(*blobstore.MismatchError)) {
 		t.Fatalf("upload of a file that changed after hashing: %v; want a MismatchError", err)
 	}
-	if ok, _ := blobstore.Has(context.Background(), mem, d); ok || calls.get("FindMissingBlobs") != 0 {
-		t.Errorf("the server holds the blob or was asked about chunks (%d FindMissingBlobs); want nothing sent", calls.get("FindMissingBlobs"))
+	if ok, _ := blobstore.Has(context.Background(), mem, d); ok || calls.get("RegisterChunkMapping") != 1 {
+		t.Errorf("the server holds the blob (%v) after %d RegisterChunkMapping calls; want one refused", ok, calls.get("RegisterChunkMapping"))
+	}
+	// A file of another size is caught before anything is sent.
+	_, err = c.UploadFile(context.Background(), d, writeTemp(t, data[1:]))
+	if !errors.As(err, new(*blobstore.MismatchError)) || calls.get("RegisterChunkMapping") != 1 {
+		t.Fatalf("upload of a file that shrank: %v; want a MismatchError and no splice", err)
 	}
 }
 
@@ -181,19 +186,42 @@ func TestChunkedDownloadFetchesOnlyMissingChunks(t *testing.T) {
 		t.Errorf("the cache holds %d bytes; want the chunks of both versions", cache.Size())
 	}
 
-	// Damage every cached chunk: each is detected, removed and fetched.
-	des, _ := os.ReadDir(dir)
-	for _, de := range des {
-		p := filepath.Join(dir, de.Name())
-		b, _ := os.ReadFile(p)
-		b[len(b)/2] ^= 0xff
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
+	damage := func() {
+		t.Helper()
+		des, _ := os.ReadDir(dir)
+		for _, de := range des {
+			p := filepath.Join(dir, de.Name())
+			b, _ := os.ReadFile(p)
+			b[len(b)/2] ^= 0xff
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	// Damage every cached chunk: each is detected, removed and fetched.
+	damage()
 	damaged := read(v2)
 	if damaged.Corrupt != damaged.Chunks || damaged.BytesTransferred != int64(len(v2)) {
 		t.Errorf("download over a damaged cache: %+v; want every chunk found corrupt and fetched", damaged)
+	}
+
+	// Into a file, cached chunks are trusted until the whole blob comes
+	// out wrong; then each is checked and the blob written again.
+	damage()
+	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := c.ReadTo(ctx, digest.Compute(digest.SHA256, v2), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(f.Name()); !bytes.Equal(got, v2) {
+		t.Fatalf("the file holds %d bytes that differ from the blob's %d", len(got), len(v2))
+	}
+	if st.Corrupt != st.Chunks || st.BytesTransferred != int64(len(v2)) {
+		t.Errorf("download into a file over a damaged cache: %+v; want every chunk found corrupt and fetched", st)
 	}
 }
 
@@ -283,16 +311,16 @@ func TestChunkCacheBoundAndRestart(t *testing.T) {
 		}
 		if i == 2 {
 			time.Sleep(10 * time.Millisecond)
-			if _, ok, _ := c.Get(ds[0]); !ok { // ds[0] becomes the most recent
+			if _, ok, _ := c.Get(ds[0], true); !ok { // ds[0] becomes the most recent
 				t.Fatal("chunk 0 is not in the cache")
 			}
 		}
 	}
-	if _, ok, _ := c.Get(ds[1]); ok {
+	if _, ok, _ := c.Get(ds[1], true); ok {
 		t.Errorf("chunk 1, the least recently used, is still there after a fourth chunk; want it removed")
 	}
 	for _, i := range []int{0, 2, 3} {
-		if _, ok, _ := c.Get(ds[i]); !ok {
+		if _, ok, _ := c.Get(ds[i], true); !ok {
 			t.Errorf("chunk %d is gone; want it kept", i)
 		}
 	}

@@ -70,8 +70,9 @@ func (c *calls) get(short string) int {
 }
 
 // startServer serves the services that register adds on 127.0.0.1:0 and
-// returns a connection to it made with Dial, and the call counts.
-func startServer(t *testing.T, register func(*grpc.Server)) (*grpc.ClientConn, *calls) {
+// returns a connection to it made with Dial, and the call counts. wrap,
+// if given, wraps the listener (for example to slow the link down).
+func startServer(t testing.TB, register func(*grpc.Server), wrap ...func(net.Listener) net.Listener) (*grpc.ClientConn, *calls) {
 	t.Helper()
 	c := &calls{}
 	g := grpc.NewServer(
@@ -94,6 +95,9 @@ func startServer(t *testing.T, register func(*grpc.Server)) (*grpc.ClientConn, *
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, w := range wrap {
+		lis = w(lis)
+	}
 	done := make(chan struct{})
 	go func() { defer close(done); g.Serve(lis) }()
 	conn, err := Dial(lis.Addr().String())
@@ -109,11 +113,11 @@ func startServer(t *testing.T, register func(*grpc.Server)) (*grpc.ClientConn, *
 }
 
 // startFrontend serves Gantry's storage services over an in-memory CAS.
-func startFrontend(t *testing.T, opts frontend.Options) (*grpc.ClientConn, *blobstore.Memory, *calls) {
+func startFrontend(t testing.TB, opts frontend.Options, wrap ...func(net.Listener) net.Listener) (*grpc.ClientConn, *blobstore.Memory, *calls) {
 	t.Helper()
 	mem := blobstore.NewMemory(0)
 	fe := frontend.New(mem, actioncache.NewMemory(0), opts)
-	conn, c := startServer(t, fe.Register)
+	conn, c := startServer(t, fe.Register, wrap...)
 	return conn, mem, c
 }
 
