@@ -3,6 +3,7 @@ package client
 import (
 	"container/list"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -99,9 +100,15 @@ func (c *ChunkCache) Size() int64 {
 // when verify is set (else only its size is). corrupt is true when it
 // held damaged data, which it has now removed.
 func (c *ChunkCache) Get(d digest.Digest, verify bool) (data []byte, ok, corrupt bool) {
+	return c.GetInto(d, nil, verify)
+}
+
+// GetInto is Get reading into buf when it has room (a caller reading many
+// chunks reuses its memory instead of faulting in fresh pages).
+func (c *ChunkCache) GetInto(d digest.Digest, buf []byte, verify bool) (data []byte, ok, corrupt bool) {
 	name := chunkName(d)
 	p := filepath.Join(c.dir, name)
-	data, err := os.ReadFile(p)
+	data, err := readInto(p, buf, d.Size)
 	if err != nil {
 		c.drop(name)
 		return nil, false, false
@@ -121,6 +128,25 @@ func (c *ChunkCache) Get(d digest.Digest, verify bool) (data []byte, ok, corrupt
 	}
 	c.mu.Unlock()
 	return data, true, false
+}
+
+// readInto reads the file at p, expected to hold size bytes, into buf if
+// it fits, else into new memory. A file of another size reads as what it
+// holds, up to one byte past size, for the caller to reject.
+func readInto(p string, buf []byte, size int64) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if int64(cap(buf)) < size+1 {
+		buf = make([]byte, size+1)
+	}
+	n, err := io.ReadFull(f, buf[:size+1])
+	if err == io.ErrUnexpectedEOF || err == io.EOF {
+		err = nil
+	}
+	return buf[:n], err
 }
 
 // Put stores chunk d, whose bytes the caller has verified. A chunk

@@ -388,9 +388,12 @@ func (c *Chunked) readChunks(ctx context.Context, d digest.Digest, chunks []dige
 			}
 		}
 	}()
+	// Cached chunks are read into three arenas in turn: the window being
+	// read, the one waiting to be hashed and the one being hashed.
+	var arenas [3][]byte
 	cached := 0
 	var err error
-	for len(chunks) > 0 && err == nil {
+	for i := 0; len(chunks) > 0 && err == nil; i++ {
 		var window []digest.Digest
 		var size int64
 		for len(chunks) > 0 && (len(window) == 0 || size+chunks[0].Size <= downloadWindow) {
@@ -400,7 +403,10 @@ func (c *Chunked) readChunks(ctx context.Context, d digest.Digest, chunks []dige
 		}
 		var data [][]byte
 		var n int
-		data, n, err = c.readWindow(ctx, window, &stats, verifyCached)
+		if int64(cap(arenas[i%3])) <= size {
+			arenas[i%3] = make([]byte, size+1)
+		}
+		data, n, err = c.readWindow(ctx, window, arenas[i%3][:0], &stats, verifyCached)
 		cached += n
 		for _, b := range data {
 			if err != nil {
@@ -425,8 +431,9 @@ func (c *Chunked) readChunks(ctx context.Context, d digest.Digest, chunks []dige
 }
 
 // readWindow returns the bytes of the chunks of window in order, from the
-// cache or fetched, and how many came from the cache.
-func (c *Chunked) readWindow(ctx context.Context, window []digest.Digest, stats *ChunkStats, verifyCached bool) ([][]byte, int, error) {
+// cache (read into arena, which has room for the window) or fetched, and
+// how many came from the cache.
+func (c *Chunked) readWindow(ctx context.Context, window []digest.Digest, arena []byte, stats *ChunkStats, verifyCached bool) ([][]byte, int, error) {
 	have := make(map[digest.Digest][]byte, len(window))
 	var fetch []digest.Digest
 	cached := 0
@@ -435,12 +442,19 @@ func (c *Chunked) readWindow(ctx context.Context, window []digest.Digest, stats 
 			continue
 		}
 		if c.cache != nil {
-			data, ok, corrupt := c.cache.Get(ch, verifyCached)
+			var buf []byte
+			if int64(cap(arena)-len(arena)) > ch.Size { // room for the extra byte readInto asks
+				buf = arena[len(arena):]
+			}
+			data, ok, corrupt := c.cache.GetInto(ch, buf, verifyCached)
 			if corrupt {
 				stats.Corrupt++
 			}
 			if ok {
 				have[ch] = data
+				if buf != nil {
+					arena = arena[:len(arena)+len(data)]
+				}
 				cached++
 				continue
 			}
