@@ -26,9 +26,16 @@ import (
 // temporary name and renamed into place, and a chunk another process
 // removed is just a miss. Each process bounds what it knows of, so the
 // directory may briefly exceed the bound by what others added.
+//
+// The directory is made and read on first use, so that a process that
+// moves no large file (most compiles of `gantry cc`) pays nothing for it;
+// a directory that cannot be made or read makes every Get a miss.
 type ChunkCache struct {
 	dir   string
 	limit int64
+
+	once    sync.Once
+	loadErr error
 
 	mu      sync.Mutex
 	lru     *list.List // of *cacheEntry, most recently used first
@@ -41,20 +48,32 @@ type cacheEntry struct {
 	size int64
 }
 
-// OpenChunkCache opens (creating it if needed) the chunk cache in dir,
-// bounded to limit bytes. Chunks already there are kept, oldest use
-// first in line for removal.
+// staleTemp is the age from which a temporary file in the cache is taken
+// for the leftover of a crash rather than another process's write.
+const staleTemp = time.Hour
+
+// OpenChunkCache returns the chunk cache in dir, bounded to limit bytes.
+// Chunks already there are kept, oldest use first in line for removal.
 func OpenChunkCache(dir string, limit int64) (*ChunkCache, error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("chunk cache %s: size bound %d is not positive; give a size such as 1GiB", dir, limit)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("chunk cache: %w; make the directory writable or point the cache elsewhere", err)
+	return &ChunkCache{dir: dir, limit: limit, lru: list.New(), entries: make(map[string]*list.Element)}, nil
+}
+
+// load makes and reads the directory, once.
+func (c *ChunkCache) load() error {
+	c.once.Do(func() { c.loadErr = c.scan() })
+	return c.loadErr
+}
+
+func (c *ChunkCache) scan() error {
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return fmt.Errorf("chunk cache: %w; make the directory writable or point the cache elsewhere", err)
 	}
-	c := &ChunkCache{dir: dir, limit: limit, lru: list.New(), entries: make(map[string]*list.Element)}
-	des, err := os.ReadDir(dir)
+	des, err := os.ReadDir(c.dir)
 	if err != nil {
-		return nil, fmt.Errorf("chunk cache: %w", err)
+		return fmt.Errorf("chunk cache: %w", err)
 	}
 	type found struct {
 		name  string
@@ -63,25 +82,27 @@ func OpenChunkCache(dir string, limit int64) (*ChunkCache, error) {
 	}
 	var all []found
 	for _, de := range des {
-		if strings.HasPrefix(de.Name(), ".tmp") {
-			os.Remove(filepath.Join(dir, de.Name())) // a write a crash interrupted
-			continue
-		}
 		fi, err := de.Info()
 		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if strings.HasPrefix(de.Name(), ".tmp") {
+			if time.Since(fi.ModTime()) > staleTemp {
+				os.Remove(filepath.Join(c.dir, de.Name())) // a write a crash interrupted
+			}
 			continue
 		}
 		all = append(all, found{de.Name(), fi.Size(), fi.ModTime()})
 	}
 	slices.SortFunc(all, func(a, b found) int { return b.mtime.Compare(a.mtime) })
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, f := range all {
 		c.entries[f.name] = c.lru.PushBack(&cacheEntry{f.name, f.size})
 		c.size += f.size
 	}
-	c.mu.Lock()
 	c.evict()
-	c.mu.Unlock()
-	return c, nil
+	return nil
 }
 
 // chunkName is the file name of chunk d.
@@ -91,6 +112,7 @@ func chunkName(d digest.Digest) string {
 
 // Size is the bytes of the chunks the cache knows of.
 func (c *ChunkCache) Size() int64 {
+	_ = c.load()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.size
@@ -106,6 +128,9 @@ func (c *ChunkCache) Get(d digest.Digest, verify bool) (data []byte, ok, corrupt
 // GetInto is Get reading into buf when it has room (a caller reading many
 // chunks reuses its memory instead of faulting in fresh pages).
 func (c *ChunkCache) GetInto(d digest.Digest, buf []byte, verify bool) (data []byte, ok, corrupt bool) {
+	if c.load() != nil {
+		return nil, false, false
+	}
 	name := chunkName(d)
 	p := filepath.Join(c.dir, name)
 	data, err := readInto(p, buf, d.Size)
@@ -154,6 +179,9 @@ func readInto(p string, buf []byte, size int64) ([]byte, error) {
 func (c *ChunkCache) Put(d digest.Digest, data []byte) error {
 	if d.Size > c.limit {
 		return nil
+	}
+	if err := c.load(); err != nil {
+		return err
 	}
 	name := chunkName(d)
 	c.mu.Lock()

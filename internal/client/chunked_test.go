@@ -338,3 +338,31 @@ func TestChunkCacheBoundAndRestart(t *testing.T) {
 		t.Error("a zero bound was accepted")
 	}
 }
+
+// TestChunkedDownloadWithUnusableCache: a chunk cache whose directory
+// cannot be made costs fetches, never the download.
+func TestChunkedDownloadWithUnusableCache(t *testing.T) {
+	conn, mem, _ := startFrontend(t, frontend.Options{})
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cache, err := OpenChunkCache(filepath.Join(file, "chunks"), 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newChunked(t, conn, cache, nil)
+	data := testData(chunkedBlob/4, 5)
+	d := digest.Compute(digest.SHA256, data)
+	if err := blobstore.Put(context.Background(), mem, d, data); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		var buf bytes.Buffer
+		st, err := c.ReadTo(context.Background(), d, &buf)
+		if err != nil || !bytes.Equal(buf.Bytes(), data) || st.BytesTransferred != d.Size {
+			t.Fatalf("download through an unusable cache: %+v, %v; want the blob, every chunk fetched", st, err)
+		}
+	}
+}
+

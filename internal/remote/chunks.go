@@ -23,9 +23,10 @@ type ChunkOptions struct {
 	// as chunks; 0 means DefaultChunkThreshold, a negative value never.
 	Threshold int64
 	// CacheDir is the local chunk cache, bounded to CacheBytes. Without
-	// one ("", a bound of 0, or a directory that cannot be made) outputs
-	// are fetched whole: a chunked download only pays off with the old
-	// version's chunks at hand, and a cache is never a reason to fail.
+	// one ("" or a bound of 0) outputs are fetched whole: a chunked
+	// download only pays off with the old version's chunks at hand. A
+	// directory that cannot be made is never a reason to fail: every
+	// chunk is then fetched.
 	CacheDir   string
 	CacheBytes int64
 	// Observer is told about every chunked transfer (nil: nobody).
