@@ -91,6 +91,12 @@ func (c *Chunked) Upload(ctx context.Context, d digest.Digest, f *os.File) (Chun
 		return c.uploadWhole(ctx, d, f)
 	}
 	chunks, err := c.cut(d, f)
+	if errors.Is(err, errTooManyChunks) {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return ChunkStats{}, err
+		}
+		return c.uploadWhole(ctx, d, f)
+	}
 	if err != nil {
 		return ChunkStats{}, err
 	}
@@ -141,6 +147,10 @@ func (c *Chunked) uploadWhole(ctx context.Context, d digest.Digest, r io.Reader)
 	}
 	return ChunkStats{Chunks: 1, Transferred: 1, BytesTransferred: d.Size}, nil
 }
+
+// errTooManyChunks: the blob cuts into more chunks than a server keeps
+// in one mapping (a blob of over 128 GiB); it goes whole.
+var errTooManyChunks = errors.New("too many chunks")
 
 // chunkAt is a chunk of a local file.
 type chunkAt struct {
@@ -212,12 +222,15 @@ func (c *Chunked) cut(d digest.Digest, f *os.File) ([]chunkAt, error) {
 		jobs <- job{i, buf}
 		off += int64(len(data))
 		if len(chunks) > maxMappingChunks {
-			err = fmt.Errorf("blob %s cuts into more than %d chunks, more than a server keeps; upload it whole", d, maxMappingChunks)
+			err = errTooManyChunks
 			break
 		}
 	}
 	close(jobs)
 	wg.Wait()
+	if errors.Is(err, errTooManyChunks) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", f.Name(), err)
 	}

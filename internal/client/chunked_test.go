@@ -365,4 +365,3 @@ func TestChunkedDownloadWithUnusableCache(t *testing.T) {
 		}
 	}
 }
-

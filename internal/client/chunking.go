@@ -65,10 +65,15 @@ func (ch Chunking) String() string {
 // chunks of REAPI's recommended 512 KiB make a 128 GiB blob.
 const maxMappingChunks = 1 << 18
 
+// maxChunkSize bounds one chunk of a server's chunk list: a download
+// holds a chunk in memory, and REAPI's largest FastCDC average (8 MiB)
+// cuts chunks of at most 32 MiB.
+const maxChunkSize = 64 << 20
+
 // checkMapping validates a chunk list a server sent for blob d: at most
-// maxMappingChunks valid digests of d's function whose sizes add up to
-// d's. The list is untrusted: a wrong one must fail here, not later as a
-// short or overlong file.
+// maxMappingChunks valid digests of d's function, none over maxChunkSize,
+// whose sizes add up to d's. The list is untrusted: a wrong one must fail
+// here, not later as a short or overlong file or an outsized read.
 func checkMapping(d digest.Digest, pds []*repb.Digest) ([]digest.Digest, error) {
 	if len(pds) > maxMappingChunks {
 		return nil, fmt.Errorf("the server's chunk list of blob %s has %d chunks, more than %d; the server is faulty", d, len(pds), maxMappingChunks)
@@ -79,6 +84,9 @@ func checkMapping(d digest.Digest, pds []*repb.Digest) ([]digest.Digest, error) 
 		c, err := digest.FromProto(d.Function, pd)
 		if err != nil {
 			return nil, fmt.Errorf("the server's chunk list of blob %s: chunk %d: %w; the server is faulty", d, i, err)
+		}
+		if c.Size > maxChunkSize {
+			return nil, fmt.Errorf("the server's chunk list of blob %s has a chunk of %d bytes (chunk %d), more than %d; the server is faulty", d, c.Size, i, maxChunkSize)
 		}
 		if total += c.Size; total > d.Size {
 			return nil, fmt.Errorf("the server's chunk list of blob %s holds more than the blob's %d bytes at chunk %d; the server is faulty", d, d.Size, i)

@@ -30,7 +30,7 @@ func FuzzCheckMapping(f *testing.F) {
 		}
 		var total int64
 		for _, c := range chunks {
-			if c.Size < 0 || c.Function != digest.SHA256 {
+			if c.Size < 0 || c.Size > maxChunkSize || c.Function != digest.SHA256 {
 				t.Fatalf("accepted chunk %v", c)
 			}
 			total += c.Size
