@@ -114,6 +114,16 @@ func (c *Chunked) Upload(ctx context.Context, d digest.Digest, f *os.File) (Chun
 		if err == nil {
 			break
 		}
+		if status.Code(err) == codes.Unimplemented {
+			// Advertised but not served (a proxy in between, say).
+			if _, err := f.Seek(0, io.SeekStart); err != nil {
+				return stats, err
+			}
+			whole, err := c.uploadWhole(ctx, d, f)
+			whole.Transferred += stats.Transferred
+			whole.BytesTransferred += stats.BytesTransferred
+			return whole, err
+		}
 		if status.Code(err) == codes.InvalidArgument {
 			// The chunks do not make blob d: most likely the file
 			// changed after d was computed, which only hashing it says.

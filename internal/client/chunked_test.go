@@ -17,6 +17,7 @@ import (
 
 	"github.com/gantry-build/gantry/internal/actioncache"
 	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/cdc"
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/frontend"
 )
@@ -286,9 +287,20 @@ func TestChunkedTransfersWithoutServerSupport(t *testing.T) {
 		t.Errorf("%d chunking calls to a server that does not advertise chunking; want none", n)
 	}
 
-	// A server that advertises chunking but fails to split still serves
-	// the blob whole.
-	c.ch.Split = true
+	// A server that advertises chunking but does not serve it still
+	// takes and serves the blob whole.
+	c.ch = newChunked(t, conn, nil, nil).Chunking()
+	c.ch.Split, c.ch.Splice, c.ch.Streaming = true, true, true
+	c.ch.Function = repb.ChunkingFunction_FAST_CDC_2020
+	c.ch.fn = newChunkedFastCDC(t)
+	data = testData(chunkedBlob/4, 6)
+	d = digest.Compute(digest.SHA256, data)
+	if up, err = c.UploadFile(ctx, d, writeTemp(t, data)); err != nil {
+		t.Fatalf("upload to a server whose RegisterChunkMapping is unimplemented: %v", err)
+	}
+	if got, err := blobstore.Get(ctx, mem, d); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("upload to a server whose RegisterChunkMapping is unimplemented: %+v, server holds %d bytes (err %v); want the blob", up, len(got), err)
+	}
 	buf.Reset()
 	if down, err = c.ReadTo(ctx, d, &buf); err != nil || !bytes.Equal(buf.Bytes(), data) || down.Chunked {
 		t.Fatalf("download from a server whose GetChunkMapping fails: %+v, %d bytes, %v; want the whole blob", down, buf.Len(), err)
@@ -364,4 +376,15 @@ func TestChunkedDownloadWithUnusableCache(t *testing.T) {
 			t.Fatalf("download through an unusable cache: %+v, %v; want the blob, every chunk fetched", st, err)
 		}
 	}
+}
+
+// newChunkedFastCDC is REAPI's recommended FastCDC, for tests that fake
+// a server's capabilities.
+func newChunkedFastCDC(t *testing.T) cdc.Function {
+	t.Helper()
+	f, err := cdc.NewFastCDC2020(512<<10, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
