@@ -159,7 +159,11 @@ func runBatch(cmd *cobra.Command, f batchFlags, file string) error {
 		return &exitStatus{code: exitOwnFailure, err: err}
 	}
 	defer conn.Close()
-	client, err := remote.New(ctx, conn, f.instance, remote.Options{})
+	opts, err := remoteOptions(os.Getenv)
+	if err != nil {
+		return &exitStatus{code: exitOwnFailure, err: err}
+	}
+	client, err := remote.New(ctx, conn, f.instance, opts)
 	if err != nil {
 		if ctx.Err() != nil {
 			return &exitStatus{code: exitInterrupted, err: errors.New("interrupted")}

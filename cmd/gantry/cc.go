@@ -120,7 +120,11 @@ func runCC(cmd *cobra.Command, compiler string, args []string) error {
 		return r.fallback(err)
 	}
 	defer conn.Close()
-	client, err := remote.New(ctx, conn, os.Getenv("GANTRY_INSTANCE"), remote.Options{})
+	opts, err := remoteOptions(os.Getenv)
+	if err != nil {
+		return r.fallback(err)
+	}
+	client, err := remote.New(ctx, conn, os.Getenv("GANTRY_INSTANCE"), opts)
 	if err != nil {
 		if ctx.Err() != nil {
 			return &exitStatus{code: exitInterrupted, err: errors.New("interrupted")}

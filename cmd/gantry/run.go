@@ -95,7 +95,11 @@ func runRemote(cmd *cobra.Command, f runFlags, args []string) error {
 	}
 	defer conn.Close()
 	interrupted := func() bool { return ctx.Err() != nil && cmd.Context().Err() == nil }
-	c, err := remote.New(ctx, conn, f.instance, remote.Options{})
+	opts, err := remoteOptions(os.Getenv)
+	if err != nil {
+		return &exitStatus{code: exitOwnFailure, err: err}
+	}
+	c, err := remote.New(ctx, conn, f.instance, opts)
 	if err != nil {
 		if interrupted() {
 			return &exitStatus{code: exitInterrupted, err: errors.New("interrupted")}
@@ -161,8 +165,12 @@ func describeRun(w io.Writer, info remote.RunInfo) {
 	if info.Exec.OperationName != "" {
 		fmt.Fprintf(w, "; operation %s", info.Exec.OperationName)
 	}
-	fmt.Fprintf(w, "; up %d bytes (%d of %d blobs), down %d bytes\n",
+	fmt.Fprintf(w, "; up %d bytes (%d of %d blobs), down %d bytes",
 		info.BytesUp(), info.Upload.Uploaded, info.Upload.Blobs, info.BytesDown())
+	if up, down := info.Upload.ChunkSavedBytes, info.Download.ChunkSavedBytes; up+down > 0 {
+		fmt.Fprintf(w, "; chunking saved %d bytes up, %d down", up, down)
+	}
+	fmt.Fprintf(w, "; upload %s, download %s\n", info.Upload.Duration.Round(time.Millisecond), info.Download.Duration.Round(time.Millisecond))
 }
 
 // cancelOperation asks the server to cancel operation name after Ctrl-C,

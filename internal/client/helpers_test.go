@@ -5,10 +5,12 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/stats"
 
 	"github.com/gantry-build/gantry/internal/actioncache"
 	"github.com/gantry-build/gantry/internal/blobstore"
@@ -25,7 +27,24 @@ func TestMain(m *testing.M) {
 type calls struct {
 	mu sync.Mutex
 	n  map[string]int
+
+	// in and out count the message bytes the server received and sent.
+	in, out atomic.Int64
 }
+
+// TagRPC, HandleRPC, TagConn and HandleConn make calls a gRPC stats
+// handler that counts message bytes.
+func (c *calls) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (c *calls) HandleRPC(_ context.Context, s stats.RPCStats) {
+	switch p := s.(type) {
+	case *stats.InPayload:
+		c.in.Add(int64(p.WireLength))
+	case *stats.OutPayload:
+		c.out.Add(int64(p.WireLength))
+	}
+}
+func (c *calls) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (c *calls) HandleConn(context.Context, stats.ConnStats)                       {}
 
 func (c *calls) add(method string) {
 	c.mu.Lock()
@@ -51,8 +70,9 @@ func (c *calls) get(short string) int {
 }
 
 // startServer serves the services that register adds on 127.0.0.1:0 and
-// returns a connection to it made with Dial, and the call counts.
-func startServer(t *testing.T, register func(*grpc.Server)) (*grpc.ClientConn, *calls) {
+// returns a connection to it made with Dial, and the call counts. wrap,
+// if given, wraps the listener (for example to slow the link down).
+func startServer(t testing.TB, register func(*grpc.Server), wrap ...func(net.Listener) net.Listener) (*grpc.ClientConn, *calls) {
 	t.Helper()
 	c := &calls{}
 	g := grpc.NewServer(
@@ -60,6 +80,7 @@ func startServer(t *testing.T, register func(*grpc.Server)) (*grpc.ClientConn, *
 		// the fakes.
 		frontend.ServerCodec(),
 		grpc.MaxRecvMsgSize(64<<20),
+		grpc.StatsHandler(c),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			c.add(info.FullMethod)
 			return h(ctx, req)
@@ -73,6 +94,9 @@ func startServer(t *testing.T, register func(*grpc.Server)) (*grpc.ClientConn, *
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, w := range wrap {
+		lis = w(lis)
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); g.Serve(lis) }()
@@ -89,11 +113,11 @@ func startServer(t *testing.T, register func(*grpc.Server)) (*grpc.ClientConn, *
 }
 
 // startFrontend serves Gantry's storage services over an in-memory CAS.
-func startFrontend(t *testing.T, opts frontend.Options) (*grpc.ClientConn, *blobstore.Memory, *calls) {
+func startFrontend(t testing.TB, opts frontend.Options, wrap ...func(net.Listener) net.Listener) (*grpc.ClientConn, *blobstore.Memory, *calls) {
 	t.Helper()
 	mem := blobstore.NewMemory(0)
 	fe := frontend.New(mem, actioncache.NewMemory(0), opts)
-	conn, c := startServer(t, fe.Register)
+	conn, c := startServer(t, fe.Register, wrap...)
 	return conn, mem, c
 }
 

@@ -171,6 +171,9 @@ type WorkerConfig struct {
 	WorkDir string `yaml:"work_dir"`
 	// CacheMaxSize bounds the input file cache.
 	CacheMaxSize ByteSize `yaml:"cache_max_size"`
+	// ChunkThreshold: input and output files of at least this size move
+	// as content-defined chunks when the server supports it; 0 = off.
+	ChunkThreshold ByteSize `yaml:"chunk_threshold"`
 	// Wrapper is an argv prefix every action runs under (e.g. a sandbox).
 	Wrapper []string `yaml:"wrapper"`
 	// Sandbox configures the bubblewrap sandbox (see sandbox.go).
@@ -294,6 +297,7 @@ func Default() Config {
 			Enabled:                 true,
 			AcceptUnknownProperties: true,
 			CacheMaxSize:            10 << 30,
+			ChunkThreshold:          16 << 20,
 			Sandbox:                 defaultSandbox(),
 			MinFreeDisk:             1 << 30,
 			LinkInputDirectories:    LinkInputDirectoriesAuto,

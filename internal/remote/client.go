@@ -18,6 +18,8 @@ type Options struct {
 	// Priority is the ExecutionPolicy priority of every action (lower
 	// runs sooner on servers that honour it; 0 is the server's default).
 	Priority int32
+	// Chunks says which files move as content-defined chunks.
+	Chunks ChunkOptions
 }
 
 // Client runs actions on one REAPI server instance. It is safe for
@@ -32,6 +34,9 @@ type Client struct {
 	cas      *client.CAS
 	ac       repb.ActionCacheClient
 	maxBatch int64
+
+	chunked  *client.Chunked
+	chunkMin int64 // files of at least this size move as chunks; 0: none
 
 	files    *fileCache
 	subtrees *subtreeCache
@@ -56,12 +61,16 @@ func New(ctx context.Context, conn *grpc.ClientConn, instance string, opts Optio
 		return nil, fmt.Errorf("the server does not execute actions for instance %q (its capabilities say exec_enabled=false); point GANTRY_SERVER or --server at a server with workers", instance)
 	}
 	maxBatch := client.BatchLimit(caps)
+	cas := client.NewCAS(conn, instance, fn, maxBatch)
+	chunked, chunkMin := newChunked(cas, client.ChunkingOf(caps), opts.Chunks)
 	return &Client{
 		conn:     conn,
 		instance: instance,
 		opts:     opts,
 		fn:       fn,
-		cas:      client.NewCAS(conn, instance, fn, maxBatch),
+		cas:      cas,
+		chunked:  chunked,
+		chunkMin: chunkMin,
 		ac:       repb.NewActionCacheClient(conn),
 		maxBatch: maxBatch,
 		files:    newFileCache(),

@@ -253,10 +253,12 @@ func (c *Client) writeFiles(ctx context.Context, o *outputDir, files []wantFile,
 				stats.Inlined++
 			}
 		case f.d.Size > client.SmallBlobLimit:
-			if err := c.streamTo(ctx, o, f); err != nil {
+			n, err := c.streamTo(ctx, o, f)
+			if err != nil {
 				return fetched, err
 			}
-			fetched += f.d.Size
+			fetched += n
+			stats.ChunkSavedBytes += f.d.Size - n
 			stats.Written++
 		default:
 			if groupBytes+f.d.Size > downloadGroup {
@@ -304,14 +306,26 @@ func writeFile(o *outputDir, f wantFile, data []byte) error {
 	})
 }
 
-// streamTo fetches the large blob of f straight into its file.
-func (c *Client) streamTo(ctx context.Context, o *outputDir, f wantFile) error {
+// streamTo fetches the large blob of f straight into its file, from its
+// chunks from the chunking threshold on. It returns the bytes fetched.
+func (c *Client) streamTo(ctx context.Context, o *outputDir, f wantFile) (int64, error) {
+	if c.chunkable(f.d.Size) {
+		var n int64
+		err := o.writeFile(f.rel, f.exec, func(w io.Writer) error {
+			var err error
+			if n, err = c.readChunked(ctx, f.d, w); err != nil {
+				return fmt.Errorf("fetching output %s: %w", o.local(f.rel), err)
+			}
+			return nil
+		})
+		return n, err
+	}
 	r, err := c.cas.Open(ctx, f.d, 0)
 	if err != nil {
-		return fmt.Errorf("fetching output %s: %w", o.local(f.rel), err)
+		return 0, fmt.Errorf("fetching output %s: %w", o.local(f.rel), err)
 	}
 	defer r.Close()
-	return o.writeFile(f.rel, f.exec, func(w io.Writer) error {
+	return f.d.Size, o.writeFile(f.rel, f.exec, func(w io.Writer) error {
 		if _, err := io.Copy(w, r); err != nil {
 			return fmt.Errorf("fetching output %s: %w", o.local(f.rel), err)
 		}

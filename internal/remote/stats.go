@@ -33,7 +33,10 @@ type UploadStats struct {
 	// lacked, or all the unknown ones when sent without asking.
 	Uploaded      int
 	UploadedBytes int64
-	Duration      time.Duration
+	// ChunkSavedBytes is what chunked uploads of large files did not send
+	// because the CAS held those chunks (not counted in UploadedBytes).
+	ChunkSavedBytes int64
+	Duration        time.Duration
 }
 
 // ExecInfo describes the Execute step of one action.
@@ -64,6 +67,9 @@ type DownloadStats struct {
 	// (inlined in the result or fetched from the CAS), Trees, and stdout
 	// and stderr that were not inlined.
 	DownloadedBytes int64
+	// ChunkSavedBytes is what chunked downloads of large files did not
+	// fetch because the local chunk cache held those chunks.
+	ChunkSavedBytes int64
 	Duration        time.Duration
 }
 

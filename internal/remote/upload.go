@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/gantry-build/gantry/internal/blobstore"
@@ -56,13 +57,16 @@ func (c *Client) Upload(ctx context.Context, a *Action) (UploadStats, error) {
 			return stats, fmt.Errorf("uploading the inputs of action %s: %w", a.digest, err)
 		}
 	}
-	if err := c.send(ctx, a, missing); err != nil {
+	saved, err := c.send(ctx, a, missing)
+	if err != nil {
 		return stats, fmt.Errorf("uploading the inputs of action %s: %w", a.digest, err)
 	}
 	for _, d := range missing {
 		stats.Uploaded++
 		stats.UploadedBytes += d.Size
 	}
+	stats.UploadedBytes -= saved
+	stats.ChunkSavedBytes = saved
 	c.markPresent(ask)
 	stats.Duration = time.Since(start)
 	return stats, nil
@@ -116,8 +120,11 @@ func (c *Client) forget(a *Action) {
 
 // send uploads the blobs ds of a. Blobs that fit a batch are read into
 // memory a batch-sized group at a time and sent with BatchUpdateBlobs;
-// larger ones are streamed from their files with ByteStream Write.
-func (c *Client) send(ctx context.Context, a *Action, ds []digest.Digest) error {
+// larger ones are streamed from their files with ByteStream Write, or
+// sent as chunks from the chunking threshold on. It returns the bytes
+// chunking did not have to send.
+func (c *Client) send(ctx context.Context, a *Action, ds []digest.Digest) (int64, error) {
+	var saved atomic.Int64
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(uploadParallel)
 	group := make(map[digest.Digest][]byte)
@@ -133,9 +140,16 @@ func (c *Client) send(ctx context.Context, a *Action, ds []digest.Digest) error 
 	for _, d := range ds {
 		src := a.blobs[d]
 		if !c.batchable(d.Size) {
-			if src.data != nil { // a large Directory or Command message
+			switch {
+			case src.data != nil: // a large Directory or Command message
 				g.Go(func() error { return blobstore.Put(ctx, c.cas, d, src.data) })
-			} else {
+			case c.chunkable(d.Size):
+				g.Go(func() error {
+					n, err := c.uploadChunked(ctx, d, src.path)
+					saved.Add(n)
+					return err
+				})
+			default:
 				g.Go(func() error { return c.stream(ctx, d, src.path) })
 			}
 			continue
@@ -145,7 +159,7 @@ func (c *Client) send(ctx context.Context, a *Action, ds []digest.Digest) error 
 			var err error
 			if data, err = readInput(c.fn, d, src.path); err != nil {
 				g.Wait()
-				return err
+				return saved.Load(), err
 			}
 		}
 		if groupBytes+d.Size+batchOverhead > c.maxBatch {
@@ -155,7 +169,8 @@ func (c *Client) send(ctx context.Context, a *Action, ds []digest.Digest) error 
 		groupBytes += d.Size + batchOverhead
 	}
 	flush()
-	return g.Wait()
+	err := g.Wait()
+	return saved.Load(), err
 }
 
 // readInput reads a small input file and checks it still has digest d.

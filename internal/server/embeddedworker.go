@@ -110,7 +110,7 @@ func WorkerConfig(wc config.WorkerConfig, log *slog.Logger) worker.Config {
 		ID: wc.ID, Cores: cores, MemoryBytes: mem,
 		InputFetchSlots: wc.InputFetchSlots, ReportSlots: wc.ReportSlots,
 		Properties: worker.Properties(props), AcceptUnknownProperties: wc.AcceptUnknownProperties,
-		WorkDir: wc.WorkDir, CacheMaxBytes: int64(wc.CacheMaxSize), Wrapper: wc.Wrapper, Logger: log,
+		WorkDir: wc.WorkDir, CacheMaxBytes: int64(wc.CacheMaxSize), ChunkThreshold: int64(wc.ChunkThreshold), Wrapper: wc.Wrapper, Logger: log,
 		ProcessWrappers: wc.ProcessWrappers, Queues: wc.Queues, Resources: wc.Resources, Instances: wc.Instances,
 		MinFreeDisk: int64(wc.MinFreeDisk), MaxFileSize: int64(wc.MaxFileSize),
 		LinkInputDirectories: wc.LinkInputDirectories != config.LinkInputDirectoriesOff,

@@ -22,6 +22,8 @@ type collector struct {
 	hits, misses, evictions, downloaded    *prometheus.Desc
 	trees, treeBuilds, treeHits, treeEvict *prometheus.Desc
 	diskLow                                *prometheus.Desc
+	chunked, chunkedBytes, chunkSaved      *prometheus.Desc
+	chunkCache, chunkCorrupt               *prometheus.Desc
 }
 
 // RegisterMetrics registers the worker's metrics with reg: active leases
@@ -47,6 +49,14 @@ func (w *Worker) RegisterMetrics(reg prometheus.Registerer, stages bool) error {
 		treeHits:   prometheus.NewDesc("gantry_worker_input_tree_hits_total", "Input directories bound from a tree already cached.", nil, nil),
 		treeEvict:  prometheus.NewDesc("gantry_worker_input_tree_evictions_total", "Idle trees deleted to keep the file cache within worker.cache_max_size.", nil, nil),
 		diskLow:    prometheus.NewDesc("gantry_worker_disk_low", "1 while the work directory's file system is below worker.min_free_disk and the worker asks for no work.", nil, nil),
+		chunked: prometheus.NewDesc("gantry_worker_chunked_transfers_total", "Large input (download) and output (upload) files moved as content-defined chunks (worker.chunk_threshold).",
+			[]string{"direction"}, nil),
+		chunkedBytes: prometheus.NewDesc("gantry_worker_chunked_transferred_bytes_total", "Bytes of chunks sent (upload) or fetched (download) by chunked transfers.",
+			[]string{"direction"}, nil),
+		chunkSaved: prometheus.NewDesc("gantry_worker_chunked_saved_bytes_total", "Bytes chunked transfers did not move: chunks the CAS already held (upload) or the worker's chunk cache held (download).",
+			[]string{"direction"}, nil),
+		chunkCache:   prometheus.NewDesc("gantry_worker_chunk_cache_bytes", "Bytes of input chunks kept in the worker's chunk directory (work_dir/chunks).", nil, nil),
+		chunkCorrupt: prometheus.NewDesc("gantry_worker_chunk_cache_corrupt_total", "Chunks of the worker's chunk directory that failed their digest check; they were removed and fetched again.", nil, nil),
 	}
 	if err := reg.Register(c); err != nil {
 		return err
@@ -66,7 +76,7 @@ func (w *Worker) RegisterMetrics(reg prometheus.Registerer, stages bool) error {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.leases, c.byStage, c.cacheBytes, c.cacheMax, c.entries, c.hits, c.misses, c.evictions, c.downloaded, c.trees, c.treeBuilds, c.treeHits, c.treeEvict, c.diskLow} {
+	for _, d := range []*prometheus.Desc{c.leases, c.byStage, c.cacheBytes, c.cacheMax, c.entries, c.hits, c.misses, c.evictions, c.downloaded, c.trees, c.treeBuilds, c.treeHits, c.treeEvict, c.diskLow, c.chunked, c.chunkedBytes, c.chunkSaved, c.chunkCache, c.chunkCorrupt} {
 		ch <- d
 	}
 }
@@ -116,6 +126,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		low = 1
 	}
 	g(c.diskLow, low)
+	t := &c.w.chunkTally
+	for i, dir := range []string{"upload", "download"} {
+		ch <- prometheus.MustNewConstMetric(c.chunked, prometheus.CounterValue, float64(t.transfers[i].Load()), dir)
+		ch <- prometheus.MustNewConstMetric(c.chunkedBytes, prometheus.CounterValue, float64(t.sent[i].Load()), dir)
+		ch <- prometheus.MustNewConstMetric(c.chunkSaved, prometheus.CounterValue, float64(t.saved[i].Load()), dir)
+	}
+	var chunkBytes int64
+	if c.w.chunkCache != nil {
+		chunkBytes = c.w.chunkCache.Size()
+	}
+	g(c.chunkCache, float64(chunkBytes))
+	k(c.chunkCorrupt, float64(t.corrupt.Load()))
 }
 
 // observeStages records a finished lease's stage durations, when the

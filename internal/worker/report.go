@@ -29,7 +29,11 @@ type reporter struct {
 	// absoluteSymlinks accepts output symlinks with absolute targets: a
 	// chroot worker's actions run with the input root as "/".
 	absoluteSymlinks bool
-	log              *slog.Logger
+	// large uploads output files of at least largeFrom bytes as chunks
+	// (nil: whole).
+	large     outputs.LargeUploader
+	largeFrom int64
+	log       *slog.Logger
 
 	// real holds each exec root directory with its symbolic links
 	// resolved: the worker reuses a few roots, so each is resolved once
@@ -38,8 +42,8 @@ type reporter struct {
 	real map[string]string
 }
 
-func newReporter(minFreeDisk int64, absoluteSymlinks bool, log *slog.Logger) *reporter {
-	return &reporter{minFreeDisk: minFreeDisk, absoluteSymlinks: absoluteSymlinks, log: log, real: map[string]string{}}
+func newReporter(minFreeDisk int64, absoluteSymlinks bool, large outputs.LargeUploader, largeFrom int64, log *slog.Logger) *reporter {
+	return &reporter{minFreeDisk: minFreeDisk, absoluteSymlinks: absoluteSymlinks, large: large, largeFrom: largeFrom, log: log, real: map[string]string{}}
 }
 
 // realDir is dir with its symbolic links resolved ("" if that fails:
@@ -65,7 +69,8 @@ func (r *reporter) Report(ctx context.Context, j *job, root *execroot.Root, ex *
 	if ex.disk.killed {
 		return r.diskKilled(ctx, j, root, ex), nil
 	}
-	ar, err := outputs.Collect(ctx, j.cas, j.ad.Function, root.Dir, j.cmd, outputs.Options{RealRoot: r.realDir(root.Dir), AllowAbsoluteSymlinks: r.absoluteSymlinks})
+	ar, err := outputs.Collect(ctx, j.cas, j.ad.Function, root.Dir, j.cmd, outputs.Options{RealRoot: r.realDir(root.Dir), AllowAbsoluteSymlinks: r.absoluteSymlinks,
+		Large: r.large, LargeFrom: r.largeFrom})
 	if err != nil {
 		return nil, outputFailure(j.ad, err)
 	}

@@ -26,10 +26,12 @@ import (
 	"google.golang.org/grpc"
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
+	"github.com/gantry-build/gantry/internal/client"
 	"github.com/gantry-build/gantry/internal/dirlock"
 	"github.com/gantry-build/gantry/internal/worker/dircache"
 	"github.com/gantry-build/gantry/internal/worker/execroot"
 	"github.com/gantry-build/gantry/internal/worker/filecache"
+	"github.com/gantry-build/gantry/internal/worker/outputs"
 	"github.com/gantry-build/gantry/internal/worker/runner"
 	"github.com/gantry-build/gantry/internal/worker/sandbox"
 )
@@ -45,6 +47,11 @@ type Config struct {
 	AcceptUnknownProperties bool
 	WorkDir                 string
 	CacheMaxBytes           int64
+	// ChunkThreshold: input and output files of at least this many bytes
+	// move as content-defined chunks when the server supports it, with
+	// the input chunks kept in WorkDir/chunks (a quarter of
+	// CacheMaxBytes); 0 turns chunking off.
+	ChunkThreshold int64
 	// Wrapper is a command prefix for every action.
 	Wrapper []string
 	// ProcessWrappers are named prefixes actions select with the
@@ -82,15 +89,21 @@ type Worker struct {
 	sched workerpb.WorkersClient
 	cache *filecache.Cache
 	// trees is the tree cache of directory linking; nil when off.
-	trees  *dircache.Cache
-	cas    casSource
-	log    *slog.Logger
-	roots  *rootPool
-	logs   string
-	fetch  *semaphore.Weighted
-	exec   *semaphore.Weighted
-	report *semaphore.Weighted
-	sb     *sandbox.Sandbox
+	trees *dircache.Cache
+	cas   casSource
+	// chunks moves large inputs and outputs as chunks (nil when
+	// Config.ChunkThreshold is 0); chunkCache holds the input chunks and
+	// chunkTally counts the transfers for the metrics.
+	chunks     *chunkedCAS
+	chunkCache *client.ChunkCache
+	chunkTally chunkTally
+	log        *slog.Logger
+	roots      *rootPool
+	logs       string
+	fetch      *semaphore.Weighted
+	exec       *semaphore.Weighted
+	report     *semaphore.Weighted
+	sb         *sandbox.Sandbox
 	// sup starts actions and ends every process they start.
 	sup *runner.Supervisor
 	// workDir keeps other worker processes out of cfg.WorkDir: a second
@@ -216,7 +229,28 @@ func New(conn *grpc.ClientConn, sched workerpb.WorkersClient, cfg Config) (*Work
 	}
 	cas := newInstanceCAS(conn)
 	w.cas = cas
-	if w.cache, err = filecache.New(filepath.Join(cfg.WorkDir, "cache"), cfg.CacheMaxBytes, cas); err != nil {
+	fileBytes := cfg.CacheMaxBytes
+	if cfg.ChunkThreshold > 0 {
+		chunkBytes := int64(1) << 62
+		if cfg.CacheMaxBytes > 0 {
+			chunkBytes = max(1, cfg.CacheMaxBytes/chunkCacheShare)
+			fileBytes = max(1, cfg.CacheMaxBytes-chunkBytes)
+		}
+		chunkCache, err := client.OpenChunkCache(filepath.Join(cfg.WorkDir, "chunks"), chunkBytes)
+		if err != nil {
+			return nil, fmt.Errorf("worker chunk cache: %w", err)
+		}
+		w.chunks = newChunkedCAS(conn, cas, chunkCache, &w.chunkTally)
+		w.chunkCache = chunkCache
+	}
+	var (
+		largeIn  filecache.LargeReader
+		largeOut outputs.LargeUploader
+	)
+	if w.chunks != nil {
+		largeIn, largeOut = w.chunks, w.chunks
+	}
+	if w.cache, err = filecache.NewWithLarge(filepath.Join(cfg.WorkDir, "cache"), fileBytes, cas, largeIn, cfg.ChunkThreshold); err != nil {
 		return nil, err
 	}
 	if cfg.LinkInputDirectories && w.sb != nil {
@@ -228,7 +262,7 @@ func New(conn *grpc.ClientConn, sched workerpb.WorkersClient, cfg Config) (*Work
 	wrap := newWrapping(cfg, w.sb != nil, w.prlimit)
 	w.inputs = newInputFetcher(w.cache, w.trees, wrap, w.roots)
 	w.executor = newExecutor(w.sup, w.sb, wrap, w.logs, w)
-	w.reporter = newReporter(cfg.MinFreeDisk, wrap.chroot, w.log)
+	w.reporter = newReporter(cfg.MinFreeDisk, wrap.chroot, largeOut, cfg.ChunkThreshold, w.log)
 	w.diskLow = newDiskGate(cfg.WorkDir, cfg.MinFreeDisk, diskCheckEvery, w.log)
 	w.completer = newCompleter(w.sched, cfg.ID, w, w.log)
 	started = true

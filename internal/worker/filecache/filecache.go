@@ -63,6 +63,10 @@ type Cache struct {
 	tmp      string
 	maxBytes int64
 	cas      blobstore.Store
+	// large fetches blobs of at least largeFrom bytes (nil: none), for
+	// example from their chunks.
+	large     LargeReader
+	largeFrom int64
 
 	mu      sync.Mutex
 	entries map[key]*entry
@@ -133,12 +137,27 @@ type Stats struct {
 	CopyFallbacks int64
 }
 
+// LargeReader writes a large blob to w another way than a whole-blob
+// read: client.Chunked's ReadTo fetches only the chunks not already held.
+// ReadTo checks what it wrote against the digest and fails if it does not
+// match (the cache then discards the file); w is the cache's temporary
+// file, so a reader may rewind it and write again.
+type LargeReader interface {
+	ReadTo(ctx context.Context, d digest.Digest, w io.Writer) error
+}
+
 // New opens the cache rooted at dir, creating the directory if needed and
 // adopting the entries a previous run left there. maxBytes bounds the bytes
 // of unreferenced entries kept; 0 or less means unbounded. Referenced
 // entries are never evicted, so the cache can exceed maxBytes while they are
 // in use.
 func New(dir string, maxBytes int64, cas blobstore.Store) (*Cache, error) {
+	return NewWithLarge(dir, maxBytes, cas, nil, 0)
+}
+
+// NewWithLarge is New with blobs of at least largeFrom bytes fetched
+// through large (nil: none are).
+func NewWithLarge(dir string, maxBytes int64, cas blobstore.Store, large LargeReader, largeFrom int64) (*Cache, error) {
 	if cas == nil {
 		return nil, errors.New("filecache: no CAS given; pass the blobstore.Store to download blobs from")
 	}
@@ -154,8 +173,9 @@ func New(dir string, maxBytes int64, cas blobstore.Store) (*Cache, error) {
 		tmp:      filepath.Join(abs, tmpDirName),
 		maxBytes: maxBytes,
 		cas:      cas,
-		entries:  make(map[key]*entry),
-		lru:      list.New(),
+		large:    large, largeFrom: largeFrom,
+		entries: make(map[key]*entry),
+		lru:     list.New(),
 	}
 	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return nil, fmt.Errorf("filecache: creating cache directory: %w", err)
@@ -518,7 +538,17 @@ func (c *Cache) fetch(ctx context.Context, k key) (_ string, err error) {
 			os.Remove(tmp)
 		}
 	}()
-	if !k.d.IsEmpty() {
+	if c.large != nil && k.d.Size >= c.largeFrom && !k.d.IsEmpty() {
+		if err := c.large.ReadTo(ctx, k.d, fl); err != nil {
+			if errors.Is(err, blobstore.ErrNotFound) {
+				return "", fmt.Errorf("filecache: blob %s is not in the CAS: %w", k.d, err)
+			}
+			return "", fmt.Errorf("filecache: downloading blob %s: %w", k.d, err)
+		}
+		if info, err := fl.Stat(); err != nil || info.Size() != k.d.Size {
+			return "", fmt.Errorf("filecache: blob %s: the download left a file of the wrong size (%v); upload the blob again", k.d, err)
+		}
+	} else if !k.d.IsEmpty() {
 		r, err := c.cas.Open(ctx, k.d, 0)
 		if err != nil {
 			if errors.Is(err, blobstore.ErrNotFound) {

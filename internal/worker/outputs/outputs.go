@@ -92,6 +92,17 @@ type Options struct {
 	// when the caller knows it (a worker reusing its roots resolves each
 	// once); "" has Collect resolve it.
 	RealRoot string
+	// Large uploads output files of at least LargeFrom bytes another way
+	// than a whole-blob write (nil: none): client.Chunked's UploadFile
+	// sends only the chunks the CAS lacks.
+	Large     LargeUploader
+	LargeFrom int64
+}
+
+// LargeUploader uploads the open file f as blob d; a file that no longer
+// has digest d yields a *blobstore.MismatchError and stores nothing.
+type LargeUploader interface {
+	Upload(ctx context.Context, d digest.Digest, f *os.File) error
 }
 
 // PreconditionError reports an output that exists but cannot be returned
@@ -680,7 +691,11 @@ func (c *collector) upload(ctx context.Context) error {
 	}
 	missing = append(missing, large...)
 	return parallel(ctx, c.opts.Concurrency, len(missing), func(i int) error {
-		return put(ctx, c.cas, missing[i], c.blobs[missing[i]])
+		d, src := missing[i], c.blobs[missing[i]]
+		if c.opts.Large != nil && src.path != "" && d.Size >= c.opts.LargeFrom {
+			return putLarge(ctx, c.opts.Large, d, src.path)
+		}
+		return put(ctx, c.cas, d, src)
 	})
 }
 
@@ -725,6 +740,23 @@ func put(ctx context.Context, cas blobstore.Store, d digest.Digest, src source) 
 			return fmt.Errorf("outputs: output file %s changed while it was being uploaded (a process of the action still running?): %w", src.path, err)
 		}
 		return fmt.Errorf("outputs: uploading %s (%s): %w", src.path, d, err)
+	}
+	return nil
+}
+
+// putLarge uploads one large output file through up.
+func putLarge(ctx context.Context, up LargeUploader, d digest.Digest, path string) error {
+	f, err := openForRead(path)
+	if err != nil {
+		return fmt.Errorf("outputs: reading output file %s: %w", path, err)
+	}
+	defer f.Close()
+	err = up.Upload(ctx, d, f)
+	if errors.As(err, new(*blobstore.MismatchError)) {
+		return fmt.Errorf("outputs: output file %s changed while it was being uploaded (a process of the action still running?): %w", path, err)
+	}
+	if err != nil {
+		return fmt.Errorf("outputs: uploading %s (%s): %w", path, d, err)
 	}
 	return nil
 }
