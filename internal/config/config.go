@@ -183,6 +183,9 @@ type WorkerConfig struct {
 	// LinkInputDirectories is auto (big input directories of sandboxed
 	// actions are bound whole from a tree cache) or off (see dirlink.go).
 	LinkInputDirectories string `yaml:"link_input_directories"`
+	// PersistentWorkers configures remote persistent workers (see
+	// persistentworkers.go).
+	PersistentWorkers PersistentWorkersConfig `yaml:"persistent_workers"`
 }
 
 // Storage configures the CAS and the ActionCache.
@@ -297,6 +300,7 @@ func Default() Config {
 			Sandbox:                 defaultSandbox(),
 			MinFreeDisk:             1 << 30,
 			LinkInputDirectories:    LinkInputDirectoriesAuto,
+			PersistentWorkers:       defaultPersistentWorkers(),
 		},
 		GRPC:    GRPC{MaxStreamsPerIdentity: defaultMaxStreamsPerIdentity, MaxUploadsPerIdentity: defaultMaxUploadsPerIdentity},
 		Log:     LogConfig{Level: "info", Format: "text"},

@@ -183,6 +183,7 @@ func validateWorker(w WorkerConfig, bad func(path, format string, args ...any)) 
 	validateSandbox(w.Sandbox, bad)
 	validateDiskLimits(w, bad)
 	validateLinkInputDirectories(w, bad)
+	validatePersistentWorkers(w.PersistentWorkers, bad)
 	if w.Cores < 0 || w.InputFetchSlots < 0 || w.ReportSlots < 0 {
 		bad("worker", "cores, input_fetch_slots and report_slots must not be negative")
 	}

@@ -1,0 +1,194 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gantry-build/gantry/internal/blobstore"
+	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/platform"
+	"github.com/gantry-build/gantry/internal/worker/execroot"
+	"github.com/gantry-build/gantry/internal/worker/persistent"
+	"github.com/gantry-build/gantry/internal/worker/runner"
+)
+
+// toolInputProperty is the node property Bazel
+// (--experimental_remote_mark_tool_inputs) puts on the files of the tool.
+const toolInputProperty = "bazel_tool_input"
+
+// persistentSpec reads how j runs on a persistent worker: it carries
+// persistentWorkerKey and its last argument names the request file
+// (@FILE or --flagfile=FILE). ok is false for every other action, and for
+// actions the worker runs sandboxed or wrapped (a persistent process
+// outlives the action, and its sandbox): those run as plain commands,
+// the tool reading its request file itself, as the protocol's fallback
+// intends.
+func (e *executor) persistentSpec(j *job) (spec persistent.Spec, requestFile string, ok bool, err error) {
+	if e.pool == nil {
+		return spec, "", false, nil
+	}
+	props := properties(j.action, j.cmd)
+	key := propertyValue(props, platform.PersistentWorkerKey)
+	if key == "" || e.wrap.sandboxes(j.action, j.cmd) || len(e.wrap.base) > 0 || e.wrap.prlimit != "" || propertyValue(props, platform.ProcessWrapper) != "" {
+		return spec, "", false, nil
+	}
+	args := j.cmd.Arguments
+	if len(args) < 2 {
+		return spec, "", false, nil
+	}
+	last := args[len(args)-1]
+	switch {
+	case strings.HasPrefix(last, "@"):
+		requestFile = last[1:]
+	case strings.HasPrefix(last, "--flagfile="):
+		requestFile = strings.TrimPrefix(last, "--flagfile=")
+	default:
+		return spec, "", false, nil
+	}
+	proto, err := persistent.ParseProtocol(propertyValue(props, platform.PersistentWorkerProtocol))
+	if err != nil {
+		return spec, "", false, failf(codes.InvalidArgument, "action %s: platform property %s: %v", j.ad, platform.PersistentWorkerProtocol, err)
+	}
+	env := make([]string, len(j.cmd.EnvironmentVariables))
+	for i, ev := range j.cmd.EnvironmentVariables {
+		env[i] = ev.Name + "=" + ev.Value
+	}
+	mx := propertyValue(props, platform.SupportsMultiplexWorkers)
+	spec = persistent.Spec{Key: key, Args: args[:len(args)-1], Env: env, WorkingDirectory: j.cmd.WorkingDirectory,
+		Protocol: proto, Multiplex: mx == "1" || mx == "true"}
+	return spec, requestFile, true, nil
+}
+
+func propertyValue(p *repb.Platform, name string) string {
+	for _, prop := range p.GetProperties() {
+		if prop.Name == name {
+			return prop.Value
+		}
+	}
+	return ""
+}
+
+// executePersistent runs j as one WorkRequest on a persistent process of
+// the pool; the response's output becomes the action's stderr.
+func (e *executor) executePersistent(ctx context.Context, j *job, root *execroot.Root, spec persistent.Spec, requestFile string) (*execution, error) {
+	reqArgs, err := readRequestFile(root.WorkDir, requestFile)
+	if err != nil {
+		return nil, failf(codes.InvalidArgument, "action %s: its request file %s cannot be read (%v); list it among the inputs", j.ad, requestFile, err)
+	}
+	inputs, tools, err := listInputs(ctx, j.cas, j.ad.Function, j.action.InputRootDigest)
+	if err != nil {
+		return nil, failf(codes.Internal, "action %s: listing its inputs for the persistent worker: %v", j.ad, err)
+	}
+	var outs []string
+	for _, o := range append(append(append([]string{}, j.cmd.OutputPaths...), j.cmd.OutputFiles...), j.cmd.OutputDirectories...) {
+		outs = append(outs, path.Join(j.cmd.WorkingDirectory, o))
+	}
+	act := persistent.Action{ExecRoot: root.Dir, Tools: tools, Outputs: outs,
+		Request: persistent.Request{Arguments: reqArgs, Inputs: inputs}}
+	if j.action.Timeout != nil {
+		act.Timeout = j.action.Timeout.AsDuration()
+	}
+	ex := &execution{timeout: act.Timeout}
+	var spec2 runner.Spec
+	if ex.stdout, ex.stderr, err = e.capture(j, &spec2); err != nil {
+		return nil, err
+	}
+	o, err := e.pool.Do(ctx, spec, act)
+	if err == nil {
+		_, err = spec2.StderrFile.WriteString(o.Output)
+	}
+	spec2.StdoutFile.Close()
+	spec2.StderrFile.Close()
+	ex.stdout.finish()
+	ex.stderr.finish()
+	switch {
+	case ctx.Err() != nil:
+		ex.res = runner.Result{Cancelled: true, ExitCode: -1}
+		return ex, nil
+	case errors.Is(err, persistent.ErrStart):
+		return nil, failf(codes.InvalidArgument, "action %s: %v", j.ad, err)
+	case err != nil:
+		return nil, failf(codes.Internal, "action %s: %v", j.ad, err)
+	}
+	ex.res = runner.Result{ExitCode: int(o.ExitCode), TimedOut: o.TimedOut, WallTime: o.Duration}
+	return ex, nil
+}
+
+// readRequestFile reads the arguments of a request file, one a line, as
+// Bazel writes it for a persistent worker.
+func readRequestFile(workDir, name string) ([]string, error) {
+	p := name
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(workDir, p)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, err
+	}
+	s := strings.TrimSuffix(string(b), "\n")
+	if s == "" {
+		return nil, nil
+	}
+	return strings.Split(s, "\n"), nil
+}
+
+// listInputs walks the input tree: every file with its digest (the
+// WorkRequest's inputs), and those marked as tool inputs.
+func listInputs(ctx context.Context, cas blobstore.Store, fn digest.Function, root *repb.Digest) (inputs []persistent.Input, tools []string, err error) {
+	rd, err := digest.FromProto(fn, root)
+	if err != nil {
+		return nil, nil, err
+	}
+	type dir struct {
+		d    digest.Digest
+		path string
+	}
+	level := []dir{{rd, ""}}
+	for depth := 0; len(level) > 0; depth++ {
+		if depth > execroot.MaxDepth {
+			return nil, nil, errors.New("the input tree is too deep")
+		}
+		ds := make([]digest.Digest, len(level))
+		for i, l := range level {
+			ds[i] = l.d
+		}
+		data, errs := blobstore.GetBatch(ctx, cas, ds)
+		var next []dir
+		for i, l := range level {
+			if errs[i] != nil {
+				return nil, nil, errs[i]
+			}
+			msg := &repb.Directory{}
+			if err := proto.Unmarshal(data[i], msg); err != nil {
+				return nil, nil, err
+			}
+			for _, f := range msg.Files {
+				p := path.Join(l.path, f.Name)
+				inputs = append(inputs, persistent.Input{Path: p, Digest: []byte(f.GetDigest().GetHash())})
+				for _, np := range f.GetNodeProperties().GetProperties() {
+					if np.Name == toolInputProperty {
+						tools = append(tools, p)
+						break
+					}
+				}
+			}
+			for _, sd := range msg.Directories {
+				d, err := digest.FromProto(fn, sd.Digest)
+				if err != nil {
+					return nil, nil, err
+				}
+				next = append(next, dir{d, path.Join(l.path, sd.Name)})
+			}
+		}
+		level = next
+	}
+	return inputs, tools, nil
+}
