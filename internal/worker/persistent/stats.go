@@ -70,8 +70,8 @@ func (b *statsBook) ended(k string, idle bool) {
 }
 
 func (b *statsBook) request(k string, o Outcome, err error, cold bool, started time.Time) {
-	if err != nil {
-		return
+	if err != nil || o.TimedOut {
+		return // not served
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
