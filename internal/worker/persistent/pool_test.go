@@ -99,7 +99,9 @@ func TestPoolReusesAndTimesOut(t *testing.T) {
 	if c.Warm || c.Output == a.Output {
 		t.Fatalf("after the timeout: %+v; want a fresh process", c)
 	}
-	waitStats(t, p, func(s []KeyStats) bool { return len(s) == 1 && s[0].Restarts == 1 && s[0].Processes == 1 && s[0].Cold == 2 && s[0].Warm == 1 })
+	waitStats(t, p, func(s []KeyStats) bool {
+		return len(s) == 1 && s[0].Restarts == 1 && s[0].Processes == 1 && s[0].Cold == 2 && s[0].Warm == 1
+	})
 }
 
 // waitStats waits until the pool's statistics satisfy ok (a process's end
