@@ -127,6 +127,10 @@ type FairnessConfig struct {
 	// Stickiness is, per level of Keys, what switching a worker to another
 	// invocation at that level costs.
 	Stickiness []Duration `yaml:"stickiness"`
+	// PersistentWorkerStickiness is how long the fair choice may wait
+	// while a worker stays on actions of a persistentWorkerKey it holds
+	// warm; 0 turns the preference off.
+	PersistentWorkerStickiness Duration `yaml:"persistent_worker_stickiness"`
 	// PriorityHalving is how many priority points double a share.
 	PriorityHalving float64 `yaml:"priority_halving"`
 	// UserHeader is the gRPC header the user key reads until
@@ -334,6 +338,8 @@ func defaultScheduler() SchedulerConfig {
 			Keys:            append([]string(nil), invocation.Default...),
 			PriorityHalving: 10,
 			UserHeader:      invocation.DefaultUserHeader,
+
+			PersistentWorkerStickiness: Duration(10 * time.Second),
 		},
 	}
 }
