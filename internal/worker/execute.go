@@ -62,11 +62,11 @@ type execution struct {
 // be started; a cancelled action returns its execution too, and the
 // caller looks at ctx.
 func (e *executor) Execute(ctx context.Context, j *job, root *execroot.Root) (*execution, error) {
-	if pspec, reqFile, ok, err := e.persistentSpec(j); err != nil || ok {
+	if pspec, reqFiles, ok, err := e.persistentSpec(j); err != nil || ok {
 		if err != nil {
 			return nil, err
 		}
-		return e.executePersistent(ctx, j, root, pspec, reqFile)
+		return e.executePersistent(ctx, j, root, pspec, reqFiles)
 	}
 	spec, sbx, err := e.prepare(j, root)
 	if err != nil {

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path"
 	"path/filepath"
@@ -31,40 +32,64 @@ const toolInputProperty = "bazel_tool_input"
 // outlives the action, and its sandbox): those run as plain commands,
 // the tool reading its request file itself, as the protocol's fallback
 // intends.
-func (e *executor) persistentSpec(j *job) (spec persistent.Spec, requestFile string, ok bool, err error) {
+func (e *executor) persistentSpec(j *job) (spec persistent.Spec, requestFiles []string, ok bool, err error) {
 	if e.pool == nil {
-		return spec, "", false, nil
+		return spec, nil, false, nil
 	}
 	props := properties(j.action, j.cmd)
 	key := propertyValue(props, platform.PersistentWorkerKey)
 	if key == "" || e.wrap.sandboxes(j.action, j.cmd) || len(e.wrap.base) > 0 || e.wrap.prlimit != "" || propertyValue(props, platform.ProcessWrapper) != "" {
-		return spec, "", false, nil
+		return spec, nil, false, nil
 	}
-	args := j.cmd.Arguments
-	if len(args) < 2 {
-		return spec, "", false, nil
-	}
-	last := args[len(args)-1]
-	switch {
-	case strings.HasPrefix(last, "@"):
-		requestFile = last[1:]
-	case strings.HasPrefix(last, "--flagfile="):
-		requestFile = strings.TrimPrefix(last, "--flagfile=")
-	default:
-		return spec, "", false, nil
+	startup, requestFiles := splitWorkerArgs(j.cmd.Arguments)
+	if requestFiles == nil {
+		return spec, nil, false, nil
 	}
 	proto, err := persistent.ParseProtocol(propertyValue(props, platform.PersistentWorkerProtocol))
 	if err != nil {
-		return spec, "", false, failf(codes.InvalidArgument, "action %s: platform property %s: %v", j.ad, platform.PersistentWorkerProtocol, err)
+		return spec, nil, false, failf(codes.InvalidArgument, "action %s: platform property %s: %v", j.ad, platform.PersistentWorkerProtocol, err)
 	}
 	env := make([]string, len(j.cmd.EnvironmentVariables))
 	for i, ev := range j.cmd.EnvironmentVariables {
 		env[i] = ev.Name + "=" + ev.Value
 	}
 	mx := propertyValue(props, platform.SupportsMultiplexWorkers)
-	spec = persistent.Spec{Key: key, Args: args[:len(args)-1], Env: env, WorkingDirectory: j.cmd.WorkingDirectory,
+	spec = persistent.Spec{Key: key, Args: startup, Env: env, WorkingDirectory: j.cmd.WorkingDirectory,
 		Protocol: proto, Multiplex: mx == "1" || mx == "true"}
-	return spec, requestFile, true, nil
+	return spec, requestFiles, true, nil
+}
+
+// splitWorkerArgs separates, as Bazel does for its persistent workers,
+// the arguments that start the tool from the request files: every @FILE
+// and --flagfile=FILE argument is one. The last argument must be one
+// (requestFiles is nil otherwise: not a persistent worker's action).
+func splitWorkerArgs(args []string) (startup, requestFiles []string) {
+	if len(args) < 2 || flagFile(args[len(args)-1]) == "" {
+		return nil, nil
+	}
+	for _, a := range args[1:] {
+		if f := flagFile(a); f != "" {
+			requestFiles = append(requestFiles, f)
+		}
+	}
+	for _, a := range args {
+		if len(startup) == 0 || flagFile(a) == "" {
+			startup = append(startup, a)
+		}
+	}
+	return startup, requestFiles
+}
+
+// flagFile is the file a @FILE or --flagfile=FILE argument names ("" for
+// other arguments; "@@x" is not one).
+func flagFile(arg string) string {
+	switch {
+	case strings.HasPrefix(arg, "@") && !strings.HasPrefix(arg, "@@"):
+		return arg[1:]
+	case strings.HasPrefix(arg, "--flagfile="):
+		return strings.TrimPrefix(arg, "--flagfile=")
+	}
+	return ""
 }
 
 func propertyValue(p *repb.Platform, name string) string {
@@ -78,10 +103,14 @@ func propertyValue(p *repb.Platform, name string) string {
 
 // executePersistent runs j as one WorkRequest on a persistent process of
 // the pool; the response's output becomes the action's stderr.
-func (e *executor) executePersistent(ctx context.Context, j *job, root *execroot.Root, spec persistent.Spec, requestFile string) (*execution, error) {
-	reqArgs, err := readRequestFile(root.WorkDir, requestFile)
-	if err != nil {
-		return nil, failf(codes.InvalidArgument, "action %s: its request file %s cannot be read (%v); list it among the inputs", j.ad, requestFile, err)
+func (e *executor) executePersistent(ctx context.Context, j *job, root *execroot.Root, spec persistent.Spec, requestFiles []string) (*execution, error) {
+	var reqArgs []string
+	for _, f := range requestFiles {
+		args, err := readRequestFile(root.WorkDir, f, 0)
+		if err != nil {
+			return nil, failf(codes.InvalidArgument, "action %s: its request file %s cannot be read (%v); list it among the inputs", j.ad, f, err)
+		}
+		reqArgs = append(reqArgs, args...)
 	}
 	inputs, tools, err := listInputs(ctx, j.cas, j.ad.Function, j.action.InputRootDigest)
 	if err != nil {
@@ -122,9 +151,16 @@ func (e *executor) executePersistent(ctx context.Context, j *job, root *execroot
 	return ex, nil
 }
 
+// maxFlagFileDepth bounds request files naming request files.
+const maxFlagFileDepth = 8
+
 // readRequestFile reads the arguments of a request file, one a line, as
-// Bazel writes it for a persistent worker.
-func readRequestFile(workDir, name string) ([]string, error) {
+// Bazel writes it for a persistent worker; a line naming a request file
+// is replaced by its arguments, as Bazel does.
+func readRequestFile(workDir, name string, depth int) ([]string, error) {
+	if depth > maxFlagFileDepth {
+		return nil, fmt.Errorf("request files nest more than %d deep", maxFlagFileDepth)
+	}
 	p := name
 	if !filepath.IsAbs(p) {
 		p = filepath.Join(workDir, p)
@@ -137,7 +173,19 @@ func readRequestFile(workDir, name string) ([]string, error) {
 	if s == "" {
 		return nil, nil
 	}
-	return strings.Split(s, "\n"), nil
+	var args []string
+	for _, line := range strings.Split(s, "\n") {
+		if f := flagFile(line); f != "" {
+			more, err := readRequestFile(workDir, f, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			args = append(args, more...)
+			continue
+		}
+		args = append(args, line)
+	}
+	return args, nil
 }
 
 // listInputs walks the input tree: every file with its digest (the

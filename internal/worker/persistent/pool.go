@@ -281,7 +281,6 @@ func (p *Pool) start(k *keyPool, dir string, spec *Spec, act *Action) (*process,
 		p.mu.Unlock()
 		p.stats.ended(spec.Key, quiet)
 		os.RemoveAll(dir)
-		os.Remove(pr.stderr)
 	}()
 	return pr, nil
 }

@@ -22,7 +22,7 @@ import (
 const shTool = `while read -r line; do
 case "$line" in *slow*) sleep 5;; esac
 case "$line" in *write*) echo written > bin/result.txt;; esac
-case "$line" in *garbage*) echo garbage; continue;; esac
+case "$line" in *garbage*) echo "tool log: about to misbehave" >&2; echo garbage; continue;; esac
 echo "{\"exitCode\":0,\"output\":\"$$\"}"
 done
 `
@@ -140,7 +140,8 @@ func TestPoolMakesRoomForAnotherKey(t *testing.T) {
 func TestPoolProtocolErrorFailsTheAction(t *testing.T) {
 	p := newTestPool(t, Config{})
 	_, err := do(t, p, shSpec("k"), execRoot(t), 0, "garbage")
-	if !errors.Is(err, errDied) || !strings.Contains(err.Error(), "broke the protocol") || !strings.Contains(err.Error(), "again on a fresh process") {
+	if !errors.Is(err, errDied) || !strings.Contains(err.Error(), "broke the protocol") || !strings.Contains(err.Error(), "again on a fresh process") ||
+		!strings.Contains(err.Error(), "tool log: about to misbehave") {
 		t.Fatalf("err = %v", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -25,7 +24,7 @@ type process struct {
 	key     *keyPool
 	dir     string // its tool directory
 	cwd     string // its working directory (dir, or below it)
-	stderr  string // the file its stderr goes to
+	stderr  *stderrTail
 	proto   Protocol
 	proc    *runner.Process
 	stdin   *os.File
@@ -55,16 +54,25 @@ func startProcess(st Starter, k *keyPool, dir, cwd string, spec *Spec) (*process
 		inW.Close()
 		return nil, err
 	}
-	stderr := dir + ".stderr"
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		for _, f := range []*os.File{inR, inW, outR, outW} {
+			f.Close()
+		}
+		return nil, err
+	}
 	args := append(append([]string{}, spec.Args...), "--persistent_worker")
-	proc, err := st.Start(runner.Spec{Args: args, Env: spec.Env, Dir: cwd, StdinFile: inR, StdoutFile: outW, Stderr: stderr})
+	proc, err := st.Start(runner.Spec{Args: args, Env: spec.Env, Dir: cwd, StdinFile: inR, StdoutFile: outW, StderrFile: errW})
 	inR.Close()
 	outW.Close()
+	errW.Close()
 	if err != nil {
 		inW.Close()
 		outR.Close()
+		errR.Close()
 		return nil, err
 	}
+	stderr := newStderrTail(errR)
 	p := &process{key: k, dir: dir, cwd: cwd, stderr: stderr, proto: spec.Protocol, proc: proc, stdin: inW,
 		started: time.Now(), pending: map[int32]chan *Response{}}
 	go p.readResponses(outR)
@@ -178,14 +186,12 @@ func (p *process) kill(why error) {
 }
 
 // stderrTail is the end of what the process wrote to stderr, for error
-// messages.
+// messages, once the process has ended (or after a short wait: a child
+// it left may hold the pipe).
 func (p *process) stderrTail() string {
-	b, err := os.ReadFile(p.stderr)
-	if err != nil || len(b) == 0 {
-		return ""
+	select {
+	case <-p.stderr.done:
+	case <-time.After(time.Second):
 	}
-	if len(b) > 2048 {
-		b = b[len(b)-2048:]
-	}
-	return strings.TrimSpace(string(b))
+	return p.stderr.String()
 }
