@@ -15,7 +15,7 @@ func TestSplitWorkerArgs(t *testing.T) {
 	}{
 		{[]string{"java", "-jar", "b.jar", "@p"}, []string{"java", "-jar", "b.jar"}, []string{"p"}},
 		{[]string{"tool", "@a", "-x", "--flagfile=b"}, []string{"tool", "-x"}, []string{"a", "b"}},
-		{[]string{"tool", "@a", "-x"}, nil, nil},   // the last argument is no request file
+		{[]string{"tool", "@a", "-x"}, nil, nil},  // the last argument is no request file
 		{[]string{"tool", "@@literal"}, nil, nil}, // an escaped @
 		{[]string{"@p"}, nil, nil},                // no tool
 	} {
