@@ -237,6 +237,9 @@ func (p *Pool) acquire(ctx context.Context, id string, spec *Spec, act *Action) 
 				k.starting--
 				if err != nil {
 					p.total--
+					if len(k.procs) == 0 && k.starting == 0 {
+						delete(p.keys, id)
+					}
 					p.changedLocked()
 					p.mu.Unlock()
 					os.RemoveAll(dir)

@@ -153,6 +153,11 @@ func TestPoolCannotStart(t *testing.T) {
 	if _, err := do(t, p, spec, execRoot(t), 0); !errors.Is(err, ErrStart) {
 		t.Fatalf("err = %v, want ErrStart", err)
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.keys) != 0 || p.total != 0 {
+		t.Errorf("after a failed start the pool holds %d keys, %d processes", len(p.keys), p.total)
+	}
 }
 
 // TestOverlayMovesOutputs: the tool writes into bin/, a directory of its
