@@ -116,6 +116,8 @@ func DefaultConfig() Config {
 		Preemption:        PreemptCancel,
 		MaxSuspend:        DefaultMaxSuspend,
 		SessionGrace:      DefaultSessionGrace,
+
+		PersistentWorkerStickiness: DefaultPersistentWorkerStickiness,
 	}
 }
 

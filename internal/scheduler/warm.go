@@ -15,6 +15,10 @@ import (
 // worker warm for its key (enqueueLocked). Any matching worker can still
 // run it.
 
+// DefaultPersistentWorkerStickiness is Config.PersistentWorkerStickiness
+// by default.
+const DefaultPersistentWorkerStickiness = 10 * time.Second
+
 // warmFor is how long after a worker last ran a key the scheduler takes
 // it as warm: the worker's default worker.persistent_workers.idle_timeout.
 const warmFor = 10 * time.Minute
