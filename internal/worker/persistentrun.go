@@ -92,6 +92,15 @@ func flagFile(arg string) string {
 	return ""
 }
 
+// PersistentStats is what the worker's persistent worker pool did, by
+// persistentWorkerKey; nil when worker.persistent_workers is off.
+func (w *Worker) PersistentStats() []persistent.KeyStats {
+	if w.pool == nil {
+		return nil
+	}
+	return w.pool.Stats()
+}
+
 func propertyValue(p *repb.Platform, name string) string {
 	for _, prop := range p.GetProperties() {
 		if prop.Name == name {

@@ -1,8 +1,11 @@
 package persistent
 
 import (
+	"fmt"
+	"io"
 	"sort"
 	"sync"
+	"text/tabwriter"
 	"time"
 )
 
@@ -99,4 +102,18 @@ func (p *Pool) Stats() []KeyStats {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out
+}
+
+// WriteStats writes stats as a text table, for the worker's status page.
+func WriteStats(w io.Writer, stats []KeyStats) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tPROCESSES\tWARM\tCOLD\tHIT RATE\tRESTARTS\tEVICTED\tSAVED")
+	for _, s := range stats {
+		rate := "-"
+		if n := s.Warm + s.Cold; n > 0 {
+			rate = fmt.Sprintf("%.0f%%", 100*float64(s.Warm)/float64(n))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%s\n", s.Key, s.Processes, s.Warm, s.Cold, rate, s.Restarts, s.Evicted, s.Saved.Round(time.Millisecond))
+	}
+	tw.Flush()
 }
