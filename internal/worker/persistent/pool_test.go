@@ -207,3 +207,14 @@ func TestPoolMetrics(t *testing.T) {
 		t.Errorf("missing metrics %v", want)
 	}
 }
+
+// TestPoolEndsIdleProcessesWhenMemoryIsShort: below min_free_memory (here
+// more than any host has) idle processes end, one a tick.
+func TestPoolEndsIdleProcessesWhenMemoryIsShort(t *testing.T) {
+	if _, ok := memAvailable(); !ok {
+		t.Skip("no MemAvailable in /proc/meminfo")
+	}
+	p := newTestPool(t, Config{MinFreeMemory: 1 << 60})
+	mustDo(t, p, shSpec("k"), execRoot(t))
+	waitStats(t, p, func(s []KeyStats) bool { return s[0].Processes == 0 && s[0].Evicted == 1 })
+}
