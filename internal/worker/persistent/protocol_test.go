@@ -96,6 +96,8 @@ func TestReadResponse(t *testing.T) {
 		{"proto garbage", "\x02\xff\xff", Proto, nil, ErrProtocol},
 		{"json", "\n{\"exitCode\":2,\"output\":\"x\",\"requestId\":3}\n", JSON, &Response{ExitCode: 2, Output: "x", RequestID: 3}, nil},
 		{"json no newline at the end", `{"exitCode":0}`, JSON, &Response{}, nil},
+		{"json proto field names, integers as strings", `{"exit_code":"3","request_id":4,"output":null,"was_cancelled":true,"unknown":[1]}`, JSON, &Response{ExitCode: 3, RequestID: 4, WasCancelled: true}, nil},
+		{"json exit code not an integer", `{"exitCode":1.5}`, JSON, nil, ErrProtocol},
 		{"json stray print", "Compiling...\n", JSON, nil, ErrProtocol},
 		{"json two objects", `{"exitCode":0} {"exitCode":1}` + "\n", JSON, nil, ErrProtocol},
 		{"json nothing", "", JSON, nil, io.EOF},
