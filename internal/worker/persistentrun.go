@@ -135,16 +135,26 @@ func (e *executor) executePersistent(ctx context.Context, j *job, root *execroot
 		act.Timeout = j.action.Timeout.AsDuration()
 	}
 	ex := &execution{timeout: act.Timeout}
-	var spec2 runner.Spec
-	if ex.stdout, ex.stderr, err = e.capture(j, &spec2); err != nil {
+	var streams runner.Spec
+	if ex.stdout, ex.stderr, err = e.capture(j, &streams); err != nil {
 		return nil, err
 	}
-	o, err := e.pool.Do(ctx, spec, act)
-	if err == nil {
-		_, err = spec2.StderrFile.WriteString(o.Output)
+	// The request is an action like any other to the heartbeat loop
+	// (suspend, resume) and the disk guard (kill).
+	started := false
+	act.Started = func(c persistent.Control) {
+		started = true
+		e.tracker.started(j.lease, c, root.Dir, c.Kill)
 	}
-	spec2.StdoutFile.Close()
-	spec2.StderrFile.Close()
+	o, err := e.pool.Do(ctx, spec, act)
+	if started {
+		ex.disk = e.tracker.exited(j.lease)
+	}
+	if err == nil {
+		_, err = streams.StderrFile.WriteString(o.Output)
+	}
+	streams.StdoutFile.Close()
+	streams.StderrFile.Close()
 	ex.stdout.finish()
 	ex.stderr.finish()
 	switch {
@@ -156,7 +166,7 @@ func (e *executor) executePersistent(ctx context.Context, j *job, root *execroot
 	case err != nil:
 		return nil, failf(codes.Internal, "action %s: %v", j.ad, err)
 	}
-	ex.res = runner.Result{ExitCode: int(o.ExitCode), TimedOut: o.TimedOut, WallTime: o.Duration}
+	ex.res = runner.Result{ExitCode: int(o.ExitCode), TimedOut: o.TimedOut, Cancelled: o.Killed, WallTime: o.Duration}
 	return ex, nil
 }
 

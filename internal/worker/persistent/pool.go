@@ -78,9 +78,13 @@ type Action struct {
 	Request Request
 	// Outputs are the paths the action may write, relative to ExecRoot.
 	Outputs []string
-	// Timeout bounds the request (0: none); on expiry the process is
-	// killed.
+	// Timeout bounds the request (0: none), time suspended excluded; on
+	// expiry the process is killed.
 	Timeout time.Duration
+	// Started, when set, is called with the request's Control once it is
+	// sent to a singleplex process (a multiplex process serves others at
+	// the same time: it is neither suspended nor killed for one).
+	Started func(Control)
 }
 
 // Outcome is how a request ended.
@@ -89,9 +93,9 @@ type Outcome struct {
 	Output   string
 	// Warm: a process already running served it; Retried: its first
 	// process died during the request; TimedOut: it was killed at
-	// Action.Timeout.
-	Warm, Retried, TimedOut bool
-	Duration                time.Duration
+	// Action.Timeout; Killed: through its Control.
+	Warm, Retried, TimedOut, Killed bool
+	Duration                        time.Duration
 }
 
 // Pool keeps persistent worker processes, per Spec.
@@ -378,35 +382,56 @@ func (p *Pool) run(ctx context.Context, pr *process, spec *Spec, act *Action) (O
 		}
 		defer ov.remove()
 	}
+	sent := time.Now()
 	ch, _, err := pr.send(&req, spec.Multiplex)
 	if err != nil {
 		return Outcome{}, p.died(pr, err)
 	}
+	var ctl *requestControl
+	if act.Started != nil && !spec.Multiplex {
+		ctl = &requestControl{pr: pr}
+		act.Started(ctl)
+	}
+	end := func() bool { return ctl != nil && ctl.end() }
 	var timeout <-chan time.Time
 	if act.Timeout > 0 {
 		t := time.NewTimer(act.Timeout)
 		defer t.Stop()
 		timeout = t.C
 	}
-	select {
-	case r, ok := <-ch:
-		if !ok {
-			return Outcome{}, p.died(pr, pr.err())
-		}
-		if ov != nil {
-			if err := ov.collect(act.Outputs); err != nil {
-				return Outcome{}, err
+	for {
+		select {
+		case r, ok := <-ch:
+			if end() {
+				return Outcome{Killed: true, ExitCode: -1}, nil
 			}
+			if !ok {
+				return Outcome{}, p.died(pr, pr.err())
+			}
+			if ov != nil {
+				if err := ov.collect(act.Outputs); err != nil {
+					return Outcome{}, err
+				}
+			}
+			return Outcome{ExitCode: r.ExitCode, Output: r.Output}, nil
+		case <-timeout:
+			if ctl != nil {
+				// Time suspended does not count, as for any action.
+				if left := act.Timeout + ctl.suspended() - time.Since(sent); left > 0 {
+					timeout = time.After(left)
+					continue
+				}
+			}
+			end()
+			pr.kill(fmt.Errorf("a request ran over the action's timeout of %v", act.Timeout))
+			return Outcome{TimedOut: true, ExitCode: -1}, nil
+		case <-ctx.Done():
+			end()
+			// There is no telling where the tool is in the request: a
+			// process is not reused after a cancelled one.
+			pr.kill(errors.New("its request was cancelled"))
+			return Outcome{}, ctx.Err()
 		}
-		return Outcome{ExitCode: r.ExitCode, Output: r.Output}, nil
-	case <-timeout:
-		pr.kill(fmt.Errorf("a request ran over the action's timeout of %v", act.Timeout))
-		return Outcome{TimedOut: true, ExitCode: -1}, nil
-	case <-ctx.Done():
-		// There is no telling where the tool is in the request: a
-		// process is not reused after a cancelled one.
-		pr.kill(errors.New("its request was cancelled"))
-		return Outcome{}, ctx.Err()
 	}
 }
 

@@ -17,10 +17,12 @@ import (
 )
 
 // A JSON tool in sh: per request line it answers with its pid; a request
-// holding "slow" sleeps first, one holding "write" writes bin/result.txt,
+// holding "slow" sleeps first (5s; "nap": 0.5s), one holding "write"
+// writes bin/result.txt,
 // one holding "garbage" answers with something that is not JSON.
 const shTool = `while read -r line; do
 case "$line" in *slow*) sleep 5;; esac
+case "$line" in *nap*) sleep 0.5;; esac
 case "$line" in *write*) echo written > bin/result.txt;; esac
 case "$line" in *garbage*) echo "tool log: about to misbehave" >&2; echo garbage; continue;; esac
 echo "{\"exitCode\":0,\"output\":\"$$\"}"
@@ -217,4 +219,35 @@ func TestPoolEndsIdleProcessesWhenMemoryIsShort(t *testing.T) {
 	p := newTestPool(t, Config{MinFreeMemory: 1 << 60})
 	mustDo(t, p, shSpec("k"), execRoot(t))
 	waitStats(t, p, func(s []KeyStats) bool { return s[0].Processes == 0 && s[0].Evicted == 1 })
+}
+
+// TestPoolRequestControl: the worker suspends a request (its time
+// suspended does not count against the timeout) and kills one (not
+// retried: the worker meant it).
+func TestPoolRequestControl(t *testing.T) {
+	p := newTestPool(t, Config{})
+	root := execRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	act := Action{ExecRoot: root, Tools: []string{"bin/tool.sh"}, Request: Request{Arguments: []string{"nap"}}, Timeout: 800 * time.Millisecond}
+	act.Started = func(c Control) {
+		if err := c.Suspend(); err != nil {
+			t.Error(err)
+		}
+		time.AfterFunc(600*time.Millisecond, func() { c.Resume() })
+	}
+	start := time.Now()
+	o, err := p.Do(ctx, shSpec("k"), act)
+	if err != nil || o.TimedOut || o.ExitCode != 0 {
+		t.Fatalf("suspended request: %+v, %v", o, err)
+	}
+	if took := time.Since(start); took < 1100*time.Millisecond {
+		t.Errorf("the suspended request took %v; it was not stopped", took)
+	}
+	act.Started = func(c Control) { c.Kill() }
+	act.Timeout = 0
+	o, err = p.Do(ctx, shSpec("k"), act)
+	if err != nil || !o.Killed || o.Retried {
+		t.Fatalf("killed request: %+v, %v; want Killed, not retried", o, err)
+	}
 }

@@ -73,7 +73,7 @@ func (b *statsBook) ended(k string, idle bool) {
 }
 
 func (b *statsBook) request(k string, o Outcome, err error, cold bool, started time.Time) {
-	if err != nil || o.TimedOut {
+	if err != nil || o.TimedOut || o.Killed {
 		return // not served
 	}
 	b.mu.Lock()
