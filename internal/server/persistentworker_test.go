@@ -88,7 +88,7 @@ func (f *farm) pwAction(t *testing.T, n int, key string, toolArgs []string, prop
 	return pwAction{root: root, cmd: cmd, want: strings.ToUpper(src)}
 }
 
-var pwOutput = regexp.MustCompile(`^pid=(\d+) start=(\d+) requests=(\d+)\n$`)
+var pwOutput = regexp.MustCompile(`^pid=(\d+) uid=(\d+) start=(\d+) requests=(\d+)\n$`)
 
 // runPW runs a, checks its output and returns what the tool said (pid,
 // start time, requests served).
@@ -115,8 +115,8 @@ func (f *farm) runPW(ctx context.Context, t *testing.T, a pwAction) (pid, start 
 		t.Errorf("stderr %q is not the tool's answer", stderr)
 		return
 	}
-	fmt.Sscan(m[3], &requests)
-	return m[1], m[2], requests
+	fmt.Sscan(m[4], &requests)
+	return m[1], m[3], requests
 }
 
 // TestPersistentWorkers runs 200 actions with one key on a worker with 2
@@ -229,6 +229,57 @@ func TestPersistentWorkerFallback(t *testing.T) {
 			}
 			if len(pids) != 3 {
 				t.Errorf("3 actions ran in %d processes", len(pids))
+			}
+		})
+	}
+}
+
+// TestPersistentWorkerInSandbox: on a worker that sandboxes every action,
+// the persistent processes run in the sandbox (as its uids), warm, and
+// the outputs are right; a multiplex tool finds each request's exec root
+// mirrored in its sandbox_dir.
+func TestPersistentWorkerInSandbox(t *testing.T) {
+	f := startSandboxFarm(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name     string
+		toolArgs []string
+		props    map[string]string
+	}{
+		{"singleplex", nil, nil},
+		{"multiplex", []string{"--multiplex"}, map[string]string{"supports-multiplex-workers": "1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			starts := map[string]bool{}
+			maxRequests := 0
+			for i := range 20 {
+				a := f.pwAction(t, i, "sandboxed-"+tc.name, tc.toolArgs, tc.props)
+				resp := f.run(ctx, a.root, a.cmd, func(act *repb.Action) { act.Platform = a.cmd.Platform })
+				if err := client.CheckResponse(resp); err != nil || resp.Result.ExitCode != 0 {
+					t.Fatalf("action %d: %v, %v", i, resp, err)
+				}
+				stderr := f.read(resp.Result.StderrDigest)
+				m := pwOutput.FindStringSubmatch(stderr)
+				if m == nil {
+					t.Fatalf("stderr %q", stderr)
+				}
+				if os.Geteuid() == 0 && m[2] != fmt.Sprint(sandboxTestUID) && m[2] != fmt.Sprint(sandboxTestUID+1) {
+					t.Errorf("the tool runs as uid %s, not a sandbox uid", m[2])
+				}
+				if len(resp.Result.OutputFiles) != 1 {
+					t.Fatalf("outputs %v", resp.Result.OutputFiles)
+				}
+				if got := f.read(resp.Result.OutputFiles[0].GetDigest()); got != a.want {
+					t.Errorf("output %q, want %q", got, a.want)
+				}
+				var n int
+				fmt.Sscan(m[4], &n)
+				starts[m[3]] = true
+				maxRequests = max(maxRequests, n)
+			}
+			if len(starts) > 2 || maxRequests < 10 {
+				t.Errorf("20 actions started %d processes, the busiest served %d; want warm reuse", len(starts), maxRequests)
 			}
 		})
 	}

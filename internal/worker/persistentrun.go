@@ -28,17 +28,19 @@ const toolInputProperty = "bazel_tool_input"
 // persistentSpec reads how j runs on a persistent worker: it carries
 // persistentWorkerKey and its last argument names the request file
 // (@FILE or --flagfile=FILE). ok is false for every other action, and for
-// actions the worker runs sandboxed or wrapped (a persistent process
-// outlives the action, and its sandbox): those run as plain commands,
-// the tool reading its request file itself, as the protocol's fallback
-// intends.
+// actions the worker runs wrapped (a persistent process would outlive
+// the wrapper), with a file size limit or in chroot mode: those run as
+// plain commands, the tool reading its request file itself, as the
+// protocol's fallback intends. A sandboxed action's process runs in the
+// sandbox (sandboxConfiner).
 func (e *executor) persistentSpec(j *job) (spec persistent.Spec, requestFiles []string, ok bool, err error) {
 	if e.pool == nil {
 		return spec, nil, false, nil
 	}
 	props := properties(j.action, j.cmd)
 	key := propertyValue(props, platform.PersistentWorkerKey)
-	if key == "" || e.wrap.sandboxes(j.action, j.cmd) || len(e.wrap.base) > 0 || e.wrap.prlimit != "" || propertyValue(props, platform.ProcessWrapper) != "" {
+	sandboxed := e.wrap.sandboxes(j.action, j.cmd)
+	if key == "" || len(e.wrap.base) > 0 || e.wrap.prlimit != "" || (sandboxed && e.wrap.chroot) || otherWrapper(props) {
 		return spec, nil, false, nil
 	}
 	startup, requestFiles := splitWorkerArgs(j.cmd.Arguments)
@@ -56,7 +58,25 @@ func (e *executor) persistentSpec(j *job) (spec persistent.Spec, requestFiles []
 	mx := propertyValue(props, platform.SupportsMultiplexWorkers)
 	spec = persistent.Spec{Key: key, Args: startup, Env: env, WorkingDirectory: j.cmd.WorkingDirectory,
 		Protocol: proto, Multiplex: mx == "1" || mx == "true"}
+	if sandboxed {
+		pol, err := e.wrap.sandboxPolicy(j.action, j.cmd)
+		if err != nil {
+			return spec, nil, false, failf(codes.InvalidArgument, "action %s: %v", j.ad, err)
+		}
+		spec.Confiner, spec.ConfineKey = sandboxConfiner{e.sb, pol}, fmt.Sprintf("%+v", pol)
+	}
 	return spec, requestFiles, true, nil
+}
+
+// otherWrapper reports whether the action names a process wrapper other
+// than the sandbox: a persistent process would outlive it.
+func otherWrapper(p *repb.Platform) bool {
+	for _, prop := range p.GetProperties() {
+		if prop.Name == platform.ProcessWrapper && prop.Value != SandboxWrapper {
+			return true
+		}
+	}
+	return false
 }
 
 // splitWorkerArgs separates, as Bazel does for its persistent workers,

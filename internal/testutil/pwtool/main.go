@@ -1,7 +1,7 @@
 // Command pwtool is a persistent worker tool for tests: each request
 // copies an input file to an output file in upper case, and answers with
-// its process id, its start time and how many requests it served, so a
-// test sees which process ran an action and whether it was warm.
+// its process id, uid, start time and how many requests it served, so a
+// test sees which process ran an action, as whom, and whether it was warm.
 //
 // Started with --persistent_worker it serves WorkRequests on stdin
 // (binary protobuf, or JSON with --json; concurrently with --multiplex);
@@ -136,7 +136,7 @@ func handle(args []string, dir string) (int32, string) {
 	if err := os.WriteFile(out, []byte(strings.ToUpper(string(b))), 0o644); err != nil {
 		return 1, fmt.Sprintf("pwtool: %v\n", err)
 	}
-	return 0, fmt.Sprintf("pid=%d start=%d requests=%d\n", os.Getpid(), start.UnixNano(), n)
+	return 0, fmt.Sprintf("pid=%d uid=%d start=%d requests=%d\n", os.Getpid(), os.Getuid(), start.UnixNano(), n)
 }
 
 func fatal(err error) {

@@ -121,6 +121,15 @@ func (ov *overlay) remove() {
 	ov.links = nil
 }
 
+// removeAll takes a mirror away (mirrorIn): the directories it made go
+// with what the tool left in them.
+func (ov *overlay) removeAll() {
+	for i := len(ov.links) - 1; i >= 0; i-- {
+		os.RemoveAll(ov.links[i])
+	}
+	ov.links = nil
+}
+
 // layOut makes a tool directory from the tool inputs (paths relative to
 // execRoot): each is hardlinked (or copied, across file systems), so the
 // directory outlives the exec root it was laid out from.

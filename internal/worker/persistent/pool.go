@@ -47,6 +47,10 @@ type Spec struct {
 	// Multiplex: the tool takes many requests at once, each with its
 	// request id and a sandbox_dir to resolve its paths in.
 	Multiplex bool
+	// Confiner, when set, confines the processes (the worker's sandbox);
+	// ConfineKey tells confinements apart (the sandbox policy).
+	Confiner   Confiner
+	ConfineKey string
 }
 
 // id is the pool key: everything that makes two processes differ.
@@ -57,6 +61,8 @@ func (s *Spec) id() string {
 	field(s.Protocol.String())
 	field(strconv.FormatBool(s.Multiplex))
 	field(s.WorkingDirectory)
+	field(strconv.FormatBool(s.Confiner != nil))
+	field(s.ConfineKey)
 	for _, list := range [][]string{s.Args, s.Env} {
 		field(strconv.Itoa(len(list)))
 		for _, v := range list {
@@ -358,24 +364,47 @@ func (p *Pool) release(pr *process, spec *Spec, o Outcome, err error, cold bool)
 func (p *Pool) run(ctx context.Context, pr *process, spec *Spec, act *Action) (Outcome, error) {
 	req := act.Request
 	var ov *overlay
-	if spec.Multiplex {
-		// Paths resolve in sandbox_dir, a link to the exec root's working
-		// directory in the process's working directory.
+	var err error
+	switch {
+	case spec.Multiplex:
+		// Paths resolve in sandbox_dir, in the process's working
+		// directory: a link to the exec root, or a mirror of it for a
+		// confined process.
 		p.mu.Lock()
 		p.seq++
 		name := filepath.Join("_gantry_sandbox", strconv.Itoa(p.seq))
 		p.mu.Unlock()
-		link := filepath.Join(pr.cwd, name)
-		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		base := filepath.Join(pr.cwd, name)
+		if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
 			return Outcome{}, err
 		}
-		if err := os.Symlink(filepath.Join(act.ExecRoot, filepath.FromSlash(spec.WorkingDirectory)), link); err != nil {
-			return Outcome{}, err
+		if pr.conf != nil {
+			if err := os.Mkdir(base, 0o755); err != nil {
+				return Outcome{}, err
+			}
+			defer os.RemoveAll(base)
+			if pr.conf.Chown {
+				os.Lchown(filepath.Dir(base), pr.conf.UID, pr.conf.GID)
+				os.Lchown(base, pr.conf.UID, pr.conf.GID)
+			}
+			if ov, err = mirrorIn(base, act.ExecRoot, pr.conf); err != nil {
+				return Outcome{}, fmt.Errorf("mirroring the exec root for the persistent worker: %w", err)
+			}
+			defer ov.removeAll()
+		} else {
+			if err := os.Symlink(act.ExecRoot, base); err != nil {
+				return Outcome{}, err
+			}
+			defer os.Remove(base)
 		}
-		defer os.Remove(link)
-		req.SandboxDir = filepath.ToSlash(name)
-	} else {
-		var err error
+		req.SandboxDir = filepath.ToSlash(filepath.Join(name, filepath.FromSlash(spec.WorkingDirectory)))
+	case pr.conf != nil:
+		if ov, err = mirrorIn(pr.dir, act.ExecRoot, pr.conf); err != nil {
+			pr.kill(err) // its directory may be half mirrored
+			return Outcome{}, fmt.Errorf("mirroring the exec root for the persistent worker: %w", err)
+		}
+		defer ov.removeAll()
+	default:
 		if ov, err = showIn(pr.dir, act.ExecRoot); err != nil {
 			pr.kill(err) // its directory may be half linked
 			return Outcome{}, fmt.Errorf("showing the exec root to the persistent worker: %w", err)

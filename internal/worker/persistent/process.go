@@ -25,6 +25,7 @@ type process struct {
 	dir     string // its tool directory
 	cwd     string // its working directory (dir, or below it)
 	stderr  *stderrTail
+	conf    *Confinement // nil: not confined
 	proto   Protocol
 	proc    *runner.Process
 	stdin   *os.File
@@ -62,7 +63,17 @@ func startProcess(st Starter, k *keyPool, dir, cwd string, spec *Spec) (*process
 		return nil, err
 	}
 	args := append(append([]string{}, spec.Args...), "--persistent_worker")
-	proc, err := st.Start(runner.Spec{Args: args, Env: spec.Env, Dir: cwd, StdinFile: inR, StdoutFile: outW, StderrFile: errW})
+	rs := runner.Spec{Args: args, Env: spec.Env, Dir: cwd, StdinFile: inR, StdoutFile: outW, StderrFile: errW}
+	var conf *Confinement
+	if spec.Confiner != nil {
+		if conf, err = spec.Confiner.Confine(dir, cwd); err == nil {
+			rs.Wrapper, rs.UseCgroupFD, rs.CgroupFD, rs.Dir, rs.Mounts = conf.Wrapper, conf.UseCgroupFD, conf.CgroupFD, conf.Dir, conf.Mounts
+		}
+	}
+	var proc *runner.Process
+	if err == nil {
+		proc, err = st.Start(rs)
+	}
 	inR.Close()
 	outW.Close()
 	errW.Close()
@@ -70,16 +81,22 @@ func startProcess(st Starter, k *keyPool, dir, cwd string, spec *Spec) (*process
 		inW.Close()
 		outR.Close()
 		errR.Close()
+		if conf != nil {
+			conf.Finish()
+		}
 		return nil, err
 	}
 	stderr := newStderrTail(errR)
-	p := &process{key: k, dir: dir, cwd: cwd, stderr: stderr, proto: spec.Protocol, proc: proc, stdin: inW,
+	p := &process{key: k, dir: dir, cwd: cwd, stderr: stderr, conf: conf, proto: spec.Protocol, proc: proc, stdin: inW,
 		started: time.Now(), pending: map[int32]chan *Response{}}
 	go p.readResponses(outR)
 	go func() {
 		res := proc.Wait()
 		p.fail(fmt.Errorf("the persistent worker process exited (%s)", describeExit(res)))
 		inW.Close()
+		if conf != nil {
+			conf.Finish() // kills what is left in its cgroup
+		}
 	}()
 	return p, nil
 }
