@@ -96,6 +96,12 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
   missing+=(systemd)
 fi
 
+# default-jdk-headless: javac and java for the persistent javac worker's
+# test and benchmark (internal/server/persistentjavac_test.go).
+if ! command -v javac >/dev/null 2>&1; then
+  missing+=(default-jdk-headless)
+fi
+
 if [ "${#missing[@]}" -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   "${SUDO[@]}" apt-get update -q

@@ -16,9 +16,11 @@ import (
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/server"
 	"github.com/gantry-build/gantry/internal/worker"
+	"github.com/gantry-build/gantry/internal/worker/persistent"
 )
 
-// serveWorkerHTTP serves a standalone worker's /metrics and /healthz on
+// serveWorkerHTTP serves a standalone worker's /metrics, /healthz and
+// /status/persistent-workers (its persistent worker pool, by key) on
 // addr until the returned stop is called; bound is the address bound.
 //
 // The port is secured as `gantry serve` secures its own, from the same
@@ -51,6 +53,10 @@ func serveWorkerHTTP(addr string, cfg config.Config, w *worker.Worker, log *slog
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) {
 		rw.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(rw, "ok")
+	})
+	mux.HandleFunc("/status/persistent-workers", func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		persistent.WriteStats(rw, w.PersistentStats())
 	})
 	srv := &http.Server{Handler: sec.Handler(mux), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn)}

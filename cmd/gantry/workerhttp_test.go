@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
@@ -23,10 +24,11 @@ import (
 	"github.com/gantry-build/gantry/internal/worker"
 )
 
-// TestStandaloneWorkerMetrics runs a server without an embedded worker
-// and a worker with its own HTTP port, runs one action with one input
-// file, and reads the worker's /metrics.
-func TestStandaloneWorkerMetrics(t *testing.T) {
+// standaloneWorker runs a server without an embedded worker and a worker
+// of config wc with its own HTTP port (addr) until the test ends, and
+// returns a connection to the server and put, which stores a blob.
+func standaloneWorker(t *testing.T, wc config.WorkerConfig) (ctx context.Context, conn *grpc.ClientConn, addr string, put func([]byte) digest.Digest) {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := config.Default()
 	cfg.Listen, cfg.HTTPListen, cfg.DataDir = "127.0.0.1:0", "", t.TempDir()
@@ -38,14 +40,14 @@ func TestStandaloneWorkerMetrics(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	srvDone := make(chan struct{})
 	go func() { srv.Run(ctx); close(srvDone) }()
-	defer func() { cancel(); <-srvDone }()
-	conn, err := client.Dial(srv.GRPCAddr())
+	t.Cleanup(func() { cancel(); <-srvDone })
+	conn, err = client.Dial(srv.GRPCAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 
-	w, err := worker.New(conn, workerpb.NewWorkersClient(conn), server.WorkerConfig(config.WorkerConfig{ID: "w1", Cores: 1, WorkDir: t.TempDir(), AcceptUnknownProperties: true, CacheMaxSize: 1 << 30}, log))
+	w, err := worker.New(conn, workerpb.NewWorkersClient(conn), server.WorkerConfig(wc, log))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,20 +55,27 @@ func TestStandaloneWorkerMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stopHTTP()
 	wctx, wcancel := context.WithCancel(ctx)
 	wDone := make(chan struct{})
 	go func() { w.Run(wctx); close(wDone) }()
-	defer func() { wcancel(); <-wDone }()
+	t.Cleanup(func() { wcancel(); <-wDone; stopHTTP() })
 
 	cas := client.NewCAS(conn, "", digest.SHA256, 0)
-	put := func(b []byte) digest.Digest {
+	put = func(b []byte) digest.Digest {
 		d := digest.Compute(digest.SHA256, b)
 		if err := blobstore.Put(ctx, cas, d, b); err != nil {
 			t.Fatal(err)
 		}
 		return d
 	}
+	return ctx, conn, addr, put
+}
+
+// TestStandaloneWorkerMetrics runs a server without an embedded worker
+// and a worker with its own HTTP port, runs one action with one input
+// file, and reads the worker's /metrics.
+func TestStandaloneWorkerMetrics(t *testing.T) {
+	ctx, conn, addr, put := standaloneWorker(t, config.WorkerConfig{ID: "w1", Cores: 1, WorkDir: t.TempDir(), AcceptUnknownProperties: true, CacheMaxSize: 1 << 30})
 	putMsg := func(m proto.Message) digest.Digest { b, _ := proto.Marshal(m); return put(b) }
 	input := []byte("twelve bytes")
 	root := putMsg(&repb.Directory{Files: []*repb.FileNode{{Name: "in.txt", Digest: put(input).Proto()}}})

@@ -127,6 +127,10 @@ type FairnessConfig struct {
 	// Stickiness is, per level of Keys, what switching a worker to another
 	// invocation at that level costs.
 	Stickiness []Duration `yaml:"stickiness"`
+	// PersistentWorkerStickiness is how long the fair choice may wait
+	// while a worker stays on actions of a persistentWorkerKey it holds
+	// warm; 0 turns the preference off.
+	PersistentWorkerStickiness Duration `yaml:"persistent_worker_stickiness"`
 	// PriorityHalving is how many priority points double a share.
 	PriorityHalving float64 `yaml:"priority_halving"`
 	// UserHeader is the gRPC header the user key reads until
@@ -186,6 +190,9 @@ type WorkerConfig struct {
 	// LinkInputDirectories is auto (big input directories of sandboxed
 	// actions are bound whole from a tree cache) or off (see dirlink.go).
 	LinkInputDirectories string `yaml:"link_input_directories"`
+	// PersistentWorkers configures remote persistent workers (see
+	// persistentworkers.go).
+	PersistentWorkers PersistentWorkersConfig `yaml:"persistent_workers"`
 }
 
 // Storage configures the CAS and the ActionCache.
@@ -301,6 +308,7 @@ func Default() Config {
 			Sandbox:                 defaultSandbox(),
 			MinFreeDisk:             1 << 30,
 			LinkInputDirectories:    LinkInputDirectoriesAuto,
+			PersistentWorkers:       defaultPersistentWorkers(),
 		},
 		GRPC:    GRPC{MaxStreamsPerIdentity: defaultMaxStreamsPerIdentity, MaxUploadsPerIdentity: defaultMaxUploadsPerIdentity},
 		Log:     LogConfig{Level: "info", Format: "text"},
@@ -334,6 +342,8 @@ func defaultScheduler() SchedulerConfig {
 			Keys:            append([]string(nil), invocation.Default...),
 			PriorityHalving: 10,
 			UserHeader:      invocation.DefaultUserHeader,
+
+			PersistentWorkerStickiness: Duration(10 * time.Second),
 		},
 	}
 }

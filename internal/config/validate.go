@@ -66,6 +66,9 @@ func validateFairness(fc FairnessConfig, bad func(path, format string, args ...a
 			bad(fmt.Sprintf("scheduler.fairness.keys[%d]", i), "%v", err)
 		}
 	}
+	if fc.PersistentWorkerStickiness < 0 {
+		bad("scheduler.fairness.persistent_worker_stickiness", "must not be negative (0 turns the preference for warm workers off)")
+	}
 	if len(fc.Stickiness) > len(fc.Keys) {
 		bad("scheduler.fairness.stickiness", "%d durations for %d keys; give at most one per key", len(fc.Stickiness), len(fc.Keys))
 	}
@@ -183,6 +186,7 @@ func validateWorker(w WorkerConfig, bad func(path, format string, args ...any)) 
 	validateSandbox(w.Sandbox, bad)
 	validateDiskLimits(w, bad)
 	validateLinkInputDirectories(w, bad)
+	validatePersistentWorkers(w.PersistentWorkers, bad)
 	if w.Cores < 0 || w.InputFetchSlots < 0 || w.ReportSlots < 0 {
 		bad("worker", "cores, input_fetch_slots and report_slots must not be negative")
 	}

@@ -16,7 +16,7 @@ func IsSpecial(name string) bool {
 		SandboxNetwork, SandboxDockerNetwork, SandboxMemoryLimit, SandboxPidsLimit:
 		return true
 	}
-	return strings.HasPrefix(name, ResourcePrefix)
+	return strings.HasPrefix(name, ResourcePrefix) || isPersistentWorker(name)
 }
 
 // Request is what an action asks of a worker, parsed from its platform.

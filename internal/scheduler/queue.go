@@ -72,9 +72,13 @@ type queue struct {
 	buckets map[string]*bucket
 	n       int
 	f       *fairness
+	// warmBound is Config.PersistentWorkerStickiness (warm.go).
+	warmBound time.Duration
 }
 
-func newQueue(f *fairness) *queue { return &queue{buckets: map[string]*bucket{}, f: f} }
+func newQueue(f *fairness, warmBound time.Duration) *queue {
+	return &queue{buckets: map[string]*bucket{}, f: f, warmBound: warmBound}
+}
 
 func (q *queue) push(t *Task, now time.Time) {
 	b := q.buckets[t.bucketKey]
@@ -125,8 +129,10 @@ func (q *queue) fix(t *Task) {
 // pick chooses the task for a worker whose last work was in invocation
 // from: among the tasks the feasibility chain admits (feasibility.go),
 // the fair choice, unless the worker's stickiness keeps it in its own
-// subtree (choice.go).
+// subtree (choice.go), or its warm persistent worker keys keep it on
+// their work (warm.go).
 func (q *queue) pick(from *inode, now time.Time, wt *waiter) *Task {
 	fair, urgent := fairnessStep{q}.choose(wt)
-	return stickinessStep{q}.choose(from, now, wt, fair, urgent)
+	chosen := stickinessStep{q}.choose(from, now, wt, fair, urgent)
+	return warmStep{q, q.warmBound}.choose(wt, now, chosen, urgent)
 }

@@ -65,6 +65,10 @@ type Config struct {
 	// Stickiness is, per invocation level, what switching a worker to
 	// another invocation at that level costs; empty means pure fairness.
 	Stickiness []time.Duration
+	// PersistentWorkerStickiness is how long the fair choice may wait
+	// while a worker stays on actions of a persistentWorkerKey it holds
+	// warm (warm.go); 0 turns that preference off.
+	PersistentWorkerStickiness time.Duration
 	// Labels and Cohorts group workers for quotas (quota.go).
 	Labels  []Label
 	Cohorts []Cohort
@@ -112,6 +116,8 @@ func DefaultConfig() Config {
 		Preemption:        PreemptCancel,
 		MaxSuspend:        DefaultMaxSuspend,
 		SessionGrace:      DefaultSessionGrace,
+
+		PersistentWorkerStickiness: DefaultPersistentWorkerStickiness,
 	}
 }
 
@@ -390,7 +396,7 @@ func New(cfg Config, clock Clock, cache ActionCacheWriter) *Scheduler {
 	return &Scheduler{
 		cfg: cfg, clock: clock, cache: cache, fair: f, ten: newTenancy(cfg),
 		ops: map[string]*Operation{}, inflight: map[uint64]*Task{},
-		queue: newQueue(f), workers: map[string]*worker{}, leases: map[string]*lease{},
+		queue: newQueue(f, cfg.PersistentWorkerStickiness), workers: map[string]*worker{}, leases: map[string]*lease{},
 		queues: cfg.Queues, ignored: cfg.IgnoredProperties, seen: map[string]seenWorker{}, started: clock.Now(),
 		idPrefix: uuid.NewString()[:13] + "-", refused: refusals{}, halted: make(chan struct{}),
 	}
@@ -588,11 +594,13 @@ func (s *Scheduler) enqueueLocked(t *Task) {
 	t.stage = repb.ExecutionStage_QUEUED
 	s.touchTask(t)
 	if len(s.waiters) > 0 {
-		// Locality: of the idle workers that can take it, the one whose
-		// last invocation is closest to the task's (deepest common
-		// ancestor), the longest waiting among equals.
+		// Locality: of the idle workers that can take it, one warm for
+		// its persistentWorkerKey (warm.go), then the one whose last
+		// invocation is closest to the task's (deepest common ancestor),
+		// the longest waiting among equals.
 		b := &bucket{key: t.bucketKey, queue: t.Queue, instance: t.Instance, req: t.Req}
-		chosen, depth := -1, -1
+		chosen, depth, warm := -1, -1, false
+		key, now := persistentKey(t.Req), s.clock.Now()
 		for i, w := range s.waiters {
 			if !w.accepts(b, t) {
 				continue
@@ -602,9 +610,13 @@ func (s *Scheduler) enqueueLocked(t *Task) {
 				anc, _, _ := lca(w.worker.inv, t.inv)
 				d = anc.depth
 			}
-			if d > depth {
-				chosen, depth = i, d
-				if d == t.inv.depth {
+			hot := w.worker.warm.has(key, now)
+			if hot != warm && !hot {
+				continue
+			}
+			if hot != warm || d > depth {
+				chosen, depth, warm = i, d, hot
+				if d == t.inv.depth && (hot || key == "") {
 					break
 				}
 			}

@@ -41,6 +41,8 @@ type worker struct {
 	// inv is the invocation of the worker's last task (nil: none yet, the
 	// root), for locality and stickiness.
 	inv *inode
+	// warm are the persistentWorkerKeys it ran lately (warm.go).
+	warm warmKeys
 	// cohort is the worker's cohort ("" for none); ten the quota state.
 	cohort string
 	ten    *tenancy
@@ -311,6 +313,7 @@ func (s *Scheduler) leaseLocked(t *Task, w *worker, wt *waiter) *Assignment {
 	}
 	s.touchTask(t)
 	t.lastWorker = w.info.ID
+	w.warm.note(persistentKey(t.Req), now)
 	s.leases[l.id] = l
 	w.leases[l.id] = l
 	for name, n := range t.Req.Resources {

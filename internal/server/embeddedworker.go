@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/execution"
 	"github.com/gantry-build/gantry/internal/worker"
+	"github.com/gantry-build/gantry/internal/worker/persistent"
 )
 
 // embeddedWorker is the part that runs a worker in this process (roles
@@ -114,5 +116,23 @@ func WorkerConfig(wc config.WorkerConfig, log *slog.Logger) worker.Config {
 		ProcessWrappers: wc.ProcessWrappers, Queues: wc.Queues, Resources: wc.Resources, Instances: wc.Instances,
 		MinFreeDisk: int64(wc.MinFreeDisk), MaxFileSize: int64(wc.MaxFileSize),
 		LinkInputDirectories: wc.LinkInputDirectories != config.LinkInputDirectoriesOff,
+		PersistentWorkers:    persistentWorkers(wc.PersistentWorkers, cores),
 	}
+}
+
+// persistentWorkers is the pool configuration of worker.persistent_workers
+// (nil when off), its bounds defaulting from the worker's cores.
+func persistentWorkers(pc config.PersistentWorkersConfig, cores int) *persistent.Config {
+	if !pc.Enabled {
+		return nil
+	}
+	c := &persistent.Config{MaxPerKey: pc.MaxPerKey, MaxTotal: pc.MaxTotal, MaxMultiplex: pc.MaxMultiplex,
+		IdleTimeout: time.Duration(pc.IdleTimeout), MinFreeMemory: int64(pc.MinFreeMemory)}
+	if c.MaxPerKey == 0 {
+		c.MaxPerKey = cores
+	}
+	if c.MaxTotal == 0 {
+		c.MaxTotal = max(2*cores, c.MaxPerKey)
+	}
+	return c
 }

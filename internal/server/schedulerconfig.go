@@ -31,6 +31,8 @@ func schedulerConfig(cfg config.Config, log *slog.Logger) scheduler.Config {
 		MaxSuspend:        sc.MaxSuspend.D(),
 		ChrootInstances:   sc.ChrootInstances,
 		Logger:            log,
+
+		PersistentWorkerStickiness: sc.Fairness.PersistentWorkerStickiness.D(),
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/gantry-build/gantry/internal/worker/execroot"
+	"github.com/gantry-build/gantry/internal/worker/persistent"
 	"github.com/gantry-build/gantry/internal/worker/runner"
 	"github.com/gantry-build/gantry/internal/worker/sandbox"
 )
@@ -35,10 +36,13 @@ type executor struct {
 	wrap    wrapping
 	logs    string // where large output spills
 	tracker runTracker
+	// pool runs actions on persistent workers (persistentrun.go); nil
+	// runs them all as plain commands.
+	pool *persistent.Pool
 }
 
-func newExecutor(sup *runner.Supervisor, sb *sandbox.Sandbox, wrap wrapping, logs string, tracker runTracker) *executor {
-	return &executor{sup: sup, sb: sb, wrap: wrap, logs: logs, tracker: tracker}
+func newExecutor(sup *runner.Supervisor, sb *sandbox.Sandbox, wrap wrapping, logs string, tracker runTracker, pool *persistent.Pool) *executor {
+	return &executor{sup: sup, sb: sb, wrap: wrap, logs: logs, tracker: tracker, pool: pool}
 }
 
 // execution is what the Execute stage hands to Report.
@@ -58,6 +62,12 @@ type execution struct {
 // be started; a cancelled action returns its execution too, and the
 // caller looks at ctx.
 func (e *executor) Execute(ctx context.Context, j *job, root *execroot.Root) (*execution, error) {
+	if pspec, reqFiles, ok, err := e.persistentSpec(j); err != nil || ok {
+		if err != nil {
+			return nil, err
+		}
+		return e.executePersistent(ctx, j, root, pspec, reqFiles)
+	}
 	spec, sbx, err := e.prepare(j, root)
 	if err != nil {
 		return nil, err

@@ -61,6 +61,11 @@ func (w *Worker) RegisterMetrics(reg prometheus.Registerer, stages bool) error {
 	if err := reg.Register(c); err != nil {
 		return err
 	}
+	if w.pool != nil {
+		if err := reg.Register(w.pool.Collector()); err != nil {
+			return err
+		}
+	}
 	if stages {
 		h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gantry_worker_stage_duration_seconds",

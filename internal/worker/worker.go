@@ -32,6 +32,7 @@ import (
 	"github.com/gantry-build/gantry/internal/worker/execroot"
 	"github.com/gantry-build/gantry/internal/worker/filecache"
 	"github.com/gantry-build/gantry/internal/worker/outputs"
+	"github.com/gantry-build/gantry/internal/worker/persistent"
 	"github.com/gantry-build/gantry/internal/worker/runner"
 	"github.com/gantry-build/gantry/internal/worker/sandbox"
 )
@@ -80,6 +81,10 @@ type Config struct {
 	// directories whole, bound read-only from a cache of trees
 	// (worker.link_input_directories: auto); ignored without a sandbox.
 	LinkInputDirectories bool
+	// PersistentWorkers, when set, runs actions carrying
+	// persistentWorkerKey on warm tool processes (Dir is set by the
+	// worker); nil runs them as plain commands.
+	PersistentWorkers *persistent.Config
 }
 
 // Worker is a running worker.
@@ -106,6 +111,8 @@ type Worker struct {
 	sb         *sandbox.Sandbox
 	// sup starts actions and ends every process they start.
 	sup *runner.Supervisor
+	// pool keeps the persistent worker processes; nil when off.
+	pool *persistent.Pool
 	// workDir keeps other worker processes out of cfg.WorkDir: a second
 	// one would kill this one's actions as leftovers and clear its roots.
 	workDir *dirlock.Lock
@@ -261,7 +268,14 @@ func New(conn *grpc.ClientConn, sched workerpb.WorkersClient, cfg Config) (*Work
 	}
 	wrap := newWrapping(cfg, w.sb != nil, w.prlimit)
 	w.inputs = newInputFetcher(w.cache, w.trees, wrap, w.roots)
-	w.executor = newExecutor(w.sup, w.sb, wrap, w.logs, w)
+	if cfg.PersistentWorkers != nil {
+		pc := *cfg.PersistentWorkers
+		pc.Dir, pc.Logger = filepath.Join(cfg.WorkDir, "persistent"), w.log
+		if w.pool, err = persistent.NewPool(pc, w.sup); err != nil {
+			return nil, err
+		}
+	}
+	w.executor = newExecutor(w.sup, w.sb, wrap, w.logs, w, w.pool)
 	w.reporter = newReporter(cfg.MinFreeDisk, wrap.chroot, largeOut, cfg.ChunkThreshold, w.log)
 	w.diskLow = newDiskGate(cfg.WorkDir, cfg.MinFreeDisk, diskCheckEvery, w.log)
 	w.completer = newCompleter(w.sched, cfg.ID, w, w.log)
@@ -303,6 +317,9 @@ func (w *Worker) Run(ctx context.Context) error {
 // close ends the supervisor and gives the work dir up (at the end of
 // Run, or when New fails).
 func (w *Worker) close() {
+	if w.pool != nil {
+		w.pool.Close()
+	}
 	if w.sup != nil {
 		if err := w.sup.Close(); err != nil {
 			w.log.Warn("cleaning up", "err", err)

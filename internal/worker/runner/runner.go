@@ -61,6 +61,10 @@ type Spec struct {
 	// Stdout and Stderr (for example the write ends of pipes). The caller
 	// keeps ownership and closes them after Start.
 	StdoutFile, StderrFile *os.File
+	// StdinFile, when set, is the process's stdin (a persistent worker
+	// reads its requests there); else it reads /dev/null. The caller
+	// keeps ownership and closes it after Start.
+	StdinFile *os.File
 	// Timeout bounds the execution time, excluding time suspended; 0
 	// means no limit. On expiry every process of the action is killed
 	// (SIGKILL).
@@ -247,6 +251,9 @@ func (s *Supervisor) Start(spec Spec) (*Process, error) {
 		return nil, fmt.Errorf("runner: opening %s for the action's stdin: %w", os.DevNull, err)
 	}
 
+	if spec.StdinFile != nil {
+		null = spec.StdinFile
+	}
 	attr := &syscall.SysProcAttr{Setpgid: true, UseCgroupFD: spec.UseCgroupFD, CgroupFD: spec.CgroupFD}
 	cmd := &exec.Cmd{
 		Path:        path,
