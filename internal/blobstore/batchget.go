@@ -160,8 +160,8 @@ func (s *Disk) readRecords(run []packedWant, end int64, ds []digest.Digest, data
 }
 
 // GetBatch implements BatchGetter: every blob is looked up under one lock,
-// and one held in a single chunk is returned as it is held, without a
-// copy.
+// and one held in a single chunk smaller than memChunkSize (which no
+// upload reuses) is returned as it is held, without a copy.
 func (m *Memory) GetBatch(_ context.Context, ds []digest.Digest, data [][]byte, errs []error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -175,7 +175,9 @@ func (m *Memory) GetBatch(_ context.Context, ds []digest.Digest, data [][]byte, 
 		default:
 			m.lru.MoveToFront(e)
 			chunks := e.Value.(*memEntry).chunks
-			if len(chunks) == 1 {
+			// A full-size chunk may be refilled with another blob once
+			// this one is evicted (Memory.spareLocked): it is copied.
+			if len(chunks) == 1 && cap(chunks[0]) < memChunkSize {
 				data[i] = chunks[0][:len(chunks[0]):len(chunks[0])]
 				continue
 			}
