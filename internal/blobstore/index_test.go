@@ -174,3 +174,23 @@ func TestEntryTableAgainstAMap(t *testing.T) {
 		}
 	}
 }
+
+// TestPackKeyEveryByte puts every byte value at an even and at an odd
+// position of a SHA-256 hash: only lowercase hex digits pack, and every
+// digest, packed or not, is given back as it was.
+func TestPackKeyEveryByte(t *testing.T) {
+	base := digest.Compute(digest.SHA256, []byte("a"))
+	for c := range 256 {
+		for _, pos := range []int{10, 63} {
+			d := base
+			d.Hash = base.Hash[:pos] + string([]byte{byte(c)}) + base.Hash[pos+1:]
+			_, packed := packKey(d)
+			if want := c >= '0' && c <= '9' || c >= 'a' && c <= 'f'; packed != want {
+				t.Fatalf("byte %#x at %d: packs %v, want %v", c, pos, packed, want)
+			}
+			if got := newEntry(d, nil, 0).digest(); got != d {
+				t.Fatalf("byte %#x at %d: entry gives back %v, want %v", c, pos, got, d)
+			}
+		}
+	}
+}
