@@ -139,9 +139,11 @@ func (m *Memory) CreateTrusted(_ context.Context, d digest.Digest) (TrustedWrite
 
 // reserve counts d's size as in flight and evicts blobs to keep the held
 // and the reserved bytes within the bound. It reports the bytes reserved:
-// none for an unbounded store, the empty blob or a blob already held.
+// none for an unbounded store, the empty blob, a blob already held, or
+// one the bound cannot hold (nothing is evicted for it until it is
+// stored, if it ever is: see Disk.roomForLocked).
 func (m *Memory) reserve(d digest.Digest) (int64, error) {
-	if m.maxBytes <= 0 || d.IsEmpty() {
+	if m.maxBytes <= 0 || d.IsEmpty() || d.Size >= m.maxBytes {
 		return 0, nil
 	}
 	m.mu.Lock()
@@ -151,9 +153,8 @@ func (m *Memory) reserve(d digest.Digest) (int64, error) {
 		return 0, nil
 	}
 	m.pending += d.Size
-	if !m.makeRoomLocked(0, nil) && m.life.Min > 0 && d.Size < m.maxBytes && m.lru.Len() > 0 {
-		// Only promised blobs are left to evict (a blob as large as the
-		// bound fits no matter what: see Disk.roomForLocked).
+	if !m.makeRoomLocked(0, nil) && m.life.Min > 0 && m.lru.Len() > 0 {
+		// Only promised blobs are left to evict.
 		m.pending -= d.Size
 		m.refused.Add(1)
 		return 0, &LifetimeError{Digest: d, Min: m.life.Min}

@@ -109,9 +109,11 @@ func TestMemoryBoundCoversUploadsInFlight(t *testing.T) {
 			t.Fatalf("%s: %+v; want Held+Reserved and Held+Filling+Spare within the bound %d", when, u, maxBytes)
 		}
 	}
+	var d0 digest.Digest
 	for i := range 12 {
 		data := blob(fmt.Sprint("upload", i), size)
 		d := digest.Compute(digest.SHA256, data)
+		d0 = d
 		w, err := s.Create(ctx, d)
 		if err != nil {
 			t.Fatal(err)
@@ -148,6 +150,17 @@ func TestMemoryBoundCoversUploadsInFlight(t *testing.T) {
 		t.Errorf("after the only upload was closed unfinished: %+v; want nothing reserved or filling", u)
 	}
 	within("after an abandoned upload")
+	// A blob the bound cannot hold evicts nothing before it is stored.
+	blobs, _ := s.Stats()
+	huge := digest.Digest{Function: digest.SHA256, Hash: d0.Hash, Size: maxBytes}
+	w, err = s.Create(ctx, huge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if after, _ := s.Stats(); after != blobs {
+		t.Errorf("starting an upload larger than the bound left %d of %d blobs; want none evicted for it", after, blobs)
+	}
 }
 
 // TestMemoryFullStoreReusesEvictedChunks: once the store is full, an
