@@ -93,17 +93,19 @@ func (m *Memory) Open(_ context.Context, d digest.Digest, offset int64) (io.Read
 	m.mu.Lock()
 	e, ok := m.index[d]
 	var ent *memEntry
+	var chunks memChunks
 	if ok {
 		m.lru.MoveToFront(e)
 		ent = e.Value.(*memEntry)
 		ent.readers++
+		chunks = ent.chunks
 	}
 	m.mu.Unlock()
 	if !ok {
 		return nil, ErrNotFound
 	}
-	offset = min(offset, ent.chunks.size())
-	return &memReader{m: m, ent: ent, chunks: ent.chunks, i: int(offset / memChunkSize), off: int(offset % memChunkSize)}, nil
+	offset = min(offset, chunks.size())
+	return &memReader{m: m, ent: ent, chunks: chunks, i: int(offset / memChunkSize), off: int(offset % memChunkSize)}, nil
 }
 
 // closeReader ends one of ent's readers.

@@ -3,9 +3,11 @@ package blobstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/gantry-build/gantry/internal/digest"
@@ -261,4 +263,57 @@ func TestMemoryClosedReaderFreesChunks(t *testing.T) {
 			t.Fatalf("later upload %d read back: %d bytes, %v", i, len(got), err)
 		}
 	}
+}
+
+// TestMemoryConcurrentReadsAndEvictions reads blobs while others are
+// uploaded and evict them, reusing their chunks: every read that finds
+// its blob gets exactly its bytes (checked against the digest).
+func TestMemoryConcurrentReadsAndEvictions(t *testing.T) {
+	const size = 2*memChunkSize + 100
+	ctx := context.Background()
+	s := NewMemory(4 * size)
+	var recent sync.Map // int -> digest.Digest
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 12 {
+				data := blob(fmt.Sprint("concurrent", w, i), size)
+				d := digest.Compute(digest.SHA256, data)
+				if err := Put(ctx, s, d, data); err != nil {
+					t.Error(err)
+					return
+				}
+				recent.Store(w*100+i, d)
+			}
+		}()
+	}
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 40 {
+				recent.Range(func(_, v any) bool {
+					d := v.(digest.Digest)
+					r, err := s.Open(ctx, d, 0)
+					if errors.Is(err, ErrNotFound) {
+						return true
+					}
+					if err != nil {
+						t.Error(err)
+						return false
+					}
+					got, err := io.ReadAll(r)
+					r.Close()
+					if err != nil || digest.Compute(digest.SHA256, got) != d {
+						t.Errorf("read of %s while others were stored: %d bytes, %v; not the blob", d, len(got), err)
+						return false
+					}
+					return false // one blob per pass
+				})
+			}
+		}()
+	}
+	wg.Wait()
 }
