@@ -69,20 +69,22 @@ type packedWant struct {
 }
 
 // GetBatch implements BatchGetter. Every blob is looked up under one
-// lock; packed blobs are read in segment order, neighbouring records with
+// lock, all at once (blobIndex.getAll); packed blobs are read in segment order, neighbouring records with
 // one read into one buffer that the blobs' data point into (no copy per
 // blob), each record checked as Open checks it. Blobs with their own file
 // are read one by one.
 func (s *Disk) GetBatch(ctx context.Context, ds []digest.Digest, data [][]byte, errs []error) {
 	var packed []packedWant
 	var single []int
+	found := make([]*entry, len(ds))
 	s.mu.Lock()
+	s.idx.getAll(ds, found)
 	for i, d := range ds {
-		e, ok := s.idx.get(d)
+		e := found[i]
 		switch {
 		case d.IsEmpty():
 			data[i] = []byte{}
-		case !ok:
+		case e == nil:
 			errs[i] = ErrNotFound
 		case e.seg == nil:
 			single = append(single, i)

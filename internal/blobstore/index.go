@@ -157,6 +157,26 @@ func (x *blobIndex) get(d digest.Digest) (*entry, bool) {
 	return e, e != nil
 }
 
+// getAll sets found[i] to ds[i]'s entry, or nil, for every i: get for
+// many digests at once, their table lookups overlapped (see
+// entryTable.findAll).
+func (x *blobIndex) getAll(ds []digest.Digest, found []*entry) {
+	ks := make([]blobKey, 0, len(ds))
+	at := make([]int, 0, len(ds)) // ks[j] is the key of ds[at[j]]
+	for i, d := range ds {
+		if k, ok := packKey(d); ok {
+			ks, at = append(ks, k), append(at, i)
+		} else {
+			found[i] = x.oddM[d]
+		}
+	}
+	hits, home := make([]*entry, len(ks)), make([]uint64, len(ks))
+	x.m.findAll(ks, hits, home)
+	for j, e := range hits {
+		found[at[j]] = e
+	}
+}
+
 // holds reports whether e is still its digest's entry.
 func (x *blobIndex) holds(e *entry) bool {
 	if e.odd != nil {

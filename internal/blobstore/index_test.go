@@ -163,6 +163,19 @@ func TestEntryTableAgainstAMap(t *testing.T) {
 					t.Fatalf("after %d steps %x finds %p, want %p", i, k.sum[:4], got, e)
 				}
 			}
+			// findAll agrees with find, for keys held and keys not.
+			var ks []blobKey
+			for j := range 3000 {
+				k, _ := packKey(digest.Compute(digest.SHA256, []byte(fmt.Sprint(j))))
+				ks = append(ks, k)
+			}
+			found, home := make([]*entry, len(ks)), make([]uint64, len(ks))
+			tab.findAll(ks, found, home)
+			for j, k := range ks {
+				if found[j] != want[k] {
+					t.Fatalf("after %d steps findAll gives %x %p, want %p", i, k.sum[:4], found[j], want[k])
+				}
+			}
 		}
 	}
 	for k := range want {
