@@ -287,20 +287,20 @@ func (m *Memory) Stats() (blobs int, bytes int64) {
 	return len(m.index), m.total
 }
 
-// MemoryUsage is what a Memory store's bytes are.
-type MemoryUsage struct {
+// memoryUsage is what a Memory store's bytes are.
+type memoryUsage struct {
 	Held     int64 // the blobs stored
 	Reserved int64 // the sizes of the uploads in flight, reserved at their start
 	Filling  int64 // the full-size chunks those uploads have taken so far
 	Spare    int64 // evicted blobs' chunks kept for uploads
 }
 
-// Usage reports the store's bytes. Held and Reserved together, and Held,
+// usage reports the store's bytes. Held and Reserved together, and Held,
 // Filling and Spare together, stay within the bound, but for blobs
 // larger than the bound and blobs under the lifetime promise, which the
 // store keeps and goes over it.
-func (m *Memory) Usage() MemoryUsage {
+func (m *Memory) usage() memoryUsage {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return MemoryUsage{Held: m.total, Reserved: m.pending, Filling: m.filling, Spare: m.spares.bytes()}
+	return memoryUsage{Held: m.total, Reserved: m.pending, Filling: m.filling, Spare: m.spares.bytes()}
 }

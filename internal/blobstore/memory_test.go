@@ -106,7 +106,7 @@ func TestMemoryBoundCoversUploadsInFlight(t *testing.T) {
 	s := NewMemory(maxBytes)
 	within := func(when string) {
 		t.Helper()
-		u := s.Usage()
+		u := s.usage()
 		if u.Held+u.Reserved > maxBytes || u.Held+u.Filling+u.Spare > maxBytes {
 			t.Fatalf("%s: %+v; want Held+Reserved and Held+Filling+Spare within the bound %d", when, u, maxBytes)
 		}
@@ -148,7 +148,7 @@ func TestMemoryBoundCoversUploadsInFlight(t *testing.T) {
 	}
 	w.Write(data[:size/3])
 	w.Close()
-	if u := s.Usage(); u.Reserved != 0 || u.Filling != 0 {
+	if u := s.usage(); u.Reserved != 0 || u.Filling != 0 {
 		t.Errorf("after the only upload was closed unfinished: %+v; want nothing reserved or filling", u)
 	}
 	within("after an abandoned upload")
@@ -249,12 +249,12 @@ func TestMemoryClosedReaderFreesChunks(t *testing.T) {
 	}
 	mustPut(t, s, blob("second", size), digest.SHA256)
 	mustPut(t, s, blob("third", size), digest.SHA256) // evicts first
-	if u := s.Usage(); u.Spare != 0 {
+	if u := s.usage(); u.Spare != 0 {
 		t.Fatalf("with first still read, %d bytes are spare; want none", u.Spare)
 	}
 	r.Close()
 	r.Close() // twice is harmless
-	if u := s.Usage(); u.Spare == 0 {
+	if u := s.usage(); u.Spare == 0 {
 		t.Fatalf("after the reader closed, nothing is spare: %+v", u)
 	}
 	for i := range 4 {
