@@ -69,20 +69,22 @@ type packedWant struct {
 }
 
 // GetBatch implements BatchGetter. Every blob is looked up under one
-// lock; packed blobs are read in segment order, neighbouring records with
+// lock, all at once (blobIndex.getAll); packed blobs are read in segment order, neighbouring records with
 // one read into one buffer that the blobs' data point into (no copy per
 // blob), each record checked as Open checks it. Blobs with their own file
 // are read one by one.
 func (s *Disk) GetBatch(ctx context.Context, ds []digest.Digest, data [][]byte, errs []error) {
 	var packed []packedWant
 	var single []int
+	found := make([]*entry, len(ds))
 	s.mu.Lock()
+	s.idx.getAll(ds, found)
 	for i, d := range ds {
-		e, ok := s.idx.get(d)
+		e := found[i]
 		switch {
 		case d.IsEmpty():
 			data[i] = []byte{}
-		case !ok:
+		case e == nil:
 			errs[i] = ErrNotFound
 		case e.seg == nil:
 			single = append(single, i)
@@ -160,8 +162,8 @@ func (s *Disk) readRecords(run []packedWant, end int64, ds []digest.Digest, data
 }
 
 // GetBatch implements BatchGetter: every blob is looked up under one lock,
-// and one held in a single chunk is returned as it is held, without a
-// copy.
+// and one held in a single chunk smaller than memChunkSize (which no
+// upload reuses) is returned as it is held, without a copy.
 func (m *Memory) GetBatch(_ context.Context, ds []digest.Digest, data [][]byte, errs []error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -175,7 +177,9 @@ func (m *Memory) GetBatch(_ context.Context, ds []digest.Digest, data [][]byte, 
 		default:
 			m.lru.MoveToFront(e)
 			chunks := e.Value.(*memEntry).chunks
-			if len(chunks) == 1 {
+			// A full-size chunk may be refilled with another blob once
+			// this one is evicted (Memory.spareLocked): it is copied.
+			if len(chunks) == 1 && cap(chunks[0]) < memChunkSize {
 				data[i] = chunks[0][:len(chunks[0]):len(chunks[0])]
 				continue
 			}

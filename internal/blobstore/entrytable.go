@@ -101,3 +101,30 @@ func (t *entryTable) grow() {
 		}
 	}
 }
+
+// findAll sets found[i] to ks[i]'s entry, or nil, for every i. It reads
+// every key's home slot before it reads any entry, so that the memory
+// loads of different keys (each a likely cache miss in a big table)
+// overlap instead of waiting on one another; home is scratch space, at
+// least len(ks) long.
+func (t *entryTable) findAll(ks []blobKey, found []*entry, home []uint64) {
+	if t.n == 0 {
+		clear(found[:len(ks)])
+		return
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := range ks {
+		h := t.hash(&ks[i]) & mask
+		home[i], found[i] = h, t.slots[h]
+	}
+	for i := range ks {
+		for j, e := home[i], found[i]; ; {
+			if e == nil || e.is(&ks[i]) {
+				found[i] = e
+				break
+			}
+			j = (j + 1) & mask
+			e = t.slots[j]
+		}
+	}
+}

@@ -50,26 +50,37 @@ func packKey(d digest.Digest) (blobKey, bool) {
 		return blobKey{}, false
 	}
 	k := blobKey{size: d.Size, fn: d.Function, n: uint8(len(h) / 2)}
+	// Every lookup decodes its digest (a batch read, thousands a call):
+	// a table and one check for the whole hash, not a branch per digit.
+	bad := byte(0)
 	for i := 0; i < len(h); i += 2 {
-		hi, ok1 := lowerHex(h[i])
-		lo, ok2 := lowerHex(h[i+1])
-		if !ok1 || !ok2 {
-			return blobKey{}, false
-		}
-		k.sum[i/2] = hi<<4 | lo
+		hi, lo := hexValue[h[i]], hexValue[h[i+1]]
+		bad |= hi | lo
+		k.sum[i/2] = hi<<4 | lo&0xf
+	}
+	if bad&notHex != 0 {
+		return blobKey{}, false
 	}
 	return k, true
 }
 
-func lowerHex(c byte) (byte, bool) {
-	switch {
-	case c >= '0' && c <= '9':
-		return c - '0', true
-	case c >= 'a' && c <= 'f':
-		return c - 'a' + 10, true
+// notHex marks the bytes that are not lowercase hex digits in hexValue.
+const notHex = 0x80
+
+// hexValue is each byte's value as a lowercase hex digit, or notHex.
+var hexValue = func() (t [256]byte) {
+	for c := range t {
+		switch {
+		case c >= '0' && c <= '9':
+			t[c] = byte(c - '0')
+		case c >= 'a' && c <= 'f':
+			t[c] = byte(c - 'a' + 10)
+		default:
+			t[c] = notHex
+		}
 	}
-	return 0, false
-}
+	return t
+}()
 
 // newEntry returns an entry for blob d at (seg, off); seg nil: its own
 // file.
@@ -144,6 +155,26 @@ func (x *blobIndex) get(d digest.Digest) (*entry, bool) {
 		e = x.oddM[d]
 	}
 	return e, e != nil
+}
+
+// getAll sets found[i] to ds[i]'s entry, or nil, for every i: get for
+// many digests at once, their table lookups overlapped (see
+// entryTable.findAll).
+func (x *blobIndex) getAll(ds []digest.Digest, found []*entry) {
+	ks := make([]blobKey, 0, len(ds))
+	at := make([]int, 0, len(ds)) // ks[j] is the key of ds[at[j]]
+	for i, d := range ds {
+		if k, ok := packKey(d); ok {
+			ks, at = append(ks, k), append(at, i)
+		} else {
+			found[i] = x.oddM[d]
+		}
+	}
+	hits, home := make([]*entry, len(ks)), make([]uint64, len(ks))
+	x.m.findAll(ks, hits, home)
+	for j, e := range hits {
+		found[at[j]] = e
+	}
 }
 
 // holds reports whether e is still its digest's entry.

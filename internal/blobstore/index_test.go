@@ -163,6 +163,19 @@ func TestEntryTableAgainstAMap(t *testing.T) {
 					t.Fatalf("after %d steps %x finds %p, want %p", i, k.sum[:4], got, e)
 				}
 			}
+			// findAll agrees with find, for keys held and keys not.
+			var ks []blobKey
+			for j := range 3000 {
+				k, _ := packKey(digest.Compute(digest.SHA256, []byte(fmt.Sprint(j))))
+				ks = append(ks, k)
+			}
+			found, home := make([]*entry, len(ks)), make([]uint64, len(ks))
+			tab.findAll(ks, found, home)
+			for j, k := range ks {
+				if found[j] != want[k] {
+					t.Fatalf("after %d steps findAll gives %x %p, want %p", i, k.sum[:4], found[j], want[k])
+				}
+			}
 		}
 	}
 	for k := range want {
@@ -171,6 +184,26 @@ func TestEntryTableAgainstAMap(t *testing.T) {
 	for _, e := range tab.slots {
 		if e != nil {
 			t.Fatal("an entry left in the table after every delete")
+		}
+	}
+}
+
+// TestPackKeyEveryByte puts every byte value at an even and at an odd
+// position of a SHA-256 hash: only lowercase hex digits pack, and every
+// digest, packed or not, is given back as it was.
+func TestPackKeyEveryByte(t *testing.T) {
+	base := digest.Compute(digest.SHA256, []byte("a"))
+	for c := range 256 {
+		for _, pos := range []int{10, 63} {
+			d := base
+			d.Hash = base.Hash[:pos] + string([]byte{byte(c)}) + base.Hash[pos+1:]
+			_, packed := packKey(d)
+			if want := c >= '0' && c <= '9' || c >= 'a' && c <= 'f'; packed != want {
+				t.Fatalf("byte %#x at %d: packs %v, want %v", c, pos, packed, want)
+			}
+			if got := newEntry(d, nil, 0).digest(); got != d {
+				t.Fatalf("byte %#x at %d: entry gives back %v, want %v", c, pos, got, d)
+			}
 		}
 	}
 }

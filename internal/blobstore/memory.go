@@ -12,6 +12,13 @@ import (
 )
 
 // Memory is a Store held in RAM, bounded in bytes with LRU eviction.
+//
+// The bound covers the uploads in flight as well as the blobs held: an
+// upload reserves its size when it starts, and blobs are evicted for it
+// then, not after its bytes have arrived. The chunks of evicted blobs are
+// kept as spares (memchunks.go) for the next uploads to fill, within the
+// same bound, so a full store neither leaves evicted blobs to the
+// collector nor asks the kernel for fresh pages for every upload.
 type Memory struct {
 	maxBytes int64
 	// life is the promise kept to FindMissing's callers (lifetime.go);
@@ -19,10 +26,13 @@ type Memory struct {
 	life    Lifetime
 	refused atomic.Int64
 
-	mu    sync.Mutex
-	total int64
-	lru   *list.List // of *memEntry, most recently used at the front
-	index map[digest.Digest]*list.Element
+	mu      sync.Mutex
+	total   int64      // bytes of the blobs held
+	pending int64      // bytes reserved by uploads in flight
+	filling int64      // bytes of the full-size chunks uploads in flight have taken
+	lru     *list.List // of *memEntry, most recently used at the front
+	index   map[digest.Digest]*list.Element
+	spares  spareChunks
 }
 
 type memEntry struct {
@@ -31,24 +41,10 @@ type memEntry struct {
 	// keepUntil: FindMissing reported the blob present; it is not
 	// evicted before then while others can go.
 	keepUntil time.Time
-}
-
-// memChunkSize is the size of the pieces a blob is held in. A blob is
-// never one large slice: its writer allocates each piece once, as the
-// bytes arrive (the digest gives the size, so nothing is ever grown and
-// copied), and no allocation is larger than this, so a big blob costs
-// neither a large contiguous span nor a copy, and its memory is what it
-// holds, not a doubling buffer's slack.
-const memChunkSize = 1 << 20
-
-// memChunks is a blob's bytes: every piece memChunkSize long but the last.
-type memChunks [][]byte
-
-func (c memChunks) size() int64 {
-	if len(c) == 0 {
-		return 0
-	}
-	return int64(len(c)-1)*memChunkSize + int64(len(c[len(c)-1]))
+	// readers counts the blob's open readers; an evicted blob's chunks
+	// become spares only when the last one closes.
+	readers int
+	evicted bool
 }
 
 var _ Trusting = (*Memory)(nil)
@@ -91,72 +87,37 @@ func (m *Memory) Open(_ context.Context, d digest.Digest, offset int64) (io.Read
 	if d.IsEmpty() {
 		return emptyReader(), nil
 	}
+	if offset < 0 {
+		return nil, negativeOffset(d, offset)
+	}
 	m.mu.Lock()
 	e, ok := m.index[d]
+	var ent *memEntry
+	var chunks memChunks
 	if ok {
 		m.lru.MoveToFront(e)
+		ent = e.Value.(*memEntry)
+		ent.readers++
+		chunks = ent.chunks
 	}
 	m.mu.Unlock()
 	if !ok {
 		return nil, ErrNotFound
 	}
-	if offset < 0 {
-		return nil, negativeOffset(d, offset)
-	}
-	chunks := e.Value.(*memEntry).chunks
 	offset = min(offset, chunks.size())
-	return &memReader{chunks: chunks, i: int(offset / memChunkSize), off: int(offset % memChunkSize)}, nil
+	return &memReader{m: m, ent: ent, chunks: chunks, i: int(offset / memChunkSize), off: int(offset % memChunkSize)}, nil
 }
 
-// memReader streams a blob's chunks without copying them into one.
-type memReader struct {
-	chunks memChunks
-	i, off int // the next byte is chunks[i][off]
+// closeReader ends one of ent's readers.
+func (m *Memory) closeReader(ent *memEntry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ent.readers--
+	if ent.readers == 0 && ent.evicted {
+		m.spareLocked(ent.chunks)
+		ent.chunks = nil
+	}
 }
-
-func (r *memReader) next() []byte {
-	for r.i < len(r.chunks) && r.off == len(r.chunks[r.i]) {
-		r.i, r.off = r.i+1, 0
-	}
-	if r.i == len(r.chunks) {
-		return nil
-	}
-	return r.chunks[r.i][r.off:]
-}
-
-func (r *memReader) Read(p []byte) (int, error) {
-	n := 0
-	for n < len(p) {
-		c := r.next()
-		if c == nil {
-			break
-		}
-		k := copy(p[n:], c)
-		n += k
-		r.off += k
-	}
-	if n == 0 && len(p) > 0 {
-		return 0, io.EOF
-	}
-	return n, nil
-}
-
-// WriteTo hands w the chunks themselves, which w must not keep or change
-// (the io.Writer contract).
-func (r *memReader) WriteTo(w io.Writer) (int64, error) {
-	var total int64
-	for c := r.next(); c != nil; c = r.next() {
-		n, err := w.Write(c)
-		total += int64(n)
-		r.off += n
-		if err != nil {
-			return total, err
-		}
-	}
-	return total, nil
-}
-
-func (r *memReader) Close() error { r.chunks = nil; return nil }
 
 // Create implements Store.
 func (m *Memory) Create(ctx context.Context, d digest.Digest) (Writer, error) {
@@ -167,70 +128,56 @@ func (m *Memory) Create(ctx context.Context, d digest.Digest) (Writer, error) {
 	return NewChecked(d, tw), nil
 }
 
-// CreateTrusted implements Trusting.
+// CreateTrusted implements Trusting. The blob's size is reserved now
+// (see Memory), or the blob refused with a *LifetimeError when only
+// promised blobs are left to evict for it.
 func (m *Memory) CreateTrusted(_ context.Context, d digest.Digest) (TrustedWriter, error) {
-	if err := m.roomFor(d); err != nil {
+	reserved, err := m.reserve(d)
+	if err != nil {
 		return nil, err
 	}
-	return &memWriter{m: m, v: verifier{want: d}}, nil
+	return &memWriter{m: m, v: verifier{want: d}, reserved: reserved}, nil
 }
 
-// memWriter holds a blob's bytes its caller verifies (v only counts them).
-type memWriter struct {
-	m      *Memory
-	v      verifier
-	chunks memChunks // the last one may have room left
-	done   bool      // committed or closed
-}
-
-func (w *memWriter) Write(p []byte) (int, error) {
-	if w.done {
-		return 0, errWriterDone
-	}
-	// The count refuses bytes beyond the digest's size, so the chunks
-	// allocated below never add up to more than the blob.
-	if err := w.v.count(p); err != nil {
-		return 0, err
-	}
-	n := len(p)
-	for len(p) > 0 {
-		last := len(w.chunks) - 1
-		if last < 0 || len(w.chunks[last]) == cap(w.chunks[last]) {
-			held := int64(len(w.chunks)) * memChunkSize
-			w.chunks = append(w.chunks, make([]byte, 0, min(memChunkSize, w.v.want.Size-held)))
-			last++
-		}
-		c := w.chunks[last]
-		k := copy(c[len(c):cap(c)], p)
-		w.chunks[last], p = c[:len(c)+k], p[k:]
-	}
-	return n, nil
-}
-
-func (w *memWriter) Written() int64 { return w.v.n }
-
-func (w *memWriter) CommitVerified(p Proof) error {
-	if w.done {
-		return errWriterDone
-	}
-	if err := p.Vouches(w.v.want, w.v.n); err != nil {
-		return err
-	}
-	w.m.insert(w.v.want, w.chunks)
-	w.chunks, w.done = nil, true
-	return nil
-}
-
-func (w *memWriter) Close() error { w.chunks, w.done = nil, true; return nil }
-
-func (m *Memory) insert(d digest.Digest, chunks memChunks) {
-	if d.IsEmpty() {
-		return
+// reserve counts d's size as in flight and evicts blobs to keep the held
+// and the reserved bytes within the bound. It reports the bytes reserved:
+// none for an unbounded store, the empty blob, a blob already held, or
+// one the bound cannot hold (nothing is evicted for it until it is
+// stored, if it ever is: see Disk.roomForLocked).
+func (m *Memory) reserve(d digest.Digest) (int64, error) {
+	if m.maxBytes <= 0 || d.IsEmpty() || d.Size >= m.maxBytes {
+		return 0, nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e, ok := m.index[d]; ok {
 		m.lru.MoveToFront(e)
+		return 0, nil
+	}
+	m.pending += d.Size
+	if !m.makeRoomLocked(0, nil) && m.life.Min > 0 && m.lru.Len() > 0 {
+		// Only promised blobs are left to evict.
+		m.pending -= d.Size
+		m.refused.Add(1)
+		return 0, &LifetimeError{Digest: d, Min: m.life.Min}
+	}
+	return d.Size, nil
+}
+
+// insert stores a blob whose upload reserved reserved bytes and took
+// full bytes of full-size chunks.
+func (m *Memory) insert(d digest.Digest, chunks memChunks, reserved, full int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pending -= reserved
+	m.filling -= full
+	if d.IsEmpty() {
+		return
+	}
+	if e, ok := m.index[d]; ok {
+		// Uploaded twice at once: the copy nobody has seen is spare.
+		m.lru.MoveToFront(e)
+		m.spareLocked(chunks)
 		return
 	}
 	fresh := m.lru.PushFront(&memEntry{d: d, chunks: chunks})
@@ -239,13 +186,22 @@ func (m *Memory) insert(d digest.Digest, chunks memChunks) {
 	m.makeRoomLocked(0, fresh)
 }
 
-// makeRoomLocked evicts least recently used blobs until those left and
-// reserve more bytes fit the bound, passing over fresh (a blob just
-// stored) and blobs under the lifetime promise. It reports whether they
-// fit; if not, the store stays over its bound rather than break the
-// promise or drop fresh.
+// abandon ends an upload, as insert would, that will not be stored.
+func (m *Memory) abandon(chunks memChunks, reserved, full int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pending -= reserved
+	m.filling -= full
+	m.spareLocked(chunks)
+}
+
+// makeRoomLocked evicts least recently used blobs until those left, the
+// uploads in flight and reserve more bytes fit the bound, passing over
+// fresh (a blob just stored) and blobs under the lifetime promise. It
+// reports whether they fit; if not, the store stays over its bound rather
+// than break the promise or drop fresh.
 func (m *Memory) makeRoomLocked(reserve int64, fresh *list.Element) bool {
-	over := func() bool { return m.maxBytes > 0 && m.total+reserve > m.maxBytes }
+	over := func() bool { return m.maxBytes > 0 && m.total+m.pending+reserve > m.maxBytes }
 	if !over() {
 		return true
 	}
@@ -253,7 +209,7 @@ func (m *Memory) makeRoomLocked(reserve int64, fresh *list.Element) bool {
 	if m.life.Min > 0 {
 		now = m.life.now()
 		// Evict nothing unless evicting what may go is enough.
-		need := m.total + reserve - m.maxBytes
+		need := m.total + m.pending + reserve - m.maxBytes
 		for e := m.lru.Back(); e != nil && need > 0; e = e.Prev() {
 			if ent := e.Value.(*memEntry); e != fresh && !ent.keepUntil.After(now) {
 				need -= ent.chunks.size()
@@ -263,32 +219,61 @@ func (m *Memory) makeRoomLocked(reserve int64, fresh *list.Element) bool {
 			return false
 		}
 	}
-	for e := m.lru.Back(); e != nil && over() && m.lru.Len() > 1; {
+	for e := m.lru.Back(); e != nil && over(); {
 		ent := e.Value.(*memEntry)
 		prev := e.Prev()
 		if e != fresh && !ent.keepUntil.After(now) {
-			m.lru.Remove(e)
-			delete(m.index, ent.d)
-			m.total -= ent.chunks.size()
+			m.evictLocked(e)
 		}
 		e = prev
 	}
 	return !over()
 }
 
-// roomFor makes room for a new blob, or refuses it with a
-// *LifetimeError when only promised blobs are left to evict.
-func (m *Memory) roomFor(d digest.Digest) error {
-	if m.life.Min <= 0 || m.maxBytes <= 0 || d.IsEmpty() || d.Size >= m.maxBytes {
-		return nil // no eviction makes room for it: see Disk.roomForLocked
+// evictLocked drops the blob of e. Its chunks become spares now, or when
+// its last reader closes.
+func (m *Memory) evictLocked(e *list.Element) {
+	ent := e.Value.(*memEntry)
+	m.lru.Remove(e)
+	delete(m.index, ent.d)
+	m.total -= ent.chunks.size()
+	ent.evicted = true
+	if ent.readers == 0 {
+		m.spareLocked(ent.chunks)
+		ent.chunks = nil
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.index[d]; ok || m.lru.Len() == 0 || m.makeRoomLocked(d.Size, nil) {
-		return nil
+}
+
+// spareLocked keeps chunks' full-size pieces for the next uploads, as
+// long as the blobs held, the chunks uploads have taken and the spares
+// together stay within the bound; the rest go to the collector. (Uploads
+// take spares before new memory, and the bytes they reserved are within
+// the bound, so memory held stays within it.)
+func (m *Memory) spareLocked(chunks memChunks) {
+	for _, c := range chunks {
+		if m.maxBytes <= 0 || m.total+m.filling+m.spares.bytes()+memChunkSize > m.maxBytes {
+			return
+		}
+		if cap(c) == memChunkSize {
+			m.spares.put(c)
+		}
 	}
-	m.refused.Add(1)
-	return &LifetimeError{Digest: d, Min: m.life.Min}
+}
+
+// chunk returns an empty chunk of capacity n for an upload: a spare if n
+// is a full chunk and one is left, else a new one. The upload counts the
+// full-size ones it took to insert or abandon.
+func (m *Memory) chunk(n int64) []byte {
+	if n == memChunkSize {
+		m.mu.Lock()
+		m.filling += n
+		c := m.spares.get()
+		m.mu.Unlock()
+		if c != nil {
+			return c
+		}
+	}
+	return make([]byte, 0, n)
 }
 
 // Refused reports how many blobs were refused since start because only
@@ -300,4 +285,22 @@ func (m *Memory) Stats() (blobs int, bytes int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.index), m.total
+}
+
+// memoryUsage is what a Memory store's bytes are.
+type memoryUsage struct {
+	Held     int64 // the blobs stored
+	Reserved int64 // the sizes of the uploads in flight, reserved at their start
+	Filling  int64 // the full-size chunks those uploads have taken so far
+	Spare    int64 // evicted blobs' chunks kept for uploads
+}
+
+// usage reports the store's bytes. Held and Reserved together, and Held,
+// Filling and Spare together, stay within the bound, but for blobs
+// larger than the bound and blobs under the lifetime promise, which the
+// store keeps and goes over it.
+func (m *Memory) usage() memoryUsage {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return memoryUsage{Held: m.total, Reserved: m.pending, Filling: m.filling, Spare: m.spares.bytes()}
 }

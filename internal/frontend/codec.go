@@ -37,7 +37,8 @@ import (
 // buffer and proto.Unmarshal then copies the bytes fields out of it again;
 // here WriteRequest data is not copied at all (it stays in the receive
 // buffers, see writeMsg), batch data is copied once, and the many Digest
-// messages of a request share a few allocations. The decoders take only the well-formed messages that use
+// messages of a request (BatchReadBlobsRequest's too) share a few
+// allocations. The decoders take only the well-formed messages that use
 // the known fields once each (what every client sends); anything else
 // (unknown fields, repeated singular fields, invalid UTF-8, truncation)
 // goes to proto.Unmarshal, so the result, and the error for malformed
@@ -93,6 +94,8 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 		ok = decodeFindMissing(data, m)
 	case *repb.BatchUpdateBlobsRequest:
 		ok = decodeBatchUpdate(data, m)
+	case *repb.BatchReadBlobsRequest:
+		ok = decodeBatchRead(data, m)
 	}
 	if ok {
 		return nil
@@ -108,6 +111,8 @@ const (
 	tagBytes2  = 2<<3 | 2
 	tagVarint2 = 2<<3 | 0
 	tagVarint3 = 3<<3 | 0
+	tagBytes3  = 3<<3 | 2
+	tagVarint4 = 4<<3 | 0
 	tagVarint5 = 5<<3 | 0
 	tagBytes10 = 10<<3 | 2
 )
@@ -483,6 +488,74 @@ func decodeFindMissing(bufs mem.BufferSlice, m *repb.FindMissingBlobsRequest) bo
 			}
 			m.BlobDigests = append(m.BlobDigests, d)
 		case tagVarint3:
+			v, ok := w.varint()
+			if !ok || seenFn {
+				return false
+			}
+			seenFn = true
+			m.DigestFunction = repb.DigestFunction_Value(int32(v))
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// decodeBatchRead decodes a BatchReadBlobsRequest: instance_name (1),
+// digests (2, repeated), acceptable_compressors (3, repeated, packed or
+// not) and digest_function (4). The Digest messages share a few
+// allocations, as FindMissingBlobsRequest's do.
+func decodeBatchRead(bufs mem.BufferSlice, m *repb.BatchReadBlobsRequest) bool {
+	m.Reset()
+	w := newWire(bufs)
+	slab := newDigestSlab(w.left)
+	var seenName, seenFn bool
+	for w.left > 0 {
+		tag, ok := w.varint()
+		if !ok {
+			return false
+		}
+		switch tag {
+		case tagBytes1:
+			if seenName {
+				return false
+			}
+			seenName = true
+			if m.InstanceName, ok = w.str(w.left); !ok {
+				return false
+			}
+		case tagBytes2:
+			n, ok := w.length(w.left)
+			if !ok {
+				return false
+			}
+			d, ok := decodeDigest(&w, n, &slab)
+			if !ok {
+				return false
+			}
+			if m.Digests == nil {
+				m.Digests = make([]*repb.Digest, 0, slab.est)
+			}
+			m.Digests = append(m.Digests, d)
+		case tagVarint3:
+			v, ok := w.varint()
+			if !ok {
+				return false
+			}
+			m.AcceptableCompressors = append(m.AcceptableCompressors, repb.Compressor_Value(int32(v)))
+		case tagBytes3:
+			n, ok := w.length(w.left)
+			if !ok {
+				return false
+			}
+			for end := w.left - n; w.left > end; {
+				v, ok := w.varint()
+				if !ok || w.left < end {
+					return false
+				}
+				m.AcceptableCompressors = append(m.AcceptableCompressors, repb.Compressor_Value(int32(v)))
+			}
+		case tagVarint4:
 			v, ok := w.varint()
 			if !ok || seenFn {
 				return false

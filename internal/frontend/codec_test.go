@@ -108,6 +108,7 @@ var decoderCases = []func() proto.Message{
 	func() proto.Message { return &bspb.WriteRequest{} },
 	func() proto.Message { return &repb.FindMissingBlobsRequest{} },
 	func() proto.Message { return &repb.BatchUpdateBlobsRequest{} },
+	func() proto.Message { return &repb.BatchReadBlobsRequest{} },
 }
 
 // splitBuffers cuts data into buffers at points drawn from seed, as gRPC
@@ -173,6 +174,10 @@ func checkDecoder(t *testing.T, kind int, data []byte, seed uint64) {
 			if (d == nil) != (want.(*repb.FindMissingBlobsRequest).BlobDigests[i] == nil) {
 				t.Fatalf("FindMissingBlobsRequest from %x: digest %d differs in nil-ness", data, i)
 			}
+		}
+	case *repb.BatchReadBlobsRequest:
+		if w := want.(*repb.BatchReadBlobsRequest); (g.AcceptableCompressors == nil) != (w.AcceptableCompressors == nil) {
+			t.Fatalf("BatchReadBlobsRequest from %x: acceptable_compressors differ in nil-ness", data)
 		}
 	}
 }
@@ -278,6 +283,14 @@ func decoderSeeds() (kinds []int, msgs [][]byte) {
 			{},
 			{Data: bytes.Repeat([]byte{1}, 5000)},
 		}})
+	add(3, &repb.BatchReadBlobsRequest{})
+	add(3, &repb.BatchReadBlobsRequest{InstanceName: "main", DigestFunction: repb.DigestFunction_SHA256,
+		Digests:               []*repb.Digest{{Hash: h, SizeBytes: 3}, {}, {Hash: "x", SizeBytes: -2}},
+		AcceptableCompressors: []repb.Compressor_Value{repb.Compressor_ZSTD, repb.Compressor_DEFLATE, -1}})
+	// acceptable_compressors unpacked, as a proto2-minded encoder may send it.
+	unpacked := protowire.AppendTag(nil, 3, protowire.VarintType)
+	unpacked = protowire.AppendVarint(unpacked, uint64(repb.Compressor_ZSTD))
+	kinds, msgs = append(kinds, 3), append(msgs, append(append([]byte{}, msgs[len(msgs)-1]...), unpacked...))
 	for kind := range decoderCases {
 		base := msgs[len(msgs)-1]
 		for i := range msgs {
@@ -326,6 +339,11 @@ func TestDecodersTakeFastPath(t *testing.T) {
 	bb, _ := proto.Marshal(bu)
 	if !decodeBatchUpdate(splitBuffers(bb, 3), &repb.BatchUpdateBlobsRequest{}) {
 		t.Error("BatchUpdateBlobsRequest took proto's path")
+	}
+	br, _ := proto.Marshal(&repb.BatchReadBlobsRequest{InstanceName: "x", Digests: fm.BlobDigests,
+		AcceptableCompressors: []repb.Compressor_Value{repb.Compressor_ZSTD}, DigestFunction: repb.DigestFunction_SHA256})
+	if !decodeBatchRead(splitBuffers(br, 4), &repb.BatchReadBlobsRequest{}) {
+		t.Error("BatchReadBlobsRequest took proto's path")
 	}
 }
 
