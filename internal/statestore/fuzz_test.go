@@ -61,7 +61,7 @@ func FuzzDecodeRecord(f *testing.F) {
 		// Replay stops at the first bad record, wherever it is, or at
 		// the preallocated zeros that end a log, having applied only
 		// records that decode and are in sequence.
-		s := &Embedded{data: map[string]map[string][]byte{}, seq: 1}
+		s := &Embedded{data: map[string]map[string]valueRef{}, seq: 1}
 		tail, err := recordlog.ReplayCovering(bytes.NewReader(b), int64(len(b)), logFormat{}, true, s.coveredBy, s.replayRecord)
 		var seqErr *seqError
 		if err != nil && !errors.As(err, &seqErr) {

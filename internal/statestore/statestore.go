@@ -52,6 +52,15 @@ func LoadShared(ctx context.Context, store Store, kind string, fn func(key strin
 	return store.Load(ctx, kind, fn)
 }
 
+// Getter is a Store that can read one record back, for a caller that
+// does not keep in memory what it stored.
+type Getter interface {
+	Store
+	// Get returns the value of (kind, key) as of the last commit, and
+	// whether there is such a record. The caller may keep the value.
+	Get(ctx context.Context, kind, key string) (value []byte, ok bool, err error)
+}
+
 // Pipeliner is a Store that can queue a batch without waiting for its
 // commit, so that one caller can keep several commits in flight in order.
 // Batches queued by Enqueue commit in the order Enqueue was called; if a
@@ -114,6 +123,16 @@ func (m *Memory) Load(_ context.Context, kind string, fn func(key string, value 
 	}
 	return nil
 }
+
+// Get implements Getter.
+func (m *Memory) Get(_ context.Context, kind, key string) ([]byte, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.records[kind][key]
+	return append([]byte(nil), v...), ok, nil
+}
+
+var _ Getter = (*Memory)(nil)
 
 // Close implements Store.
 func (m *Memory) Close() error { return nil }
