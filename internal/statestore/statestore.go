@@ -36,8 +36,8 @@ type Store interface {
 }
 
 // Viewer is a Store whose records can be read without a copy of each
-// value: fn may keep value but must not change it. Restoring a million
-// records then allocates nothing per record.
+// value: fn may keep value but must not change it. (The embedded store
+// reads values back from its files: its View is its Load.)
 type Viewer interface {
 	Store
 	View(ctx context.Context, kind string, fn func(key string, value []byte) error) error
