@@ -57,7 +57,7 @@ func (v *valueFiles) openLocked(id fileID, path string) error {
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("statestore: opening %s to read records back: %w", path, err)
+		return fmt.Errorf("statestore: opening %s to read records back: %w; check the state directory's permissions and the open-files limit (ulimit -n)", path, err)
 	}
 	v.files[id] = f
 	return nil
@@ -125,7 +125,7 @@ func (v *valueFiles) readLocked(refs []valueRef) ([][]byte, error) {
 		}
 		f := v.files[first.file]
 		if f == nil {
-			return nil, fmt.Errorf("statestore: a record lies in a file no longer open (file %#x): this is a bug", uint32(first.file))
+			return nil, fmt.Errorf("statestore: a record lies in a state file no longer open (file %#x): this is a bug in Gantry; restart to recover (the records are on disk) and report it", uint32(first.file))
 		}
 		span := int(end - first.off)
 		if cap(buf) < span {
