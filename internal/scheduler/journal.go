@@ -417,8 +417,8 @@ func (s *Scheduler) snapTaskLocked(t *Task) taskSnap {
 		first := &taskRecord{ID: t.ID, Instance: t.Instance, Function: int32(t.ActionDigest.Function), Hash: t.ActionDigest.Hash, Size: t.ActionDigest.Size,
 			Platform: t.Platform, Action: t.ActionBytes, Command: t.CommandBytes, Cacheable: t.Cacheable, Queue: t.Queue, QueuedAt: t.queuedAt}
 		// Encoded here, under the lock, so that the task keeps its action
-		// and command in the record the embedded store keeps, not in a
-		// second copy of its own.
+		// and command in the record being stored, not in a second copy of
+		// its own, until the store has it (actionstore.go).
 		ts.first, t.ActionBytes, t.CommandBytes = first.marshalSharing()
 	}
 	return ts
