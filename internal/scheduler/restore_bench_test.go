@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,11 @@ import (
 	"github.com/gantry-build/gantry/internal/statestore"
 )
 
+var (
+	restoreScale = flag.Int("restore.scale", 10, "BenchmarkRestore's size: 20,000 finished operations and 2,000 queued times this")
+	restoreDir   = flag.String("restore.dir", "", "BenchmarkRestore's state directory, written if missing and kept (to compare binaries on the same state)")
+)
+
 // BenchmarkRestore measures a restart on the embedded store: opening it
 // (its snapshot and logs) and Attach, until every operation is restored,
 // with 200,000 finished operations in retention and 20,000 queued (a
@@ -23,11 +29,16 @@ import (
 // benchmark's temporary directory, through the store, with records as
 // the scheduler writes them; most of it lies in a snapshot, as after a
 // long run. Reported: the restart's time and its CPU time (ns/op is the
-// wall clock).
+// wall clock). -restore.scale=50 is the restart of PERFORMANCE.md.
 func BenchmarkRestore(b *testing.B) {
-	const finished, queued = 200_000, 20_000
-	dir := filepath.Join(b.TempDir(), "state")
-	writeRestoreState(b, dir, finished, queued)
+	finished, queued := 20_000**restoreScale, 2_000**restoreScale
+	dir := *restoreDir
+	if dir == "" {
+		dir = filepath.Join(b.TempDir(), "state")
+	}
+	if _, err := os.Stat(dir); err != nil {
+		writeRestoreState(b, dir, finished, queued)
+	}
 	b.ResetTimer()
 	var cpu time.Duration
 	for b.Loop() {
