@@ -75,3 +75,32 @@ func TestLeasesReadActionsBackWhileTheStoreCompacts(t *testing.T) {
 		t.Errorf("the store never compacted: the test does not test what it says")
 	}
 }
+
+// A lease whose task finished, its record gone with it, before the
+// lease's action was read back is not handed over without its action.
+func TestLeaseOfATaskGoneMeanwhileIsNotHandedOver(t *testing.T) {
+	store, err := statestore.OpenEmbedded(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	s, stop := durableTest(t, store, &fakeClock{now: time.Unix(1_700_000_000, 0)})
+	defer stop()
+	name := submit(t, s, "gone", func(r *SubmitRequest) { r.ActionBytes, r.CommandBytes = []byte("action"), []byte("command") })
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	register(s, "w1")
+	a := pollNow(t, s, "w1", 1)
+	if a == nil || string(a.ActionBytes) != "action" {
+		t.Fatalf("leased %+v, want the action", a)
+	}
+	if err := s.Cancel(name); err != nil {
+		t.Fatal(err)
+	}
+	// The same lease as it was before its action was read back.
+	as, err := s.withActions(context.Background(), []*Assignment{{LeaseID: a.LeaseID, Task: a.Task, Attempt: a.Attempt, fromStore: true}})
+	if err != nil || len(as) != 0 {
+		t.Fatalf("withActions = %d assignments, %v; want none handed over", len(as), err)
+	}
+}
