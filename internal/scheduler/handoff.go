@@ -80,6 +80,10 @@ func (s *Scheduler) handOff(ctx context.Context, as []*Assignment, ticket uint64
 	storing := time.Now()
 	as, err := s.deliver(ctx, as, ticket)
 	if err == nil {
+		// Not the poll's own context either: the leases are made.
+		as, err = s.withActions(context.WithoutCancel(ctx), as)
+	}
+	if err == nil {
 		now := time.Now()
 		s.handoffs.observe(now.Sub(from), held, now.Sub(storing), len(as))
 	}

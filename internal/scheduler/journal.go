@@ -236,8 +236,13 @@ func (s *Scheduler) flush(ctx context.Context) {
 	s.mu.Lock()
 	seq := j.seq
 	tasks := make([]taskSnap, 0, len(j.dirtyTasks))
+	var firsts []*Task // whose record this flush stores
 	for t := range j.dirtyTasks {
-		tasks = append(tasks, s.snapTaskLocked(t))
+		ts := s.snapTaskLocked(t)
+		if ts.first != nil {
+			firsts = append(firsts, t)
+		}
+		tasks = append(tasks, ts)
 	}
 	ops := make([]opSnap, 0, len(j.dirtyOps))
 	for op := range j.dirtyOps {
@@ -268,7 +273,11 @@ func (s *Scheduler) flush(ctx context.Context) {
 	}
 	p, ok := j.store.(statestore.Pipeliner)
 	if !ok {
-		j.record(seq, j.store.Apply(ctx, batch))
+		err := j.store.Apply(ctx, batch)
+		if err == nil {
+			s.letGoOfActions(firsts)
+		}
+		j.record(seq, err)
 		s.notifyStored()
 		return
 	}
@@ -277,7 +286,11 @@ func (s *Scheduler) flush(ctx context.Context) {
 		if err != nil {
 			return err
 		}
-		return wait(context.Background())
+		err := wait(context.Background())
+		if err == nil {
+			s.letGoOfActions(firsts)
+		}
+		return err
 	})
 }
 
@@ -404,8 +417,8 @@ func (s *Scheduler) snapTaskLocked(t *Task) taskSnap {
 		first := &taskRecord{ID: t.ID, Instance: t.Instance, Function: int32(t.ActionDigest.Function), Hash: t.ActionDigest.Hash, Size: t.ActionDigest.Size,
 			Platform: t.Platform, Action: t.ActionBytes, Command: t.CommandBytes, Cacheable: t.Cacheable, Queue: t.Queue, QueuedAt: t.queuedAt}
 		// Encoded here, under the lock, so that the task keeps its action
-		// and command in the record the embedded store keeps, not in a
-		// second copy of its own.
+		// and command in the record being stored, not in a second copy of
+		// its own, until the store has it (actionstore.go).
 		ts.first, t.ActionBytes, t.CommandBytes = first.marshalSharing()
 	}
 	return ts

@@ -24,37 +24,66 @@ func within(part, whole []byte) bool {
 	return p >= w && p+uintptr(len(part)) <= w+uintptr(len(whole))
 }
 
-// A queued task keeps its action and command in the record the embedded
-// store keeps of it, not in a second copy: one copy per queued action.
-func TestQueuedTaskSharesItsActionWithTheStoredRecord(t *testing.T) {
-	store, err := statestore.OpenEmbedded(t.TempDir())
+// A queued task lets go of its action and command once its record is in
+// the embedded store (which keeps only where the record lies in its
+// files), and a worker's lease still carries them, read back from the
+// store; after a restart too.
+func TestQueuedTaskLeavesItsActionToTheStore(t *testing.T) {
+	dir := t.TempDir()
+	store, err := statestore.OpenEmbedded(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s, stop := durableTest(t, store, clk)
+	actionBytes, commandBytes := bytes.Repeat([]byte("a"), 140), bytes.Repeat([]byte("c"), 300)
+	names := make([]string, 2)
+	for i := range names {
+		names[i] = submit(t, s, fmt.Sprint("queued", i), func(r *SubmitRequest) {
+			r.ActionBytes, r.CommandBytes = append(bytes.Clone(actionBytes), byte('0'+i)), bytes.Clone(commandBytes)
+		})
+	}
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	held := func(s *Scheduler, name string) int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		task := s.ops[name].task
+		return len(task.ActionBytes) + len(task.CommandBytes)
+	}
+	for _, name := range names {
+		if n := held(s, name); n != 0 {
+			t.Errorf("queued task %s holds %d bytes of action and command besides the store", name, n)
+		}
+	}
+	leased := func(s *Scheduler, i int) {
+		t.Helper()
+		a := pollNow(t, s, "w1", 1)
+		if a == nil {
+			t.Fatal("nothing leased")
+		}
+		if want := append(bytes.Clone(actionBytes), byte('0'+i)); !bytes.Equal(a.ActionBytes, want) || !bytes.Equal(a.CommandBytes, commandBytes) {
+			t.Fatalf("the lease carries action %q and command %q, want %q and %q", a.ActionBytes, a.CommandBytes, want, commandBytes)
+		}
+	}
+	register(s, "w1")
+	leased(s, 0)
+	stop()
+	store.Close()
+
+	store, err = statestore.OpenEmbedded(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	s, stop := durableTest(t, store, &fakeClock{now: time.Unix(1_700_000_000, 0)})
-	defer stop()
-	actionBytes, commandBytes := bytes.Repeat([]byte("a"), 140), bytes.Repeat([]byte("c"), 300)
-	name := submit(t, s, "shared", func(r *SubmitRequest) {
-		r.ActionBytes, r.CommandBytes = bytes.Clone(actionBytes), bytes.Clone(commandBytes)
-	})
-	if err := s.Flush(context.Background()); err != nil {
-		t.Fatal(err)
+	s2, stop2 := durableTest(t, store, clk)
+	defer stop2()
+	if n := held(s2, names[1]); n != 0 {
+		t.Errorf("restored queued task holds %d bytes of action and command besides the store", n)
 	}
-	s.mu.Lock()
-	task := s.ops[name].task
-	ab, cb := task.ActionBytes, task.CommandBytes
-	s.mu.Unlock()
-	if !bytes.Equal(ab, actionBytes) || !bytes.Equal(cb, commandBytes) {
-		t.Fatalf("the task's action and command changed: %q, %q", ab, cb)
-	}
-	var rec []byte
-	if err := store.View(context.Background(), kindTask, func(_ string, v []byte) error { rec = v; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if !within(ab, rec) || !within(cb, rec) {
-		t.Errorf("the task keeps its own copy of its action and command besides the stored record's")
-	}
+	register(s2, "w1")
+	leased(s2, 1)
 }
 
 // An Operation stays within the 208-byte size class (its metadata, now
@@ -76,8 +105,9 @@ func TestTaskFitsItsSizeClass(t *testing.T) {
 
 // A queued operation keeps its caller's RequestMetadata as the encoded
 // bytes of its stored record, not decoded (a message and a string each
-// for its fields, several times the size) nor in a copy of its own.
-func TestQueuedOperationSharesItsMetadataWithTheStoredRecord(t *testing.T) {
+// for its fields, several times the size); the embedded store keeps no
+// copy of them in memory.
+func TestQueuedOperationKeepsItsMetadataEncoded(t *testing.T) {
 	store, err := statestore.OpenEmbedded(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -100,8 +130,9 @@ func TestQueuedOperationSharesItsMetadataWithTheStoredRecord(t *testing.T) {
 	if err := store.View(context.Background(), kindOpMeta, func(_ string, v []byte) error { rec = v; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if len(kept) == 0 || !within(kept, rec) {
-		t.Errorf("the operation keeps its own copy of its metadata besides the stored record's")
+	// The store keeps no copy in memory: it reads the record back.
+	if len(kept) == 0 || within(kept, rec) || !bytes.Equal(kept, rec) {
+		t.Errorf("the operation keeps %x, the store reads back %x: want equal bytes, not shared", kept, rec)
 	}
 	if got := DecodeMetadata(state(t, s, name).Metadata); !proto.Equal(got, md) {
 		t.Errorf("the operation's state has metadata %v, want %v", got, md)

@@ -220,8 +220,7 @@ func (rec *taskRecord) marshal() []byte {
 
 // marshalSharing encodes rec and returns, besides, its Action and Command
 // bytes as they lie in the encoding (nil when empty): a task that keeps
-// those instead of its own shares them with the store's copy of its
-// record, for as long as it is queued.
+// those instead of its own shares them with the record being stored.
 func (rec *taskRecord) marshalSharing() (b, action, command []byte) {
 	// Sized to fit: the durable store may keep the record for as long as
 	// the task is queued, so a buffer grown by doubling would keep up to

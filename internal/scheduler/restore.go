@@ -32,6 +32,9 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 	}
 	byID := map[string]*Task{}
 	for _, r := range tasks {
+		if readsBack(store) { // read back when leased (actionstore.go)
+			r.Action, r.Command = nil, nil
+		}
 		t, err := s.restoreTaskLocked(r, now)
 		if err != nil {
 			return nil, nil, err

@@ -116,6 +116,9 @@ type Assignment struct {
 	// ActionBytes and CommandBytes are the task's, taken when it was
 	// leased: a finished task lets go of its own.
 	ActionBytes, CommandBytes []byte
+	// fromStore: the task had let go of them, to be read back from the
+	// store as the lease is handed over (actionstore.go).
+	fromStore bool
 }
 
 // CommandKind is an instruction for a running lease.
@@ -327,7 +330,8 @@ func (s *Scheduler) leaseLocked(t *Task, w *worker, wt *waiter) *Assignment {
 		}
 		w.inv = t.inv
 	}
-	a := &Assignment{LeaseID: l.id, Task: t, Attempt: t.attempts, ActionBytes: t.ActionBytes, CommandBytes: t.CommandBytes}
+	a := &Assignment{LeaseID: l.id, Task: t, Attempt: t.attempts, ActionBytes: t.ActionBytes, CommandBytes: t.CommandBytes,
+		fromStore: t.ActionBytes == nil && t.stored && s.jr != nil && readsBack(s.jr.store)}
 	s.emit(Event{Kind: EventLeased, Task: t.ID, Worker: w.info.ID})
 	if wt != nil {
 		wt.leasedAt = time.Now()

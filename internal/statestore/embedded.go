@@ -1,6 +1,7 @@
 package statestore
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -24,8 +25,8 @@ import (
 // Embedded is the Store of a single `gantry serve`: a directory holding an
 // append-only log of CRC-checked records (internal/recordlog, framed as
 // record.go says) and, from time to time, a snapshot of every live
-// record. All records live in memory as well; Load serves from there and
-// the files are only read at open.
+// record. Memory holds, for every record, where its value lies in those
+// files (valuefiles.go); Load, View and Get read the values back.
 //
 // Files in the directory:
 //
@@ -53,15 +54,20 @@ type Embedded struct {
 	q *commitQueue
 
 	dataMu sync.RWMutex
-	data   map[string]map[string][]byte
+	data   map[string]map[string]valueRef
 	live   int64 // encoded bytes of the live records, roughly
+
+	files *valueFiles
 
 	// Owned by the committer goroutine after open (overlap.go).
 	log    *recordlog.Log // the newest, preallocated
 	logGen uint64
 	seq    uint64 // of the next record
 	buf    []byte
-	pipe   *pipeline
+	at     []int // where buf's values start
+
+	replayGen uint64 // of the log being replayed, while opening
+	pipe      *pipeline
 
 	compacting  sync.WaitGroup
 	compactBusy atomic.Bool
@@ -109,7 +115,7 @@ func OpenEmbedded(dir string) (*Embedded, error) {
 
 // OpenEmbeddedWith opens (creating if needed) the Embedded store in dir.
 func OpenEmbeddedWith(dir string, opts EmbeddedOptions) (*Embedded, error) {
-	s := &Embedded{dir: dir, opts: opts, q: newCommitQueue(), pipe: newPipeline()}
+	s := &Embedded{dir: dir, opts: opts, q: newCommitQueue(), pipe: newPipeline(), files: newValueFiles()}
 	if s.opts.CompactMinBytes <= 0 {
 		s.opts.CompactMinBytes = 4 << 20
 	}
@@ -134,6 +140,7 @@ func OpenEmbeddedWith(dir string, opts EmbeddedOptions) (*Embedded, error) {
 		if s.log != nil {
 			s.log.Close()
 		}
+		s.files.closeAll()
 		lock.Close()
 		return nil, err
 	}
@@ -147,7 +154,7 @@ func logName(gen uint64) string { return fmt.Sprintf("log.%016x", gen) }
 // log for appending.
 func (s *Embedded) open() error {
 	os.Remove(filepath.Join(s.dir, "snapshot.tmp"))
-	s.data = map[string]map[string][]byte{}
+	s.data = map[string]map[string]valueRef{}
 	snapGen, nextSeq, err := s.readSnapshot()
 	if err != nil {
 		return err
@@ -176,6 +183,7 @@ func (s *Embedded) open() error {
 	}
 	sort.Slice(gens, func(i, j int) bool { return gens[i] < gens[j] })
 	for _, gen := range gens[:max(len(gens)-1, 0)] {
+		s.replayGen = gen
 		if err := s.replayOlderLog(filepath.Join(s.dir, logName(gen))); err != nil {
 			return err
 		}
@@ -184,6 +192,7 @@ func (s *Embedded) open() error {
 	if len(gens) > 0 {
 		s.logGen = gens[len(gens)-1]
 	}
+	s.replayGen = s.logGen
 	// The newest log, created if there is none: a torn tail (a crash
 	// mid-write) is cut off so that appends follow the last intact record.
 	log, err := recordlog.Open(filepath.Join(s.dir, logName(s.logGen)), s.logOptions(), s.replayRecord)
@@ -192,6 +201,15 @@ func (s *Embedded) open() error {
 	}
 	s.log = log
 	s.logBytes.Store(log.Size())
+	// Every file a value lies in, open for reading it back.
+	for _, gen := range gens {
+		if err := s.files.openLocked(logID(gen), filepath.Join(s.dir, logName(gen))); err != nil {
+			return err
+		}
+	}
+	if err := s.files.openLocked(logID(s.logGen), log.Path()); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -214,7 +232,7 @@ func (s *Embedded) replayRecord(off int64, rec []byte) error {
 		// An intact record out of sequence is not a torn write.
 		return &seqError{off: off, got: seq, want: s.seq}
 	}
-	s.applyLocked(muts, true)
+	s.applyLocked(muts, refsIn(logID(s.replayGen), off, rec, muts))
 	s.seq++
 	return nil
 }
@@ -288,9 +306,24 @@ func (s *Embedded) replayOlderLog(path string) error {
 // the first log after it and the sequence number that log starts at.
 func (s *Embedded) readSnapshot() (gen, nextSeq uint64, err error) {
 	path := filepath.Join(s.dir, "snapshot")
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, 1, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading the state snapshot: %w", err)
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			f.Close()
+		}
+	}()
+	var b []byte
+	info, err := f.Stat()
+	if err == nil {
+		b = make([]byte, info.Size())
+		_, err = io.ReadFull(f, b)
 	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("reading the state snapshot: %w", err)
@@ -306,6 +339,10 @@ func (s *Embedded) readSnapshot() (gen, nextSeq uint64, err error) {
 	}
 	gen = binary.LittleEndian.Uint64(b[8:])
 	nextSeq = binary.LittleEndian.Uint64(b[16:])
+	id := snapshotID(gen)
+	s.files.files[id] = f
+	keep = true
+	off := int64(snapshotHead)
 	b = b[snapshotHead:]
 	for {
 		seq, from, muts, n, err := decodeRecord(b)
@@ -315,24 +352,24 @@ func (s *Embedded) readSnapshot() (gen, nextSeq uint64, err error) {
 		if from != seq {
 			return 0, 0, damaged("a log's covering record in the snapshot")
 		}
-		b = b[n:]
 		if seq == trailerSeq && len(muts) == 0 { // the trailer
-			if len(b) != 0 {
+			if len(b) != n {
 				return 0, 0, damaged("data after the trailer")
 			}
 			return gen, nextSeq, nil
 		}
-		s.applyLocked(muts, true)
+		s.applyLocked(muts, refsIn(id, off, b, muts))
+		b, off = b[n:], off+int64(n)
 	}
 }
 
-// applyLocked applies mutations to memory; the caller holds dataMu (or is
-// opening). Values are copied when copyValues is set.
-func (s *Embedded) applyLocked(muts []Mutation, copyValues bool) {
-	for _, m := range muts {
+// applyLocked applies mutations to memory, refs[i] being where the value
+// of muts[i] lies; the caller holds dataMu (or is opening).
+func (s *Embedded) applyLocked(muts []Mutation, refs []valueRef) {
+	for i, m := range muts {
 		k := s.data[m.Kind]
 		if old, ok := k[m.Key]; ok {
-			s.live -= int64(entrySize(m.Kind, m.Key, old))
+			s.live -= int64(entrySize(m.Kind, m.Key, old.n))
 		}
 		if m.Delete {
 			if k != nil {
@@ -341,19 +378,15 @@ func (s *Embedded) applyLocked(muts []Mutation, copyValues bool) {
 			continue
 		}
 		if k == nil {
-			k = map[string][]byte{}
+			k = map[string]valueRef{}
 			s.data[m.Kind] = k
 		}
-		v := m.Value
-		if copyValues || v == nil {
-			v = append(make([]byte, 0, len(v)), v...)
-		}
-		k[m.Key] = v
-		s.live += int64(entrySize(m.Kind, m.Key, v))
+		k[m.Key] = refs[i]
+		s.live += int64(entrySize(m.Kind, m.Key, refs[i].n))
 	}
 }
 
-func entrySize(kind, key string, v []byte) int { return 4 + len(kind) + len(key) + len(v) }
+func entrySize(kind, key string, n uint32) int { return 4 + len(kind) + len(key) + int(n) }
 
 // Apply implements Store. If ctx ends while the batch still waits for a
 // commit, Apply returns ctx's error and the batch is not applied; once a
@@ -392,19 +425,29 @@ func (s *Embedded) startCompaction() error {
 	if err != nil {
 		return fmt.Errorf("statestore: starting a new log: %w", err)
 	}
+	s.files.mu.Lock()
+	err = s.files.openLocked(logID(gen), log.Path())
+	s.files.mu.Unlock()
+	if err != nil {
+		log.Close()
+		os.Remove(log.Path())
+		return err
+	}
 	s.log.Close()
 	s.log, s.logGen = log, gen
 	s.logBytes.Store(0)
-	// A copy of the maps; values are never modified in place, so they
-	// can be shared with the snapshot writer.
+	// Where every record lies as of now: the snapshot copies those
+	// values from the files, which stay open until it is written.
 	s.dataMu.RLock()
-	snap := make(map[string]map[string][]byte, len(s.data))
+	n := 0
+	for _, m := range s.data {
+		n += len(m)
+	}
+	recs := make([]snapRec, 0, n)
 	for kind, m := range s.data {
-		c := make(map[string][]byte, len(m))
-		for k, v := range m {
-			c[k] = v
+		for k, r := range m {
+			recs = append(recs, snapRec{kind: kind, key: k, ref: r})
 		}
-		snap[kind] = c
 	}
 	s.dataMu.RUnlock()
 	seq := s.seq
@@ -413,10 +456,19 @@ func (s *Embedded) startCompaction() error {
 	go func() {
 		defer s.compacting.Done()
 		defer s.compactBusy.Store(false)
-		if err := writeSnapshot(s.dir, gen, seq, snap); err != nil {
+		if err := s.writeSnapshot(gen, seq, recs); err != nil {
 			s.compactErr.Store(&err)
 			return
 		}
+		// The values copied now lie in the new snapshot: point them
+		// there, then let the replaced files go.
+		s.moveRefs(recs)
+		s.files.closeIf(func(id fileID) bool {
+			if id&snapshotBit != 0 {
+				return id != snapshotID(gen)
+			}
+			return uint64(id) < gen
+		})
 		s.compactErr.Store(nil)
 		s.compactions.Add(1)
 		for g := gen - 1; g > 0; g-- {
@@ -428,49 +480,89 @@ func (s *Embedded) startCompaction() error {
 	return nil
 }
 
-// writeSnapshot writes data as the snapshot preceding log gen, whose
-// first record has sequence number seq, replacing the old one whole.
-func writeSnapshot(dir string, gen, seq uint64, data map[string]map[string][]byte) error {
-	snap, err := recordlog.Rewrite(filepath.Join(dir, "snapshot"), recordlog.Options{Sync: recordlog.SyncFile}, func(w io.Writer) error {
+// snapRec is a record a snapshot copies: where its value lay (ref) and
+// where it lies in the new snapshot (to).
+type snapRec struct {
+	kind, key string
+	ref, to   valueRef
+}
+
+// moveRefs points every record the snapshot copied, and that has not
+// changed since, at its value in the snapshot, a slice at a time so that
+// commits do not wait for all of them.
+func (s *Embedded) moveRefs(recs []snapRec) {
+	for i := 0; i < len(recs); i += 4096 {
+		s.dataMu.Lock()
+		for _, r := range recs[i:min(i+4096, len(recs))] {
+			m := s.data[r.kind]
+			if cur, ok := m[r.key]; ok && cur == r.ref {
+				m[r.key] = r.to
+			}
+		}
+		s.dataMu.Unlock()
+	}
+}
+
+// writeSnapshot writes recs as the snapshot preceding log gen, whose
+// first record has sequence number seq, replacing the old one whole, and
+// sets each one's to. The records go by kind, and within a kind in the
+// order their values lie in the files, so that they are read back in
+// long reads.
+func (s *Embedded) writeSnapshot(gen, seq uint64, recs []snapRec) error {
+	slices.SortFunc(recs, func(a, b snapRec) int {
+		if c := strings.Compare(a.kind, b.kind); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.ref.file, b.ref.file); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ref.off, b.ref.off)
+	})
+	path := filepath.Join(s.dir, "snapshot")
+	snap, err := recordlog.Rewrite(path, recordlog.Options{Sync: recordlog.SyncFile}, func(w io.Writer) error {
+		var written int64
 		buf := make([]byte, 0, 2*snapshotChunk)
 		buf = append(buf, snapshotMagic...)
 		buf = binary.LittleEndian.AppendUint64(buf, gen)
 		buf = binary.LittleEndian.AppendUint64(buf, seq)
 		buf = binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf, castagnoli))
-		kinds := make([]string, 0, len(data))
-		for kind := range data {
-			kinds = append(kinds, kind)
-		}
-		sort.Strings(kinds)
-		var chunk []Mutation
-		size := 0
-		flush := func() error {
-			if len(chunk) > 0 {
-				buf = appendRecord(buf, 0, chunk)
-				chunk, size = chunk[:0], 0
+		var (
+			chunk []Mutation
+			refs  []valueRef
+			at    []int
+		)
+		for i := 0; i < len(recs); {
+			// One record of about snapshotChunk bytes of values.
+			j, size := i, 0
+			refs = refs[:0]
+			for j < len(recs) && (j == i || size < snapshotChunk) {
+				refs = append(refs, recs[j].ref)
+				size += int(recs[j].ref.n)
+				j++
+			}
+			s.files.mu.RLock()
+			vals, err := s.files.readLocked(refs)
+			s.files.mu.RUnlock()
+			if err != nil {
+				return err
+			}
+			chunk = chunk[:0]
+			for k := i; k < j; k++ {
+				chunk = append(chunk, Mutation{Kind: recs[k].kind, Key: recs[k].key, Value: vals[k-i]})
+			}
+
+			buf, at = appendRecordAt(buf, 0, 0, chunk, at[:0])
+			for k := i; k < j; k++ {
+				recs[k].to = valueRef{file: snapshotID(gen), off: written + int64(at[k-i]), n: recs[k].ref.n}
 			}
 			if len(buf) >= snapshotChunk {
 				if _, err := w.Write(buf); err != nil {
 					return err
 				}
+				written += int64(len(buf))
 				buf = buf[:0]
 			}
-			return nil
-		}
-		for _, kind := range kinds {
-			for k, v := range data[kind] {
-				m := Mutation{Kind: kind, Key: k, Value: v}
-				chunk = append(chunk, m)
-				size += mutationSize(m)
-				if size >= snapshotChunk {
-					if err := flush(); err != nil {
-						return err
-					}
-				}
-			}
-		}
-		if err := flush(); err != nil {
-			return err
+			i = j
 		}
 		buf = appendRecord(buf, ^uint64(0), nil)
 		_, err := w.Write(buf)
@@ -479,56 +571,92 @@ func writeSnapshot(dir string, gen, seq uint64, data map[string]map[string][]byt
 	if err != nil {
 		return fmt.Errorf("statestore: writing a snapshot: %w", err)
 	}
-	return snap.Close()
+	if err := snap.Close(); err != nil {
+		return fmt.Errorf("statestore: writing a snapshot: %w", err)
+	}
+	s.files.mu.Lock()
+	err = s.files.openLocked(snapshotID(gen), path)
+	s.files.mu.Unlock()
+	return err
 }
 
-// Load implements Store, from memory.
+// Load implements Store, reading the values back from the files.
 func (s *Embedded) Load(ctx context.Context, kind string, fn func(key string, value []byte) error) error {
-	return s.load(ctx, kind, true, fn)
+	return s.load(ctx, kind, fn)
 }
 
-// View implements Viewer: Load without copying the values, which are
-// never changed in place.
+// View implements Viewer. Every value read back is a slice of its own,
+// so View is Load.
 func (s *Embedded) View(ctx context.Context, kind string, fn func(key string, value []byte) error) error {
-	return s.load(ctx, kind, false, fn)
+	return s.load(ctx, kind, fn)
 }
 
 var _ Viewer = (*Embedded)(nil)
 
-func (s *Embedded) load(ctx context.Context, kind string, copyValues bool, fn func(key string, value []byte) error) error {
+func (s *Embedded) load(ctx context.Context, kind string, fn func(key string, value []byte) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	type rec struct {
-		key   string
-		value []byte
+		key string
+		ref valueRef
 	}
-	// Copy the references under the lock (values are never changed in
-	// place) and sort outside it, so commits wait only for the copy.
+	// Copy the references under the lock and read the values after it,
+	// in the order they lie in the files, so commits wait only for the
+	// copy.
+	s.files.mu.RLock()
 	s.dataMu.RLock()
 	m := s.data[kind]
 	recs := make([]rec, 0, len(m))
-	for k, v := range m {
-		recs = append(recs, rec{k, v})
+	for k, r := range m {
+		recs = append(recs, rec{k, r})
 	}
 	s.dataMu.RUnlock()
 	slices.SortFunc(recs, func(a, b rec) int { return strings.Compare(a.key, b.key) })
+	refs := make([]valueRef, len(recs))
+	for i, r := range recs {
+		refs[i] = r.ref
+	}
+	vals, err := s.files.readLocked(refs)
+	s.files.mu.RUnlock()
+	if err != nil {
+		return err
+	}
 	for i, r := range recs {
 		if i%1024 == 1023 {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 		}
-		v := r.value
-		if copyValues { // the caller may keep or change it
-			v = append([]byte(nil), v...)
-		}
-		if err := fn(r.key, v); err != nil {
+		if err := fn(r.key, vals[i]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// Get implements Getter: the value of one record, read back from the
+// files; ok is false when there is no such record.
+func (s *Embedded) Get(ctx context.Context, kind, key string) (value []byte, ok bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	s.files.mu.RLock()
+	defer s.files.mu.RUnlock()
+	s.dataMu.RLock()
+	r, ok := s.data[kind][key]
+	s.dataMu.RUnlock()
+	if !ok {
+		return nil, false, nil
+	}
+	vals, err := s.files.readLocked([]valueRef{r})
+	if err != nil {
+		return nil, false, err
+	}
+	return vals[0], true, nil
+}
+
+var _ Getter = (*Embedded)(nil)
 
 // Commits returns the number of group commits (log records) written since
 // open.
@@ -566,6 +694,7 @@ func (s *Embedded) Close() error {
 	}
 	s.compacting.Wait()
 	err := s.log.Close()
+	s.files.closeAll()
 	s.lock.Close()
 	return err
 }

@@ -57,11 +57,26 @@ func FuzzDecodeRecord(f *testing.F) {
 					t.Fatalf("round trip changed mutation %d: %+v, %+v", i, m, m2)
 				}
 			}
+			// Where the store finds each value again: in the decoded
+			// record (refsIn) and in the one it encodes (appendRecordAt).
+			enc, at := appendRecordAt(nil, seq, from, muts, nil)
+			for i, r := range refsIn(0, 100, data, muts) {
+				m := muts[i]
+				if m.Delete || len(m.Value) == 0 {
+					continue
+				}
+				if got := data[r.off-100 : r.off-100+int64(r.n)]; !bytes.Equal(got, m.Value) {
+					t.Fatalf("mutation %d's value is not where refsIn says: %q, want %q", i, got, m.Value)
+				}
+				if got := enc[at[i] : at[i]+len(m.Value)]; !bytes.Equal(got, m.Value) {
+					t.Fatalf("mutation %d's value is not where appendRecordAt says: %q, want %q", i, got, m.Value)
+				}
+			}
 		}
 		// Replay stops at the first bad record, wherever it is, or at
 		// the preallocated zeros that end a log, having applied only
 		// records that decode and are in sequence.
-		s := &Embedded{data: map[string]map[string][]byte{}, seq: 1}
+		s := &Embedded{data: map[string]map[string]valueRef{}, seq: 1}
 		tail, err := recordlog.ReplayCovering(bytes.NewReader(b), int64(len(b)), logFormat{}, true, s.coveredBy, s.replayRecord)
 		var seqErr *seqError
 		if err != nil && !errors.As(err, &seqErr) {

@@ -37,6 +37,7 @@ const commitDepth = 2
 type flight struct {
 	reqs  []*request
 	muts  []Mutation // the record's own mutations, not those it repeats
+	refs  []valueRef // where their values lie in the log
 	seq   uint64
 	log   *recordlog.Log
 	end   int64 // where the record ends in log
@@ -150,7 +151,7 @@ func (s *Embedded) write(reqs []*request, start time.Time) *flight {
 	s.pipe.mu.Unlock()
 	f.alone = len(older) == 0
 	if f.alone {
-		s.buf = appendRecord(s.buf[:0], s.seq, f.muts)
+		s.buf, s.at = appendRecordAt(s.buf[:0], s.seq, s.seq, f.muts, s.at[:0])
 	} else {
 		n := len(f.muts)
 		for _, o := range older {
@@ -161,7 +162,7 @@ func (s *Embedded) write(reqs []*request, start time.Time) *flight {
 			all = append(all, o.muts...)
 		}
 		all = append(all, f.muts...)
-		s.buf = appendRecordFrom(s.buf[:0], s.seq, older[0].seq, all)
+		s.buf, s.at = appendRecordAt(s.buf[:0], s.seq, older[0].seq, all, s.at[:0])
 	}
 	off, err := s.log.Append(s.buf)
 	if err != nil {
@@ -172,6 +173,13 @@ func (s *Embedded) write(reqs []*request, start time.Time) *flight {
 		return f
 	}
 	f.end = off + int64(len(s.buf))
+	f.refs = make([]valueRef, len(f.muts))
+	own := s.at[len(s.at)-len(f.muts):]
+	for i, m := range f.muts {
+		if !m.Delete && len(m.Value) > 0 {
+			f.refs[i] = valueRef{file: logID(s.logGen), off: off + int64(own[i]), n: uint32(len(m.Value))}
+		}
+	}
 	f.seq = s.seq
 	s.seq++
 	if cap(s.buf) > 4<<20 {
@@ -212,7 +220,7 @@ func (s *Embedded) complete(in <-chan *flight, done chan<- struct{}) {
 		}
 		if err == nil {
 			s.dataMu.Lock()
-			s.applyLocked(f.muts, false)
+			s.applyLocked(f.muts, f.refs)
 			s.dataMu.Unlock()
 			s.logBytes.Store(f.end)
 			s.commits.Add(1)

@@ -95,6 +95,13 @@ func appendRecord(dst []byte, seq uint64, muts []Mutation) []byte {
 // appendRecordFrom appends record seq holding muts, which repeat the
 // mutations of records from to seq-1 before its own (from == seq: none).
 func appendRecordFrom(dst []byte, seq, from uint64, muts []Mutation) []byte {
+	dst, _ = appendRecordAt(dst, seq, from, muts, nil)
+	return dst
+}
+
+// appendRecordAt is appendRecordFrom that also appends to at, for each of
+// muts, where its value starts in dst (a delete's entry is unused).
+func appendRecordAt(dst []byte, seq, from uint64, muts []Mutation, at []int) ([]byte, []int) {
 	start := len(dst)
 	dst = append(dst, make([]byte, recordHeader)...)
 	if from != seq {
@@ -116,14 +123,17 @@ func appendRecordFrom(dst []byte, seq, from uint64, muts []Mutation) []byte {
 		dst = append(dst, m.Key...)
 		if !m.Delete {
 			dst = binary.AppendUvarint(dst, uint64(len(m.Value)))
+			at = append(at, len(dst))
 			dst = append(dst, m.Value...)
+		} else {
+			at = append(at, len(dst))
 		}
 	}
 	rec := dst[start:]
 	binary.LittleEndian.PutUint32(rec[0:], uint32(len(rec)-recordHeader))
 	crc := crc32.Update(crc32.Checksum(rec[0:4], castagnoli), castagnoli, rec[recordHeader:])
 	binary.LittleEndian.PutUint32(rec[4:], crc)
-	return dst
+	return dst, at
 }
 
 // decodeRecord decodes the record at the start of b. It returns the

@@ -36,8 +36,8 @@ type Store interface {
 }
 
 // Viewer is a Store whose records can be read without a copy of each
-// value: fn may keep value but must not change it. Restoring a million
-// records then allocates nothing per record.
+// value: fn may keep value but must not change it. (The embedded store
+// reads values back from its files: its View is its Load.)
 type Viewer interface {
 	Store
 	View(ctx context.Context, kind string, fn func(key string, value []byte) error) error
@@ -50,6 +50,15 @@ func LoadShared(ctx context.Context, store Store, kind string, fn func(key strin
 		return v.View(ctx, kind, fn)
 	}
 	return store.Load(ctx, kind, fn)
+}
+
+// Getter is a Store that can read one record back, for a caller that
+// does not keep in memory what it stored.
+type Getter interface {
+	Store
+	// Get returns the value of (kind, key) as of the last commit, and
+	// whether there is such a record. The caller may keep the value.
+	Get(ctx context.Context, kind, key string) (value []byte, ok bool, err error)
 }
 
 // Pipeliner is a Store that can queue a batch without waiting for its
@@ -114,6 +123,16 @@ func (m *Memory) Load(_ context.Context, kind string, fn func(key string, value 
 	}
 	return nil
 }
+
+// Get implements Getter.
+func (m *Memory) Get(_ context.Context, kind, key string) ([]byte, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.records[kind][key]
+	return append([]byte(nil), v...), ok, nil
+}
+
+var _ Getter = (*Memory)(nil)
 
 // Close implements Store.
 func (m *Memory) Close() error { return nil }
