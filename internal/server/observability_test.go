@@ -175,7 +175,9 @@ func TestMetricsAfterKnownScenario(t *testing.T) {
 		{"gantry_executing_actions", nil, 0},
 		{"gantry_workers", []string{"state", "idle"}, 1},
 		{"gantry_worker_cores", nil, 2},
-		{"gantry_worker_input_cache_max_bytes", nil, 10 << 30}, // the embedded worker's
+		// The embedded worker's cache_max_size (10 GiB), less the quarter
+		// its chunk cache takes (worker.chunk_threshold is on by default).
+		{"gantry_worker_input_cache_max_bytes", nil, 10<<30 - (10<<30)/4},
 	} {
 		if got := sample(m, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %g, want %g", c.name, c.labels, got, c.want)
@@ -647,7 +649,8 @@ func TestCASSpareMetrics(t *testing.T) {
 // holds one of two 1000-byte input files; the second action's input
 // evicts the first's.
 func TestWorkerInputCacheEvictionMetric(t *testing.T) {
-	f := observedFarm(t, quietLogger(), func(c *config.Config) { c.Worker.CacheMaxSize = 1500 })
+	// Without chunked transfers the file cache has all of cache_max_size.
+	f := observedFarm(t, quietLogger(), func(c *config.Config) { c.Worker.CacheMaxSize, c.Worker.ChunkThreshold = 1500, 0 })
 	addr := f.srv.HTTPAddr()
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
