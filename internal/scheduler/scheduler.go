@@ -79,6 +79,11 @@ type Config struct {
 	// SessionGrace is how long a worker whose session stream ended has to
 	// open a new one before its leases are requeued (recovery.go).
 	SessionGrace time.Duration
+	// ReconcileWindow is how long, after a restore, the restored queued
+	// actions wait for the workers to report the leases they were handed
+	// before those were stored (reconcile.go); 0 means
+	// DefaultReconcileWindow.
+	ReconcileWindow time.Duration
 	// ChrootInstances are the instances whose actions run with their
 	// input root as "/" (chroot.go).
 	ChrootInstances []string
@@ -112,6 +117,7 @@ func DefaultConfig() Config {
 		Preemption:        PreemptCancel,
 		MaxSuspend:        DefaultMaxSuspend,
 		SessionGrace:      DefaultSessionGrace,
+		ReconcileWindow:   DefaultReconcileWindow,
 	}
 }
 
@@ -342,6 +348,9 @@ type Scheduler struct {
 	// halted is closed when Run returns: open sessions end then, and no
 	// new ones open (recovery.go).
 	halted chan struct{}
+	// recon holds restored queued tasks back after a restore until the
+	// workers reported their leases (reconcile.go); nil when none are.
+	recon *reconciliation
 	// rep tells the OnFinished listeners of finished operations
 	// (finished.go).
 	rep reporter
@@ -373,6 +382,7 @@ func New(cfg Config, clock Clock, cache ActionCacheWriter) *Scheduler {
 	setDefault(&cfg.PreemptionDelay, def.PreemptionDelay)
 	setDefault(&cfg.MaxSuspend, def.MaxSuspend)
 	setDefault(&cfg.SessionGrace, def.SessionGrace)
+	setDefault(&cfg.ReconcileWindow, def.ReconcileWindow)
 	if cfg.Preemption == "" {
 		cfg.Preemption = def.Preemption
 	}
@@ -635,6 +645,10 @@ func (s *Scheduler) joinInvocationLocked(t *Task, path []string, now time.Time) 
 	t.invPath = t.invPath[:anc.depth:anc.depth]
 	switch t.state {
 	case stateQueued:
+		if s.heldLocked(t) {
+			t.inv = anc // it joins the queue later, under anc
+			break
+		}
 		s.queue.remove(t)
 		t.inv = anc
 		s.queue.push(t, now)
@@ -885,7 +899,7 @@ type Stats struct {
 func (s *Scheduler) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Queued: s.queue.n, Leased: len(s.leases), Operations: len(s.ops) + s.restorePending, Workers: len(s.workers), Preemptions: s.preemptions,
+	st := Stats{Queued: s.queue.n + s.recon.heldCount(), Leased: len(s.leases), Operations: len(s.ops) + s.restorePending, Workers: len(s.workers), Preemptions: s.preemptions,
 		Suspended: len(s.ten.suspended), SuspendExpired: s.ten.expired}
 	for _, l := range s.leases {
 		if l.executing() {
