@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -249,4 +250,70 @@ func TestNoLeaseAfterTheLastFlush(t *testing.T) {
 	if a := pollNow(t, s2, "w1", 1); a == nil || a.Task.ops[0].Name != op || a.Attempt != 1 {
 		t.Fatalf("after a restart: %+v, want the first attempt of %s", a, op)
 	}
+}
+
+// applyCounter counts the commits (Apply calls) of its store.
+type applyCounter struct {
+	*statestore.Memory
+	n atomic.Int64
+}
+
+func (c *applyCounter) Apply(ctx context.Context, b []statestore.Mutation) error {
+	c.n.Add(1)
+	return c.Memory.Apply(ctx, b)
+}
+
+// An action handed straight to a waiting worker costs one commit: its
+// submission, its lease and its result are stored together, before the
+// caller hears of the operation or its result. A longer action's
+// submission is stored on its own, soon.
+func TestActionHandedToAWaitingWorkerTakesOneCommit(t *testing.T) {
+	store := &applyCounter{Memory: statestore.NewMemory()}
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s, stop := durableTest(t, store, clk)
+	defer stop()
+	register(s, "w")
+	poll := func() <-chan *Assignment {
+		got := make(chan *Assignment, 1)
+		go func() {
+			as, err := s.PollMany(context.Background(), PollRequest{WorkerID: "w", Free: Capacity{Cores: 1}})
+			if err != nil || len(as) != 1 {
+				t.Errorf("poll: %v %v", as, err)
+				got <- nil
+				return
+			}
+			got <- as[0]
+		}()
+		waitForWaiters(t, s, 1)
+		return got
+	}
+	submitted := func(name string) <-chan string {
+		op := make(chan string, 1)
+		go func() { op <- submit(t, s, name) }()
+		return op
+	}
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := store.n.Load()
+	leased := poll()
+	op := submitted("a")
+	a := receive(t, "lease", leased)
+	accepted, stored := s.Complete(context.Background(), "w", []Completion{{LeaseID: a.LeaseID, Response: okResponse()}})
+	if !accepted[0] {
+		t.Fatal("completion refused")
+	}
+	stored()
+	name := receive(t, "submission", op)
+	if st := state(t, s, name); !st.Done {
+		t.Fatalf("operation after its result was stored: %+v", st)
+	}
+	if n := store.n.Load() - before; n != 1 {
+		t.Errorf("%d commits for an action handed straight to a waiting worker, want 1", n)
+	}
+	// A long action: the submission does not wait for its result.
+	leased = poll()
+	op = submitted("b")
+	receive(t, "lease of b", leased)
+	receive(t, "submission of b (its result never comes)", op)
 }
