@@ -403,13 +403,16 @@ type finishedTask struct {
 type taskSnap struct {
 	id     string
 	delete bool
+	none   bool // nothing to write
 	first  []byte // the encoded "task" record, when it is not stored yet
 	state  taskStateRecord
 }
 
 func (s *Scheduler) snapTaskLocked(t *Task) taskSnap {
 	if t.state == stateDone {
-		return taskSnap{id: t.ID, delete: true}
+		// A task that finished before any flush took it (one commit for
+		// the whole action) was never written: nothing to delete.
+		return taskSnap{id: t.ID, delete: t.stored, none: !t.stored}
 	}
 	ts := taskSnap{id: t.ID, state: taskStateRecord{Priority: t.priority, Seq: t.seq, Attempts: t.attempts, Retries: t.retries, LastWorker: t.lastWorker}}
 	if t.inv != nil {
@@ -431,6 +434,9 @@ func (s *Scheduler) snapTaskLocked(t *Task) taskSnap {
 }
 
 func (ts taskSnap) mutations(batch []statestore.Mutation) []statestore.Mutation {
+	if ts.none {
+		return batch
+	}
 	if ts.delete {
 		return append(batch, statestore.Mutation{Kind: kindTask, Key: ts.id, Delete: true}, statestore.Mutation{Kind: kindTaskState, Key: ts.id, Delete: true})
 	}

@@ -252,20 +252,27 @@ func TestNoLeaseAfterTheLastFlush(t *testing.T) {
 	}
 }
 
-// applyCounter counts the commits (Apply calls) of its store.
+// applyCounter counts the commits (Apply calls) of its store, and the
+// task records they write or delete.
 type applyCounter struct {
 	*statestore.Memory
-	n atomic.Int64
+	n, taskRecords atomic.Int64
 }
 
 func (c *applyCounter) Apply(ctx context.Context, b []statestore.Mutation) error {
 	c.n.Add(1)
+	for _, m := range b {
+		if m.Kind == kindTask || m.Kind == kindTaskState {
+			c.taskRecords.Add(1)
+		}
+	}
 	return c.Memory.Apply(ctx, b)
 }
 
 // An action handed straight to a waiting worker costs one commit: its
 // submission, its lease and its result are stored together, before the
-// caller hears of the operation or its result. A longer action's
+// caller hears of the operation or its result, and its task, finished
+// by then, is not written at all. A longer action's
 // submission is stored on its own, soon.
 func TestActionHandedToAWaitingWorkerTakesOneCommit(t *testing.T) {
 	store := &applyCounter{Memory: statestore.NewMemory()}
@@ -295,7 +302,7 @@ func TestActionHandedToAWaitingWorkerTakesOneCommit(t *testing.T) {
 	if err := s.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	before := store.n.Load()
+	before, tasksBefore := store.n.Load(), store.taskRecords.Load()
 	leased := poll()
 	op := submitted("a")
 	a := receive(t, "lease", leased)
@@ -310,6 +317,11 @@ func TestActionHandedToAWaitingWorkerTakesOneCommit(t *testing.T) {
 	}
 	if n := store.n.Load() - before; n != 1 {
 		t.Errorf("%d commits for an action handed straight to a waiting worker, want 1", n)
+	}
+	// Its task finished within that commit: it is neither written nor
+	// deleted.
+	if n := store.taskRecords.Load() - tasksBefore; n != 0 {
+		t.Errorf("%d task records written or deleted for a task that finished within one commit, want 0", n)
 	}
 	// A long action: the submission does not wait for its result.
 	leased = poll()
