@@ -403,7 +403,7 @@ type finishedTask struct {
 type taskSnap struct {
 	id     string
 	delete bool
-	none   bool // nothing to write
+	none   bool   // nothing to write
 	first  []byte // the encoded "task" record, when it is not stored yet
 	state  taskStateRecord
 }
