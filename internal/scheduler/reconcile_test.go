@@ -3,6 +3,8 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -328,4 +330,44 @@ func TestActionHandedToAWaitingWorkerTakesOneCommit(t *testing.T) {
 	op = submitted("b")
 	receive(t, "lease of b", leased)
 	receive(t, "submission of b (its result never comes)", op)
+}
+
+// FuzzReportedLeaseID: whatever lease id a worker reports after a kill,
+// the scheduler does not panic, and adopts the held action exactly when
+// the id names its task (and cancels the lease otherwise).
+func FuzzReportedLeaseID(f *testing.F) {
+	f.Add("")
+	f.Add(".")
+	f.Add("not-a-lease")
+	f.Add("x.y.z")
+	var once sync.Once
+	var killed *statestore.Memory
+	var taskID string
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	f.Fuzz(func(t *testing.T, id string) {
+		once.Do(func() {
+			var a *Assignment
+			killed, a, _ = leaseUnstored(t, clk)
+			taskID = a.Task.ID
+		})
+		s, stop := durableTest(t, killedCopy(t, killed), clk)
+		defer stop()
+		register(s, "w1")
+		for _, lease := range []string{id, taskID + "." + id} {
+			cmds, err := s.Heartbeat("w1", []LeaseReport{{LeaseID: lease}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			adopted := s.MetricsSnapshot().Adopted == 1
+			if want := strings.HasPrefix(lease, taskID+"."); adopted != want {
+				t.Fatalf("lease %q: adopted %v, want %v", lease, adopted, want)
+			}
+			if adopted != (len(cmds) == 0) {
+				t.Fatalf("lease %q: adopted %v, commands %+v", lease, adopted, cmds)
+			}
+			if adopted {
+				return
+			}
+		}
+	})
 }
