@@ -51,6 +51,11 @@ type SchedulerConfig struct {
 	// HeartbeatTimeout is how long a worker may stay silent before its
 	// actions go back to the queue.
 	HeartbeatTimeout Duration `yaml:"heartbeat_timeout"`
+	// ReconcileWindow is how long, after a restart that was not clean
+	// (a kill, a crash, a fail-over), the restored queued actions wait for
+	// the workers to report the leases they were handed before those were
+	// stored.
+	ReconcileWindow Duration `yaml:"reconcile_window"`
 	// MaxAttempts bounds how often an action is handed out after lost
 	// workers before it fails with UNAVAILABLE.
 	MaxAttempts int `yaml:"max_attempts"`
@@ -329,6 +334,7 @@ func defaultScheduler() SchedulerConfig {
 	return SchedulerConfig{
 		HeartbeatInterval: Duration(2 * time.Second),
 		HeartbeatTimeout:  Duration(20 * time.Second),
+		ReconcileWindow:   Duration(3 * time.Second),
 		MaxAttempts:       3,
 		CallerGrace:       Duration(time.Minute),
 		Retention:         Duration(10 * time.Minute),

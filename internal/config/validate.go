@@ -57,6 +57,9 @@ func validateLeases(sc SchedulerConfig, bad func(path, format string, args ...an
 	if sc.MaxAttempts < 1 {
 		bad("scheduler.max_attempts", "must be at least 1")
 	}
+	if sc.ReconcileWindow <= 0 {
+		bad("scheduler.reconcile_window", "must be positive (a few seconds: workers register again within about a second of a restart)")
+	}
 }
 
 // validateFairness checks the invocation keys and their stickiness.

@@ -18,6 +18,7 @@ func TestSectionValidators(t *testing.T) {
 	}{
 		{"storage", func(c *Config, b bad) { validateStorage(c.Storage, b) }, func(c *Config) { c.Storage.CAS.Backend = "tape" }, "storage.cas.backend"},
 		{"leases", func(c *Config, b bad) { validateLeases(c.Scheduler, b) }, func(c *Config) { c.Scheduler.MaxAttempts = 0 }, "scheduler.max_attempts"},
+		{"reconcile window", func(c *Config, b bad) { validateLeases(c.Scheduler, b) }, func(c *Config) { c.Scheduler.ReconcileWindow = 0 }, "scheduler.reconcile_window"},
 		{"fairness", func(c *Config, b bad) { validateFairness(c.Scheduler.Fairness, b) }, func(c *Config) { c.Scheduler.Fairness.UserHeader = "" }, "scheduler.fairness.user_header"},
 		{"tenancy", func(c *Config, b bad) { validateTenancy(c.Scheduler.Labels, c.Scheduler.Cohorts, b) }, func(c *Config) {
 			c.Scheduler.Cohorts = []CohortConfig{{Name: "x86", Labels: []string{"nowhere"}}}

@@ -24,10 +24,6 @@ import (
 //     show in the per-method gRPC metrics), name lengths (its names come
 //     from this process's scheduler, not from a caller) and build traffic
 //     (a worker's calls carry no build's RequestMetadata);
-//   - waiting for its leases to be stored: its polls ask for unstored
-//     leases (scheduler.PollRequest.Unstored), since the worker dies with
-//     the scheduler. Its results are stored before anyone hears of them,
-//     as anyone's;
 //   - copying the messages: the worker service and the worker treat what
 //     they are handed as read-only, and the worker builds every request
 //     afresh.
@@ -57,10 +53,9 @@ func (p InProcess) Session(ctx context.Context, req *workerpb.SessionRequest, op
 	return p.session.Session(ctx, req, opts...)
 }
 
-// Poll implements workerpb.WorkersClient; the leases are not waited for
-// to be stored.
+// Poll implements workerpb.WorkersClient.
 func (p InProcess) Poll(ctx context.Context, req *workerpb.PollRequest, _ ...grpc.CallOption) (*workerpb.PollResponse, error) {
-	return p.srv.poll(ctx, req, true)
+	return p.srv.Poll(ctx, req)
 }
 
 // Heartbeat implements workerpb.WorkersClient.

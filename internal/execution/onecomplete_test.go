@@ -19,7 +19,7 @@ func TestOneCompletePath(t *testing.T) {
 	gone := map[string]string{
 		"CompleteMany":    "scheduler.Leases.Complete takes a batch",
 		"LeaseTask":       "the scheduler writes the ActionCache itself (scheduler.ActionCacheWriter)",
-		"SameProcess":     "scheduler.PollRequest.Unstored, set by execution.InProcess",
+		"SameProcess":     "no poll waits for its leases to be stored (scheduler reconcile.go)",
 		"newLocalWorkers": "execution.InProcess",
 	}
 	root := filepath.Join("..", "..")

@@ -94,15 +94,10 @@ func (s *WorkerService) Session(req *workerpb.SessionRequest, stream grpc.Server
 	}
 }
 
-// Poll implements the worker protocol.
+// Poll implements the worker protocol. The new leases are handed over
+// before they are stored (the scheduler's reconcile.go says why a
+// restart loses none).
 func (s *WorkerService) Poll(ctx context.Context, req *workerpb.PollRequest) (*workerpb.PollResponse, error) {
-	return s.poll(ctx, req, false)
-}
-
-// poll is Poll; unstored hands the new leases over before they are
-// stored (scheduler.PollRequest.Unstored), which only the in-process
-// transport asks for: no wire field can.
-func (s *WorkerService) poll(ctx context.Context, req *workerpb.PollRequest, unstored bool) (*workerpb.PollResponse, error) {
 	wait := time.Duration(req.WaitMs) * time.Millisecond
 	if wait <= 0 || wait > s.MaxPollWait {
 		wait = s.MaxPollWait
@@ -119,14 +114,13 @@ func (s *WorkerService) poll(ctx context.Context, req *workerpb.PollRequest, uns
 			return nil, err
 		}
 		// The worker hears of its completions only in this reply, so they
-		// are stored before it (usually in the same commit as the new
-		// leases, which PollMany waits for).
+		// are stored before it (the new leases ride the same commit).
 		defer stored()
 	}
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	limit := min(max(int(req.MaxAssignments), 1), maxAssignmentsPerPoll)
-	as, err := s.sched.PollMany(pctx, scheduler.PollRequest{WorkerID: req.WorkerId, Free: scheduler.Capacity{Cores: int(req.FreeCores)}, Limit: limit, Unstored: unstored})
+	as, err := s.sched.PollMany(pctx, scheduler.PollRequest{WorkerID: req.WorkerId, Free: scheduler.Capacity{Cores: int(req.FreeCores)}, Limit: limit})
 	if err == scheduler.ErrUnknownWorker {
 		return &workerpb.PollResponse{Reregister: true, CompletionsAccepted: accepted}, nil
 	}

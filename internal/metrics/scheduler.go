@@ -15,7 +15,7 @@ type Scheduler struct {
 	instances *Instances
 
 	queued, executing, held, workers, cores, busyCores *prometheus.Desc
-	dispatch, retries, gaveUp, lost                    *prometheus.Desc
+	dispatch, retries, gaveUp, lost, adopted           *prometheus.Desc
 	handoff, handoffLock, handoffStore                 *prometheus.Desc
 
 	mu sync.Mutex
@@ -54,6 +54,8 @@ func NewScheduler(reg prometheus.Registerer, snap func() scheduler.MetricsSnapsh
 			"Actions the scheduler failed itself: their workers were lost too often, or no worker could ever run them.", nil, nil),
 		lost: prometheus.NewDesc("gantry_scheduler_lost_leases_total",
 			"Leases whose worker stopped reporting.", nil, nil),
+		adopted: prometheus.NewDesc("gantry_scheduler_adopted_leases_total",
+			"Leases a worker reported after a scheduler restart that the restored state did not hold (handed out before they were stored), taken over instead of run again.", nil, nil),
 		seenQueued: map[[3]string]bool{}, seenExecuting: map[[3]string]bool{}, seenHeld: map[[3]string]bool{},
 	}
 	reg.MustRegister(c)
@@ -62,7 +64,7 @@ func NewScheduler(reg prometheus.Registerer, snap func() scheduler.MetricsSnapsh
 
 // Describe implements prometheus.Collector.
 func (c *Scheduler) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.queued, c.executing, c.held, c.workers, c.cores, c.busyCores, c.dispatch, c.handoff, c.handoffLock, c.handoffStore, c.retries, c.gaveUp, c.lost} {
+	for _, d := range []*prometheus.Desc{c.queued, c.executing, c.held, c.workers, c.cores, c.busyCores, c.dispatch, c.handoff, c.handoffLock, c.handoffStore, c.retries, c.gaveUp, c.lost, c.adopted} {
 		ch <- d
 	}
 }
@@ -87,6 +89,7 @@ func (c *Scheduler) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.retries, prometheus.CounterValue, float64(m.Retries))
 	ch <- prometheus.MustNewConstMetric(c.gaveUp, prometheus.CounterValue, float64(m.GaveUp))
 	ch <- prometheus.MustNewConstMetric(c.lost, prometheus.CounterValue, float64(m.WorkersLost))
+	ch <- prometheus.MustNewConstMetric(c.adopted, prometheus.CounterValue, float64(m.Adopted))
 }
 
 // histogram reports h as d.

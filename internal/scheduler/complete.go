@@ -41,13 +41,12 @@ type Completion struct {
 // scheduler's lock.
 //
 // It does not wait for storing: the caller must call stored (which
-// waits, bounded) before telling the worker. Nor does it start storing,
-// so that the new leases of a Poll that carried the completions
-// (PollMany starts storing whether it leases or waits) go into the same
-// flush and commit: a worker's Poll that reports a batch and asks for
-// new work waits for one commit, not one for its results and a later
-// one for its leases. stored starts storing too, for a caller that does
-// not poll.
+// starts storing and waits, bounded) before telling the worker. A Poll
+// that carried the completions calls it after leasing, so that its new
+// leases go into the same flush and commit.
+//
+// A lease the scheduler has no record of, of a task a restore holds
+// back, is adopted first (reconcile.go): its result is taken, not lost.
 func (s *Scheduler) Complete(ctx context.Context, workerID string, cs []Completion) (accepted []bool, stored func()) {
 	s.cacheResults(ctx, workerID, cs)
 	accepted = make([]bool, len(cs))
@@ -90,6 +89,10 @@ func (s *Scheduler) cacheResults(ctx context.Context, workerID string, cs []Comp
 	n := 0
 	for _, e := range es {
 		l, ok := s.leases[e.c.LeaseID]
+		if !ok {
+			l = s.adoptLocked(s.workers[workerID], e.c.LeaseID)
+			ok = l != nil
+		}
 		if !ok || l.worker.info.ID != workerID || !l.task.Cacheable {
 			continue
 		}
@@ -156,6 +159,10 @@ func (s *Scheduler) completeLocked(workerID, leaseID string, resp *repb.ExecuteR
 		}
 	}
 	l, ok := s.leases[leaseID]
+	if !ok {
+		l = s.adoptLocked(s.workers[workerID], leaseID)
+		ok = l != nil
+	}
 	if !ok || l.worker.info.ID != workerID {
 		s.emit(Event{Kind: EventLateReport, Worker: workerID, Reason: "lease " + leaseID + " is not held"})
 		return false

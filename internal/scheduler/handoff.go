@@ -11,9 +11,10 @@ import (
 // the network; handoffs measures only the server's part: from the
 // worker's poll reaching PollMany with work queued (or, for a poll that
 // waited, from its lease being made) to the leases being handed back to
-// the transport, stored. It also measures how long PollMany held the
-// scheduler's lock to answer, per lease, and how long the leases waited
-// to be stored. One observation per lease.
+// the transport. It also measures how long PollMany held the scheduler's
+// lock to answer, per lease, and how long the leases waited to be stored
+// (no longer any time: a lease is stored after its worker is told). One
+// observation per lease.
 
 // HandoffBuckets are the upper bounds, in seconds, of the hand-off
 // histograms: sub-millisecond first.
@@ -74,18 +75,17 @@ func (h *handoffs) snapshot() (total, lock, store HistogramSnapshot) {
 	return h.total.snapshot(), h.lock.snapshot(), h.store.snapshot()
 }
 
-// handOff is deliver, counting the leases handed off since from, held
-// being how long PollMany held the lock for them.
-func (s *Scheduler) handOff(ctx context.Context, as []*Assignment, ticket uint64, from time.Time, held time.Duration) ([]*Assignment, error) {
-	storing := time.Now()
-	as, err := s.deliver(ctx, as, ticket)
-	if err == nil {
-		// Not the poll's own context either: the leases are made.
-		as, err = s.withActions(context.WithoutCancel(ctx), as)
+// handOff counts the leases as handed off since from, held being how
+// long PollMany held the lock for them, once the leases of tasks that let
+// go of their action have it back from the store (actionstore.go).
+// Leases are not stored first (reconcile.go): the store histogram
+// observes no wait, and stays for dashboards that read it.
+func (s *Scheduler) handOff(ctx context.Context, as []*Assignment, from time.Time, held time.Duration) ([]*Assignment, error) {
+	// Not the poll's own context: the leases are made.
+	as, err := s.withActions(context.WithoutCancel(ctx), as)
+	if err != nil {
+		return nil, err
 	}
-	if err == nil {
-		now := time.Now()
-		s.handoffs.observe(now.Sub(from), held, now.Sub(storing), len(as))
-	}
-	return as, err
+	s.handoffs.observe(time.Since(from), held, 0, len(as))
+	return as, nil
 }

@@ -45,6 +45,9 @@ type journal struct {
 	seq        uint64 // changes marked so far
 	// Finished operations not yet known to be stored, in doneSeq order.
 	doneWait []*Operation
+	// closed is set by the last flush: what changes after it is never
+	// stored, so no lease may be handed out (reconcile.go).
+	closed bool
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -162,6 +165,12 @@ func (j *journal) seqLocked() uint64 {
 	return j.seq
 }
 
+// closedLocked reports, under Scheduler.mu, whether the last flush was
+// made: nothing changed since will be stored.
+func (j *journal) closedLocked() bool {
+	return j != nil && j.closed
+}
+
 // dirty reports, under Scheduler.mu, whether changes wait for a flush.
 func (j *journal) dirty() bool {
 	return j != nil && len(j.dirtyTasks)+len(j.dirtyOps) > 0
@@ -220,21 +229,28 @@ func (s *Scheduler) runJournal(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			s.flush(context.Background()) // last changes
+			s.flush(context.Background(), true) // last changes
 			j.inflight.Wait()
 			return
 		case <-j.kick:
 		}
-		s.flush(ctx)
+		s.flush(ctx, false)
 	}
 }
 
 // flush writes every dirty object's current state in one Apply. The
-// state is copied under the lock and encoded after it is released.
-func (s *Scheduler) flush(ctx context.Context) {
+// state is copied under the lock and encoded after it is released. The
+// last flush (final) closes the journal and, when no lease can be
+// missing from what it writes, marks the stop clean (reconcile.go).
+func (s *Scheduler) flush(ctx context.Context, final bool) {
 	j := s.jr
 	s.mu.Lock()
 	seq := j.seq
+	clean := false
+	if final {
+		j.closed = true
+		clean = s.recon == nil
+	}
 	tasks := make([]taskSnap, 0, len(j.dirtyTasks))
 	var firsts []*Task // whose record this flush stores
 	for t := range j.dirtyTasks {
@@ -257,6 +273,9 @@ func (s *Scheduler) flush(ctx context.Context) {
 	}
 	for _, op := range ops {
 		batch = op.mutations(batch)
+	}
+	if clean {
+		batch = append(batch, stoppedMark)
 	}
 	if len(batch) == 0 {
 		// Nothing changed since the last flush, whose commit may still be
@@ -397,13 +416,16 @@ type finishedTask struct {
 type taskSnap struct {
 	id     string
 	delete bool
+	none   bool   // nothing to write
 	first  []byte // the encoded "task" record, when it is not stored yet
 	state  taskStateRecord
 }
 
 func (s *Scheduler) snapTaskLocked(t *Task) taskSnap {
 	if t.state == stateDone {
-		return taskSnap{id: t.ID, delete: true}
+		// A task that finished before any flush took it (one commit for
+		// the whole action) was never written: nothing to delete.
+		return taskSnap{id: t.ID, delete: t.stored, none: !t.stored}
 	}
 	ts := taskSnap{id: t.ID, state: taskStateRecord{Priority: t.priority, Seq: t.seq, Attempts: t.attempts, Retries: t.retries, LastWorker: t.lastWorker}}
 	if t.inv != nil {
@@ -425,6 +447,9 @@ func (s *Scheduler) snapTaskLocked(t *Task) taskSnap {
 }
 
 func (ts taskSnap) mutations(batch []statestore.Mutation) []statestore.Mutation {
+	if ts.none {
+		return batch
+	}
 	if ts.delete {
 		return append(batch, statestore.Mutation{Kind: kindTask, Key: ts.id, Delete: true}, statestore.Mutation{Kind: kindTaskState, Key: ts.id, Delete: true})
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,18 +231,39 @@ func (s *slowStore) Apply(ctx context.Context, b []statestore.Mutation) error {
 
 func TestStoreFailureIsReported(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
-	s, stop := durableTest(t, failingStore{statestore.NewMemory()}, clk)
+	store := &failingStore{Memory: statestore.NewMemory()}
+	s, stop := durableTest(t, store, clk)
 	defer stop()
+	store.failing.Store(true)
 	_, err := s.Submit(SubmitRequest{Instance: "main", ActionDigest: action("x")})
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("submit with a failing store: %v, want ErrUnavailable", err)
 	}
 }
 
-type failingStore struct{ *statestore.Memory }
+// A store that cannot write fails Attach, saying so: the scheduler could
+// not tell a later restore that it ran (reconcile.go).
+func TestAttachFailsOnAStoreThatCannotWrite(t *testing.T) {
+	store := &failingStore{Memory: statestore.NewMemory()}
+	store.failing.Store(true)
+	s := New(Config{}, &fakeClock{now: time.Unix(1_700_000_000, 0)}, nil)
+	err := s.Attach(context.Background(), store)
+	if err == nil || !strings.Contains(err.Error(), "disk full") || !strings.Contains(err.Error(), "writable") {
+		t.Fatalf("Attach on a store that cannot write: %v, want the store's error and what to check", err)
+	}
+}
 
-func (failingStore) Apply(context.Context, []statestore.Mutation) error {
-	return fmt.Errorf("disk full")
+// failingStore fails every Apply once failing is set.
+type failingStore struct {
+	*statestore.Memory
+	failing atomic.Bool
+}
+
+func (f *failingStore) Apply(ctx context.Context, b []statestore.Mutation) error {
+	if f.failing.Load() {
+		return fmt.Errorf("disk full")
+	}
+	return f.Memory.Apply(ctx, b)
 }
 
 // gatedStore holds every Apply until the gate is open.
@@ -259,16 +282,19 @@ func newGatedStore() *gatedStore {
 	return &gatedStore{Memory: statestore.NewMemory(), gate: open}
 }
 
-// shut closes the gate once the flush s may be running has finished:
-// nothing more reaches the store until open is called (at the latest
-// when the test ends, so that a failed test stops).
+// shut closes the gate once every change s made so far is stored
+// (leases are not stored when they are handed out): nothing more
+// reaches the store until open is called (at the latest when the test
+// ends, so that a failed test stops).
 func (g *gatedStore) shut(t *testing.T, s *Scheduler) (open func()) {
 	gate := make(chan struct{})
 	var once sync.Once
 	open = func() { once.Do(func() { close(gate) }) }
 	t.Cleanup(open)
+	if err := s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	g.setGate(gate)
-	s.Flush(context.Background())
 	return open
 }
 

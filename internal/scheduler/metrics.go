@@ -60,8 +60,9 @@ type schedCounters struct {
 	// retries counts actions put back on the queue after their worker
 	// was lost; gaveUp actions failed by the scheduler itself (worker lost
 	// too often, or no worker could ever run them); workersLost leases
-	// whose worker stopped reporting.
-	retries, gaveUp, workersLost int64
+	// whose worker stopped reporting; adopted leases a worker reported
+	// that the restored state did not hold (reconcile.go).
+	retries, gaveUp, workersLost, adopted int64
 }
 
 // QueueCount is the number of queued or executing actions of one queue,
@@ -109,8 +110,9 @@ type MetricsSnapshot struct {
 	// to answer, per lease; HandoffStore the wait for the leases to be
 	// stored (handoff.go).
 	Handoff, HandoffLock, HandoffStore HistogramSnapshot
-	// Retries, GaveUp, WorkersLost, Preemptions count events since start.
-	Retries, GaveUp, WorkersLost, Preemptions int64
+	// Retries, GaveUp, WorkersLost, Preemptions and Adopted count events
+	// since start.
+	Retries, GaveUp, WorkersLost, Preemptions, Adopted int64
 }
 
 // WorkerStateLocked names the state of a worker for metrics and status
@@ -142,7 +144,7 @@ func (s *Scheduler) MetricsSnapshot() MetricsSnapshot {
 	out := MetricsSnapshot{
 		Workers:  map[string]int{WorkerIdle: 0, WorkerBusy: 0, WorkerRestored: 0, WorkerDraining: 0, WorkerPaused: 0, WorkerTerminating: 0},
 		Dispatch: s.counters.dispatch.snapshot(), Retries: s.counters.retries, GaveUp: s.counters.gaveUp,
-		WorkersLost: s.counters.workersLost, Preemptions: s.preemptions,
+		WorkersLost: s.counters.workersLost, Preemptions: s.preemptions, Adopted: s.counters.adopted,
 	}
 	out.Handoff, out.HandoffLock, out.HandoffStore = s.handoffs.snapshot()
 	queued := map[[3]string]int{}

@@ -160,10 +160,11 @@ func TestPipelinedEmptyFlushWaitsForQueuedCommit(t *testing.T) {
 	}
 }
 
-// A Poll's completions (CompleteMany) start no flush of their own: the
-// Poll's new leases, made right after, go into the same flush, so that
-// the worker waits for one commit, not a commit of its results and then
-// another of its leases.
+// A Poll's completions (CompleteMany) start no flush of their own, nor
+// do the Poll's new leases, handed out at once: stored, called after the
+// Poll, starts the one flush that holds both, so that the worker waits
+// for one commit, not a commit of its results and then another of its
+// leases.
 func TestCompleteManyLeavesTheFlushToThePoll(t *testing.T) {
 	store := newGatedPipeliner()
 	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
@@ -195,20 +196,19 @@ func TestCompleteManyLeavesTheFlushToThePoll(t *testing.T) {
 	if n := len(s.jr.kick); n != 0 {
 		t.Fatal("CompleteMany started a flush of its own")
 	}
-	// The Poll's lease of b starts the flush (and waits for it).
-	leased := make(chan *Assignment, 1)
-	go func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		a, _ := s.Poll(ctx, "w", Capacity{Cores: 1})
-		leased <- a
-	}()
-	eventually(t, "the Poll starts a flush", func() bool { return len(s.jr.kick) == 1 })
-	unstall.Do(func() { close(stall) })
-	if b := receive(t, "lease of b", leased); b == nil {
+	// The Poll's lease of b is handed out at once, starting no flush.
+	if b := pollNow(t, s, "w", 1); b == nil {
 		t.Fatal("no lease of b")
 	}
-	stored()
+	if n := len(s.jr.kick); n != 0 {
+		t.Fatal("the Poll started a flush of its own")
+	}
+	// stored starts the flush (and waits for it).
+	storedDone := make(chan struct{})
+	go func() { stored(); close(storedDone) }()
+	eventually(t, "stored starts a flush", func() bool { return len(s.jr.kick) == 1 })
+	unstall.Do(func() { close(stall) })
+	receive(t, "stored", storedDone)
 	if err := receive(t, "submission", submitted); err != nil {
 		t.Fatal(err)
 	}

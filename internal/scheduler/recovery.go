@@ -64,13 +64,21 @@ func (s *Scheduler) RegisterWorkerHolding(info WorkerInfo, held []string) int {
 		s.loseLeasesLocked(w, lost, "the worker registered again without them (its process restarted)")
 		s.ticketLocked() // start storing the requeues
 	}
+	// Leases handed out before a restart and never stored: adopted if
+	// their task is held back for them (reconcile.go).
+	for _, id := range held {
+		if w.leases[id] == nil {
+			s.adoptLocked(w, id)
+		}
+	}
 	if freed {
 		s.offerLocked(w)
 	}
 	return len(lost)
 }
 
-// startRestoredLeaseClocks gives every lease restored from the store
+// startRestoredLeaseClocks starts the reconciliation window from now
+// (reconcile.go), and gives every lease restored from the store
 // whose worker has not come back a full HeartbeatTimeout from now: its
 // worker can report it only once the scheduler serves, and a restore
 // that took longer than the timeout (seconds with a deep queue, more on a
@@ -81,6 +89,7 @@ func (s *Scheduler) startRestoredLeaseClocks() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
+	s.restartReconcileClockLocked(now)
 	for _, w := range s.workers {
 		if !w.restored {
 			continue

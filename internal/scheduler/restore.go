@@ -17,20 +17,25 @@ import (
 )
 
 // Restoring rebuilds the scheduler from its store (Attach), in steps:
-// the unfinished tasks in their queue order, each queued again or leased
-// to its worker (restored until it reconnects); the operations, each
-// joined to its task or kept finished; and the tasks no operation waits
-// for any more are dropped.
+// the unfinished tasks in their queue order, each held back for the
+// reconciliation window (reconcile.go) or leased to its worker (restored
+// until it reconnects); the operations, each joined to its task or kept
+// finished; and the tasks no operation waits for any more are dropped.
 
 // restoreLocked rebuilds the scheduler's state from store. The finished
 // operations whose task is gone are returned in later, for restoreLater.
 func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (dropped []*Task, later *laterOps, err error) {
 	now := s.clock.Now()
+	killed, err := markRunning(ctx, store)
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading scheduler state: %w", err)
+	}
 	tasks, err := loadTasks(ctx, store)
 	if err != nil {
 		return nil, nil, fmt.Errorf("loading scheduler state: %w", err)
 	}
 	byID := map[string]*Task{}
+	var queued []*Task
 	for _, r := range tasks {
 		if readsBack(store) { // read back when leased (actionstore.go)
 			r.Action, r.Command = nil, nil
@@ -40,6 +45,9 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 			return nil, nil, err
 		}
 		byID[t.ID] = t
+		if t.state == stateQueued {
+			queued = append(queued, t)
+		}
 	}
 	metas, err := loadOpMetas(ctx, store)
 	if err != nil {
@@ -49,7 +57,9 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 	if err != nil {
 		return nil, nil, fmt.Errorf("loading scheduler state: %w", err)
 	}
-	return s.dropUnwaitedLocked(byID), later, nil
+	dropped = s.dropUnwaitedLocked(byID)
+	s.holdRestoredLocked(queued, byID, killed, now)
+	return dropped, later, nil
 }
 
 // storedTask is an unfinished task as stored: its record and its latest
@@ -118,8 +128,9 @@ func (s *Scheduler) restoreTaskLocked(r *storedTask, now time.Time) (*Task, erro
 		s.inflight[fp] = t
 	}
 	if r.Lease == "" {
+		// Queued, or held back until the workers reported their leases,
+		// by holdRestoredLocked.
 		t.state, t.stage = stateQueued, repb.ExecutionStage_QUEUED
-		s.queue.push(t, now)
 		return t, nil
 	}
 	s.restoreLeaseLocked(t, r.Lease, r.Worker, now)

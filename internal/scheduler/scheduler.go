@@ -83,6 +83,11 @@ type Config struct {
 	// SessionGrace is how long a worker whose session stream ended has to
 	// open a new one before its leases are requeued (recovery.go).
 	SessionGrace time.Duration
+	// ReconcileWindow is how long, after a restore, the restored queued
+	// actions wait for the workers to report the leases they were handed
+	// before those were stored (reconcile.go); 0 means
+	// DefaultReconcileWindow.
+	ReconcileWindow time.Duration
 	// ChrootInstances are the instances whose actions run with their
 	// input root as "/" (chroot.go).
 	ChrootInstances []string
@@ -116,6 +121,7 @@ func DefaultConfig() Config {
 		Preemption:        PreemptCancel,
 		MaxSuspend:        DefaultMaxSuspend,
 		SessionGrace:      DefaultSessionGrace,
+		ReconcileWindow:   DefaultReconcileWindow,
 
 		PersistentWorkerStickiness: DefaultPersistentWorkerStickiness,
 	}
@@ -348,6 +354,9 @@ type Scheduler struct {
 	// halted is closed when Run returns: open sessions end then, and no
 	// new ones open (recovery.go).
 	halted chan struct{}
+	// recon holds restored queued tasks back after a restore until the
+	// workers reported their leases (reconcile.go); nil when none are.
+	recon *reconciliation
 	// rep tells the OnFinished listeners of finished operations
 	// (finished.go).
 	rep reporter
@@ -379,6 +388,7 @@ func New(cfg Config, clock Clock, cache ActionCacheWriter) *Scheduler {
 	setDefault(&cfg.PreemptionDelay, def.PreemptionDelay)
 	setDefault(&cfg.MaxSuspend, def.MaxSuspend)
 	setDefault(&cfg.SessionGrace, def.SessionGrace)
+	setDefault(&cfg.ReconcileWindow, def.ReconcileWindow)
 	if cfg.Preemption == "" {
 		cfg.Preemption = def.Preemption
 	}
@@ -506,9 +516,17 @@ type SubmitRequest struct {
 // action already in flight in the same instance is joined rather than run
 // again.
 func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
-	name, ticket, err := s.submit(req)
+	name, ticket, handed, err := s.submit(req)
 	if err != nil {
 		return "", err
+	}
+	if handed {
+		// The action went straight to a waiting worker: its result, soon
+		// for a short action, starts the commit that stores the
+		// submission too (one commit for the action, not two in a row).
+		// A longer action's submission is stored after submitStoreDelay.
+		kick := time.AfterFunc(submitStoreDelay, s.jr.kickFlush)
+		defer kick.Stop()
 	}
 	if err := s.durable(context.Background(), ticket); err != nil {
 		return "", err
@@ -516,38 +534,48 @@ func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
 	return name, nil
 }
 
-func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
+// submitStoreDelay is how long a submission handed straight to a
+// waiting worker waits for its result's commit before it starts one of
+// its own: a trivial action's result comes within a millisecond or two;
+// the caller of a longer one hears of its operation's name this much
+// later (the result is never delayed).
+const submitStoreDelay = 5 * time.Millisecond
+
+// submit queues the action of req; handed reports that a waiting worker
+// took it at once, and that the change was marked but no commit started.
+func (s *Scheduler) submit(req SubmitRequest) (string, uint64, bool, error) {
 	s.lockFor(req.Name)
 	defer s.mu.Unlock()
 	req.Platform = s.chrootPlatform(req.Instance, req.Platform.Without(s.ignored))
 	preq, err := platform.ParseRequest(req.Platform)
 	if err != nil {
-		return "", 0, &Error{Kind: ErrInvalid, Msg: err.Error()}
+		return "", 0, false, &Error{Kind: ErrInvalid, Msg: err.Error()}
 	}
 	name := req.Name
 	if name == "" {
 		name = "op-" + s.newID()
 	}
 	if _, taken := s.ops[name]; taken {
-		return "", 0, errorf(ErrExists, "operation name %s is taken", name)
+		return "", 0, false, errorf(ErrExists, "operation name %s is taken", name)
 	}
 	analysis := platform.SelectQueue(s.queues, req.Platform)
 	if analysis.Chosen < 0 {
-		return "", 0, &NoQueueError{Analysis: analysis, Platform: req.Platform}
+		return "", 0, false, &NoQueueError{Analysis: analysis, Platform: req.Platform}
 	}
 	queueName := analysis.Verdicts[analysis.Chosen].Queue
 	now := s.clock.Now()
 	if err := s.environmentRefusalLocked(queueName, preq, now); err != nil {
-		return "", 0, err
+		return "", 0, false, err
 	}
 	key := dedupKey{req.Instance, req.ActionDigest}
 	if err := s.refused.check(key, now); err != nil {
-		return "", 0, err
+		return "", 0, false, err
 	}
 	var t *Task
 	if !req.DoNotCache {
 		t = s.inflightLocked(key)
 	}
+	handed := false
 	if t != nil {
 		if req.Priority < t.priority && t.state == stateQueued {
 			t.priority = req.Priority
@@ -572,6 +600,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 			s.inflight[fp] = t
 		}
 		s.enqueueLocked(t)
+		handed = t.state == stateLeased && s.jr != nil
 	}
 	accepted := req.Accepted
 	if accepted.IsZero() {
@@ -585,7 +614,10 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, error) {
 	s.touchTask(t)
 	s.touchOp(op)
 	s.emit(Event{Kind: EventSubmitted, Task: t.ID, Operation: op.Name})
-	return op.Name, s.ticketLocked(), nil
+	if handed {
+		return op.Name, s.jr.seqLocked(), true, nil
+	}
+	return op.Name, s.ticketLocked(), false, nil
 }
 
 // enqueueLocked puts a task on the queue, or straight to a waiting worker.
@@ -647,6 +679,10 @@ func (s *Scheduler) joinInvocationLocked(t *Task, path []string, now time.Time) 
 	t.invPath = t.invPath[:anc.depth:anc.depth]
 	switch t.state {
 	case stateQueued:
+		if s.heldLocked(t) {
+			t.inv = anc // it joins the queue later, under anc
+			break
+		}
 		s.queue.remove(t)
 		t.inv = anc
 		s.queue.push(t, now)
@@ -897,7 +933,7 @@ type Stats struct {
 func (s *Scheduler) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Queued: s.queue.n, Leased: len(s.leases), Operations: len(s.ops) + s.restorePending, Workers: len(s.workers), Preemptions: s.preemptions,
+	st := Stats{Queued: s.queue.n + s.recon.heldCount(), Leased: len(s.leases), Operations: len(s.ops) + s.restorePending, Workers: len(s.workers), Preemptions: s.preemptions,
 		Suspended: len(s.ten.suspended), SuspendExpired: s.ten.expired}
 	for _, l := range s.leases {
 		if l.executing() {

@@ -204,10 +204,14 @@ func (s *Scheduler) PollMany(ctx context.Context, req PollRequest) ([]*Assignmen
 	if t != nil {
 		s.queue.take(t)
 		as := s.leaseMoreLocked(w, free, limit, s.leaseLocked(t, w, nil))
-		ticket := s.leaseTicketLocked(req)
+		if s.jr.closedLocked() {
+			s.giveBackLocked(w, as)
+			s.mu.Unlock()
+			return nil, ErrHalted
+		}
 		held := time.Since(locked)
 		s.mu.Unlock()
-		return s.handOff(ctx, as, ticket, arrived, held)
+		return s.handOff(ctx, as, arrived, held)
 	}
 	wt := &waiter{worker: w, free: free, ch: make(chan *Assignment, 1)}
 	s.waiters = append(s.waiters, wt)
@@ -226,10 +230,14 @@ func (s *Scheduler) PollMany(ctx context.Context, req PollRequest) ([]*Assignmen
 		if limit > 1 {
 			as = s.leaseMoreLocked(w, free, limit, a)
 		}
-		ticket := s.leaseTicketLocked(req)
+		if s.jr.closedLocked() {
+			s.giveBackLocked(w, as)
+			s.mu.Unlock()
+			return nil, ErrHalted
+		}
 		held := time.Since(locked)
 		s.mu.Unlock()
-		return s.handOff(ctx, as, ticket, wt.leasedAt, held)
+		return s.handOff(ctx, as, wt.leasedAt, held)
 	case <-ctx.Done():
 	}
 	s.mu.Lock()
@@ -242,35 +250,26 @@ func (s *Scheduler) PollMany(ctx context.Context, req PollRequest) ([]*Assignmen
 	}
 	// A task was handed over as the wait ended: the caller can no longer
 	// deliver it, so give it back.
-	a := <-wt.ch
-	if l := s.leases[a.LeaseID]; l != nil {
-		t := l.task
-		s.dropLeaseLocked(l)
-		t.attempts--
-		s.requeueFrontLocked(t)
-	} else if _, held := w.cancelled[a.LeaseID]; held {
-		// Cancelled meanwhile: its resources wait for the worker to stop
-		// running it, but the worker never got it.
-		s.releaseCancelledLocked(w, a.LeaseID)
-		s.offerLocked(w)
-	}
+	s.giveBackLocked(w, []*Assignment{<-wt.ch})
 	return nil, nil
 }
 
-// deliver returns assignments once their leases are stored: a worker
-// must never run a lease the scheduler would forget in a restart. If
-// storing fails, the leases time out and their tasks are requeued.
-func (s *Scheduler) deliver(ctx context.Context, as []*Assignment, ticket uint64) ([]*Assignment, error) {
-	if ticket == 0 {
-		return as, nil // nothing to wait for (no store, or unstored leases)
+// giveBackLocked undoes leases made for w that w will never hear of:
+// their tasks go back to the front of the queue.
+func (s *Scheduler) giveBackLocked(w *worker, as []*Assignment) {
+	for _, a := range as {
+		if l := s.leases[a.LeaseID]; l != nil {
+			t := l.task
+			s.dropLeaseLocked(l)
+			t.attempts--
+			s.requeueFrontLocked(t)
+		} else if _, held := w.cancelled[a.LeaseID]; held {
+			// Cancelled meanwhile: its resources wait for the worker to
+			// stop running it, but the worker never got it.
+			s.releaseCancelledLocked(w, a.LeaseID)
+			s.offerLocked(w)
+		}
 	}
-	// Not the poll's own context: it may end just as work was found.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	if err := s.durable(ctx, ticket); err != nil {
-		return nil, err
-	}
-	return as, nil
 }
 
 // waitDurable waits (bounded) for a change whose caller cannot be told
@@ -305,8 +304,14 @@ func (s *Scheduler) leaseMoreLocked(w *worker, free Capacity, limit int, first *
 
 // leaseLocked gives t to w. With a waiter, the assignment goes on its channel.
 func (s *Scheduler) leaseLocked(t *Task, w *worker, wt *waiter) *Assignment {
+	return s.leaseWithIDLocked(t, w, wt, s.leaseIDFor(t))
+}
+
+// leaseWithIDLocked is leaseLocked with the lease's id (a new one, or
+// one a worker reported: reconcile.go).
+func (s *Scheduler) leaseWithIDLocked(t *Task, w *worker, wt *waiter, id string) *Assignment {
 	now := s.clock.Now()
-	l := &lease{id: s.newID(), worker: w, task: t, lastSeen: now, stage: repb.ExecutionStage_QUEUED, cohort: w.cohort, started: now}
+	l := &lease{id: id, worker: w, task: t, lastSeen: now, stage: repb.ExecutionStage_QUEUED, cohort: w.cohort, started: now}
 	s.leaseUsageLocked(l, +1)
 	t.state = stateLeased
 	t.lease = l
@@ -401,6 +406,10 @@ func (s *Scheduler) Heartbeat(workerID string, reports []LeaseReport) ([]LeaseCo
 		reported[r.LeaseID] = true
 		l, ok := w.leases[r.LeaseID]
 		if !ok {
+			l = s.adoptLocked(w, r.LeaseID)
+			ok = l != nil
+		}
+		if !ok {
 			if pending[r.LeaseID] {
 				continue
 			}
@@ -477,6 +486,7 @@ func (s *Scheduler) Tick() {
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	s.loseDetachedLocked(now)
+	s.endReconcilingLocked(now)
 	timedOut := map[*worker][]*lease{}
 	for _, l := range s.leases {
 		if now.Sub(l.lastSeen) > s.cfg.HeartbeatTimeout {

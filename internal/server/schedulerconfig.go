@@ -15,6 +15,7 @@ func schedulerConfig(cfg config.Config, log *slog.Logger) scheduler.Config {
 	return scheduler.Config{
 		HeartbeatInterval: sc.HeartbeatInterval.D(),
 		HeartbeatTimeout:  sc.HeartbeatTimeout.D(),
+		ReconcileWindow:   sc.ReconcileWindow.D(),
 		MaxAttempts:       sc.MaxAttempts,
 		CallerGrace:       sc.CallerGrace.D(),
 		Retention:         sc.Retention.D(),

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Leadership among scheduler processes sharing one PostgreSQL.
@@ -107,17 +108,26 @@ func (p *Postgres) fenced() {
 	}
 }
 
-// checkTerm is the first statement of a leader's commit transaction.
-func (p *Postgres) checkTerm(ctx context.Context, tx pgx.Tx, want int64) error {
+// termCheck is the first statement of a leader's commit: it locks the
+// leader row until the commit ends and fails the commit, by dividing by
+// zero, when the row does not hold the term the commit is for.
+const termCheck = `SELECT 1 / count(*)::int FROM (SELECT 1 FROM gantry_leader WHERE one AND term = $1 FOR SHARE) AS t`
+
+// isTermMismatch reports whether err is termCheck's failure.
+func isTermMismatch(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "22012" // division_by_zero
+}
+
+// fencedAt deposes this process, whose commit for term want found
+// another term, and says which.
+func (p *Postgres) fencedAt(ctx context.Context, want int64) error {
+	p.fenced()
 	var term int64
-	if err := tx.QueryRow(ctx, `SELECT term FROM gantry_leader WHERE one FOR SHARE`).Scan(&term); err != nil {
-		return fmt.Errorf("statestore: reading the leader term: %w", err)
+	if err := p.pool.QueryRow(ctx, `SELECT term FROM gantry_leader WHERE one`).Scan(&term); err != nil {
+		return fmt.Errorf("%w (term %d, now another)", ErrFenced, want)
 	}
-	if term != want {
-		p.fenced()
-		return fmt.Errorf("%w (term %d, now %d)", ErrFenced, want, term)
-	}
-	return nil
+	return fmt.Errorf("%w (term %d, now %d)", ErrFenced, want, term)
 }
 
 // Leader returns the published leader; Term is 0 if no process ever led.

@@ -160,25 +160,27 @@ func (p *Postgres) commit(reqs []*request) error {
 	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 	defer cancel()
 	term := p.fence.get()
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		if term != 0 {
-			if err := p.checkTerm(ctx, tx, term); err != nil {
-				return err
-			}
+	// One round trip: the statements go in one pipeline ending in one
+	// Sync, which PostgreSQL runs as one implicit transaction, committed
+	// at the Sync, or rolled back whole at the first error (a BEGIN, a
+	// term check, the writes and a COMMIT were four round trips).
+	b := &pgx.Batch{}
+	if term != 0 {
+		b.Queue(termCheck, term)
+	}
+	if len(delKinds) > 0 {
+		b.Queue(`DELETE FROM gantry_state s USING unnest($1::text[], $2::text[]) AS d(kind, key)
+			WHERE s.kind = d.kind AND s.key = d.key`, delKinds, delKeys)
+	}
+	if len(upKinds) > 0 {
+		b.Queue(`INSERT INTO gantry_state (kind, key, value)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])
+			ON CONFLICT (kind, key) DO UPDATE SET value = EXCLUDED.value`, upKinds, upKeys, upValues)
+	}
+	if err := p.pool.SendBatch(ctx, b).Close(); err != nil {
+		if term != 0 && isTermMismatch(err) {
+			return p.fencedAt(ctx, term)
 		}
-		b := &pgx.Batch{}
-		if len(delKinds) > 0 {
-			b.Queue(`DELETE FROM gantry_state s USING unnest($1::text[], $2::text[]) AS d(kind, key)
-				WHERE s.kind = d.kind AND s.key = d.key`, delKinds, delKeys)
-		}
-		if len(upKinds) > 0 {
-			b.Queue(`INSERT INTO gantry_state (kind, key, value)
-				SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])
-				ON CONFLICT (kind, key) DO UPDATE SET value = EXCLUDED.value`, upKinds, upKeys, upValues)
-		}
-		return tx.SendBatch(ctx, b).Close()
-	})
-	if err != nil {
 		return fmt.Errorf("statestore: committing to PostgreSQL: %w", err)
 	}
 	p.commits.Add(1)

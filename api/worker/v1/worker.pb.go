@@ -278,8 +278,10 @@ type RegisterRequest struct {
 	// just started holds none. The scheduler keeps these of the worker's
 	// leases and requeues its other leases at once (they died with an
 	// earlier process of the worker, e.g. the embedded worker of a server
-	// that was killed and restarted). Lease ids the scheduler does not know
-	// are ignored; the next Heartbeat cancels them.
+	// that was killed and restarted). A lease id the scheduler does not know
+	// is adopted when it names an action a restarted scheduler holds back
+	// for its workers to report (it was handed out before it was stored);
+	// other unknown ids are ignored, and the next Heartbeat cancels them.
 	LeaseIds []string `protobuf:"bytes,12,rep,name=lease_ids,json=leaseIds,proto3" json:"lease_ids,omitempty"`
 	// Set by workers that fill in lease_ids, even when they hold none.
 	// Older workers leave it unset: their leases then stay until they are
