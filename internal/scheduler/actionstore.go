@@ -29,7 +29,7 @@ func (s *Scheduler) letGoOfActions(tasks []*Task) {
 	}
 	s.mu.Lock()
 	for _, t := range tasks {
-		t.ActionBytes, t.CommandBytes = nil, nil
+		t.ActionBytes, t.CommandBytes, t.actionInStore = nil, nil, true
 	}
 	s.mu.Unlock()
 }

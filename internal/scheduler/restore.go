@@ -44,6 +44,7 @@ func (s *Scheduler) restoreLocked(ctx context.Context, store statestore.Store) (
 		if err != nil {
 			return nil, nil, err
 		}
+		t.actionInStore = readsBack(store)
 		byID[t.ID] = t
 		if t.state == stateQueued {
 			queued = append(queued, t)

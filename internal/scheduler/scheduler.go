@@ -177,6 +177,9 @@ type Task struct {
 	// fields sit together at the end: a Task fits the 448-byte size
 	// class, and a million finished ones are restored after a restart.
 	stored bool
+	// actionInStore: the task let go of its ActionBytes and CommandBytes,
+	// committed in its record; a lease reads them back (actionstore.go).
+	actionInStore bool
 	// Cacheable is the submission's !DoNotCache: the task is shared by
 	// equal submissions and its result may go to the ActionCache.
 	Cacheable bool

@@ -336,7 +336,7 @@ func (s *Scheduler) leaseWithIDLocked(t *Task, w *worker, wt *waiter, id string)
 		w.inv = t.inv
 	}
 	a := &Assignment{LeaseID: l.id, Task: t, Attempt: t.attempts, ActionBytes: t.ActionBytes, CommandBytes: t.CommandBytes,
-		fromStore: t.ActionBytes == nil && t.stored && s.jr != nil && readsBack(s.jr.store)}
+		fromStore: t.actionInStore}
 	s.emit(Event{Kind: EventLeased, Task: t.ID, Worker: w.info.ID})
 	if wt != nil {
 		wt.leasedAt = time.Now()
