@@ -51,6 +51,8 @@ type termDeps struct {
 	state statestore.Store
 	// downloads are this process's failed Remote Asset fetches.
 	downloads *asset.FailureLog
+	// live holds the live output of the actions (nil: none is kept).
+	live *liveOutput
 }
 
 // newTerm builds the services of sched: Execution and Operations, the
@@ -70,6 +72,9 @@ func newTerm(cfg config.Config, log *slog.Logger, sched *scheduler.Scheduler, nu
 			return nil, fmt.Errorf("loading the history (status.history): %w", err)
 		}
 		obs = historyObserver{Observer: d.obs, hist: hist}
+	}
+	if d.live != nil {
+		sched.OnFinished(d.live.finished)
 	}
 	exec := execution.New(sched, d.cas, d.lookup, obs, log)
 	exec.SetInvocationKeys(keys, cfg.Scheduler.Fairness.UserHeader)

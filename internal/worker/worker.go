@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/semaphore"
+	bspb "google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc"
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
@@ -262,6 +263,7 @@ func New(conn *grpc.ClientConn, sched workerpb.WorkersClient, cfg Config) (*Work
 	wrap := newWrapping(cfg, w.sb != nil, w.prlimit)
 	w.inputs = newInputFetcher(w.cache, w.trees, wrap, w.roots)
 	w.executor = newExecutor(w.sup, w.sb, wrap, w.logs, w)
+	w.executor.live = newLiveOutput(bspb.NewByteStreamClient(conn), w.log)
 	w.reporter = newReporter(cfg.MinFreeDisk, wrap.chroot, largeOut, cfg.ChunkThreshold, w.log)
 	w.diskLow = newDiskGate(cfg.WorkDir, cfg.MinFreeDisk, diskCheckEvery, w.log)
 	w.completer = newCompleter(w.sched, cfg.ID, w, w.log)
