@@ -44,8 +44,12 @@ func (n Name) Read() string {
 func (n Name) Write() string { return n.Read() + "/" + n.Token }
 
 // Created reports whether the stream was made by CreateLogStream (rather
-// than by a worker for an action's output).
-func (n Name) Created() bool { return strings.HasPrefix(n.ID, "c") }
+// than by a worker for an action's output, whose id ends in .stdout or
+// .stderr).
+func (n Name) Created() bool {
+	_, action := taskOf(n.ID)
+	return !action
+}
 
 // Streams of an action's output.
 const (
@@ -109,6 +113,9 @@ func parse(resource string, write bool) (Name, error) {
 	n := Name{Instance: strings.Join(parts[:len(parts)-tail], "/"), ID: parts[len(parts)-tail+1]}
 	if write {
 		n.Token = parts[len(parts)-1]
+	}
+	if len(parts) > tail && n.Instance == "" {
+		return Name{}, fmt.Errorf("log stream %q starts with '/'; the default instance's streams start with %s/", resource, segment)
 	}
 	if err := digest.ValidateInstanceName(n.Instance); err != nil {
 		return Name{}, fmt.Errorf("log stream %q: %w", resource, err)
