@@ -405,3 +405,17 @@ func (h *Hub) Len() int {
 func (h *Hub) String() string {
 	return fmt.Sprintf("log streams (%d bytes each, kept %v)", h.opts.Buffer, h.opts.Keep)
 }
+
+// Tail returns up to max of the last bytes of the stream r names, the
+// stream's length, and whether it is finished; ok is false when the hub
+// does not hold it.
+func (h *Hub) Tail(r Name, max int) (data []byte, end int64, done, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.streams[r.Read()]
+	if s == nil {
+		return nil, 0, false, false
+	}
+	from := len(s.buf) - min(max, len(s.buf))
+	return append([]byte(nil), s.buf[from:]...), s.end, s.done, true
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/gantry-build/gantry/internal/config"
 	"github.com/gantry-build/gantry/internal/logstream"
 	"github.com/gantry-build/gantry/internal/scheduler"
+	"github.com/gantry-build/gantry/internal/status"
 )
 
 // liveOutput is the part of a process with a scheduler (roles all and
@@ -58,4 +59,12 @@ func (l *liveOutput) run(ctx context.Context) error {
 // so that their readers end even when its worker went away.
 func (l *liveOutput) finished(f scheduler.FinishedOperation) {
 	l.hub.FinishTask(f.Instance, f.TaskID)
+}
+
+// statusLive is what the status pages read the streams from (nil: none).
+func (l *liveOutput) statusLive() status.LiveOutput {
+	if l == nil {
+		return nil
+	}
+	return l.hub
 }
