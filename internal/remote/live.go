@@ -156,3 +156,12 @@ func (r *liveRun) writers(stdout, stderr io.Writer) (outW, errW *liveWriter) {
 	}
 	return r.stdout, r.stderr
 }
+
+// FollowLive prints the output of operation opName to stdout and stderr
+// as the server streams it, once it has run for LiveDelay, until the
+// returned stop is called (after the operation ended). It is for callers
+// that print the final output their own way (gantry batch --live);
+// Options.Live does it for Run.
+func (c *Client) FollowLive(ctx context.Context, opName string, stdout, stderr io.Writer) (stop func()) {
+	return c.followLive(ctx, opName, stdout, stderr).stop
+}
