@@ -261,6 +261,9 @@ func (h *Hub) Create(instance, id, token string) (Name, error) {
 	n := Name{Instance: instance, ID: id, Token: token}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.createdLocked() >= h.opts.MaxStreams/4 {
+		return Name{}, status.Errorf(codes.ResourceExhausted, "this scheduler holds %d streams made with CreateLogStream, its limit (a quarter of all streams, so that actions keep theirs); finish yours with finish_write, or retry later", h.opts.MaxStreams/4)
+	}
 	if h.streams[n.Read()] != nil {
 		return Name{}, status.Errorf(codes.AlreadyExists, "log stream %s exists already; retry", n.Read())
 	}
@@ -270,6 +273,18 @@ func (h *Hub) Create(instance, id, token string) (Name, error) {
 	}
 	s.writer = token
 	return n, nil
+}
+
+// createdLocked counts the streams made by Create (O(streams), as Create
+// is rare).
+func (h *Hub) createdLocked() int {
+	n := 0
+	for name := range h.streams {
+		if r, err := ParseRead(name); err == nil && r.Created() {
+			n++
+		}
+	}
+	return n
 }
 
 // Follow sends the bytes of the stream named r from offset on (at most

@@ -126,3 +126,19 @@ func TestHubMaxStreams(t *testing.T) {
 		t.Fatalf("a stream over the limit: %v, want RESOURCE_EXHAUSTED", err)
 	}
 }
+
+// Clients may hold a quarter of the streams, so that actions keep theirs.
+func TestHubCreatedStreamsLimit(t *testing.T) {
+	h := NewHub(Options{MaxStreams: 8})
+	for i := range 2 {
+		if _, err := h.Create("inst", "c"+string(rune('a'+i)), "tok"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.Create("inst", "cz", "tok"); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a third created stream of 8: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if _, err := h.Append(writer("t1", "l"), 0, []byte("x"), false); err != nil {
+		t.Fatalf("an action's stream: %v", err)
+	}
+}
