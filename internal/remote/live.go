@@ -20,7 +20,7 @@ import (
 
 // LiveDelay is how long a run waits before it follows its action's
 // output: a quick action costs no extra calls.
-var LiveDelay = 2 * time.Second
+const LiveDelay = 2 * time.Second
 
 // livePoll is how often a follower asks whether the operation names its
 // streams yet (it is queued until a worker takes it).

@@ -286,3 +286,44 @@ func TestLiveOutputPermissions(t *testing.T) {
 		t.Errorf("created stream %q, want %q", got, "hello\n")
 	}
 }
+
+// With TLS and authentication on, the embedded worker's live output
+// passes (it writes over the process's internal listener) and its owner
+// reads it while the action runs; another tenant may not.
+func TestLiveOutputWithAuth(t *testing.T) {
+	f := startSecureFarm(t, nil)
+	ctx := ctxT(t)
+	alice := f.as("alice")
+	cas := client.NewCAS(alice, "team-a/main", digest.SHA256, 0)
+	put := func(m proto.Message) digest.Digest { return putMsg(ctx, t, cas, m) }
+	release := filepath.Join(t.TempDir(), "release")
+	ad := put(&repb.Action{CommandDigest: put(liveAction(release)).Proto(), InputRootDigest: put(&repb.Directory{}).Proto()})
+	stream, err := repb.NewExecutionClient(alice).Execute(ctx, &repb.ExecuteRequest{InstanceName: "team-a/main", ActionDigest: ad.Proto()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.WriteFile(release, nil, 0o644)
+	md := &repb.ExecuteOperationMetadata{}
+	for md.StdoutStreamName == "" {
+		op, err := stream.Recv()
+		if err != nil || op.Done {
+			t.Fatalf("Execute: %v, %v", op, err)
+		}
+		if err := op.Metadata.UnmarshalTo(md); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.HasPrefix(md.StdoutStreamName, "team-a/main/logstreams/") {
+		t.Fatalf("stream name %q, want it on the operation's instance", md.StdoutStreamName)
+	}
+	if out, _ := readUntil(ctx, t, alice, md.StdoutStreamName, "first\n"); out != "first\n" {
+		t.Fatalf("alice's stream %q", out)
+	}
+	rs, err := bspb.NewByteStreamClient(f.as("bob")).Read(ctx, &bspb.ReadRequest{ResourceName: md.StdoutStreamName})
+	if err == nil {
+		_, err = rs.Recv()
+	}
+	if status.Code(err) != codes.PermissionDenied {
+		t.Errorf("bob reading alice's live output: %v, want PERMISSION_DENIED", err)
+	}
+}
