@@ -48,6 +48,7 @@ type batchFlags struct {
 	noCache          bool
 	verbose          bool
 	platform         []string
+	live             bool
 	cpuProfile       string
 	memProfile       string
 }
@@ -76,6 +77,7 @@ func newBatchCommand() *cobra.Command {
 	fl.BoolVar(&f.noCache, "no-cache", false, "skip the ActionCache and do not cache the results")
 	fl.BoolVarP(&f.verbose, "verbose", "v", false, "say why jobs run locally")
 	fl.StringArrayVar(&f.platform, "platform", nil, "platform property NAME=VALUE for every job (repeatable)")
+	fl.BoolVar(&f.live, "live", false, "print the output of remote jobs running longer than a few seconds on stderr as it comes, each line after [job name]")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the client to this file (for reporting slowness)")
 	_ = fl.MarkHidden("cpuprofile")
 	fl.StringVar(&f.memProfile, "memprofile", "", "write a Go allocation profile of the client to this file at the end (for reporting slowness)")
@@ -182,6 +184,7 @@ func runBatch(cmd *cobra.Command, f batchFlags, file string) error {
 		Verbose:    f.verbose,
 		NoCache:    f.noCache,
 		Platform:   f.platform,
+		Live:       f.live,
 	})
 	s, err := batch.New(jobs, steps.Steps(), limits, batch.Options{KeepGoing: f.keepGoing, Progress: display(stderr)})
 	if err != nil {

@@ -47,7 +47,9 @@ holding it and every --input; --input, --output and --output-dir paths are
 relative to the current directory (a directory input is sent with
 everything under it, except declared outputs). Only what the server's CAS
 lacks is uploaded; the outputs are written back in place and stdout and
-stderr replayed. A cached result is reused (-v says so).
+stderr replayed. A cached result is reused (-v says so). The output of
+an action that runs longer than a few seconds is printed as it comes,
+when the server streams it (Gantry does).
 
 The command gets only the environment given with --env, and PATH
 /usr/local/bin:/usr/bin:/bin unless --env sets it (the same for every caller,
@@ -99,6 +101,7 @@ func runRemote(cmd *cobra.Command, f runFlags, args []string) error {
 	if err != nil {
 		return &exitStatus{code: exitOwnFailure, err: err}
 	}
+	opts.Live = true
 	c, err := remote.New(ctx, conn, f.instance, opts)
 	if err != nil {
 		if interrupted() {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/logstream"
 )
 
 // Settings are the parts of authentication and authorization that a
@@ -263,6 +264,9 @@ func anyInstance(p *Policy, id *Identity, need Perm, fullMethod string) error {
 // method allows that (fromFieldOrGlobal), and is a bug otherwise.
 func (a *Authorizer) authorizeField(p *Policy, id *Identity, m method, fullMethod string, req any) error {
 	r, ok := req.(interface{ GetInstanceName() string })
+	if parent, isCreate := logStreamParent(req); isCreate && fullMethod == logStreamCreate {
+		return a.check(p, id, m.need, parent, fullMethod, "")
+	}
 	if !ok {
 		if m.from == fromFieldOrGlobal {
 			return everyInstance(p, id, m.need, fullMethod)
@@ -279,6 +283,9 @@ func (a *Authorizer) authorizeResource(p *Policy, id *Identity, m method, fullMe
 	var name string
 	if r, ok := req.(interface{ GetResourceName() string }); ok {
 		name = r.GetResourceName()
+	}
+	if logstream.Is(name) {
+		return a.authorizeLogStream(p, id, m, fullMethod, name)
 	}
 	var res digest.Resource
 	var err error

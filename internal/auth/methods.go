@@ -85,6 +85,8 @@ var methods = map[string]method{
 	adminPrefix + "ListOperationDetails": {PermAdmin | PermExecute, fromField},
 	adminPrefix + "ExplainPlatform":      {PermAdmin | PermExecute, fromField},
 
+	logStreamCreate: {PermExecute, fromField},
+
 	asset + "Fetch/FetchBlob":      {PermAssetFetch, fromField},
 	asset + "Fetch/FetchDirectory": {PermAssetFetch, fromField},
 	asset + "Push/PushBlob":        {PermAssetPush, fromField},

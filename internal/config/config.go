@@ -96,6 +96,8 @@ type SchedulerConfig struct {
 	// ChrootInstances are the instances whose actions run with their
 	// input root as "/" on workers in sandbox mode chroot (chroot.go).
 	ChrootInstances []string `yaml:"chroot_instances"`
+	// LiveOutput bounds the live output of running actions (liveoutput.go).
+	LiveOutput LiveOutputConfig `yaml:"live_output"`
 }
 
 // StoreConfig selects the scheduler's state store.
@@ -344,6 +346,7 @@ func defaultScheduler() SchedulerConfig {
 		Preemption:        "cancel",
 		MaxSuspend:        Duration(10 * time.Minute),
 		Store:             StoreConfig{Backend: "embedded", StartWait: Duration(time.Minute)},
+		LiveOutput:        defaultLiveOutput(),
 		Fairness: FairnessConfig{
 			Keys:            append([]string(nil), invocation.Default...),
 			PriorityHalving: 10,

@@ -42,6 +42,7 @@ func validateScheduler(sc SchedulerConfig, bad func(path, format string, args ..
 	validateTenancy(sc.Labels, sc.Cohorts, bad)
 	validateSchedulerStore(sc.Store, bad)
 	validatePreemption(sc, bad)
+	validateLiveOutput(sc.LiveOutput, bad)
 	validateQueues(sc.Queues, sc.IgnoredProperties, bad)
 }
 

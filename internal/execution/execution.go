@@ -85,11 +85,13 @@ func typeURL(m proto.Message) string {
 func operation(name string, st scheduler.OperationState, fn digest.Function) *longrunningpb.Operation {
 	// Encoded here rather than with anypb.New, which looks the type URL
 	// up and builds it again for every message.
-	md, _ := proto.Marshal(&repb.ExecuteOperationMetadata{
+	meta := &repb.ExecuteOperationMetadata{
 		Stage:          st.Stage,
 		ActionDigest:   st.ActionDigest.Proto(),
 		DigestFunction: fn,
-	})
+	}
+	nameStreams(meta, st)
+	md, _ := proto.Marshal(meta)
 	op := &longrunningpb.Operation{Name: name, Metadata: &anypb.Any{TypeUrl: metadataURL, Value: md}, Done: st.Done}
 	if st.Done {
 		resp, _ := proto.Marshal(st.Response)

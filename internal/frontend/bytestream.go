@@ -16,10 +16,14 @@ import (
 
 	"github.com/gantry-build/gantry/internal/blobstore"
 	"github.com/gantry-build/gantry/internal/digest"
+	"github.com/gantry-build/gantry/internal/logstream"
 )
 
 // Read implements ByteStream Read for blobs/ and compressed-blobs/zstd/.
 func (s *Server) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) error {
+	if logstream.Is(req.ResourceName) {
+		return s.opts.LogStreams.ReadLog(req, stream)
+	}
 	ctx := stream.Context()
 	res, err := digest.ParseReadResource(req.ResourceName)
 	if err != nil {
@@ -229,6 +233,9 @@ func (s *Server) Write(stream bspb.ByteStream_WriteServer) error {
 	}
 	defer req.free()
 	name := req.resourceName
+	if logstream.Is(name) {
+		return s.opts.LogStreams.WriteLog(req.writeRequest(), stream)
+	}
 	res, err := digest.ParseWriteResource(name)
 	if err != nil {
 		return storeError(err, "")

@@ -42,6 +42,9 @@ type Options struct {
 	ChrootInstances []string
 	// Logger receives diagnostics; nil means slog.Default().
 	Logger *slog.Logger
+	// LogStreams serves ByteStream calls on live output streams; nil:
+	// there are none here.
+	LogStreams LogStreams
 }
 
 // Server implements the storage half of REAPI.
@@ -66,6 +69,9 @@ type Server struct {
 func New(cas blobstore.Store, ac actioncache.Store, opts Options) *Server {
 	if opts.MaxBatchSize <= 0 {
 		opts.MaxBatchSize = 4 << 20
+	}
+	if opts.LogStreams == nil {
+		opts.LogStreams = noLogStreams{}
 	}
 	if opts.ReadChunkSize <= 0 {
 		opts.ReadChunkSize = 1 << 20

@@ -44,6 +44,10 @@ type BatchConfig struct {
 	NoCache bool
 	// Platform properties (NAME=VALUE) added to every job's.
 	Platform []string
+	// Live prints to Log, line by line with the job's name, the output
+	// of remote jobs that run longer than remote.LiveDelay, as it comes
+	// (the job's output is shown at its end as ever).
+	Live bool
 }
 
 // Batch is the step set of gantry batch: each step is one stage of a
@@ -52,6 +56,8 @@ type Batch struct {
 	cfg BatchConfig
 	// cancelled counts the remote operations cancelled after Ctrl-C.
 	cancelled atomic.Int64
+	// liveMu keeps the lines of live output whole (BatchConfig.Live).
+	liveMu sync.Mutex
 	// dirs holds the output directories made (or found) so far.
 	dirs sync.Map
 	// lookups decides whether a job asks the ActionCache before Execute.
@@ -222,7 +228,9 @@ func (b *Batch) execute(ctx context.Context, t *batch.Task) batch.Result {
 	if t.Job.Kind == batch.Compile {
 		mnemonic = "Compile"
 	}
-	res, info, err := b.cfg.Client.Execute(b.cfg.Invocation.ActionContext(ctx, mnemonic, t.Job.Name), st.action, op.Started)
+	started, stopLive := b.followLive(ctx, t.Job.Name, op.Started)
+	res, info, err := b.cfg.Client.Execute(b.cfg.Invocation.ActionContext(ctx, mnemonic, t.Job.Name), st.action, started)
+	stopLive()
 	if err != nil {
 		if ctx.Err() != nil {
 			if name := op.Name(); name != "" {

@@ -20,6 +20,9 @@ type Options struct {
 	Priority int32
 	// Chunks says which files move as content-defined chunks.
 	Chunks ChunkOptions
+	// Live prints the output of actions that run longer than LiveDelay
+	// as it comes (live.go), where the server streams it.
+	Live bool
 }
 
 // Client runs actions on one REAPI server instance. It is safe for

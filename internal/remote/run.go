@@ -48,19 +48,36 @@ func (c *Client) Run(ctx context.Context, spec Spec, stdout, stderr io.Writer, s
 			return 0, info, err
 		}
 	}
+	// live prints the output as it comes; the end prints the rest.
+	var live *liveRun
 	if res == nil {
-		if res, err = c.uploadAndExecute(ctx, a, &info, started); err != nil {
-			c.replayPartial(ctx, err, stdout, stderr)
+		named := started
+		if c.opts.Live {
+			named = func(name string) {
+				if started != nil {
+					started(name)
+				}
+				if live == nil {
+					live = c.followLive(ctx, name, stdout, stderr)
+				}
+			}
+		}
+		res, err = c.uploadAndExecute(ctx, a, &info, named)
+		live.stop()
+		if err != nil {
+			o, e := live.writers(stdout, stderr)
+			c.replayPartial(ctx, err, o, e)
 			return 0, info, err
 		}
 		if out, info.Download, err = c.Download(ctx, a, res); err != nil {
 			return 0, info, err
 		}
 	}
-	if _, err := stdout.Write(out.Stdout); err != nil {
+	outW, errW := live.writers(stdout, stderr)
+	if err := outW.rest(out.Stdout, stderr); err != nil {
 		return out.ExitCode, info, fmt.Errorf("writing the action's stdout: %w", err)
 	}
-	if _, err := stderr.Write(out.Stderr); err != nil {
+	if err := errW.rest(out.Stderr, stderr); err != nil {
 		return out.ExitCode, info, fmt.Errorf("writing the action's stderr: %w", err)
 	}
 	return out.ExitCode, info, nil
@@ -69,16 +86,16 @@ func (c *Client) Run(ctx context.Context, spec Spec, stdout, stderr io.Writer, s
 // replayPartial writes the stdout and stderr of an action that did not
 // complete (a timeout), when the server sent them: they often say why.
 // It is best effort: the caller reports err anyway.
-func (c *Client) replayPartial(ctx context.Context, err error, stdout, stderr io.Writer) {
+func (c *Client) replayPartial(ctx context.Context, err error, stdout, stderr *liveWriter) {
 	var ee *ExecError
 	if !errors.As(err, &ee) || ee.Partial == nil {
 		return
 	}
 	if b, _, err := c.stdio(ctx, "stdout", ee.Partial.StdoutRaw, ee.Partial.StdoutDigest); err == nil {
-		stdout.Write(b)
+		stdout.rest(b, stderr.w)
 	}
 	if b, _, err := c.stdio(ctx, "stderr", ee.Partial.StderrRaw, ee.Partial.StderrDigest); err == nil {
-		stderr.Write(b)
+		stderr.rest(b, stderr.w)
 	}
 }
 

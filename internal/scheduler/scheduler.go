@@ -287,6 +287,9 @@ type OperationState struct {
 	// Retries are the times its action was taken from a worker (lost,
 	// pre-empted, suspended), oldest first; shared, not to be changed.
 	Retries []Retry
+	// TaskID is the task (execution) the operation follows; operations
+	// of identical actions share one.
+	TaskID string
 }
 
 // Scheduler is safe for concurrent use. One mutex guards the state; every
@@ -723,7 +726,7 @@ func (s *Scheduler) Watch(name string) (OperationState, <-chan struct{}, error) 
 
 func (s *Scheduler) stateLocked(op *Operation) OperationState {
 	t := op.task
-	st := OperationState{Name: op.Name, Instance: t.Instance, ActionDigest: t.ActionDigest, Stage: t.stage, Queue: t.Queue,
+	st := OperationState{Name: op.Name, TaskID: t.ID, Instance: t.Instance, ActionDigest: t.ActionDigest, Stage: t.stage, Queue: t.Queue,
 		Accepted: op.accepted, Invocation: op.invocation, Metadata: op.meta, Retries: t.retries}
 	if op.done && !s.storedLocked(op) {
 		if st.Stage == repb.ExecutionStage_COMPLETED {

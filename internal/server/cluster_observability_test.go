@@ -169,8 +169,9 @@ func TestClusterHealthAndReflection(t *testing.T) {
 			t.Errorf("reflection on the standby does not list %s (lists %v)", want, listed)
 		}
 	}
-	if listed["google.bytestream.ByteStream"] {
-		t.Error("reflection on a scheduler lists ByteStream, which it does not serve")
+	// A scheduler serves ByteStream for the live output it holds only.
+	if !listed["google.bytestream.ByteStream"] || !listed["build.bazel.remote.logstream.v1.LogStreamService"] {
+		t.Errorf("reflection on a scheduler does not list ByteStream and LogStreamService, for live output (lists %v)", listed)
 	}
 
 	// The leader stops: the standby takes over and reports SERVING.

@@ -152,7 +152,7 @@ func (l *leader) lead(ctx context.Context, number int64, lost <-chan struct{}) (
 		cas: cas, lookup: ac.lookup,
 		admin:  pgAdminStore{quotas: quotaState{store: l.store}, controls: controls},
 		reload: l.reload, obs: l.b.obs, policy: l.b.sec.statusPolicy(), state: l.store,
-		downloads: l.b.downloads,
+		downloads: l.b.downloads, live: l.b.live,
 	})
 	if err != nil {
 		return err

@@ -78,6 +78,7 @@ func newLocalScheduler(b *builder, storage *localStorage, opening *stateOpening,
 		cas: storage.cas, lookup: storage.fe.LookupActionResult,
 		admin: adminStore{quotas: quotaState{store: state}, controls: cf}, reload: reload,
 		obs: b.obs, policy: b.sec.statusPolicy(), state: state, downloads: b.downloads,
+		live: b.live,
 	})
 	if err != nil {
 		return nil, err

@@ -58,6 +58,7 @@ func newLocalStorage(b *builder) (*localStorage, error) {
 		ExecEnabled:       true,
 		ChrootInstances:   cfg.Scheduler.ChrootInstances,
 		Logger:            b.log,
+		LogStreams:        b.logs,
 	})
 	ra, err := newRemoteAsset(b, cas.serve, ac)
 	if err != nil {

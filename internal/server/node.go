@@ -63,6 +63,11 @@ type builder struct {
 	// downloads are the Remote Asset API's recent failed fetches, shown
 	// by the status pages of this process.
 	downloads *asset.FailureLog
+	// live holds the live output of actions in a process with a
+	// scheduler (buildParts); nil in a frontend.
+	live *liveOutput
+	// logs serve the frontend's ByteStream calls on live output streams.
+	logs frontend.LogStreams
 }
 
 // openClusterStore checks cluster.client (how this node reaches the

@@ -26,11 +26,21 @@ func (s *Server) buildParts(b *builder, configFile string) ([]part, error) {
 		if err != nil {
 			return nil, err
 		}
-		return []part{l}, nil
+		b.live = newLiveOutput(b.cfg, b.terms, true)
+		return []part{l, b.live}, nil
 	}
 	var state *stateOpening
+	var fwd *forwarder
 	if b.cfg.Role != config.RoleFrontend {
 		state = openStateStoreAsync(b.cfg, b.log)
+		b.live = newLiveOutput(b.cfg, b.terms, false)
+		b.logs = b.live.svc
+	} else {
+		var err error
+		if fwd, err = newForwarder(b); err != nil {
+			return nil, err
+		}
+		b.logs = forwardedLogs{fwd.leaders}
 	}
 	storage, err := newLocalStorage(b)
 	if err != nil {
@@ -44,8 +54,8 @@ func (s *Server) buildParts(b *builder, configFile string) ([]part, error) {
 	// local is the worker service the embedded worker calls in process
 	// when the scheduler is in this process (execution.InProcess).
 	var local *execution.WorkerService
-	if b.cfg.Role == config.RoleFrontend {
-		second, err = newForwarder(b)
+	if fwd != nil {
+		second = fwd
 	} else {
 		var ls *localScheduler
 		ls, err = newLocalScheduler(b, storage, state, addr, reload)
@@ -57,6 +67,9 @@ func (s *Server) buildParts(b *builder, configFile string) ([]part, error) {
 		return nil, err
 	}
 	parts := []part{storage, second}
+	if b.live != nil {
+		parts = append(parts, b.live)
+	}
 	if runsEmbeddedWorker(b.cfg) {
 		parts = append(parts, newEmbeddedWorker(b, addr, local))
 	}

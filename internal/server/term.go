@@ -51,6 +51,8 @@ type termDeps struct {
 	state statestore.Store
 	// downloads are this process's failed Remote Asset fetches.
 	downloads *asset.FailureLog
+	// live holds the live output of the actions (nil: none is kept).
+	live *liveOutput
 }
 
 // newTerm builds the services of sched: Execution and Operations, the
@@ -71,12 +73,15 @@ func newTerm(cfg config.Config, log *slog.Logger, sched *scheduler.Scheduler, nu
 		}
 		obs = historyObserver{Observer: d.obs, hist: hist}
 	}
+	if d.live != nil {
+		sched.OnFinished(d.live.finished)
+	}
 	exec := execution.New(sched, d.cas, d.lookup, obs, log)
 	exec.SetInvocationKeys(keys, cfg.Scheduler.Fairness.UserHeader)
 	ws := execution.NewWorkerService(sched, obs)
 	admin := execution.NewAdminService(sched, exec.KeyNames, d.admin, d.reload, log)
 	pages := &statusPages{sched: sched, keys: exec.KeyNames,
-		page: status.New(sched, admin, d.cas, hist, exec.KeyNames, d.policy, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log, Downloads: d.downloads})}
+		page: status.New(sched, admin, d.cas, hist, exec.KeyNames, d.policy, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log, Downloads: d.downloads, Live: d.live.statusLive()})}
 	return &term{sched: sched, exec: exec, ws: ws, admin: admin, pages: pages, hist: hist, number: number}, nil
 }
 

@@ -52,6 +52,9 @@ type Options struct {
 	// Downloads are the Remote Asset API's recent failed fetches, listed
 	// on the failures page (nil: none served here).
 	Downloads *asset.FailureLog
+	// Live is the output of running actions (liveoutput.go); nil: none
+	// is held here.
+	Live LiveOutput
 }
 
 // Handler serves the status pages.
@@ -89,6 +92,7 @@ func New(sched scheduler.Snapshot, admin *execution.AdminService, cas blobstore.
 	h.mux.HandleFunc("GET /status/invocations", h.builds)
 	h.mux.HandleFunc("GET /status/fairness", h.fairness)
 	h.mux.HandleFunc("GET /status/operation", h.operation)
+	h.mux.HandleFunc("GET /status/output", h.output)
 	h.mux.HandleFunc("GET /status/failures", h.failures)
 	h.mux.HandleFunc("GET /status/builds", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/status/invocations", http.StatusMovedPermanently)
@@ -464,6 +468,7 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	page.Input = inputRootOf(page.Result)
+	page.Live = h.liveView(r, info)
 	h.render(w, "operation", page)
 }
 
@@ -483,6 +488,7 @@ type operationPage struct {
 	Stages   []execution.Stage
 	Total    time.Duration
 	Input    *inputRoot
+	Live     *liveView
 }
 
 // actionAndCommand reads the operation's action and its command from

@@ -201,6 +201,7 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 {{if and (not .Op.Done) (.AdminOn .Op.Instance)}}<form method="post" action="/status/kill"><input type="hidden" name="csrf" value="{{.Token}}"><input type="hidden" name="name" value="{{.Op.Name}}"><input type="hidden" name="back" value="/status/operation?name={{.Op.Name}}"><button>Kill this operation</button></form>{{end}}
 {{range .Problems}}<p class="flash">{{.}}</p>{{end}}
 {{with .Why}}{{template "whyqueued" .}}{{end}}
+{{with .Live}}{{template "liveoutput" .}}{{end}}
 <h2>Command</h2>
 {{with .Command}}<pre id="command">{{join .Arguments " "}}</pre>
 {{if .WorkingDirectory}}<p>Working directory: {{.WorkingDirectory}}</p>{{end}}

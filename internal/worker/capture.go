@@ -27,6 +27,9 @@ type capture struct {
 	r         *os.File
 	spillPath string
 	done      chan struct{}
+	// live also gets the output as it comes (liveoutput.go); nil: no
+	// live output.
+	live *liveSink
 
 	mu    sync.Mutex
 	buf   bytes.Buffer
@@ -37,11 +40,16 @@ type capture struct {
 // newCapture returns a pipe's write end for the process and starts reading
 // the other end.
 func newCapture(spillPath string) (*capture, *os.File, error) {
+	return newLiveCapture(spillPath, nil)
+}
+
+// newLiveCapture is newCapture that also hands the output to live.
+func newLiveCapture(spillPath string, live *liveSink) (*capture, *os.File, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
 	}
-	c := &capture{r: r, spillPath: spillPath, done: make(chan struct{})}
+	c := &capture{r: r, spillPath: spillPath, done: make(chan struct{}), live: live}
 	go c.run()
 	return c, w, nil
 }
@@ -68,6 +76,9 @@ var copyBuffers = sync.Pool{New: func() any { return new([32 << 10]byte) }}
 type onlyReader struct{ io.Reader }
 
 func (c *capture) Write(p []byte) (int, error) {
+	if c.live != nil {
+		c.live.Write(p)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.spill == nil && c.buf.Len()+len(p) <= memoryLogLimit {
@@ -106,6 +117,9 @@ func (c *capture) finish() {
 		t.Stop()
 	}
 	c.r.Close()
+	if c.live != nil {
+		c.live.close()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.spill != nil {

@@ -39,7 +39,7 @@ func chrootWorker(t *testing.T) (*Worker, *blobstore.Memory, *fakeScheduler, *di
 	w.trees = trees
 	wrap := newWrapping(w.cfg, true, "")
 	w.inputs = newInputFetcher(w.cache, trees, wrap, w.roots)
-	w.executor = newExecutor(w.sup, sb, wrap, w.logs, w, nil)
+	w.executor = newExecutor(w.sup, sb, wrap, w.logs, w, nil, nil)
 	w.reporter = newReporter(0, wrap.chroot, nil, 0, w.log)
 	return w, store, sched, trees
 }

@@ -63,7 +63,7 @@ func linkingWorker(t *testing.T) (*Worker, *blobstore.Memory, *fakeScheduler, *d
 	w.trees = trees
 	wrap := newWrapping(w.cfg, true, "")
 	w.inputs = newInputFetcher(w.cache, trees, wrap, w.roots)
-	w.executor = newExecutor(w.sup, sb, wrap, w.logs, w, nil)
+	w.executor = newExecutor(w.sup, sb, wrap, w.logs, w, nil, nil)
 	return w, store, sched, trees
 }
 

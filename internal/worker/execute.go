@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/gantry-build/gantry/internal/logstream"
 	"github.com/gantry-build/gantry/internal/worker/execroot"
 	"github.com/gantry-build/gantry/internal/worker/persistent"
 	"github.com/gantry-build/gantry/internal/worker/runner"
@@ -39,10 +40,12 @@ type executor struct {
 	// pool runs actions on persistent workers (persistentrun.go); nil
 	// runs them all as plain commands.
 	pool *persistent.Pool
+	// live sends the output as it comes (nil: it is only captured).
+	live *liveOutput
 }
 
-func newExecutor(sup *runner.Supervisor, sb *sandbox.Sandbox, wrap wrapping, logs string, tracker runTracker, pool *persistent.Pool) *executor {
-	return &executor{sup: sup, sb: sb, wrap: wrap, logs: logs, tracker: tracker, pool: pool}
+func newExecutor(sup *runner.Supervisor, sb *sandbox.Sandbox, wrap wrapping, logs string, tracker runTracker, pool *persistent.Pool, live *liveOutput) *executor {
+	return &executor{sup: sup, sb: sb, wrap: wrap, logs: logs, tracker: tracker, pool: pool, live: live}
 }
 
 // execution is what the Execute stage hands to Report.
@@ -156,12 +159,12 @@ func (e *executor) sandbox(j *job, root *execroot.Root, workDir string) (*sandbo
 // capture starts reading the action's stdout and stderr, whose write ends
 // go into spec; j holds the captures until it leaves the worker.
 func (e *executor) capture(j *job, spec *runner.Spec) (stdout, stderr *capture, err error) {
-	stdout, stdoutW, err := newCapture(logPath(e.logs, j.lease.id, "stdout"))
+	stdout, stdoutW, err := newLiveCapture(logPath(e.logs, j.lease.id, "stdout"), e.live.open(j, logstream.Stdout))
 	if err != nil {
 		return nil, nil, failf(codes.Internal, "worker cannot capture output: %v", err)
 	}
 	j.hold(stdout.discard)
-	stderr, stderrW, err := newCapture(logPath(e.logs, j.lease.id, "stderr"))
+	stderr, stderrW, err := newLiveCapture(logPath(e.logs, j.lease.id, "stderr"), e.live.open(j, logstream.Stderr))
 	if err != nil {
 		stdoutW.Close()
 		return nil, nil, failf(codes.Internal, "worker cannot capture output: %v", err)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/semaphore"
+	bspb "google.golang.org/genproto/googleapis/bytestream"
 	"google.golang.org/grpc"
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
@@ -275,7 +276,7 @@ func New(conn *grpc.ClientConn, sched workerpb.WorkersClient, cfg Config) (*Work
 			return nil, err
 		}
 	}
-	w.executor = newExecutor(w.sup, w.sb, wrap, w.logs, w, w.pool)
+	w.executor = newExecutor(w.sup, w.sb, wrap, w.logs, w, w.pool, newLiveOutput(bspb.NewByteStreamClient(conn), w.log))
 	w.reporter = newReporter(cfg.MinFreeDisk, wrap.chroot, largeOut, cfg.ChunkThreshold, w.log)
 	w.diskLow = newDiskGate(cfg.WorkDir, cfg.MinFreeDisk, diskCheckEvery, w.log)
 	w.completer = newCompleter(w.sched, cfg.ID, w, w.log)
