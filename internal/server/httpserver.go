@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gantry-build/gantry/internal/worker"
 )
 
 // newHTTPServer builds the HTTP port of every role: /metrics (reg),
@@ -16,8 +18,10 @@ import (
 // with TLS (on the listener, httpListener) and, with auth on, the
 // credentials check applied (unless auth.http_require_token: false, which
 // is logged as a warning), and then the browser login (/login, /logout).
+// /status/persistent-workers shows the embedded worker's persistent
+// worker pool (embedded returns it, nil while none runs here).
 // The profiler needs admin, the rest status.
-func newHTTPServer(reg *prometheus.Registry, health func() string, pages func() *statusPages, sec *security, addr string, log *slog.Logger) *http.Server {
+func newHTTPServer(reg *prometheus.Registry, health func() string, pages func() *statusPages, embedded func() *worker.Worker, sec *security, addr string, log *slog.Logger) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -29,6 +33,7 @@ func newHTTPServer(reg *prometheus.Registry, health func() string, pages func() 
 		fmt.Fprintln(w, "ok")
 	})
 	handlePprof(mux, sec.adminOnly)
+	handlePersistentWorkers(mux, embedded)
 	what := "/metrics, /debug/pprof/"
 	if pages != nil {
 		handleStatus(mux, pages)

@@ -142,7 +142,7 @@ func New(cfg config.Config, log *slog.Logger, opts ...Option) (_ *Server, err er
 		if runsScheduler(cfg) {
 			pages = s.terms.pages
 		}
-		s.http = newHTTPServer(b.reg, s.health, pages, s.sec, s.httpLis.Addr().String(), log)
+		s.http = newHTTPServer(b.reg, s.health, pages, s.obs.worker.Load, s.sec, s.httpLis.Addr().String(), log)
 		s.http.Handler = withGRPCAddr(s.http.Handler, s.GRPCAddr())
 	}
 	return s, nil

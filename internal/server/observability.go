@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -42,6 +43,9 @@ type observability struct {
 	// storage: where the CAS is (roles all, frontend).
 	storage *metrics.Storage
 	health  *health.Server
+	// worker is the embedded worker once it runs (nil before, and in a
+	// process without one), for its persistent worker page.
+	worker atomic.Pointer[worker.Worker]
 	// stopTracing flushes and stops the trace exporter.
 	stopTracing func(context.Context) error
 }
@@ -196,10 +200,12 @@ func (o *observability) stop() {
 }
 
 // embeddedWorker adds the embedded worker's leases and input cache to
-// the server's metrics (its stage durations are already there, from its
+// the server's metrics, and keeps the worker for its persistent worker
+// page (its stage durations are already there, from its
 // results). A second embedded worker (Run called again) keeps the first
 // one's registration.
 func (o *observability) embeddedWorker(w *worker.Worker) error {
+	o.worker.Store(w)
 	var already prometheus.AlreadyRegisteredError
 	if err := w.RegisterMetrics(o.reg, false); err != nil && !errors.As(err, &already) {
 		return fmt.Errorf("registering the embedded worker's metrics: %w", err)

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -123,7 +124,7 @@ func (f *farm) runPW(ctx context.Context, t *testing.T, a pwAction) (pid, start 
 // slots: at most one process per slot starts, and every output is right,
 // in both protocols.
 func TestPersistentWorkers(t *testing.T) {
-	f := startFarm(t, nil) // 2 cores
+	f := startFarm(t, func(c *config.Config) { c.HTTPListen = "127.0.0.1:0" }) // 2 cores
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	for _, tc := range []struct {
@@ -177,110 +178,27 @@ func TestPersistentWorkers(t *testing.T) {
 			t.Logf("%d actions on %d processes, the busiest served %d", tc.n, len(pids), maxRequests)
 		})
 	}
-}
-
-// TestPersistentWorkerKilledIsReplaced: the process dies (SIGKILL) during
-// a request; the action is retried once on a fresh process and succeeds.
-func TestPersistentWorkerKilledIsReplaced(t *testing.T) {
-	f := startFarm(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	pid1, _, _ := f.runPW(ctx, t, f.pwAction(t, 1, "k", nil, nil))
-	marker := filepath.Join(t.TempDir(), "crashed")
-	pid2, _, n := f.runPW(ctx, t, f.pwAction(t, 2, "k", nil, nil, "--crash-once", marker))
-	if _, err := os.Stat(marker); err != nil {
-		t.Fatalf("the tool was not killed during the request: %v", err)
+	// The server's status page shows the embedded worker's pool by key.
+	code, page := httpGet(t, "http://"+f.srv.HTTPAddr()+"/status/persistent-workers")
+	if code != 200 {
+		t.Fatalf("/status/persistent-workers: %d\n%s", code, page)
 	}
-	if t.Failed() {
-		return
+	rows := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(page), "\n")[1:] {
+		if fs := strings.Fields(line); len(fs) >= 4 {
+			rows[fs[0]] = fs
+		}
 	}
-	if pid2 == pid1 || n != 1 {
-		t.Errorf("after the kill the action ran on process %s (request %d); want a fresh process, not %s", pid2, n, pid1)
-	}
-	pid3, _, n := f.runPW(ctx, t, f.pwAction(t, 3, "k", nil, nil))
-	if pid3 != pid2 || n != 2 {
-		t.Errorf("the next action ran on %s (request %d); want the replacement %s warm", pid3, n, pid2)
-	}
-}
-
-// TestPersistentWorkerFallback: without persistentWorkerKey, or with the
-// pool off, the same action runs as a plain command, the tool reading its
-// request file itself.
-func TestPersistentWorkerFallback(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		key  string
-		mod  func(*config.Config)
-	}{
-		{"no key", "", nil},
-		{"pool off", "k", func(c *config.Config) { c.Worker.PersistentWorkers.Enabled = false }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := startFarm(t, tc.mod)
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			pids := map[string]bool{}
-			for i := range 3 {
-				pid, _, n := f.runPW(ctx, t, f.pwAction(t, i, tc.key, nil, nil))
-				if n != 1 {
-					t.Errorf("action %d was request %d of its process; want a process of its own", i, n)
-				}
-				pids[pid] = true
-			}
-			if len(pids) != 3 {
-				t.Errorf("3 actions ran in %d processes", len(pids))
-			}
-		})
-	}
-}
-
-// TestPersistentWorkerInSandbox: on a worker that sandboxes every action,
-// the persistent processes run in the sandbox (as its uids), warm, and
-// the outputs are right; a multiplex tool finds each request's exec root
-// mirrored in its sandbox_dir.
-func TestPersistentWorkerInSandbox(t *testing.T) {
-	f := startSandboxFarm(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	for _, tc := range []struct {
-		name     string
-		toolArgs []string
-		props    map[string]string
-	}{
-		{"singleplex", nil, nil},
-		{"multiplex", []string{"--multiplex"}, map[string]string{"supports-multiplex-workers": "1"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			starts := map[string]bool{}
-			maxRequests := 0
-			for i := range 20 {
-				a := f.pwAction(t, i, "sandboxed-"+tc.name, tc.toolArgs, tc.props)
-				resp := f.run(ctx, a.root, a.cmd, func(act *repb.Action) { act.Platform = a.cmd.Platform })
-				if err := client.CheckResponse(resp); err != nil || resp.Result.ExitCode != 0 {
-					t.Fatalf("action %d: %v, %v", i, resp, err)
-				}
-				stderr := f.read(resp.Result.StderrDigest)
-				m := pwOutput.FindStringSubmatch(stderr)
-				if m == nil {
-					t.Fatalf("stderr %q", stderr)
-				}
-				if os.Geteuid() == 0 && m[2] != fmt.Sprint(sandboxTestUID) && m[2] != fmt.Sprint(sandboxTestUID+1) {
-					t.Errorf("the tool runs as uid %s, not a sandbox uid", m[2])
-				}
-				if len(resp.Result.OutputFiles) != 1 {
-					t.Fatalf("outputs %v", resp.Result.OutputFiles)
-				}
-				if got := f.read(resp.Result.OutputFiles[0].GetDigest()); got != a.want {
-					t.Errorf("output %q, want %q", got, a.want)
-				}
-				var n int
-				fmt.Sscan(m[4], &n)
-				starts[m[3]] = true
-				maxRequests = max(maxRequests, n)
-			}
-			if len(starts) > 2 || maxRequests < 10 {
-				t.Errorf("20 actions started %d processes, the busiest served %d; want warm reuse", len(starts), maxRequests)
-			}
-		})
+	for key, n := range map[string]int{"key-proto": 200, "key-json": 60, "key-multiplex": 60} {
+		fs, ok := rows[key]
+		if !ok {
+			t.Errorf("/status/persistent-workers has no row for %s:\n%s", key, page)
+			continue
+		}
+		warm, _ := strconv.Atoi(fs[2])
+		cold, _ := strconv.Atoi(fs[3])
+		if warm+cold != n || cold > 2 {
+			t.Errorf("/status/persistent-workers: %s warm %d, cold %d; want %d requests, at most 2 cold:\n%s", key, warm, cold, n, page)
+		}
 	}
 }
