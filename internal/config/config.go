@@ -98,6 +98,18 @@ type SchedulerConfig struct {
 	ChrootInstances []string `yaml:"chroot_instances"`
 	// LiveOutput bounds the live output of running actions (liveoutput.go).
 	LiveOutput LiveOutputConfig `yaml:"live_output"`
+	// Durations bounds the history of action durations the scheduler
+	// learns from.
+	Durations DurationsConfig `yaml:"durations"`
+}
+
+// DurationsConfig bounds the scheduler's duration history per action
+// shape (docs/CONFIGURATION.md).
+type DurationsConfig struct {
+	// MaxShapes bounds the shapes kept; 0 learns nothing.
+	MaxShapes int `yaml:"max_shapes"`
+	// HalfLife is how long until a sample counts half.
+	HalfLife Duration `yaml:"half_life"`
 }
 
 // StoreConfig selects the scheduler's state store.
@@ -143,6 +155,9 @@ type FairnessConfig struct {
 	// UserHeader is the gRPC header the user key reads until
 	// authentication supplies the user.
 	UserHeader string `yaml:"user_header"`
+	// LongestFirst is whose invocations run their longest expected
+	// actions first: off, gantry or all.
+	LongestFirst string `yaml:"longest_first"`
 }
 
 // WorkerConfig configures a worker: the one `gantry serve` embeds, or a
@@ -351,9 +366,11 @@ func defaultScheduler() SchedulerConfig {
 			Keys:            append([]string(nil), invocation.Default...),
 			PriorityHalving: 10,
 			UserHeader:      invocation.DefaultUserHeader,
+			LongestFirst:    "gantry",
 
 			PersistentWorkerStickiness: Duration(10 * time.Second),
 		},
+		Durations: DurationsConfig{MaxShapes: 50000, HalfLife: Duration(72 * time.Hour)},
 	}
 }
 

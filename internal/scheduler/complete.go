@@ -168,6 +168,7 @@ func (s *Scheduler) completeLocked(workerID, leaseID string, resp *repb.ExecuteR
 		return false
 	}
 	t := l.task
+	s.learnLocked(t, l, resp)
 	s.dropLeaseLocked(l)
 	s.completeTaskLocked(t, resp)
 	s.emit(Event{Kind: EventCompleted, Task: t.ID, Worker: workerID})

@@ -91,6 +91,12 @@ type Config struct {
 	// ChrootInstances are the instances whose actions run with their
 	// input root as "/" (chroot.go).
 	ChrootInstances []string
+	// Shapes is the duration history the scheduler learns from and
+	// consults (shapehistory.go); nil learns nothing.
+	Shapes *ShapeHistory
+	// LongestFirst says whose invocations run their longest expected
+	// actions first (longest.go); "" means LongestFirstGantry.
+	LongestFirst LongestFirstMode
 	// Logger hears of leases lost with their workers; nil discards.
 	Logger *slog.Logger
 }
@@ -122,6 +128,7 @@ func DefaultConfig() Config {
 		MaxSuspend:        DefaultMaxSuspend,
 		SessionGrace:      DefaultSessionGrace,
 		ReconcileWindow:   DefaultReconcileWindow,
+		LongestFirst:      LongestFirstGantry,
 
 		PersistentWorkerStickiness: DefaultPersistentWorkerStickiness,
 	}
@@ -184,6 +191,10 @@ type Task struct {
 	// equal submissions and its result may go to the ActionCache.
 	Cacheable bool
 	state     taskState
+	// rank orders the tasks of an invocation that runs longest first
+	// (longest.go): higher first; 0 for every task of one that does not.
+	// It fills the padding after the flags.
+	rank uint32
 }
 
 type dedupKey struct {
@@ -366,6 +377,9 @@ type Scheduler struct {
 	// rep tells the OnFinished listeners of finished operations
 	// (finished.go).
 	rep reporter
+	// shapeOf are the shapes of unfinished tasks (longest.go), when
+	// Config.Shapes keeps a history.
+	shapeOf map[*Task]*taskShape
 }
 
 type seenWorker struct {
@@ -397,6 +411,9 @@ func New(cfg Config, clock Clock, cache ActionCacheWriter) *Scheduler {
 	setDefault(&cfg.ReconcileWindow, def.ReconcileWindow)
 	if cfg.Preemption == "" {
 		cfg.Preemption = def.Preemption
+	}
+	if cfg.LongestFirst == "" {
+		cfg.LongestFirst = def.LongestFirst
 	}
 	// 0 is a valid StartupGrace (no delay); only a negative one is not.
 	if cfg.StartupGrace < 0 {
@@ -516,12 +533,17 @@ type SubmitRequest struct {
 	// the operation finishes (what the submitter knew that the scheduler
 	// does not keep). It is not stored.
 	Note any
+
+	// shape and longest are set by Submit (longest.go).
+	shape   *taskShape
+	longest bool
 }
 
 // Submit creates an operation for the action. An identical cacheable
 // action already in flight in the same instance is joined rather than run
 // again.
 func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
+	req.shape, req.longest = s.shapeForSubmit(&req)
 	name, ticket, handed, err := s.submit(req)
 	if err != nil {
 		return "", err
@@ -600,6 +622,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, bool, error) {
 		t.inv = s.fair.node(req.Invocation)
 		t.invPath = t.inv.keys
 		s.setTraceParentLocked(t, req.TraceParent)
+		s.noteShapeLocked(t, req.shape, req.longest)
 		if t.Cacheable {
 			fp := key.fingerprint()
 			t.dedupNext = s.inflight[fp]
@@ -909,6 +932,7 @@ func (s *Scheduler) completeTaskLocked(t *Task, resp *repb.ExecuteResponse) {
 	// operations need.
 	t.ActionBytes, t.CommandBytes = nil, nil
 	s.setTraceParentLocked(t, "")
+	s.forgetShapeLocked(t)
 	s.forgetInflightLocked(t)
 	s.releaseInvocationLocked(t)
 	for _, op := range t.ops {

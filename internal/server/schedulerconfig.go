@@ -31,6 +31,7 @@ func schedulerConfig(cfg config.Config, log *slog.Logger) scheduler.Config {
 		Preemption:        scheduler.PreemptionMode(sc.Preemption),
 		MaxSuspend:        sc.MaxSuspend.D(),
 		ChrootInstances:   sc.ChrootInstances,
+		LongestFirst:      scheduler.LongestFirstMode(sc.Fairness.LongestFirst),
 		Logger:            log,
 
 		PersistentWorkerStickiness: sc.Fairness.PersistentWorkerStickiness.D(),

@@ -110,9 +110,12 @@ func (o historyObserver) Finished(f protocol.Finished) {
 }
 
 // newScheduler is the scheduler of cfg, logging to log, that writes the
-// results workers ask to cache to results (nil: nowhere).
-func newScheduler(cfg config.Config, log *slog.Logger, results execution.ResultStore) *scheduler.Scheduler {
-	return scheduler.New(schedulerConfig(cfg, log), scheduler.RealClock{}, results)
+// results workers ask to cache to results (nil: nowhere) and learns
+// durations in shapes (nil: none; loadShapes).
+func newScheduler(cfg config.Config, log *slog.Logger, results execution.ResultStore, shapes *scheduler.ShapeHistory) *scheduler.Scheduler {
+	sc := schedulerConfig(cfg, log)
+	sc.Shapes = shapes
+	return scheduler.New(sc, scheduler.RealClock{}, results)
 }
 
 // apply applies what a reloaded configuration may change while the
@@ -136,7 +139,7 @@ type terms struct {
 }
 
 func newTerms(cfg config.Config, log *slog.Logger) *terms {
-	return &terms{idle: newScheduler(cfg, log, nil)}
+	return &terms{idle: newScheduler(cfg, log, nil, nil)}
 }
 
 // set makes t the current term (nil: none).
