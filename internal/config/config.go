@@ -110,6 +110,12 @@ type DurationsConfig struct {
 	MaxShapes int `yaml:"max_shapes"`
 	// HalfLife is how long until a sample counts half.
 	HalfLife Duration `yaml:"half_life"`
+	// TimeoutMultiple, TimeoutFloor and TimeoutMinSamples make learned
+	// timeouts: min(client's, max(floor, multiple x expected)) for a
+	// shape with at least min_samples runs; multiple 0 turns them off.
+	TimeoutMultiple   float64  `yaml:"timeout_multiple"`
+	TimeoutFloor      Duration `yaml:"timeout_floor"`
+	TimeoutMinSamples float64  `yaml:"timeout_min_samples"`
 }
 
 // StoreConfig selects the scheduler's state store.
@@ -370,7 +376,8 @@ func defaultScheduler() SchedulerConfig {
 
 			PersistentWorkerStickiness: Duration(10 * time.Second),
 		},
-		Durations: DurationsConfig{MaxShapes: 50000, HalfLife: Duration(72 * time.Hour)},
+		Durations: DurationsConfig{MaxShapes: 50000, HalfLife: Duration(72 * time.Hour),
+			TimeoutMultiple: 5, TimeoutFloor: Duration(5 * time.Minute), TimeoutMinSamples: 3},
 	}
 }
 

@@ -42,6 +42,12 @@ func validateScheduler(sc SchedulerConfig, bad func(path, format string, args ..
 	if sc.Durations.MaxShapes < 0 {
 		bad("scheduler.durations.max_shapes", "must not be negative (0 learns no durations)")
 	}
+	if sc.Durations.TimeoutMultiple < 0 || sc.Durations.TimeoutMultiple > 0 && sc.Durations.TimeoutMultiple < 1 {
+		bad("scheduler.durations.timeout_multiple", "is %v; use 0 (no learned timeouts) or at least 1 (5: five times the expected time)", sc.Durations.TimeoutMultiple)
+	}
+	if sc.Durations.TimeoutFloor < 0 || sc.Durations.TimeoutMinSamples < 0 {
+		bad("scheduler.durations", "timeout_floor and timeout_min_samples must not be negative")
+	}
 	if sc.Durations.HalfLife <= 0 {
 		bad("scheduler.durations.half_life", "must be positive (72h: a sample counts half after three days)")
 	}

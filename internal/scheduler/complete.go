@@ -168,7 +168,14 @@ func (s *Scheduler) completeLocked(workerID, leaseID string, resp *repb.ExecuteR
 		return false
 	}
 	t := l.task
+	if s.learnedTimeoutFiredLocked(t, resp) {
+		s.dropLeaseLocked(l)
+		s.requeueFrontLocked(t)
+		s.emit(Event{Kind: EventCompleted, Task: t.ID, Worker: workerID, Reason: "learned timeout fired; queued again with the client's timeout"})
+		return true
+	}
 	s.learnLocked(t, l, resp)
+	s.noteTimeoutLocked(t, resp)
 	s.dropLeaseLocked(l)
 	s.completeTaskLocked(t, resp)
 	s.emit(Event{Kind: EventCompleted, Task: t.ID, Worker: workerID})

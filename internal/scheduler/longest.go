@@ -36,8 +36,14 @@ const gantryToolName = "gantry"
 type taskShape struct {
 	key      shapeKey
 	expected time.Duration
-	// known: the shape has history (expected is learned).
-	known bool
+	// known: the shape has history (expected is learned), of weight
+	// (decayed samples).
+	known  bool
+	weight float64
+	// client is the action's own timeout (0: none); applied the learned
+	// timeout of the run in progress, fired the one that fired
+	// (learnedtimeout.go).
+	client, applied, fired time.Duration
 }
 
 // shapeForSubmit derives req's shape and looks up its history, outside
@@ -56,7 +62,7 @@ func (s *Scheduler) shapeForSubmit(req *SubmitRequest) (*taskShape, bool) {
 	exp, weight := s.cfg.Shapes.Expected(k.ID, s.clock.Now())
 	longest := s.cfg.LongestFirst == LongestFirstAll ||
 		s.cfg.LongestFirst == LongestFirstGantry && md.GetToolDetails().GetToolName() == gantryToolName
-	return &taskShape{key: k, expected: exp, known: weight > 0}, longest
+	return &taskShape{key: k, expected: exp, known: weight > 0, weight: weight, client: req.Action.GetTimeout().AsDuration()}, longest
 }
 
 // noteShapeLocked keeps a new task's shape and, when its invocation runs

@@ -97,6 +97,9 @@ type Config struct {
 	// LongestFirst says whose invocations run their longest expected
 	// actions first (longest.go); "" means LongestFirstGantry.
 	LongestFirst LongestFirstMode
+	// LearnedTimeouts shorten the timeouts of actions with history
+	// (learnedtimeout.go); the zero value is off.
+	LearnedTimeouts LearnedTimeouts
 	// Logger hears of leases lost with their workers; nil discards.
 	Logger *slog.Logger
 }
@@ -129,6 +132,7 @@ func DefaultConfig() Config {
 		SessionGrace:      DefaultSessionGrace,
 		ReconcileWindow:   DefaultReconcileWindow,
 		LongestFirst:      LongestFirstGantry,
+		LearnedTimeouts:   LearnedTimeouts{Multiple: 5, Floor: 5 * time.Minute, MinSamples: 3},
 
 		PersistentWorkerStickiness: DefaultPersistentWorkerStickiness,
 	}

@@ -8,11 +8,11 @@ import (
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/timestamppb"
-	spb "google.golang.org/genproto/googleapis/rpc/status"
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
 	"github.com/gantry-build/gantry/internal/platform"
@@ -72,7 +72,7 @@ func TestShapeHistoryDecaysExponentially(t *testing.T) {
 	h.Record(k, "-", Sample{Wall: 20 * time.Second}, t0.Add(time.Hour))
 	// The first sample counts half: (10x0.5 + 20) / 1.5.
 	got, weight := h.Expected("k", t0.Add(time.Hour))
-	if want := 50 * time.Second / 3; (got - want).Abs() > time.Millisecond || math.Abs(weight-1.5) > 1e-9 {
+	if want := 50 * time.Second / 3; (got-want).Abs() > time.Millisecond || math.Abs(weight-1.5) > 1e-9 {
 		t.Errorf("expected %v (weight %v), want %v (weight 1.5)", got, weight, want)
 	}
 	if _, w := h.Expected("k", t0.Add(3*time.Hour)); math.Abs(w-0.375) > 1e-9 {

@@ -32,7 +32,9 @@ func schedulerConfig(cfg config.Config, log *slog.Logger) scheduler.Config {
 		MaxSuspend:        sc.MaxSuspend.D(),
 		ChrootInstances:   sc.ChrootInstances,
 		LongestFirst:      scheduler.LongestFirstMode(sc.Fairness.LongestFirst),
-		Logger:            log,
+		LearnedTimeouts: scheduler.LearnedTimeouts{Multiple: sc.Durations.TimeoutMultiple,
+			Floor: sc.Durations.TimeoutFloor.D(), MinSamples: sc.Durations.TimeoutMinSamples},
+		Logger: log,
 
 		PersistentWorkerStickiness: sc.Fairness.PersistentWorkerStickiness.D(),
 	}
