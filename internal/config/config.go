@@ -101,6 +101,14 @@ type SchedulerConfig struct {
 	// Durations bounds the history of action durations the scheduler
 	// learns from.
 	Durations DurationsConfig `yaml:"durations"`
+	// Autoscaling tunes the workers-needed signal.
+	Autoscaling AutoscalingConfig `yaml:"autoscaling"`
+}
+
+// AutoscalingConfig tunes the scheduler's autoscaling signal.
+type AutoscalingConfig struct {
+	// TargetDrain is the time the signal sizes the workers for.
+	TargetDrain Duration `yaml:"target_drain"`
 }
 
 // DurationsConfig bounds the scheduler's duration history per action
@@ -378,6 +386,7 @@ func defaultScheduler() SchedulerConfig {
 		},
 		Durations: DurationsConfig{MaxShapes: 50000, HalfLife: Duration(72 * time.Hour),
 			TimeoutMultiple: 5, TimeoutFloor: Duration(5 * time.Minute), TimeoutMinSamples: 3},
+		Autoscaling: AutoscalingConfig{TargetDrain: Duration(10 * time.Minute)},
 	}
 }
 

@@ -48,6 +48,9 @@ func validateScheduler(sc SchedulerConfig, bad func(path, format string, args ..
 	if sc.Durations.TimeoutFloor < 0 || sc.Durations.TimeoutMinSamples < 0 {
 		bad("scheduler.durations", "timeout_floor and timeout_min_samples must not be negative")
 	}
+	if sc.Autoscaling.TargetDrain <= 0 {
+		bad("scheduler.autoscaling.target_drain", "must be positive (10m: enough workers to finish the queued and running work in ten minutes)")
+	}
 	if sc.Durations.HalfLife <= 0 {
 		bad("scheduler.durations.half_life", "must be positive (72h: a sample counts half after three days)")
 	}

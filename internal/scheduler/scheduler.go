@@ -100,6 +100,9 @@ type Config struct {
 	// LearnedTimeouts shorten the timeouts of actions with history
 	// (learnedtimeout.go); the zero value is off.
 	LearnedTimeouts LearnedTimeouts
+	// TargetDrain is the time the autoscaling signal sizes the workers
+	// for (autoscale.go); 0 means DefaultTargetDrain.
+	TargetDrain time.Duration
 	// Logger hears of leases lost with their workers; nil discards.
 	Logger *slog.Logger
 }
@@ -133,6 +136,7 @@ func DefaultConfig() Config {
 		ReconcileWindow:   DefaultReconcileWindow,
 		LongestFirst:      LongestFirstGantry,
 		LearnedTimeouts:   LearnedTimeouts{Multiple: 5, Floor: 5 * time.Minute, MinSamples: 3},
+		TargetDrain:       DefaultTargetDrain,
 
 		PersistentWorkerStickiness: DefaultPersistentWorkerStickiness,
 	}
@@ -413,6 +417,7 @@ func New(cfg Config, clock Clock, cache ActionCacheWriter) *Scheduler {
 	setDefault(&cfg.MaxSuspend, def.MaxSuspend)
 	setDefault(&cfg.SessionGrace, def.SessionGrace)
 	setDefault(&cfg.ReconcileWindow, def.ReconcileWindow)
+	setDefault(&cfg.TargetDrain, def.TargetDrain)
 	if cfg.Preemption == "" {
 		cfg.Preemption = def.Preemption
 	}

@@ -34,7 +34,8 @@ func schedulerConfig(cfg config.Config, log *slog.Logger) scheduler.Config {
 		LongestFirst:      scheduler.LongestFirstMode(sc.Fairness.LongestFirst),
 		LearnedTimeouts: scheduler.LearnedTimeouts{Multiple: sc.Durations.TimeoutMultiple,
 			Floor: sc.Durations.TimeoutFloor.D(), MinSamples: sc.Durations.TimeoutMinSamples},
-		Logger: log,
+		TargetDrain: sc.Autoscaling.TargetDrain.D(),
+		Logger:      log,
 
 		PersistentWorkerStickiness: sc.Fairness.PersistentWorkerStickiness.D(),
 	}
