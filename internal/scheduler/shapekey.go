@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"path"
-	"regexp"
 	"strings"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -89,30 +88,119 @@ func deriveShape(instance string, props platform.Properties, cmd []byte, mnemoni
 	return shapeKey{ID: hex.EncodeToString(h.Sum(nil)[:16]), Label: l}
 }
 
-var (
-	// bazelOutConfig is the configuration directory of Bazel's output
-	// tree (bazel-out/k8-fastbuild/bin): it changes with the build's
-	// options, not with what an action does.
-	bazelOutConfig = regexp.MustCompile(`bazel-out/[^/]+/`)
-	// longHex is a run of 16 or more hexadecimal digits: a content hash
-	// or a random name, which differs for every input.
-	longHex = regexp.MustCompile(`[0-9a-fA-F]{16,}`)
-	// tempDir is a temporary directory with a generated name.
-	tempDir = regexp.MustCompile(`(/tmp/|/var/folders/)[^/\s]+`)
-	// sourceFile is a path to a source or object file: which file an
-	// action compiles changes its time far less than what kind of action
-	// it is, and a shape per file would never see a second sample.
-	sourceFile = regexp.MustCompile(`(?:[^\s=:,]*/)?[^\s=:,/]+\.(c|cc|cpp|cxx|h|hh|hpp|o|obj|go|java|class|rs|py|ts|js|d|a|so|jar|srcjar|params)\b`)
-)
+// sourceExts are the extensions of source and object files: which file
+// an action compiles changes its time far less than what kind of action
+// it is, and a shape per file would never see a second sample.
+var sourceExts = map[string]bool{
+	"c": true, "cc": true, "cpp": true, "cxx": true, "h": true, "hh": true, "hpp": true, "o": true, "obj": true,
+	"go": true, "java": true, "class": true, "rs": true, "py": true, "ts": true, "js": true, "d": true,
+	"a": true, "so": true, "jar": true, "srcjar": true, "params": true,
+}
 
 // normalizeArg takes out of a command argument what depends on the
-// inputs rather than on the kind of work: Bazel's configuration directory,
-// long hexadecimal runs, generated temporary directories, and the paths
-// of source and object files (each becomes its extension).
+// inputs rather than on the kind of work. The argument is cut into
+// tokens at whitespace, '=', ':' and ','; in each, a path to a source or
+// object file becomes "_.ext", Bazel's configuration directory
+// (bazel-out/k8-fastbuild/) "bazel-out/_/", a generated directory under
+// /tmp/ or /var/folders/ "_", and a run of 16 or more hexadecimal digits
+// (a content hash, a random name) "#". It runs on every submission: no
+// regular expressions, and nothing allocated for a plain flag.
 func normalizeArg(a string) string {
-	a = bazelOutConfig.ReplaceAllString(a, "bazel-out/_/")
-	a = longHex.ReplaceAllString(a, "#")
-	a = tempDir.ReplaceAllString(a, "${1}_")
-	a = sourceFile.ReplaceAllString(a, "_.$1")
-	return a
+	if !strings.ContainsAny(a, "/.") && !hasLongHex(a) {
+		return a
+	}
+	var b strings.Builder
+	b.Grow(len(a))
+	start := 0
+	for i := 0; i <= len(a); i++ {
+		if i < len(a) && !isTokenSep(a[i]) {
+			continue
+		}
+		b.WriteString(normalizeToken(a[start:i]))
+		if i < len(a) {
+			b.WriteByte(a[i])
+		}
+		start = i + 1
+	}
+	return b.String()
+}
+
+func isTokenSep(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '=' || c == ':' || c == ','
+}
+
+func normalizeToken(t string) string {
+	if dot := strings.LastIndexByte(t, '.'); dot >= 0 && dot > strings.LastIndexByte(t, '/') && sourceExts[t[dot+1:]] && dot > 0 {
+		return "_." + t[dot+1:]
+	}
+	t = replaceSegment(t, "bazel-out/", "_")
+	t = replaceSegment(t, "/tmp/", "_")
+	t = replaceSegment(t, "/var/folders/", "_")
+	if hasLongHex(t) {
+		t = replaceLongHex(t)
+	}
+	return t
+}
+
+// replaceSegment replaces the path segment after every prefix in t
+// with with.
+func replaceSegment(t, prefix, with string) string {
+	i := strings.Index(t, prefix)
+	if i < 0 {
+		return t
+	}
+	var b strings.Builder
+	for i >= 0 {
+		b.WriteString(t[:i+len(prefix)])
+		t = t[i+len(prefix):]
+		end := strings.IndexByte(t, '/')
+		if end < 0 {
+			end = len(t)
+		}
+		b.WriteString(with)
+		t = t[end:]
+		i = strings.Index(t, prefix)
+	}
+	b.WriteString(t)
+	return b.String()
+}
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+// minHexRun is the shortest run of hexadecimal digits taken for a hash.
+const minHexRun = 16
+
+func hasLongHex(s string) bool {
+	run := 0
+	for i := 0; i < len(s); i++ {
+		if isHex(s[i]) {
+			if run++; run >= minHexRun {
+				return true
+			}
+		} else {
+			run = 0
+		}
+	}
+	return false
+}
+
+func replaceLongHex(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		j := i
+		for j < len(s) && isHex(s[j]) {
+			j++
+		}
+		switch {
+		case j-i >= minHexRun:
+			b.WriteByte('#')
+		case j > i:
+			b.WriteString(s[i:j])
+		default:
+			b.WriteByte(s[i])
+			j = i + 1
+		}
+		i = j
+	}
+	return b.String()
 }

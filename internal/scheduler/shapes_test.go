@@ -301,3 +301,19 @@ func FuzzDecodeShape(f *testing.F) {
 		h.Record(shapeKey{ID: "k"}, "c", Sample{Wall: time.Second}, time.Unix(1_800_000_000, 0))
 	})
 }
+
+func TestNormalizeArg(t *testing.T) {
+	for in, want := range map[string]string{
+		"-Ibazel-out/k8-fastbuild/bin/x":   "-Ibazel-out/_/bin/x",
+		"--out=bazel-out/k8-opt/bin/a/b.o": "--out=_.o",
+		"/tmp/abc/def":                     "/tmp/_/def",
+		"--hash=0123456789abcdef0123abc":   "--hash=#",
+		"a.c:b.h":                          "_.c:_.h",
+		"-O2":                              "-O2",
+		"python3.11":                       "python3.11",
+	} {
+		if got := normalizeArg(in); got != want {
+			t.Errorf("normalizeArg(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
