@@ -138,6 +138,9 @@ func decodeShape(key string, value []byte) (*Shape, error) {
 		return nil, err
 	}
 	sh.ID = key
+	if sh.Classes == nil {
+		sh.Classes = map[string]*ClassStats{}
+	}
 	for class, c := range sh.Classes {
 		if c == nil || !finiteNonNegative(c.Weight, c.Wall, c.CPU, c.Memory) {
 			return nil, fmt.Errorf("class %q has a negative or non-finite value", class)
