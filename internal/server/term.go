@@ -81,7 +81,7 @@ func newTerm(cfg config.Config, log *slog.Logger, sched *scheduler.Scheduler, nu
 	ws := execution.NewWorkerService(sched, obs)
 	admin := execution.NewAdminService(sched, exec.KeyNames, d.admin, d.reload, log)
 	pages := &statusPages{sched: sched, keys: exec.KeyNames,
-		page: status.New(sched, admin, d.cas, hist, exec.KeyNames, d.policy, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log, Downloads: d.downloads, Live: d.live.statusLive()})}
+		page: status.New(sched, admin, d.cas, hist, exec.KeyNames, d.policy, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log, Downloads: d.downloads, Live: d.live.statusLive(), Shapes: sched.Config().Shapes})}
 	return &term{sched: sched, exec: exec, ws: ws, admin: admin, pages: pages, hist: hist, number: number}, nil
 }
 
