@@ -41,18 +41,33 @@ func BenchmarkLongestFirstMakespan(b *testing.B) {
 		b.Run(string(mode), func(b *testing.B) {
 			var span time.Duration
 			for b.Loop() {
-				span = simulateInvocation(b, mode, durs, workers)
+				span, _ = simulateInvocation(b, mode, durs, workers, 0)
 			}
 			b.ReportMetric(span.Seconds(), "makespan-s")
 			b.ReportMetric(bound.Seconds(), "lowerbound-s")
 			b.ReportMetric(span.Seconds()/bound.Seconds(), "x-bound")
 		})
 	}
+	// The drain signal: the workers gantry_workers_needed asks for to
+	// drain the invocation within 5 minutes, and how long that many
+	// simulated workers actually take (longest first).
+	b.Run("drain-5m", func(b *testing.B) {
+		var needed int
+		var took time.Duration
+		for b.Loop() {
+			_, needed = simulateInvocation(b, LongestFirstGantry, durs, 1, 5*time.Minute)
+			took, _ = simulateInvocation(b, LongestFirstGantry, durs, needed, 0)
+		}
+		b.ReportMetric(float64(needed), "workers-needed")
+		b.ReportMetric(took.Seconds(), "drain-s")
+	})
 }
 
 // simulateInvocation runs durs as one invocation of gantry batch on
 // workers single-slot workers and returns when the last one finished.
-func simulateInvocation(b *testing.B, mode LongestFirstMode, durs []time.Duration, workers int) time.Duration {
+// With target > 0 it returns at once the workers the autoscaling signal
+// asks for to drain the invocation within target instead.
+func simulateInvocation(b *testing.B, mode LongestFirstMode, durs []time.Duration, workers int, target time.Duration) (time.Duration, int) {
 	h, err := NewShapeHistory(context.Background(), statestore.NewMemory(), ShapeOptions{MaxShapes: len(durs) + 1}, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -68,6 +83,9 @@ func simulateInvocation(b *testing.B, mode LongestFirstMode, durs []time.Duratio
 			CommandBytes: cmd, Metadata: meta, Invocation: []string{"batch"}}); err != nil {
 			b.Fatal(err)
 		}
+	}
+	if target > 0 {
+		return 0, s.Demand(target)[0].Workers
 	}
 	type running struct {
 		end    time.Time
@@ -99,7 +117,7 @@ func simulateInvocation(b *testing.B, mode LongestFirstMode, durs []time.Duratio
 			idle = idle[1:]
 		}
 		if len(busy) == 0 {
-			return clk.Now().Sub(start)
+			return clk.Now().Sub(start), workers
 		}
 		sort.Slice(busy, func(i, j int) bool { return busy[i].end.Before(busy[j].end) })
 		next := busy[0]
