@@ -50,16 +50,20 @@ func (s *Scheduler) leaseTimeoutLocked(t *Task) time.Duration {
 	return ts.applied
 }
 
-// learnedTimeoutFiredLocked reports whether resp is a learned timeout
-// firing on t's run; then t goes back to the front of its queue for its
-// one run with the client's timeout instead of finishing.
-func (s *Scheduler) learnedTimeoutFiredLocked(t *Task, resp *repb.ExecuteResponse) bool {
+// RetryLearnedTimeout is the retry of an action whose learned timeout
+// fired: it runs again with the client's timeout.
+const RetryLearnedTimeout RetryKind = "learned timeout"
+
+// learnedTimeoutFiredLocked returns the learned timeout that resp says
+// fired on t's run (0: none did); then t goes back to the front of its
+// queue for its one run with the client's timeout instead of finishing.
+func (s *Scheduler) learnedTimeoutFiredLocked(t *Task, resp *repb.ExecuteResponse) time.Duration {
 	ts := s.shapeOf[t]
 	if ts == nil || ts.applied == 0 || resp.GetStatus().GetCode() != int32(codes.DeadlineExceeded) {
-		return false
+		return 0
 	}
 	ts.fired, ts.applied = ts.applied, 0
-	return true
+	return ts.fired
 }
 
 // noteTimeoutLocked says in resp's message which timeout applied to

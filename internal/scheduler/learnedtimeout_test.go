@@ -50,6 +50,9 @@ func TestLearnedTimeoutFiresAndRetriesWithTheClients(t *testing.T) {
 	if st := state(t, s, op); st.Done {
 		t.Fatalf("the operation failed on the learned timeout: %v", st.Response)
 	}
+	if rs := state(t, s, op).Retries; len(rs) != 1 || rs[0].Kind != RetryLearnedTimeout {
+		t.Errorf("the retries are %+v, want one %q", rs, RetryLearnedTimeout)
+	}
 	retry := pollNow(t, s, "w", 1)
 	if retry == nil || retry.Task != a.Task || retry.Timeout != 0 {
 		t.Fatalf("no retry with the client's timeout: %+v", retry)

@@ -868,6 +868,7 @@ func (s *Scheduler) abandonTaskLocked(t *Task, reason string) {
 	s.forgetInflightLocked(t)
 	s.releaseInvocationLocked(t)
 	s.setTraceParentLocked(t, "")
+	s.forgetShapeLocked(t)
 	s.emit(Event{Kind: EventCancelled, Task: t.ID, Reason: reason})
 }
 

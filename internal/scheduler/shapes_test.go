@@ -317,3 +317,27 @@ func TestNormalizeArg(t *testing.T) {
 		}
 	}
 }
+
+// A task that finishes any way (completed, killed) lets go of its shape.
+func TestShapesAreLetGoWhenTasksEnd(t *testing.T) {
+	s, _ := longestFirstTest(t, LongestFirstOff)
+	register(s, "w")
+	submitSleep(t, s, "done", "build", "bazel", 5)
+	killed := ""
+	submit(t, s, "killed", func(r *SubmitRequest) { r.CommandBytes = sleepCmd(10) })
+	for name, op := range s.ops {
+		if op.task.ActionDigest == action("killed") {
+			killed = name
+		}
+	}
+	a := pollNow(t, s, "w", 1)
+	s.completeOne("w", a.LeaseID, okResponse())
+	if _, err := s.Kill(killed, "test", 0); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.shapeOf); n != 0 {
+		t.Errorf("%d shapes kept for finished tasks", n)
+	}
+}
