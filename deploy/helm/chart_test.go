@@ -92,6 +92,7 @@ type rendered struct {
 	pvcs        map[string]*corev1.PersistentVolumeClaim
 	pdbs        map[string]*policyv1.PodDisruptionBudget
 	monitors    []map[string]any
+	scalers     []map[string]any
 }
 
 func render(t *testing.T, values string, set ...string) (*rendered, error) {
@@ -162,6 +163,10 @@ func render(t *testing.T, values string, set ...string) (*rendered, error) {
 			var o map[string]any
 			strict(&o)
 			r.monitors = append(r.monitors, o)
+		case "keda.sh/v1alpha1 ScaledObject":
+			var o map[string]any
+			strict(&o)
+			r.scalers = append(r.scalers, o)
 		default:
 			t.Errorf("%s: the chart renders %s, which this test does not check; add it", values, key)
 		}
@@ -413,6 +418,20 @@ func TestHelmValueSets(t *testing.T) {
 		t.Errorf("minimal values: want no workers and no PodDisruptionBudgets")
 	}
 
+	r, err = render(t, "gantry/ci/keda-values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.scalers) != 1 || r.deployments["ci-gantry-worker"] == nil {
+		t.Fatalf("keda values: want one ScaledObject for the worker Deployment, got %d", len(r.scalers))
+	}
+	so, _ := yaml.Marshal(r.scalers[0])
+	for _, want := range []string{"name: ci-gantry-worker", "minReplicaCount: 2", "maxReplicaCount: 50", `query: sum(gantry_workers_needed{cohort="x86"})`, "stabilizationWindowSeconds: 600"} {
+		if !strings.Contains(string(so), want) {
+			t.Errorf("keda values: the ScaledObject lacks %q:\n%s", want, so)
+		}
+	}
+
 	// Values that cannot give a working farm are refused with a reason.
 	for _, tc := range []struct {
 		set  []string
@@ -422,6 +441,8 @@ func TestHelmValueSets(t *testing.T) {
 		{[]string{"storage.backend=s3"}, "needs storage.s3.bucket"},
 		{[]string{"postgres.dsn="}, "postgres.dsn is required"},
 		{[]string{"worker.kind=StatefulSet"}, "use Deployment or DaemonSet"},
+		{[]string{"worker.autoscaling.enabled=true"}, "worker.autoscaling.prometheusAddress is required"},
+		{[]string{"worker.autoscaling.enabled=true", "worker.autoscaling.prometheusAddress=http://p", "worker.kind=DaemonSet"}, "needs worker.kind: Deployment"},
 	} {
 		if _, err := render(t, "", tc.set...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("helm template --set %v: %v; want an error saying %q", tc.set, err, tc.want)

@@ -98,6 +98,32 @@ type SchedulerConfig struct {
 	ChrootInstances []string `yaml:"chroot_instances"`
 	// LiveOutput bounds the live output of running actions (liveoutput.go).
 	LiveOutput LiveOutputConfig `yaml:"live_output"`
+	// Durations bounds the history of action durations the scheduler
+	// learns from.
+	Durations DurationsConfig `yaml:"durations"`
+	// Autoscaling tunes the workers-needed signal.
+	Autoscaling AutoscalingConfig `yaml:"autoscaling"`
+}
+
+// AutoscalingConfig tunes the scheduler's autoscaling signal.
+type AutoscalingConfig struct {
+	// TargetDrain is the time the signal sizes the workers for.
+	TargetDrain Duration `yaml:"target_drain"`
+}
+
+// DurationsConfig bounds the scheduler's duration history per action
+// shape (docs/CONFIGURATION.md).
+type DurationsConfig struct {
+	// MaxShapes bounds the shapes kept; 0 learns nothing.
+	MaxShapes int `yaml:"max_shapes"`
+	// HalfLife is how long until a sample counts half.
+	HalfLife Duration `yaml:"half_life"`
+	// TimeoutMultiple, TimeoutFloor and TimeoutMinSamples make learned
+	// timeouts: min(client's, max(floor, multiple x expected)) for a
+	// shape with at least min_samples runs; multiple 0 turns them off.
+	TimeoutMultiple   float64  `yaml:"timeout_multiple"`
+	TimeoutFloor      Duration `yaml:"timeout_floor"`
+	TimeoutMinSamples float64  `yaml:"timeout_min_samples"`
 }
 
 // StoreConfig selects the scheduler's state store.
@@ -143,6 +169,9 @@ type FairnessConfig struct {
 	// UserHeader is the gRPC header the user key reads until
 	// authentication supplies the user.
 	UserHeader string `yaml:"user_header"`
+	// LongestFirst is whose invocations run their longest expected
+	// actions first: off, gantry or all.
+	LongestFirst string `yaml:"longest_first"`
 }
 
 // WorkerConfig configures a worker: the one `gantry serve` embeds, or a
@@ -351,9 +380,13 @@ func defaultScheduler() SchedulerConfig {
 			Keys:            append([]string(nil), invocation.Default...),
 			PriorityHalving: 10,
 			UserHeader:      invocation.DefaultUserHeader,
+			LongestFirst:    "gantry",
 
 			PersistentWorkerStickiness: Duration(10 * time.Second),
 		},
+		Durations: DurationsConfig{MaxShapes: 50000, HalfLife: Duration(72 * time.Hour),
+			TimeoutMultiple: 5, TimeoutFloor: Duration(5 * time.Minute), TimeoutMinSamples: 3},
+		Autoscaling: AutoscalingConfig{TargetDrain: Duration(10 * time.Minute)},
 	}
 }
 

@@ -39,6 +39,21 @@ func validateStorage(st Storage, bad func(path, format string, args ...any)) {
 func validateScheduler(sc SchedulerConfig, bad func(path, format string, args ...any)) {
 	validateLeases(sc, bad)
 	validateFairness(sc.Fairness, bad)
+	if sc.Durations.MaxShapes < 0 {
+		bad("scheduler.durations.max_shapes", "must not be negative (0 learns no durations)")
+	}
+	if sc.Durations.TimeoutMultiple < 0 || sc.Durations.TimeoutMultiple > 0 && sc.Durations.TimeoutMultiple < 1 {
+		bad("scheduler.durations.timeout_multiple", "is %v; use 0 (no learned timeouts) or at least 1 (5: five times the expected time)", sc.Durations.TimeoutMultiple)
+	}
+	if sc.Durations.TimeoutFloor < 0 || sc.Durations.TimeoutMinSamples < 0 {
+		bad("scheduler.durations", "timeout_floor and timeout_min_samples must not be negative")
+	}
+	if sc.Autoscaling.TargetDrain <= 0 {
+		bad("scheduler.autoscaling.target_drain", "must be positive (10m: enough workers to finish the queued and running work in ten minutes)")
+	}
+	if sc.Durations.HalfLife <= 0 {
+		bad("scheduler.durations.half_life", "must be positive (72h: a sample counts half after three days)")
+	}
 	validateTenancy(sc.Labels, sc.Cohorts, bad)
 	validateSchedulerStore(sc.Store, bad)
 	validatePreemption(sc, bad)
@@ -69,6 +84,11 @@ func validateFairness(fc FairnessConfig, bad func(path, format string, args ...a
 		if _, err := invocation.Parse(k); err != nil {
 			bad(fmt.Sprintf("scheduler.fairness.keys[%d]", i), "%v", err)
 		}
+	}
+	switch fc.LongestFirst {
+	case "off", "gantry", "all":
+	default:
+		bad("scheduler.fairness.longest_first", "is %q; use off, gantry (the invocations of gantry batch, run and cc) or all", fc.LongestFirst)
 	}
 	if fc.PersistentWorkerStickiness < 0 {
 		bad("scheduler.fairness.persistent_worker_stickiness", "must not be negative (0 turns the preference for warm workers off)")

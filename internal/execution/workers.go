@@ -154,7 +154,7 @@ func assignment(a *scheduler.Assignment) *workerpb.Assignment {
 		TaskId:       t.ID,
 		InstanceName: t.Instance,
 		ActionDigest: &workerpb.Digest{Hash: t.ActionDigest.Hash, SizeBytes: t.ActionDigest.Size, DigestFunction: int32(t.ActionDigest.Function)},
-		Action:       a.ActionBytes,
+		Action:       withTimeout(a.ActionBytes, a.Timeout),
 		Command:      a.CommandBytes,
 		Cores:        int32(t.Req.Cores),
 		Cacheable:    t.Cacheable,

@@ -17,6 +17,7 @@ type Scheduler struct {
 	queued, executing, held, workers, cores, busyCores *prometheus.Desc
 	dispatch, retries, gaveUp, lost, adopted           *prometheus.Desc
 	handoff, handoffLock, handoffStore                 *prometheus.Desc
+	workersNeeded, expectedWork                        *prometheus.Desc
 
 	mu sync.Mutex
 	// seenQueued, seenExecuting and seenHeld are the label sets reported
@@ -56,6 +57,10 @@ func NewScheduler(reg prometheus.Registerer, snap func() scheduler.MetricsSnapsh
 			"Leases whose worker stopped reporting.", nil, nil),
 		adopted: prometheus.NewDesc("gantry_scheduler_adopted_leases_total",
 			"Leases a worker reported after a scheduler restart that the restored state did not hold (handed out before they were stored), taken over instead of run again.", nil, nil),
+		workersNeeded: prometheus.NewDesc("gantry_workers_needed",
+			"Workers a cohort needs to finish its queued and running actions within scheduler.autoscaling.target_drain, from their expected durations (the duration history). The autoscaling signal that accounts for how long the work takes.", []string{"cohort"}, nil),
+		expectedWork: prometheus.NewDesc("gantry_expected_work_seconds",
+			"Expected seconds of work left in a cohort's queued and running actions (an action with no history counts a minute).", []string{"cohort"}, nil),
 		seenQueued: map[[3]string]bool{}, seenExecuting: map[[3]string]bool{}, seenHeld: map[[3]string]bool{},
 	}
 	reg.MustRegister(c)
@@ -64,7 +69,7 @@ func NewScheduler(reg prometheus.Registerer, snap func() scheduler.MetricsSnapsh
 
 // Describe implements prometheus.Collector.
 func (c *Scheduler) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.queued, c.executing, c.held, c.workers, c.cores, c.busyCores, c.dispatch, c.handoff, c.handoffLock, c.handoffStore, c.retries, c.gaveUp, c.lost, c.adopted} {
+	for _, d := range []*prometheus.Desc{c.queued, c.executing, c.held, c.workers, c.cores, c.busyCores, c.dispatch, c.handoff, c.handoffLock, c.handoffStore, c.retries, c.gaveUp, c.lost, c.adopted, c.workersNeeded, c.expectedWork} {
 		ch <- d
 	}
 }
@@ -90,6 +95,10 @@ func (c *Scheduler) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.gaveUp, prometheus.CounterValue, float64(m.GaveUp))
 	ch <- prometheus.MustNewConstMetric(c.lost, prometheus.CounterValue, float64(m.WorkersLost))
 	ch <- prometheus.MustNewConstMetric(c.adopted, prometheus.CounterValue, float64(m.Adopted))
+	for _, d := range m.Demand {
+		ch <- prometheus.MustNewConstMetric(c.workersNeeded, prometheus.GaugeValue, float64(d.Workers), d.Cohort)
+		ch <- prometheus.MustNewConstMetric(c.expectedWork, prometheus.GaugeValue, d.Work, d.Cohort)
+	}
 }
 
 // histogram reports h as d.

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -168,6 +169,15 @@ func (s *Scheduler) completeLocked(workerID, leaseID string, resp *repb.ExecuteR
 		return false
 	}
 	t := l.task
+	if fired := s.learnedTimeoutFiredLocked(t, resp); fired > 0 {
+		s.dropLeaseLocked(l)
+		s.noteRetryLocked(t, workerID, RetryLearnedTimeout, fmt.Sprintf("the learned timeout of %v fired; running again with the client's timeout", fired))
+		s.requeueFrontLocked(t)
+		s.emit(Event{Kind: EventCompleted, Task: t.ID, Worker: workerID, Reason: "learned timeout fired; queued again with the client's timeout"})
+		return true
+	}
+	s.learnLocked(t, l, resp)
+	s.noteTimeoutLocked(t, resp)
 	s.dropLeaseLocked(l)
 	s.completeTaskLocked(t, resp)
 	s.emit(Event{Kind: EventCompleted, Task: t.ID, Worker: workerID})

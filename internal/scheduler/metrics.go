@@ -113,6 +113,9 @@ type MetricsSnapshot struct {
 	// Retries, GaveUp, WorkersLost, Preemptions and Adopted count events
 	// since start.
 	Retries, GaveUp, WorkersLost, Preemptions, Adopted int64
+	// Demand is the autoscaling signal per cohort for Config.TargetDrain
+	// (autoscale.go).
+	Demand []CohortDemand
 }
 
 // WorkerStateLocked names the state of a worker for metrics and status
@@ -175,6 +178,7 @@ func (s *Scheduler) MetricsSnapshot() MetricsSnapshot {
 		}
 	}
 	out.Queued, out.Executing, out.Held = counts(queued), counts(executing), counts(held)
+	out.Demand = s.demandLocked(s.cfg.TargetDrain)
 	return out
 }
 

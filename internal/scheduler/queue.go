@@ -47,6 +47,9 @@ func (taskHeap) lessThan(a, b *Task) bool {
 	if a.priority != b.priority {
 		return a.priority < b.priority
 	}
+	if a.rank != b.rank {
+		return a.rank > b.rank // longest expected first (longest.go)
+	}
 	return a.seq < b.seq
 }
 

@@ -91,6 +91,18 @@ type Config struct {
 	// ChrootInstances are the instances whose actions run with their
 	// input root as "/" (chroot.go).
 	ChrootInstances []string
+	// Shapes is the duration history the scheduler learns from and
+	// consults (shapehistory.go); nil learns nothing.
+	Shapes *ShapeHistory
+	// LongestFirst says whose invocations run their longest expected
+	// actions first (longest.go); "" means LongestFirstGantry.
+	LongestFirst LongestFirstMode
+	// LearnedTimeouts shorten the timeouts of actions with history
+	// (learnedtimeout.go); the zero value is off.
+	LearnedTimeouts LearnedTimeouts
+	// TargetDrain is the time the autoscaling signal sizes the workers
+	// for (autoscale.go); 0 means DefaultTargetDrain.
+	TargetDrain time.Duration
 	// Logger hears of leases lost with their workers; nil discards.
 	Logger *slog.Logger
 }
@@ -122,6 +134,9 @@ func DefaultConfig() Config {
 		MaxSuspend:        DefaultMaxSuspend,
 		SessionGrace:      DefaultSessionGrace,
 		ReconcileWindow:   DefaultReconcileWindow,
+		LongestFirst:      LongestFirstGantry,
+		LearnedTimeouts:   LearnedTimeouts{Multiple: 5, Floor: 5 * time.Minute, MinSamples: 3},
+		TargetDrain:       DefaultTargetDrain,
 
 		PersistentWorkerStickiness: DefaultPersistentWorkerStickiness,
 	}
@@ -184,6 +199,10 @@ type Task struct {
 	// equal submissions and its result may go to the ActionCache.
 	Cacheable bool
 	state     taskState
+	// rank orders the tasks of an invocation that runs longest first
+	// (longest.go): higher first; 0 for every task of one that does not.
+	// It fills the padding after the flags.
+	rank uint32
 }
 
 type dedupKey struct {
@@ -366,6 +385,9 @@ type Scheduler struct {
 	// rep tells the OnFinished listeners of finished operations
 	// (finished.go).
 	rep reporter
+	// shapeOf are the shapes of unfinished tasks (longest.go), when
+	// Config.Shapes keeps a history.
+	shapeOf map[*Task]*taskShape
 }
 
 type seenWorker struct {
@@ -395,8 +417,12 @@ func New(cfg Config, clock Clock, cache ActionCacheWriter) *Scheduler {
 	setDefault(&cfg.MaxSuspend, def.MaxSuspend)
 	setDefault(&cfg.SessionGrace, def.SessionGrace)
 	setDefault(&cfg.ReconcileWindow, def.ReconcileWindow)
+	setDefault(&cfg.TargetDrain, def.TargetDrain)
 	if cfg.Preemption == "" {
 		cfg.Preemption = def.Preemption
+	}
+	if cfg.LongestFirst == "" {
+		cfg.LongestFirst = def.LongestFirst
 	}
 	// 0 is a valid StartupGrace (no delay); only a negative one is not.
 	if cfg.StartupGrace < 0 {
@@ -516,12 +542,17 @@ type SubmitRequest struct {
 	// the operation finishes (what the submitter knew that the scheduler
 	// does not keep). It is not stored.
 	Note any
+
+	// shape and longest are set by Submit (longest.go).
+	shape   *taskShape
+	longest bool
 }
 
 // Submit creates an operation for the action. An identical cacheable
 // action already in flight in the same instance is joined rather than run
 // again.
 func (s *Scheduler) Submit(req SubmitRequest) (string, error) {
+	req.shape, req.longest = s.shapeForSubmit(&req)
 	name, ticket, handed, err := s.submit(req)
 	if err != nil {
 		return "", err
@@ -600,6 +631,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, bool, error) {
 		t.inv = s.fair.node(req.Invocation)
 		t.invPath = t.inv.keys
 		s.setTraceParentLocked(t, req.TraceParent)
+		s.noteShapeLocked(t, req.shape, req.longest)
 		if t.Cacheable {
 			fp := key.fingerprint()
 			t.dedupNext = s.inflight[fp]
@@ -836,6 +868,7 @@ func (s *Scheduler) abandonTaskLocked(t *Task, reason string) {
 	s.forgetInflightLocked(t)
 	s.releaseInvocationLocked(t)
 	s.setTraceParentLocked(t, "")
+	s.forgetShapeLocked(t)
 	s.emit(Event{Kind: EventCancelled, Task: t.ID, Reason: reason})
 }
 
@@ -909,6 +942,7 @@ func (s *Scheduler) completeTaskLocked(t *Task, resp *repb.ExecuteResponse) {
 	// operations need.
 	t.ActionBytes, t.CommandBytes = nil, nil
 	s.setTraceParentLocked(t, "")
+	s.forgetShapeLocked(t)
 	s.forgetInflightLocked(t)
 	s.releaseInvocationLocked(t)
 	for _, op := range t.ops {

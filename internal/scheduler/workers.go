@@ -119,6 +119,9 @@ type Assignment struct {
 	// fromStore: the task had let go of them, to be read back from the
 	// store as the lease is handed over (actionstore.go).
 	fromStore bool
+	// Timeout is a learned timeout for this run, shorter than the
+	// action's own (learnedtimeout.go); 0: the action's own applies.
+	Timeout time.Duration
 }
 
 // CommandKind is an instruction for a running lease.
@@ -336,7 +339,7 @@ func (s *Scheduler) leaseWithIDLocked(t *Task, w *worker, wt *waiter, id string)
 		w.inv = t.inv
 	}
 	a := &Assignment{LeaseID: l.id, Task: t, Attempt: t.attempts, ActionBytes: t.ActionBytes, CommandBytes: t.CommandBytes,
-		fromStore: t.actionInStore}
+		fromStore: t.actionInStore, Timeout: s.leaseTimeoutLocked(t)}
 	s.emit(Event{Kind: EventLeased, Task: t.ID, Worker: w.info.ID})
 	if wt != nil {
 		wt.leasedAt = time.Now()

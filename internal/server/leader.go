@@ -122,7 +122,11 @@ func (l *leader) lead(ctx context.Context, number int64, lost <-chan struct{}) (
 	}()
 	cfg, log := l.latest(), l.b.log
 	ac := remoteAC{ac: repb.NewActionCacheClient(l.casConn)}
-	sched := newScheduler(cfg, log, ac.store)
+	shapes, err := loadShapes(ctx, cfg, l.store, l.b.closers, log)
+	if err != nil {
+		return err
+	}
+	sched := newScheduler(cfg, log, ac.store, shapes)
 	stateCtx, stopState := context.WithCancel(context.Background())
 	if err := sched.Attach(stateCtx, l.store); err != nil {
 		stopState()

@@ -55,7 +55,11 @@ func newLocalScheduler(b *builder, storage *localStorage, opening *stateOpening,
 	if err != nil {
 		return nil, err
 	}
-	sched := newScheduler(cfg, log, storage.fe.StoreActionResult)
+	shapes, err := loadShapes(context.Background(), cfg, state, b.closers, log)
+	if err != nil {
+		return nil, err
+	}
+	sched := newScheduler(cfg, log, storage.fe.StoreActionResult, shapes)
 	stateCtx, stopState := context.WithCancel(context.Background())
 	// The journal stops after the ports did: calls in flight finish first.
 	b.closers.push(func() { stopState(); <-sched.Stopped() })

@@ -31,7 +31,11 @@ func schedulerConfig(cfg config.Config, log *slog.Logger) scheduler.Config {
 		Preemption:        scheduler.PreemptionMode(sc.Preemption),
 		MaxSuspend:        sc.MaxSuspend.D(),
 		ChrootInstances:   sc.ChrootInstances,
-		Logger:            log,
+		LongestFirst:      scheduler.LongestFirstMode(sc.Fairness.LongestFirst),
+		LearnedTimeouts: scheduler.LearnedTimeouts{Multiple: sc.Durations.TimeoutMultiple,
+			Floor: sc.Durations.TimeoutFloor.D(), MinSamples: sc.Durations.TimeoutMinSamples},
+		TargetDrain: sc.Autoscaling.TargetDrain.D(),
+		Logger:      log,
 
 		PersistentWorkerStickiness: sc.Fairness.PersistentWorkerStickiness.D(),
 	}

@@ -81,7 +81,7 @@ func newTerm(cfg config.Config, log *slog.Logger, sched *scheduler.Scheduler, nu
 	ws := execution.NewWorkerService(sched, obs)
 	admin := execution.NewAdminService(sched, exec.KeyNames, d.admin, d.reload, log)
 	pages := &statusPages{sched: sched, keys: exec.KeyNames,
-		page: status.New(sched, admin, d.cas, hist, exec.KeyNames, d.policy, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log, Downloads: d.downloads, Live: d.live.statusLive()})}
+		page: status.New(sched, admin, d.cas, hist, exec.KeyNames, d.policy, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log, Downloads: d.downloads, Live: d.live.statusLive(), Shapes: sched.Config().Shapes})}
 	return &term{sched: sched, exec: exec, ws: ws, admin: admin, pages: pages, hist: hist, number: number}, nil
 }
 
@@ -110,9 +110,12 @@ func (o historyObserver) Finished(f protocol.Finished) {
 }
 
 // newScheduler is the scheduler of cfg, logging to log, that writes the
-// results workers ask to cache to results (nil: nowhere).
-func newScheduler(cfg config.Config, log *slog.Logger, results execution.ResultStore) *scheduler.Scheduler {
-	return scheduler.New(schedulerConfig(cfg, log), scheduler.RealClock{}, results)
+// results workers ask to cache to results (nil: nowhere) and learns
+// durations in shapes (nil: none; loadShapes).
+func newScheduler(cfg config.Config, log *slog.Logger, results execution.ResultStore, shapes *scheduler.ShapeHistory) *scheduler.Scheduler {
+	sc := schedulerConfig(cfg, log)
+	sc.Shapes = shapes
+	return scheduler.New(sc, scheduler.RealClock{}, results)
 }
 
 // apply applies what a reloaded configuration may change while the
@@ -136,7 +139,7 @@ type terms struct {
 }
 
 func newTerms(cfg config.Config, log *slog.Logger) *terms {
-	return &terms{idle: newScheduler(cfg, log, nil)}
+	return &terms{idle: newScheduler(cfg, log, nil, nil)}
 }
 
 // set makes t the current term (nil: none).

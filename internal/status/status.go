@@ -55,6 +55,9 @@ type Options struct {
 	// Live is the output of running actions (liveoutput.go); nil: none
 	// is held here.
 	Live LiveOutput
+	// Shapes is the scheduler's duration history (shapes.go); nil: none
+	// is kept here.
+	Shapes *scheduler.ShapeHistory
 }
 
 // Handler serves the status pages.
@@ -94,6 +97,7 @@ func New(sched scheduler.Snapshot, admin *execution.AdminService, cas blobstore.
 	h.mux.HandleFunc("GET /status/operation", h.operation)
 	h.mux.HandleFunc("GET /status/output", h.output)
 	h.mux.HandleFunc("GET /status/failures", h.failures)
+	h.mux.HandleFunc("GET /status/shapes", h.shapes)
 	h.mux.HandleFunc("GET /status/builds", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/status/invocations", http.StatusMovedPermanently)
 	})

@@ -186,6 +186,14 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 {{else}}<tr><td colspan="5" class="muted">no failed downloads</td></tr>{{end}}</table>{{end}}
 {{template "foot" .}}{{end}}
 
+{{define "shapes"}}{{template "head" .}}
+{{if .On}}<p>What the scheduler expects of each action shape (scheduler.durations), per worker class (the worker's cohort; - for none): decayed means over its runs. {{.Kept}} shapes kept; the {{len .Rows}} most recently run classes shown.</p>
+<table id="shapes"><tr><th>Shape</th><th>Class</th><th>Runs</th><th>Wall</th><th>CPU</th><th>Peak memory</th><th>Last exit</th><th>Last run (UTC)</th></tr>
+{{range .Rows}}<tr><td>{{.Label}}</td><td>{{.Class}}</td><td class="n">{{printf "%.1f" .Runs}}</td><td class="n">{{.Wall}}</td><td class="n">{{.CPU}}</td><td class="n">{{.Memory}}</td><td class="n">{{.ExitCode}}</td><td>{{when .At}}</td></tr>
+{{else}}<tr><td colspan="8" class="muted">nothing learned yet</td></tr>{{end}}</table>
+{{else}}<p class="muted">No duration history is kept (scheduler.durations.max_shapes is 0).</p>{{end}}
+{{template "foot" .}}{{end}}
+
 {{define "operation"}}{{template "head" .}}
 {{$f := .}}
 <table id="summary">
@@ -216,6 +224,7 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 <h2>Timeline</h2>
 <table id="timeline"><tr><th>Stage</th><th>At (UTC)</th><th>Since queued</th></tr>
 {{$q := .Op.QueuedAt}}{{range .Timeline}}<tr><td>{{.What}}</td><td>{{when .At}}</td><td>{{since $q .At}}</td></tr>{{end}}</table>
+{{if .Op.Expected}}<p id="expected">Expected {{.Op.Expected}} (the duration history of its action shape){{if not .Op.LeasedAt.IsZero}}; running since {{when .Op.LeasedAt}}{{end}}.</p>{{end}}
 {{if .Stages}}<table id="stages"><tr><th>Stage</th><th>Duration</th></tr>
 {{range .Stages}}<tr><td>{{.Name}}</td><td class="n">{{.D}}</td></tr>{{end}}
 {{if .Total}}<tr><th>total</th><th class="n">{{.Total}}</th></tr>{{end}}</table>{{end}}

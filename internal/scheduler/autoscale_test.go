@@ -1,0 +1,32 @@
+package scheduler
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestDemandCountsExpectedWorkLeft: ten queued "sleep 30" (30s each by
+// the history) and one running for 10s of its 30s leave 9x30 + 20 =
+// 290s; with 4 slots per worker and a 60s target that is
+// ceil(290 / 240) = 2 workers. Actions with no history count a minute.
+func TestDemandCountsExpectedWorkLeft(t *testing.T) {
+	s, clk := longestFirstTest(t, LongestFirstOff)
+	register(s, "w") // 4 slots
+	for i := range 10 {
+		submitSleep(t, s, fmt.Sprintf("a%d", i), "build", "bazel", 30)
+	}
+	pollNow(t, s, "w", 1)
+	clk.Advance(10 * time.Second)
+	d := s.Demand(time.Minute)
+	if len(d) != 1 || d[0].Queued != 9 || d[0].Running != 1 || d[0].Work != 290 || d[0].Workers != 2 {
+		t.Fatalf("demand %+v, want 9 queued, 1 running, 290s, 2 workers", d)
+	}
+	submitSleep(t, s, "new", "build", "bazel", -1)
+	if d := s.Demand(time.Minute); d[0].Work != 290+UnknownDuration.Seconds() {
+		t.Errorf("an action with no history adds %vs, want %v", d[0].Work-290, UnknownDuration.Seconds())
+	}
+	if m := s.MetricsSnapshot(); len(m.Demand) != 1 || m.Demand[0].Workers != 1 {
+		t.Errorf("the metrics' demand at the default target (10m) is %+v, want 1 worker", m.Demand)
+	}
+}
