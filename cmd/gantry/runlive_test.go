@@ -21,8 +21,24 @@ func TestRunPrintsOutputAsItComes(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "run", "--server", addr, "--no-cache", "--", "sh", "-c", script)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GANTRY_TEST_RUN_AS_GANTRY=1")
-	var stdout, stderr testutil.SyncBuffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	stdout, stderr, code := followLive(t, cmd, false, "first\n", release)
+	if code != 0 || stdout != "first\nsecond\n" || stderr != "warn\n" {
+		t.Errorf("exit %d, stdout %q, stderr %q; want 0, each line once", code, stdout, stderr)
+	}
+}
+
+// followLive starts cmd (this test binary acting as gantry) and waits
+// until its stdout (its stderr with onStderr) holds want while the action
+// still runs, which waits for release to exist; then it creates release,
+// waits for cmd to exit, and returns what cmd printed and its exit code.
+func followLive(t *testing.T, cmd *exec.Cmd, onStderr bool, want, release string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut testutil.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	watched := &out
+	if onStderr {
+		watched = &errOut
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -30,14 +46,14 @@ func TestRunPrintsOutputAsItComes(t *testing.T) {
 	go func() { cmd.Wait(); close(exited) }()
 	defer func() { cmd.Process.Kill(); <-exited }()
 
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(stdout.String(), "first\n"); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(watched.String(), want); time.Sleep(20 * time.Millisecond) {
 		select {
 		case <-exited:
-			t.Fatalf("gantry run exited before the action could end; stdout %q, stderr %q", stdout.String(), stderr.String())
+			t.Fatalf("%s exited before the action could end; stdout %q, stderr %q", cmd.Args[1], out.String(), errOut.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("gantry run printed nothing while the action ran; stdout %q, stderr %q", stdout.String(), stderr.String())
+			t.Fatalf("%s printed no %q while the action ran; stdout %q, stderr %q", cmd.Args[1], want, out.String(), errOut.String())
 		}
 	}
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
@@ -46,9 +62,7 @@ func TestRunPrintsOutputAsItComes(t *testing.T) {
 	select {
 	case <-exited:
 	case <-time.After(30 * time.Second):
-		t.Fatalf("gantry run did not end after the action; stdout %q", stdout.String())
+		t.Fatalf("%s did not end after the action; stdout %q, stderr %q", cmd.Args[1], out.String(), errOut.String())
 	}
-	if code := cmd.ProcessState.ExitCode(); code != 0 || stdout.String() != "first\nsecond\n" || stderr.String() != "warn\n" {
-		t.Errorf("exit %d, stdout %q, stderr %q; want 0, each line once", code, stdout.String(), stderr.String())
-	}
+	return out.String(), errOut.String(), cmd.ProcessState.ExitCode()
 }

@@ -453,6 +453,48 @@ func decodeDigest(w *wire, n int, slab *digestSlab) (*repb.Digest, bool) {
 	return d, w.left == end
 }
 
+// onceStr reads a string field into dst, refusing a second one (seen
+// records the first).
+func (w *wire) onceStr(seen *bool, dst *string) bool {
+	if *seen {
+		return false
+	}
+	*seen = true
+	var ok bool
+	*dst, ok = w.str(w.left)
+	return ok
+}
+
+// onceDigestFunction reads a digest_function field into dst, refusing a
+// second one.
+func (w *wire) onceDigestFunction(seen *bool, dst *repb.DigestFunction_Value) bool {
+	v, ok := w.varint()
+	if !ok || *seen {
+		return false
+	}
+	*seen = true
+	*dst = repb.DigestFunction_Value(int32(v))
+	return true
+}
+
+// appendDigest reads a length-delimited Digest from the slab onto ds,
+// which it sizes by the slab's estimate on the first.
+func (w *wire) appendDigest(ds *[]*repb.Digest, slab *digestSlab) bool {
+	n, ok := w.length(w.left)
+	if !ok {
+		return false
+	}
+	d, ok := decodeDigest(w, n, slab)
+	if !ok {
+		return false
+	}
+	if *ds == nil {
+		*ds = make([]*repb.Digest, 0, slab.est)
+	}
+	*ds = append(*ds, d)
+	return true
+}
+
 // decodeFindMissing decodes a FindMissingBlobsRequest: instance_name (1),
 // blob_digests (2, repeated), digest_function (3).
 func decodeFindMissing(bufs mem.BufferSlice, m *repb.FindMissingBlobsRequest) bool {
@@ -467,33 +509,17 @@ func decodeFindMissing(bufs mem.BufferSlice, m *repb.FindMissingBlobsRequest) bo
 		}
 		switch tag {
 		case tagBytes1:
-			if seenName {
-				return false
-			}
-			seenName = true
-			if m.InstanceName, ok = w.str(w.left); !ok {
+			if !w.onceStr(&seenName, &m.InstanceName) {
 				return false
 			}
 		case tagBytes2:
-			n, ok := w.length(w.left)
-			if !ok {
+			if !w.appendDigest(&m.BlobDigests, &slab) {
 				return false
 			}
-			d, ok := decodeDigest(&w, n, &slab)
-			if !ok {
-				return false
-			}
-			if m.BlobDigests == nil {
-				m.BlobDigests = make([]*repb.Digest, 0, slab.est)
-			}
-			m.BlobDigests = append(m.BlobDigests, d)
 		case tagVarint3:
-			v, ok := w.varint()
-			if !ok || seenFn {
+			if !w.onceDigestFunction(&seenFn, &m.DigestFunction) {
 				return false
 			}
-			seenFn = true
-			m.DigestFunction = repb.DigestFunction_Value(int32(v))
 		default:
 			return false
 		}
@@ -517,26 +543,13 @@ func decodeBatchRead(bufs mem.BufferSlice, m *repb.BatchReadBlobsRequest) bool {
 		}
 		switch tag {
 		case tagBytes1:
-			if seenName {
-				return false
-			}
-			seenName = true
-			if m.InstanceName, ok = w.str(w.left); !ok {
+			if !w.onceStr(&seenName, &m.InstanceName) {
 				return false
 			}
 		case tagBytes2:
-			n, ok := w.length(w.left)
-			if !ok {
+			if !w.appendDigest(&m.Digests, &slab) {
 				return false
 			}
-			d, ok := decodeDigest(&w, n, &slab)
-			if !ok {
-				return false
-			}
-			if m.Digests == nil {
-				m.Digests = make([]*repb.Digest, 0, slab.est)
-			}
-			m.Digests = append(m.Digests, d)
 		case tagVarint3:
 			v, ok := w.varint()
 			if !ok {
@@ -556,12 +569,9 @@ func decodeBatchRead(bufs mem.BufferSlice, m *repb.BatchReadBlobsRequest) bool {
 				m.AcceptableCompressors = append(m.AcceptableCompressors, repb.Compressor_Value(int32(v)))
 			}
 		case tagVarint4:
-			v, ok := w.varint()
-			if !ok || seenFn {
+			if !w.onceDigestFunction(&seenFn, &m.DigestFunction) {
 				return false
 			}
-			seenFn = true
-			m.DigestFunction = repb.DigestFunction_Value(int32(v))
 		default:
 			return false
 		}
@@ -588,11 +598,7 @@ func decodeBatchUpdate(bufs mem.BufferSlice, m *repb.BatchUpdateBlobsRequest) bo
 		}
 		switch tag {
 		case tagBytes1:
-			if seenName {
-				return false
-			}
-			seenName = true
-			if m.InstanceName, ok = w.str(w.left); !ok {
+			if !w.onceStr(&seenName, &m.InstanceName) {
 				return false
 			}
 		case tagBytes2:
@@ -610,12 +616,9 @@ func decodeBatchUpdate(bufs mem.BufferSlice, m *repb.BatchUpdateBlobsRequest) bo
 			}
 			m.Requests = append(m.Requests, r)
 		case tagVarint5:
-			v, ok := w.varint()
-			if !ok || seenFn {
+			if !w.onceDigestFunction(&seenFn, &m.DigestFunction) {
 				return false
 			}
-			seenFn = true
-			m.DigestFunction = repb.DigestFunction_Value(int32(v))
 		default:
 			return false
 		}

@@ -235,37 +235,9 @@ func New(conn *grpc.ClientConn, sched workerpb.WorkersClient, cfg Config) (*Work
 	if err := w.setupDiskLimits(); err != nil {
 		return nil, err
 	}
-	cas := newInstanceCAS(conn)
-	w.cas = cas
-	fileBytes := cfg.CacheMaxBytes
-	if cfg.ChunkThreshold > 0 {
-		chunkBytes := int64(1) << 62
-		if cfg.CacheMaxBytes > 0 {
-			chunkBytes = max(1, cfg.CacheMaxBytes/chunkCacheShare)
-			fileBytes = max(1, cfg.CacheMaxBytes-chunkBytes)
-		}
-		chunkCache, err := client.OpenChunkCache(filepath.Join(cfg.WorkDir, "chunks"), chunkBytes)
-		if err != nil {
-			return nil, fmt.Errorf("worker chunk cache: %w", err)
-		}
-		w.chunks = newChunkedCAS(conn, cas, chunkCache, &w.chunkTally)
-		w.chunkCache = chunkCache
-	}
-	var (
-		largeIn  filecache.LargeReader
-		largeOut outputs.LargeUploader
-	)
-	if w.chunks != nil {
-		largeIn, largeOut = w.chunks, w.chunks
-	}
-	if w.cache, err = filecache.NewWithLarge(filepath.Join(cfg.WorkDir, "cache"), fileBytes, cas, largeIn, cfg.ChunkThreshold); err != nil {
+	largeOut, err := w.setupCaches()
+	if err != nil {
 		return nil, err
-	}
-	if cfg.LinkInputDirectories && w.sb != nil {
-		if w.trees, err = dircache.New(filepath.Join(cfg.WorkDir, "trees"), w.cache); err != nil {
-			return nil, err
-		}
-		w.log.Info("sandboxed actions get big input directories bound read-only from the tree cache (worker.link_input_directories)", "min_files", execroot.DefaultLinkMinFiles, "dir", w.trees.Dir())
 	}
 	wrap := newWrapping(cfg, w.sb != nil, w.prlimit)
 	w.inputs = newInputFetcher(w.cache, w.trees, wrap, w.roots)
@@ -282,6 +254,48 @@ func New(conn *grpc.ClientConn, sched workerpb.WorkersClient, cfg Config) (*Work
 	w.completer = newCompleter(w.sched, cfg.ID, w, w.log)
 	started = true
 	return w, nil
+}
+
+// setupCaches makes the worker's CAS client, its chunked transfers and
+// their chunk cache (with worker.chunk_threshold: a quarter of
+// cache_max_size, the file cache the rest), the input file cache and the
+// tree cache. It returns what uploads large outputs as chunks (nil:
+// whole).
+func (w *Worker) setupCaches() (outputs.LargeUploader, error) {
+	cas := newInstanceCAS(w.conn)
+	w.cas = cas
+	fileBytes := w.cfg.CacheMaxBytes
+	if w.cfg.ChunkThreshold > 0 {
+		chunkBytes := int64(1) << 62
+		if w.cfg.CacheMaxBytes > 0 {
+			chunkBytes = max(1, w.cfg.CacheMaxBytes/chunkCacheShare)
+			fileBytes = max(1, w.cfg.CacheMaxBytes-chunkBytes)
+		}
+		chunkCache, err := client.OpenChunkCache(filepath.Join(w.cfg.WorkDir, "chunks"), chunkBytes)
+		if err != nil {
+			return nil, fmt.Errorf("worker chunk cache: %w", err)
+		}
+		w.chunks = newChunkedCAS(w.conn, cas, chunkCache, &w.chunkTally)
+		w.chunkCache = chunkCache
+	}
+	var (
+		largeIn  filecache.LargeReader
+		largeOut outputs.LargeUploader
+	)
+	if w.chunks != nil {
+		largeIn, largeOut = w.chunks, w.chunks
+	}
+	var err error
+	if w.cache, err = filecache.NewWithLarge(filepath.Join(w.cfg.WorkDir, "cache"), fileBytes, cas, largeIn, w.cfg.ChunkThreshold); err != nil {
+		return nil, err
+	}
+	if w.cfg.LinkInputDirectories && w.sb != nil {
+		if w.trees, err = dircache.New(filepath.Join(w.cfg.WorkDir, "trees"), w.cache); err != nil {
+			return nil, err
+		}
+		w.log.Info("sandboxed actions get big input directories bound read-only from the tree cache (worker.link_input_directories)", "min_files", execroot.DefaultLinkMinFiles, "dir", w.trees.Dir())
+	}
+	return largeOut, nil
 }
 
 // Run works until ctx ends. Running actions are cancelled on the way out.
