@@ -86,11 +86,14 @@ func (s *Embedded) run() {
 	inFlight := make(chan *flight, commitDepth)
 	completed := make(chan struct{})
 	go s.complete(inFlight, completed)
+	last := 0
 	for {
 		// Wait for room first: the groups queued meanwhile then go into
-		// one record.
+		// one record; after a large group, gather more (gather.go).
 		s.pipe.slots <- struct{}{}
+		gather(last)
 		reqs := s.q.next()
+		last = len(reqs)
 		if len(reqs) == 0 {
 			<-s.pipe.slots
 			break
