@@ -24,24 +24,17 @@ func (s *Server) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) 
 	if logstream.Is(req.ResourceName) {
 		return s.opts.LogStreams.ReadLog(req, stream)
 	}
-	ctx := stream.Context()
 	res, err := digest.ParseReadResource(req.ResourceName)
 	if err != nil {
 		return storeError(err, "")
 	}
 	d := res.Digest
-	if req.ReadOffset < 0 || req.ReadOffset > d.Size {
-		return status.Errorf(codes.OutOfRange, "read_offset %d is outside blob %s (size %d)", req.ReadOffset, d, d.Size)
+	if err := checkReadRange(req, res); err != nil {
+		return err
 	}
-	if req.ReadLimit < 0 {
-		return invalid("read_limit %d is negative; use 0 for no limit", req.ReadLimit)
-	}
-	if res.Compressor != repb.Compressor_IDENTITY && req.ReadLimit != 0 {
-		return invalid("read_limit must be 0 when reading compressed-blobs (the limit would cut a compressed stream)")
-	}
-	r, err := blobstore.OpenRange(ctx, s.cas, d, req.ReadOffset, req.ReadLimit)
+	r, err := blobstore.OpenRange(stream.Context(), s.cas, d, req.ReadOffset, req.ReadLimit)
 	if errors.Is(err, blobstore.ErrNotFound) {
-		r, err = s.openChunked(ctx, d, req.ReadOffset, req.ReadLimit)
+		r, err = s.openChunked(stream.Context(), d, req.ReadOffset, req.ReadLimit)
 	}
 	if err != nil {
 		return storeError(err, "blob "+d.String())
@@ -52,35 +45,62 @@ func (s *Server) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) 
 		remaining = req.ReadLimit
 	}
 	chunk := s.opts.ReadChunkSize
-	if res.Compressor == repb.Compressor_ZSTD {
-		cw := &chunkSender{stream: stream, size: chunk}
-		enc, err := zstd.NewWriter(cw, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
-		if err != nil {
-			return status.Errorf(codes.Internal, "starting zstd encoder: %v", err)
-		}
-		if _, err := io.Copy(enc, io.LimitReader(r, remaining)); err != nil {
-			enc.Close()
-			return storeError(err, "reading blob "+d.String())
-		}
-		if err := enc.Close(); err != nil {
-			return storeError(err, "compressing blob "+d.String())
-		}
-		return cw.flush()
-	}
-	if remaining <= int64(chunk) {
-		if remaining == 0 {
-			return nil
-		}
+	switch {
+	case res.Compressor == repb.Compressor_ZSTD:
+		return sendCompressed(stream, r, d, remaining, chunk)
+	case remaining == 0:
+		return nil
+	case remaining <= int64(chunk):
 		buf := make([]byte, remaining)
 		if _, err := io.ReadFull(r, buf); err != nil {
 			return status.Errorf(codes.Internal, "reading blob %s: %v", d, err)
 		}
 		return stream.Send(&bspb.ReadResponse{Data: buf})
+	default:
+		return sendChunks(stream, r, d, remaining, chunk)
 	}
-	// Several chunks: read the next one while this one is sent. Each is
-	// read into a pooled buffer that goes back to the pool once gRPC has
-	// written it to the connection (see codec.Marshal): a sent message
-	// must not change, and gRPC writes it after Send returns.
+}
+
+// checkReadRange refuses a read offset or limit outside the blob, and a
+// limit on a compressed read.
+func checkReadRange(req *bspb.ReadRequest, res digest.Resource) error {
+	d := res.Digest
+	if req.ReadOffset < 0 || req.ReadOffset > d.Size {
+		return status.Errorf(codes.OutOfRange, "read_offset %d is outside blob %s (size %d)", req.ReadOffset, d, d.Size)
+	}
+	if req.ReadLimit < 0 {
+		return invalid("read_limit %d is negative; use 0 for no limit", req.ReadLimit)
+	}
+	if res.Compressor != repb.Compressor_IDENTITY && req.ReadLimit != 0 {
+		return invalid("read_limit must be 0 when reading compressed-blobs (the limit would cut a compressed stream)")
+	}
+	return nil
+}
+
+// sendCompressed sends the next remaining bytes of r zstd-compressed, in
+// messages of about chunk bytes.
+func sendCompressed(stream bspb.ByteStream_ReadServer, r io.Reader, d digest.Digest, remaining int64, chunk int) error {
+	cw := &chunkSender{stream: stream, size: chunk}
+	enc, err := zstd.NewWriter(cw, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return status.Errorf(codes.Internal, "starting zstd encoder: %v", err)
+	}
+	if _, err := io.Copy(enc, io.LimitReader(r, remaining)); err != nil {
+		enc.Close()
+		return storeError(err, "reading blob "+d.String())
+	}
+	if err := enc.Close(); err != nil {
+		return storeError(err, "compressing blob "+d.String())
+	}
+	return cw.flush()
+}
+
+// sendChunks sends the next remaining bytes of r in messages of chunk
+// bytes, reading the next one while this one is sent. Each is read into a
+// pooled buffer that goes back to the pool once gRPC has written it to the
+// connection (see codec.Marshal): a sent message must not change, and gRPC
+// writes it after Send returns.
+func sendChunks(stream bspb.ByteStream_ReadServer, r io.Reader, d digest.Digest, remaining int64, chunk int) error {
 	chunks := make(chan *pooledChunk, 2)
 	stop := make(chan struct{})
 	var readErr error
@@ -105,7 +125,7 @@ func (s *Server) Read(req *bspb.ReadRequest, stream bspb.ByteStream_ReadServer) 
 			}
 		}
 	}()
-	defer wg.Wait() // before r is closed
+	defer wg.Wait() // before the caller closes r
 	defer close(stop)
 	for c := range chunks {
 		if err := stream.SendMsg(c); err != nil {
@@ -241,28 +261,19 @@ func (s *Server) Write(stream bspb.ByteStream_WriteServer) error {
 		return storeError(err, "")
 	}
 	d := res.Digest
-	alreadyPresent := func() error {
-		// Someone else already stored it: finish at once, as the spec says.
-		committed := d.Size
-		if res.Compressor != repb.Compressor_IDENTITY {
-			committed = -1
-		}
-		s.dropUpload(name)
-		return stream.SendAndClose(&bspb.WriteResponse{CommittedSize: committed})
-	}
 	present, err := blobstore.Has(ctx, s.cas, d)
 	if err != nil {
 		return storeError(err, "blob "+d.String())
 	}
 	if present {
-		return alreadyPresent()
+		return s.alreadyPresent(stream, name, res)
 	}
 	if res.Compressor == repb.Compressor_ZSTD {
 		return s.writeCompressed(ctx, stream, req, d)
 	}
 	u, err := s.claimUpload(ctx, name, d)
 	if errors.Is(err, errAlreadyPresent) {
-		return alreadyPresent()
+		return s.alreadyPresent(stream, name, res)
 	}
 	if err != nil {
 		return err
@@ -282,6 +293,24 @@ func (s *Server) Write(stream bspb.ByteStream_WriteServer) error {
 	if req.writeOffset < 0 || req.writeOffset > u.w.Written() {
 		return invalid("write_offset %d is beyond the %d bytes received for %s; ask QueryWriteStatus and resume from there", req.writeOffset, u.w.Written(), name)
 	}
+	return s.receiveUpload(stream, req, name, d, u)
+}
+
+// alreadyPresent finishes a write of a blob someone else already stored
+// at once, as the spec says.
+func (s *Server) alreadyPresent(stream bspb.ByteStream_WriteServer, name string, res digest.Resource) error {
+	committed := res.Digest.Size
+	if res.Compressor != repb.Compressor_IDENTITY {
+		committed = -1
+	}
+	s.dropUpload(name)
+	return stream.SendAndClose(&bspb.WriteResponse{CommittedSize: committed})
+}
+
+// receiveUpload writes req and the stream's following requests into u,
+// the upload of name, which the caller holds, and commits it at
+// finish_write.
+func (s *Server) receiveUpload(stream bspb.ByteStream_WriteServer, req *writeMsg, name string, d digest.Digest, u *upload) error {
 	// Bytes before base are already held: a stream that resumes early
 	// resends them, and they are skipped.
 	base := u.w.Written()
