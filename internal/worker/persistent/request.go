@@ -13,59 +13,77 @@ import (
 // run sends act's request to pr and waits for its response.
 func (p *Pool) run(ctx context.Context, pr *process, spec *Spec, act *Action) (Outcome, error) {
 	req := act.Request
-	var ov *overlay
-	var err error
+	ov, cleanup, err := p.present(pr, spec, act, &req)
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer cleanup()
+	sent := time.Now()
+	ch, _, err := pr.send(&req, spec.Multiplex)
+	if err != nil {
+		return Outcome{}, p.died(pr, err)
+	}
+	return p.await(ctx, pr, spec, act, ch, ov, sent)
+}
+
+// present makes act's exec root visible to pr where req's paths resolve:
+// for a multiplex process, in a sandbox directory of its own (a link to
+// the exec root, or a mirror of it for a confined process); otherwise in
+// the process's directory. It returns the overlay whose outputs are
+// collected after the response (nil: none) and what removes it all.
+func (p *Pool) present(pr *process, spec *Spec, act *Action, req *Request) (*overlay, func(), error) {
+	none := func() {}
 	switch {
 	case spec.Multiplex:
-		// Paths resolve in sandbox_dir, in the process's working
-		// directory: a link to the exec root, or a mirror of it for a
-		// confined process.
 		p.mu.Lock()
 		p.seq++
 		name := filepath.Join("_gantry_sandbox", strconv.Itoa(p.seq))
 		p.mu.Unlock()
 		base := filepath.Join(pr.cwd, name)
 		if err := os.MkdirAll(filepath.Dir(base), 0o755); err != nil {
-			return Outcome{}, err
-		}
-		if pr.conf != nil {
-			if err := os.Mkdir(base, 0o755); err != nil {
-				return Outcome{}, err
-			}
-			defer os.RemoveAll(base)
-			if pr.conf.Chown {
-				os.Lchown(filepath.Dir(base), pr.conf.UID, pr.conf.GID)
-				os.Lchown(base, pr.conf.UID, pr.conf.GID)
-			}
-			if ov, err = mirrorIn(base, act.ExecRoot, pr.conf); err != nil {
-				return Outcome{}, fmt.Errorf("mirroring the exec root for the persistent worker: %w", err)
-			}
-			defer ov.removeAll()
-		} else {
-			if err := os.Symlink(act.ExecRoot, base); err != nil {
-				return Outcome{}, err
-			}
-			defer os.Remove(base)
+			return nil, none, err
 		}
 		req.SandboxDir = filepath.ToSlash(filepath.Join(name, filepath.FromSlash(spec.WorkingDirectory)))
+		if pr.conf == nil {
+			if err := os.Symlink(act.ExecRoot, base); err != nil {
+				return nil, none, err
+			}
+			return nil, func() { os.Remove(base) }, nil
+		}
+		if err := os.Mkdir(base, 0o755); err != nil {
+			return nil, none, err
+		}
+		if pr.conf.Chown {
+			os.Lchown(filepath.Dir(base), pr.conf.UID, pr.conf.GID)
+			os.Lchown(base, pr.conf.UID, pr.conf.GID)
+		}
+		ov, err := mirrorIn(base, act.ExecRoot, pr.conf)
+		if err != nil {
+			os.RemoveAll(base)
+			return nil, none, fmt.Errorf("mirroring the exec root for the persistent worker: %w", err)
+		}
+		return ov, func() { ov.removeAll(); os.RemoveAll(base) }, nil
 	case pr.conf != nil:
-		if ov, err = mirrorIn(pr.dir, act.ExecRoot, pr.conf); err != nil {
+		ov, err := mirrorIn(pr.dir, act.ExecRoot, pr.conf)
+		if err != nil {
 			pr.kill(err) // its directory may be half mirrored
-			return Outcome{}, fmt.Errorf("mirroring the exec root for the persistent worker: %w", err)
+			return nil, none, fmt.Errorf("mirroring the exec root for the persistent worker: %w", err)
 		}
-		defer ov.removeAll()
+		return ov, ov.removeAll, nil
 	default:
-		if ov, err = showIn(pr.dir, act.ExecRoot); err != nil {
+		ov, err := showIn(pr.dir, act.ExecRoot)
+		if err != nil {
 			pr.kill(err) // its directory may be half linked
-			return Outcome{}, fmt.Errorf("showing the exec root to the persistent worker: %w", err)
+			return nil, none, fmt.Errorf("showing the exec root to the persistent worker: %w", err)
 		}
-		defer ov.remove()
+		return ov, ov.remove, nil
 	}
-	sent := time.Now()
-	ch, _, err := pr.send(&req, spec.Multiplex)
-	if err != nil {
-		return Outcome{}, p.died(pr, err)
-	}
+}
+
+// await waits for the response to the request sent at sent on ch, the
+// action's timeout (time suspended does not count), or ctx's end, and
+// collects ov's outputs after a response.
+func (p *Pool) await(ctx context.Context, pr *process, spec *Spec, act *Action, ch <-chan *Response, ov *overlay, sent time.Time) (Outcome, error) {
 	var ctl *requestControl
 	if act.Started != nil && !spec.Multiplex {
 		ctl = &requestControl{pr: pr}
@@ -95,7 +113,6 @@ func (p *Pool) run(ctx context.Context, pr *process, spec *Spec, act *Action) (O
 			return Outcome{ExitCode: r.ExitCode, Output: r.Output}, nil
 		case <-timeout:
 			if ctl != nil {
-				// Time suspended does not count, as for any action.
 				if left := act.Timeout + ctl.suspended() - time.Since(sent); left > 0 {
 					timeout = time.After(left)
 					continue
