@@ -157,17 +157,65 @@ func NewDisk(dir string, opts DiskOptions) (*Disk, error) {
 	return s, nil
 }
 
+// loadedBlob is a blob found on disk as the store opens: a file, or a
+// record in a segment (seg non-nil, at off).
+type loadedBlob struct {
+	d     digest.Digest
+	mtime time.Time
+	seg   *segment
+	off   int64
+}
+
 // load rebuilds the index from the files and segments on disk.
 func (s *Disk) load() error {
-	type found struct {
-		d     digest.Digest
-		mtime time.Time
-		seg   *segment
-		off   int64
+	all, err := s.scanFiles()
+	if err != nil {
+		return err
 	}
-	var all []found
-	// After a reboot, large files renamed since the last seal are hashed
-	// (see seal.go).
+	recs, err := s.packs.load()
+	if err != nil {
+		return err
+	}
+	segs := s.packs.live()
+	// A segment's blobs take its modification time; within it, later
+	// records are newer (the sort below is stable).
+	mtimes := make(map[*segment]time.Time, len(segs))
+	for _, g := range segs {
+		mtimes[g] = segmentMTime(g)
+	}
+	for i := len(recs) - 1; i >= 0; i-- {
+		r := recs[i]
+		all = append(all, loadedBlob{r.d, mtimes[r.seg], r.seg, r.off})
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].mtime.After(all[j].mtime) })
+	for _, f := range all {
+		if _, dup := s.idx.get(f.d); dup {
+			// An older copy: a record left behind (say, by a crash while
+			// its segment was evicted) stays as dead space; a file goes.
+			if f.seg == nil {
+				os.Remove(s.path(f.d))
+			}
+			continue
+		}
+		s.idx.addOldest(newEntry(f.d, f.seg, f.off))
+	}
+	s.idx.stamp()
+	ev := s.evictLocked()
+	for _, f := range ev.files {
+		os.Remove(s.path(f.d))
+		s.idx.idle(f.d)
+	}
+	for _, g := range ev.segs {
+		g.unref()
+	}
+	return nil
+}
+
+// scanFiles lists the blobs stored as files of their own, removing what
+// is not a blob this store wrote or is damaged. After a reboot, large
+// files renamed since the last seal are hashed (see seal.go).
+func (s *Disk) scanFiles() ([]loadedBlob, error) {
+	var all []loadedBlob
 	cutoff, verify := s.sealer.verifyCutoff()
 	for _, fn := range digest.Supported {
 		base := filepath.Join(s.root, digest.Name(fn))
@@ -200,50 +248,14 @@ func (s *Disk) load() error {
 					}
 				}
 			}
-			all = append(all, found{d: d, mtime: info.ModTime()})
+			all = append(all, loadedBlob{d: d, mtime: info.ModTime()})
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("scanning blob store %s: %w", base, err)
+			return nil, fmt.Errorf("scanning blob store %s: %w", base, err)
 		}
 	}
-	recs, err := s.packs.load()
-	if err != nil {
-		return err
-	}
-	segs := s.packs.live()
-	// A segment's blobs take its modification time; within it, later
-	// records are newer (the sort below is stable).
-	mtimes := make(map[*segment]time.Time, len(segs))
-	for _, g := range segs {
-		mtimes[g] = segmentMTime(g)
-	}
-	for i := len(recs) - 1; i >= 0; i-- {
-		r := recs[i]
-		all = append(all, found{r.d, mtimes[r.seg], r.seg, r.off})
-	}
-	sort.SliceStable(all, func(i, j int) bool { return all[i].mtime.After(all[j].mtime) })
-	for _, f := range all {
-		if _, dup := s.idx.get(f.d); dup {
-			// An older copy: a record left behind (say, by a crash while
-			// its segment was evicted) stays as dead space; a file goes.
-			if f.seg == nil {
-				os.Remove(s.path(f.d))
-			}
-			continue
-		}
-		s.idx.addOldest(newEntry(f.d, f.seg, f.off))
-	}
-	s.idx.stamp()
-	ev := s.evictLocked()
-	for _, f := range ev.files {
-		os.Remove(s.path(f.d))
-		s.idx.idle(f.d)
-	}
-	for _, g := range ev.segs {
-		g.unref()
-	}
-	return nil
+	return all, nil
 }
 
 func (s *Disk) path(d digest.Digest) string {
