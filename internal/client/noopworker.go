@@ -25,6 +25,9 @@ const (
 	DefaultPollWait = 5 * time.Second
 	// defaultHeartbeat is used if the scheduler names no interval.
 	defaultHeartbeat = 5 * time.Second
+	// noopUnstoredPerSlot bounds a NoopWorker's results accepted and not
+	// yet stored, per slot: past it, the worker takes no more work.
+	noopUnstoredPerSlot = 64
 )
 
 // NoopWorker is a worker for Gantry's worker protocol
@@ -39,6 +42,9 @@ const (
 // heartbeats at the interval the scheduler asks for. Each Poll asks for up
 // to Slots actions and carries the results of the previous Poll's
 // actions, so one call per batch both delivers results and fetches work.
+// It polls with store_completions_later, as a worker whose slots free
+// when its actions finish: the reply does not wait for the results to be
+// stored, and the worker keeps each until a later reply says it is.
 type NoopWorker struct {
 	// ID is the worker id sent to the scheduler; it must be unique.
 	ID string
@@ -63,6 +69,9 @@ type NoopWorker struct {
 
 	mu     sync.Mutex
 	leases map[string]struct{} // the leases being completed, for heartbeats
+	// unstored are results the scheduler accepted and has not yet said
+	// it stored: they are reported in Register, and sent again after it.
+	unstored map[string]*workerpb.CompleteRequest
 }
 
 // NewNoopWorker returns a NoopWorker with id that talks to the scheduler
@@ -117,8 +126,18 @@ func (w *NoopWorker) Run(ctx context.Context) error {
 			if err := w.register(ctx); err != nil {
 				return ignoreCancel(ctx, err)
 			}
+			// What the last scheduler did not say it stored goes again:
+			// a new one adopts the leases it restored.
+			pending = append(pending, w.takeUnstored()...)
 		}
-		req := &workerpb.PollRequest{WorkerId: w.ID, FreeCores: int32(slots), WaitMs: wait.Milliseconds(), Completions: pending}
+		free := slots
+		if w.unstoredCount() >= noopUnstoredPerSlot*slots {
+			free = 0 // only the news of what is stored
+		}
+		req := &workerpb.PollRequest{WorkerId: w.ID, FreeCores: int32(free), WaitMs: wait.Milliseconds(), Completions: pending, StoreCompletionsLater: true}
+		if free == 0 {
+			req.WaitMs = 1
+		}
 		if slots > 1 {
 			req.MaxAssignments = int32(slots)
 		}
@@ -144,14 +163,7 @@ func (w *NoopWorker) Run(ctx context.Context) error {
 			continue
 		}
 		failures = 0
-		for i, ok := range resp.CompletionsAccepted {
-			if ok {
-				w.completed.Add(1)
-			} else {
-				w.rejected.Add(1)
-			}
-			w.removeLease(pending[i].LeaseId)
-		}
+		w.delivered(pending, resp.CompletionsAccepted, resp.StoredCompletions)
 		pending = nil
 		if resp.Reregister {
 			w.reregister.Store(true)
@@ -182,6 +194,8 @@ func (w *NoopWorker) register(ctx context.Context) error {
 		props = []*workerpb.Property{{Name: "OSFamily", Value: "linux"}}
 	}
 	req := &workerpb.RegisterRequest{
+		ReportsLeases:           true,
+		LeaseIds:                w.heldLeases(),
 		WorkerId:                w.ID,
 		Properties:              props,
 		AcceptUnknownProperties: true,
@@ -269,10 +283,67 @@ func (w *NoopWorker) addLease(id string) {
 	w.mu.Unlock()
 }
 
-func (w *NoopWorker) removeLease(id string) {
+// delivered notes what became of the results sent with a Poll, and which
+// of the earlier ones the scheduler has stored.
+func (w *NoopWorker) delivered(sent []*workerpb.CompleteRequest, accepted []bool, stored []string) {
 	w.mu.Lock()
-	delete(w.leases, id)
-	w.mu.Unlock()
+	defer w.mu.Unlock()
+	if w.unstored == nil {
+		w.unstored = map[string]*workerpb.CompleteRequest{}
+	}
+	for i, ok := range accepted {
+		if ok {
+			w.completed.Add(1)
+			w.unstored[sent[i].LeaseId] = sent[i]
+		} else {
+			w.rejected.Add(1)
+		}
+		delete(w.leases, sent[i].LeaseId)
+	}
+	for _, id := range stored {
+		delete(w.unstored, id)
+	}
+}
+
+// unstoredCount is how many accepted results are not yet stored.
+func (w *NoopWorker) unstoredCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.unstored)
+}
+
+// takeUnstored returns the accepted results not yet stored, to send
+// again, and forgets them.
+func (w *NoopWorker) takeUnstored() []*workerpb.CompleteRequest {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rs := make([]*workerpb.CompleteRequest, 0, len(w.unstored))
+	if w.leases == nil {
+		w.leases = map[string]struct{}{}
+	}
+	for id, r := range w.unstored {
+		rs = append(rs, r)
+		w.leases[id] = struct{}{}
+	}
+	clear(w.unstored)
+	return rs
+}
+
+// heldLeases are the leases the worker holds: results not yet sent, and
+// those sent and not yet stored.
+func (w *NoopWorker) heldLeases() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ids := make([]string, 0, len(w.leases)+len(w.unstored))
+	for id := range w.leases {
+		ids = append(ids, id)
+	}
+	for id := range w.unstored {
+		if _, ok := w.leases[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // heartbeatLoop sends heartbeats at the registered interval until ctx ends.

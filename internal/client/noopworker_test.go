@@ -322,3 +322,49 @@ func TestNoopWorkerAgainstNonGantryServer(t *testing.T) {
 		t.Errorf("Run = %v, want an error saying no-op workers need a Gantry scheduler", err)
 	}
 }
+
+// A result the scheduler accepted but has not said it stored stays the
+// worker's: it is reported in the next Register and sent again after it;
+// once listed as stored it is not.
+func TestNoopWorkerKeepsResultsUntilStored(t *testing.T) {
+	fake := newFakeScheduler()
+	conn, _ := startServer(t, func(g *grpc.Server) { workerpb.RegisterWorkersServer(g, fake) })
+	fake.polls <- &workerpb.PollResponse{Assignment: assignment(t, "l1", digest.SHA256, &repb.Command{})}
+	fake.polls <- &workerpb.PollResponse{Reregister: true} // answers the poll carrying l1's result
+	w := NewNoopWorker(conn, "noop-6")
+	runWorker(t, w)
+	for i := range 2 {
+		select {
+		case c := <-fake.completes:
+			if c.LeaseId != "l1" {
+				t.Fatalf("completion %d is for lease %q, want l1", i, c.LeaseId)
+			}
+		case <-time.After(waitLimit):
+			t.Fatalf("the worker sent l1's result %d times, want 2 (again after registering anew)", i)
+		}
+	}
+	fake.mu.Lock()
+	regs := fake.registers
+	var later bool
+	for _, r := range fake.pollReqs {
+		later = later || (len(r.Completions) > 0 && r.StoreCompletionsLater)
+	}
+	fake.mu.Unlock()
+	if !later {
+		t.Error("no poll carrying results asked for store_completions_later")
+	}
+	if len(regs) != 2 || !regs[1].ReportsLeases || len(regs[1].LeaseIds) != 1 || regs[1].LeaseIds[0] != "l1" {
+		t.Fatalf("second Register %v, want it to report lease l1 (accepted, not yet stored)", regs[len(regs)-1])
+	}
+	// Stored: not reported again.
+	fake.polls <- &workerpb.PollResponse{StoredCompletions: []string{"l1"}}
+	eventually(t, "l1 is stored and no longer held", func() bool { return len(w.heldLeases()) == 0 })
+	fake.polls <- &workerpb.PollResponse{Reregister: true}
+	eventually(t, "a third Register", func() bool { return fake.registerCount() == 3 })
+	fake.mu.Lock()
+	third := fake.registers[2]
+	fake.mu.Unlock()
+	if len(third.LeaseIds) != 0 {
+		t.Errorf("third Register reports leases %v, want none: l1 was stored", third.LeaseIds)
+	}
+}

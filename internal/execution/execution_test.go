@@ -24,6 +24,7 @@ import (
 	"github.com/gantry-build/gantry/internal/digest"
 	"github.com/gantry-build/gantry/internal/frontend"
 	"github.com/gantry-build/gantry/internal/scheduler"
+	"github.com/gantry-build/gantry/internal/statestore"
 )
 
 type env struct {
@@ -62,6 +63,13 @@ func newEnvChroot(t *testing.T, wrap func(ResultLookup) ResultLookup, chroot []s
 // passed through wrapCAS (nil: as it is).
 func newEnvCAS(t *testing.T, wrap func(ResultLookup) ResultLookup, chroot []string, wrapCAS func(blobstore.Store) blobstore.Store) *env {
 	t.Helper()
+	return newEnvStore(t, wrap, chroot, wrapCAS, nil)
+}
+
+// newEnvStore is newEnvCAS with the scheduler's state in store (nil:
+// none).
+func newEnvStore(t *testing.T, wrap func(ResultLookup) ResultLookup, chroot []string, wrapCAS func(blobstore.Store) blobstore.Store, store statestore.Store) *env {
+	t.Helper()
 	cas := blobstore.NewMemory(0)
 	ac := actioncache.NewMemory(0)
 	fe := frontend.New(cas, ac, frontend.Options{CompletenessCheck: true, ExecEnabled: true, ChrootInstances: chroot})
@@ -87,6 +95,11 @@ func newEnvCAS(t *testing.T, wrap func(ResultLookup) ResultLookup, chroot []stri
 	}
 	go g.Serve(lis)
 	ctx, cancel := context.WithCancel(context.Background())
+	if store != nil {
+		if err := sched.Attach(ctx, store); err != nil {
+			t.Fatal(err)
+		}
+	}
 	go sched.Run(ctx, 20*time.Millisecond)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

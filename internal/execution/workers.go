@@ -23,6 +23,7 @@ type WorkerService struct {
 	workerpb.UnimplementedWorkersServer
 	sched scheduler.Leases
 	obs   Observer
+	acks  *storedAcks
 	// MaxPollWait bounds how long a Poll is held.
 	MaxPollWait time.Duration
 }
@@ -31,7 +32,7 @@ type WorkerService struct {
 // hears about every result accepted. The results workers ask to cache
 // are written by the scheduler (scheduler.ActionCacheWriter).
 func NewWorkerService(sched scheduler.Leases, obs Observer) *WorkerService {
-	return &WorkerService{sched: sched, obs: obs, MaxPollWait: 30 * time.Second}
+	return &WorkerService{sched: sched, obs: obs, acks: newStoredAcks(), MaxPollWait: 30 * time.Second}
 }
 
 // Attach adds the service to a gRPC server.
@@ -58,6 +59,7 @@ func (s *WorkerService) Register(_ context.Context, req *workerpb.RegisterReques
 		Version:   req.Version,
 		Instances: req.Instances,
 	}
+	s.acks.forget(req.WorkerId)
 	if req.ReportsLeases {
 		s.sched.RegisterWorkerHolding(info, req.LeaseIds)
 	} else {
@@ -107,15 +109,25 @@ func (s *WorkerService) Poll(ctx context.Context, req *workerpb.PollRequest) (*w
 		if err := flat(req.Completions); err != nil {
 			return nil, err
 		}
-		var stored func()
-		var err error
-		accepted, stored, err = s.complete(ctx, req.WorkerId, req.Completions, completionName)
-		if err != nil {
-			return nil, err
+		if req.StoreCompletionsLater {
+			var err error
+			if accepted, err = s.completeLater(ctx, req.WorkerId, req.Completions); err != nil {
+				return nil, err
+			}
+			// The new leases ride the commit this starts.
+			defer s.sched.StartStoring()
+		} else {
+			var stored func()
+			var err error
+			accepted, stored, err = s.complete(ctx, req.WorkerId, req.Completions, completionName)
+			if err != nil {
+				return nil, err
+			}
+			// The worker hears of its completions only in this reply, so
+			// they are stored before it (the new leases ride the same
+			// commit).
+			defer stored()
 		}
-		// The worker hears of its completions only in this reply, so they
-		// are stored before it (the new leases ride the same commit).
-		defer stored()
 	}
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -128,6 +140,9 @@ func (s *WorkerService) Poll(ctx context.Context, req *workerpb.PollRequest) (*w
 		return nil, grpcError(err)
 	}
 	resp := &workerpb.PollResponse{CompletionsAccepted: accepted}
+	if req.StoreCompletionsLater {
+		resp.StoredCompletions = s.acks.take(req.WorkerId, s.sched.Stored)
+	}
 	if len(as) == 0 {
 		return resp, nil
 	}
@@ -141,6 +156,25 @@ func (s *WorkerService) Poll(ctx context.Context, req *workerpb.PollRequest) (*w
 		}
 	}
 	return resp, nil
+}
+
+// completeLater delivers a Poll's completions without waiting for them to
+// be stored, and notes the accepted ones for a later reply to list.
+func (s *WorkerService) completeLater(ctx context.Context, workerID string, reqs []*workerpb.CompleteRequest) ([]bool, error) {
+	cs, err := completions(workerID, reqs, completionName)
+	if err != nil {
+		return nil, err
+	}
+	accepted, ticket := s.sched.CompleteLater(ctx, workerID, cs)
+	var leases []string
+	for i, ok := range accepted {
+		if ok {
+			s.observeCompleted(workerID, cs[i].Response)
+			leases = append(leases, cs[i].LeaseID)
+		}
+	}
+	s.acks.add(workerID, leases, ticket)
+	return accepted, nil
 }
 
 // maxAssignmentsPerPoll bounds PollRequest.max_assignments.
@@ -274,16 +308,9 @@ func executeResponse(req *workerpb.CompleteRequest) (*repb.ExecuteResponse, erro
 // scheduler.Complete, which writes the ActionCache entries they ask for.
 // stored must be called before the worker is told.
 func (s *WorkerService) complete(ctx context.Context, workerID string, reqs []*workerpb.CompleteRequest, name func(int) string) (accepted []bool, stored func(), err error) {
-	cs := make([]scheduler.Completion, len(reqs))
-	for i, c := range reqs {
-		if c.WorkerId != "" && c.WorkerId != workerID {
-			return nil, nil, status.Errorf(codes.InvalidArgument, "%s is for worker %q, but the call is from %q; a worker completes only its own leases", name(i), c.WorkerId, workerID)
-		}
-		resp, err := executeResponse(c)
-		if err != nil {
-			return nil, nil, status.Errorf(codes.InvalidArgument, "%s: %s", name(i), status.Convert(err).Message())
-		}
-		cs[i] = scheduler.Completion{LeaseID: c.LeaseId, Response: resp, CacheResult: c.UpdateActionCache}
+	cs, err := completions(workerID, reqs, name)
+	if err != nil {
+		return nil, nil, err
 	}
 	accepted, stored = s.sched.Complete(ctx, workerID, cs)
 	for i, ok := range accepted {
@@ -292,6 +319,22 @@ func (s *WorkerService) complete(ctx context.Context, workerID string, reqs []*w
 		}
 	}
 	return accepted, stored, nil
+}
+
+// completions are reqs, a worker's outcomes, as the scheduler takes them.
+func completions(workerID string, reqs []*workerpb.CompleteRequest, name func(int) string) ([]scheduler.Completion, error) {
+	cs := make([]scheduler.Completion, len(reqs))
+	for i, c := range reqs {
+		if c.WorkerId != "" && c.WorkerId != workerID {
+			return nil, status.Errorf(codes.InvalidArgument, "%s is for worker %q, but the call is from %q; a worker completes only its own leases", name(i), c.WorkerId, workerID)
+		}
+		resp, err := executeResponse(c)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "%s: %s", name(i), status.Convert(err).Message())
+		}
+		cs[i] = scheduler.Completion{LeaseID: c.LeaseId, Response: resp, CacheResult: c.UpdateActionCache}
+	}
+	return cs, nil
 }
 
 // observeCompleted tells the observer (metrics) of an accepted result.

@@ -49,14 +49,7 @@ type Completion struct {
 // A lease the scheduler has no record of, of a task a restore holds
 // back, is adopted first (reconcile.go): its result is taken, not lost.
 func (s *Scheduler) Complete(ctx context.Context, workerID string, cs []Completion) (accepted []bool, stored func()) {
-	s.cacheResults(ctx, workerID, cs)
-	accepted = make([]bool, len(cs))
-	s.mu.Lock()
-	for i, c := range cs {
-		accepted[i] = s.completeLocked(workerID, c.LeaseID, c.Response)
-	}
-	ticket := s.jr.seqLocked()
-	s.mu.Unlock()
+	accepted, ticket := s.CompleteLater(ctx, workerID, cs)
 	return accepted, func() {
 		s.jr.kickFlush()
 		s.waitDurable(ticket)

@@ -61,6 +61,12 @@ type Leases interface {
 	// for it to the ActionCache first; stored waits for them to be
 	// stored. It is the one way a lease ends with a result.
 	Complete(ctx context.Context, workerID string, cs []Completion) (accepted []bool, stored func())
+	// CompleteLater is Complete for a worker told later that its results
+	// are stored (completelater.go): Stored says when the ticket is, and
+	// StartStoring starts the commit.
+	CompleteLater(ctx context.Context, workerID string, cs []Completion) (accepted []bool, ticket uint64)
+	StartStoring()
+	Stored(ticket uint64) bool
 	// WorkerControlOf is what operators asked of a worker (drain, pause,
 	// terminate), which the heartbeat passes on.
 	WorkerControlOf(id string) WorkerControl

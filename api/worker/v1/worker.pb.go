@@ -577,9 +577,18 @@ type PollRequest struct {
 	// empty): a worker that has results and wants more work saves a call.
 	// If any has an action_result that is not a valid ActionResult, the
 	// call fails with INVALID_ARGUMENT and none is delivered.
-	Completions   []*CompleteRequest `protobuf:"bytes,7,rep,name=completions,proto3" json:"completions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Completions []*CompleteRequest `protobuf:"bytes,7,rep,name=completions,proto3" json:"completions,omitempty"`
+	// Do not hold the reply until the completions are stored: answer at
+	// once (completions_accepted then says only whether each lease was still
+	// valid) and list each accepted one in a later reply's
+	// stored_completions once it is stored. The worker keeps such a result,
+	// and reports its lease in heartbeats and in Register, until then; after
+	// a Register it sends the ones not yet listed again. A worker whose
+	// slots free as its actions finish then never waits for a commit before
+	// taking its next action.
+	StoreCompletionsLater bool `protobuf:"varint,8,opt,name=store_completions_later,json=storeCompletionsLater,proto3" json:"store_completions_later,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *PollRequest) Reset() {
@@ -661,6 +670,13 @@ func (x *PollRequest) GetCompletions() []*CompleteRequest {
 	return nil
 }
 
+func (x *PollRequest) GetStoreCompletionsLater() bool {
+	if x != nil {
+		return x.StoreCompletionsLater
+	}
+	return false
+}
+
 type PollResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Empty when the wait ended with no work.
@@ -674,8 +690,12 @@ type PollResponse struct {
 	// One entry per PollRequest.completions, in order: whether the result
 	// was accepted (CompleteResponse.accepted).
 	CompletionsAccepted []bool `protobuf:"varint,4,rep,packed,name=completions_accepted,json=completionsAccepted,proto3" json:"completions_accepted,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Lease ids of this worker's completions sent with
+	// store_completions_later (by this call or an earlier one) that are now
+	// stored, each listed once.
+	StoredCompletions []string `protobuf:"bytes,5,rep,name=stored_completions,json=storedCompletions,proto3" json:"stored_completions,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *PollResponse) Reset() {
@@ -732,6 +752,13 @@ func (x *PollResponse) GetMoreAssignments() []*Assignment {
 func (x *PollResponse) GetCompletionsAccepted() []bool {
 	if x != nil {
 		return x.CompletionsAccepted
+	}
+	return nil
+}
+
+func (x *PollResponse) GetStoredCompletions() []string {
+	if x != nil {
+		return x.StoredCompletions
 	}
 	return nil
 }
@@ -1428,7 +1455,7 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"reregister\"x\n" +
 	"\x10RegisterResponse\x122\n" +
 	"\x15heartbeat_interval_ms\x18\x01 \x01(\x03R\x13heartbeatIntervalMs\x120\n" +
-	"\x14heartbeat_timeout_ms\x18\x02 \x01(\x03R\x12heartbeatTimeoutMs\"\x97\x03\n" +
+	"\x14heartbeat_timeout_ms\x18\x02 \x01(\x03R\x12heartbeatTimeoutMs\"\xcf\x03\n" +
 	"\vPollRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1d\n" +
 	"\n" +
@@ -1437,10 +1464,11 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"\x0efree_resources\x18\x04 \x03(\v20.gantry.worker.v1.PollRequest.FreeResourcesEntryR\rfreeResources\x12\x17\n" +
 	"\await_ms\x18\x05 \x01(\x03R\x06waitMs\x12'\n" +
 	"\x0fmax_assignments\x18\x06 \x01(\x05R\x0emaxAssignments\x12C\n" +
-	"\vcompletions\x18\a \x03(\v2!.gantry.worker.v1.CompleteRequestR\vcompletions\x1a@\n" +
+	"\vcompletions\x18\a \x03(\v2!.gantry.worker.v1.CompleteRequestR\vcompletions\x126\n" +
+	"\x17store_completions_later\x18\b \x01(\bR\x15storeCompletionsLater\x1a@\n" +
 	"\x12FreeResourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xe8\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x97\x02\n" +
 	"\fPollResponse\x12<\n" +
 	"\n" +
 	"assignment\x18\x01 \x01(\v2\x1c.gantry.worker.v1.AssignmentR\n" +
@@ -1449,7 +1477,8 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"reregister\x18\x02 \x01(\bR\n" +
 	"reregister\x12G\n" +
 	"\x10more_assignments\x18\x03 \x03(\v2\x1c.gantry.worker.v1.AssignmentR\x0fmoreAssignments\x121\n" +
-	"\x14completions_accepted\x18\x04 \x03(\bR\x13completionsAccepted\"\xc6\x02\n" +
+	"\x14completions_accepted\x18\x04 \x03(\bR\x13completionsAccepted\x12-\n" +
+	"\x12stored_completions\x18\x05 \x03(\tR\x11storedCompletions\"\xc6\x02\n" +
 	"\n" +
 	"Assignment\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\tR\aleaseId\x12\x17\n" +
