@@ -338,3 +338,12 @@ func TestNewSizeClassesChecks(t *testing.T) {
 		}
 	}
 }
+
+// A run pinned to a class is of the same shape as the unpinned runs:
+// pinning teaches the history that class's time.
+func TestSizeClassPropertyIsNotPartOfTheShape(t *testing.T) {
+	pinned := append(linux[:1:1], platform.Property{Name: SizeClassProperty, Value: "small"})
+	if a, b := deriveShape("main", linux, sleepCmd(1), ""), deriveShape("main", pinned, sleepCmd(1), ""); a.ID != b.ID {
+		t.Errorf("pinning the class changed the shape: %+v vs %+v", a, b)
+	}
+}
