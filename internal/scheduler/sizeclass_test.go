@@ -347,3 +347,18 @@ func TestSizeClassPropertyIsNotPartOfTheShape(t *testing.T) {
 		t.Errorf("pinning the class changed the shape: %+v vs %+v", a, b)
 	}
 }
+
+// Why a worker of another class does not take an action says it waits
+// for its class.
+func TestSizeClassRefusalSaysWhy(t *testing.T) {
+	s, _, _ := sizeClassTest(t, nil, 0, 1)
+	op := submitShape(t, s, "a", 1) // unseen: the large class
+	why, err := s.WhyQueued(op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := fmt.Sprintf("%+v", why)
+	if !strings.Contains(text, "waits for a worker of size class large") {
+		t.Errorf("the small worker's refusal does not say the action waits for its class: %s", text)
+	}
+}

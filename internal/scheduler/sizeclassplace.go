@@ -229,3 +229,15 @@ func (s *Scheduler) rehomeLocked() {
 		s.queue.push(t, now)
 	}
 }
+
+// sizeClassReasons words the platform's refusal of a worker of another
+// size class for what it is: a placement, not a label to change.
+func sizeClassReasons(rs []platform.Reason) []platform.Reason {
+	for i, r := range rs {
+		if r.Property == SizeClassProperty {
+			rs[i].Fix = "the action waits for a worker of size class " + r.Want +
+				" (chosen from its shape's history, or named by the client); it moves to a larger class if a run there fails, or to another class when no worker of " + r.Want + " is left"
+		}
+	}
+	return rs
+}
