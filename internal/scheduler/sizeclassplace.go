@@ -234,7 +234,7 @@ func (s *Scheduler) rehomeLocked() {
 // size class for what it is: a placement, not a label to change.
 func sizeClassReasons(rs []platform.Reason) []platform.Reason {
 	for i, r := range rs {
-		if r.Property == SizeClassProperty {
+		if r.Property == SizeClassProperty && r.Kind == platform.ReasonMismatch {
 			rs[i].Fix = "the action waits for a worker of size class " + r.Want +
 				" (chosen from its shape's history, or named by the client); it moves to a larger class if a run there fails, or to another class when no worker of " + r.Want + " is left"
 		}
