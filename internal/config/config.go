@@ -103,6 +103,9 @@ type SchedulerConfig struct {
 	Durations DurationsConfig `yaml:"durations"`
 	// Autoscaling tunes the workers-needed signal.
 	Autoscaling AutoscalingConfig `yaml:"autoscaling"`
+	// SizeClasses place actions on classes of workers by size
+	// (sizeclasses.go).
+	SizeClasses SizeClassesConfig `yaml:"size_classes"`
 }
 
 // AutoscalingConfig tunes the scheduler's autoscaling signal.
@@ -387,6 +390,7 @@ func defaultScheduler() SchedulerConfig {
 		Durations: DurationsConfig{MaxShapes: 50000, HalfLife: Duration(72 * time.Hour),
 			TimeoutMultiple: 5, TimeoutFloor: Duration(5 * time.Minute), TimeoutMinSamples: 3},
 		Autoscaling: AutoscalingConfig{TargetDrain: Duration(10 * time.Minute)},
+		SizeClasses: SizeClassesConfig{MaxSlowdown: 1.5, Exploration: 0.05, LearnedResources: true},
 	}
 }
 

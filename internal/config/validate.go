@@ -54,6 +54,7 @@ func validateScheduler(sc SchedulerConfig, bad func(path, format string, args ..
 	if sc.Durations.HalfLife <= 0 {
 		bad("scheduler.durations.half_life", "must be positive (72h: a sample counts half after three days)")
 	}
+	validateSizeClasses(sc, bad)
 	validateTenancy(sc.Labels, sc.Cohorts, bad)
 	validateSchedulerStore(sc.Store, bad)
 	validatePreemption(sc, bad)

@@ -162,6 +162,9 @@ func (s *Scheduler) completeLocked(workerID, leaseID string, resp *repb.ExecuteR
 		return false
 	}
 	t := l.task
+	if s.sizeFallbackLocked(t, l, workerID, resp) {
+		return true
+	}
 	if fired := s.learnedTimeoutFiredLocked(t, resp); fired > 0 {
 		s.dropLeaseLocked(l)
 		s.noteRetryLocked(t, workerID, RetryLearnedTimeout, fmt.Sprintf("the learned timeout of %v fired; running again with the client's timeout", fired))

@@ -146,7 +146,7 @@ func (platformStep) reasons(wt *waiter, b *bucket, _ *Task) []platform.Reason {
 // of queue with request r (none: it could). worker.matches is its cached
 // yes or no.
 func platformReasons(p platform.Worker, queue string, r platform.Request) []platform.Reason {
-	reasons := p.Accepts(r, nil)
+	reasons := sizeClassReasons(p.Accepts(r, nil))
 	if !p.Serves(queue) {
 		reasons = append(reasons, platform.Reason{Kind: platform.ReasonQueue, Property: "queue", Want: queue, Have: strings.Join(p.Queues, ","),
 			Fix: "let the worker serve queue " + strconv.Quote(queue)})

@@ -44,6 +44,9 @@ type taskShape struct {
 	// timeout of the run in progress, fired the one that fired
 	// (learnedtimeout.go).
 	client, applied, fired time.Duration
+	// sizeClass is the position plus one of the size class the scheduler
+	// placed the task on (0: none; sizeclassplace.go).
+	sizeClass int
 }
 
 // shapeForSubmit derives req's shape and looks up its history, outside
@@ -106,11 +109,7 @@ func (s *Scheduler) learnLocked(t *Task, l *lease, resp *repb.ExecuteResponse) {
 		return
 	}
 	now := s.clock.Now()
-	class := l.cohort
-	if class == "" {
-		class = "-"
-	}
-	s.cfg.Shapes.Record(ts.key, class, sampleOf(resp.Result, now.Sub(l.started)), now)
+	s.cfg.Shapes.Record(ts.key, s.historyClass(l), sampleOf(resp.Result, now.Sub(l.started)), now)
 }
 
 // forgetShapeLocked lets go of a finished task's shape.

@@ -100,6 +100,10 @@ type Config struct {
 	// LearnedTimeouts shorten the timeouts of actions with history
 	// (learnedtimeout.go); the zero value is off.
 	LearnedTimeouts LearnedTimeouts
+	// SizeClasses place actions on the smallest class of workers that
+	// runs them about as fast as the largest (sizeclass.go); nil is off.
+	// They need Shapes.
+	SizeClasses *SizeClasses
 	// TargetDrain is the time the autoscaling signal sizes the workers
 	// for (autoscale.go); 0 means DefaultTargetDrain.
 	TargetDrain time.Duration
@@ -388,6 +392,9 @@ type Scheduler struct {
 	// shapeOf are the shapes of unfinished tasks (longest.go), when
 	// Config.Shapes keeps a history.
 	shapeOf map[*Task]*taskShape
+	// classWorkers counts the registered workers per size class
+	// (sizeclassplace.go).
+	classWorkers []int
 }
 
 type seenWorker struct {
@@ -620,12 +627,15 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, bool, error) {
 		}
 		s.joinInvocationLocked(t, req.Invocation, now)
 	} else {
+		if preq, err = s.placeLocked(req.shape, preq, now); err != nil {
+			return "", 0, false, err
+		}
 		s.nextSeq++
 		t = &Task{
 			ID: s.newID(), Instance: req.Instance, ActionDigest: req.ActionDigest,
 			Platform: req.Platform, ActionBytes: req.ActionBytes, CommandBytes: req.CommandBytes,
 			Cacheable: !req.DoNotCache, Queue: queueName, Req: preq,
-			bucketKey: queueName + "\x00" + req.Instance + "\x00" + req.Platform.Key(), priority: req.Priority, seq: s.nextSeq,
+			bucketKey: bucketKeyOf(queueName, req.Instance, preq.Properties), priority: req.Priority, seq: s.nextSeq,
 			heapIndex: -1, stage: repb.ExecutionStage_QUEUED, queuedAt: now,
 		}
 		t.inv = s.fair.node(req.Invocation)

@@ -62,6 +62,9 @@ type ClassStats struct {
 	// ExitCode is the last run's.
 	ExitCode int32     `json:"exit,omitempty"`
 	At       time.Time `json:"at"`
+	// FailedAt is when a run last failed on the class for want of size
+	// (sizeclass.go); after At, the class is passed over.
+	FailedAt time.Time `json:"failed,omitzero"`
 }
 
 // Shape is one action shape's history.

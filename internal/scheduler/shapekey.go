@@ -21,7 +21,8 @@ const ShapeProperty = "gantry-action-shape"
 
 // An action shape is what the scheduler learns durations for: actions
 // that differ only in the files they read run for about as long. Its key
-// is the instance, the platform (without ShapeProperty), the mnemonic
+// is the instance, the platform (without ShapeProperty and SizeClassProperty: a run
+// pinned to a class teaches the same shape), the mnemonic
 // the client sent in its RequestMetadata (Bazel's "CppCompile"), and the
 // command's arguments with the parts that change with the inputs
 // normalised (normalizeArg). ShapeProperty, when set, replaces the
@@ -49,7 +50,7 @@ func deriveShape(instance string, props platform.Properties, cmd []byte, mnemoni
 	}
 	write(instance)
 	override := props.Values(ShapeProperty)
-	write(props.Without([]string{ShapeProperty}).Key())
+	write(props.Without([]string{ShapeProperty, SizeClassProperty}).Key())
 	var label strings.Builder
 	if len(override) > 0 {
 		write("override")

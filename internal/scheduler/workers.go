@@ -57,6 +57,9 @@ type worker struct {
 	// See recovery.go.
 	sessions   int
 	detachedAt time.Time
+	// sizeClass is its size class's position plus one (0: none;
+	// sizeclassplace.go).
+	sizeClass int
 }
 
 // serves reports whether the worker takes work of instance.
@@ -158,6 +161,7 @@ func (s *Scheduler) registerLocked(info WorkerInfo) *worker {
 	now := s.clock.Now()
 	info.Platform.Name = info.ID
 	info.Platform.Properties.Sort()
+	cls := s.classifyLocked(&info)
 	s.seen[info.ID] = seenWorker{platform: info.Platform, at: now}
 	cohort := s.ten.cohortOf(info.Platform.Properties)
 	if w, ok := s.workers[info.ID]; ok {
@@ -167,11 +171,13 @@ func (s *Scheduler) registerLocked(info WorkerInfo) *worker {
 		w.cohort = cohort
 		w.restored = false
 		w.hold = s.controls[info.ID].holds()
+		s.countClassLocked(w, cls)
 		return w
 	}
 	w := &worker{info: info, lastSeen: now, leases: map[string]*lease{}, held: map[string]int64{}, cancelled: map[string]map[string]int64{}, matchCache: map[string]bool{},
 		cohort: cohort, ten: s.ten, hold: s.controls[info.ID].holds()}
 	s.workers[info.ID] = w
+	s.countClassLocked(w, cls)
 	s.emit(Event{Kind: EventWorkerAdded, Worker: info.ID})
 	return w
 }
@@ -502,6 +508,7 @@ func (s *Scheduler) Tick() {
 	for id, w := range s.workers {
 		if len(w.leases) == 0 && now.Sub(w.lastSeen) > s.cfg.HeartbeatTimeout && !s.isWaitingLocked(w) {
 			delete(s.workers, id)
+			s.uncountClassLocked(w)
 			s.forgetTerminateLocked(id)
 			if w.inv != nil {
 				s.fair.unref(w.inv)
@@ -516,6 +523,7 @@ func (s *Scheduler) Tick() {
 			delete(s.seen, id)
 		}
 	}
+	s.rehomeLocked()
 	s.failUnsatisfiableLocked(now)
 	s.resumeLocked(now)
 	s.preemptLocked(now)

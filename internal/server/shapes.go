@@ -37,3 +37,20 @@ func loadShapes(ctx context.Context, cfg config.Config, state statestore.Store, 
 
 // shapesFlushTimeout bounds writing the duration history at a stop.
 const shapesFlushTimeout = 10 * time.Second
+
+// sizeClasses are the size classes of cfg (nil: none configured, or no
+// duration history shapes to choose from).
+func sizeClasses(cfg config.SizeClassesConfig, shapes *scheduler.ShapeHistory) (*scheduler.SizeClasses, error) {
+	if len(cfg.Classes) == 0 || shapes == nil {
+		return nil, nil
+	}
+	classes := make([]scheduler.SizeClass, len(cfg.Classes))
+	for i, c := range cfg.Classes {
+		classes[i] = scheduler.SizeClass{Name: c.Name, Cores: c.Cores, Memory: int64(c.Memory)}
+	}
+	sc, err := scheduler.NewSizeClasses(classes, scheduler.SizeClassOptions{MaxSlowdown: cfg.MaxSlowdown, Exploration: cfg.Exploration, LearnedResources: cfg.LearnedResources}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("scheduler.size_classes: %w", err)
+	}
+	return sc, nil
+}

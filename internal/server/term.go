@@ -81,7 +81,7 @@ func newTerm(cfg config.Config, log *slog.Logger, sched *scheduler.Scheduler, nu
 	ws := execution.NewWorkerService(sched, obs)
 	admin := execution.NewAdminService(sched, exec.KeyNames, d.admin, d.reload, log)
 	pages := &statusPages{sched: sched, keys: exec.KeyNames,
-		page: status.New(sched, admin, d.cas, hist, exec.KeyNames, d.policy, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log, Downloads: d.downloads, Live: d.live.statusLive(), Shapes: sched.Config().Shapes})}
+		page: status.New(sched, admin, d.cas, hist, exec.KeyNames, d.policy, status.Options{Refresh: cfg.Status.Refresh.D(), Logger: log, Downloads: d.downloads, Live: d.live.statusLive(), Shapes: sched.Config().Shapes, SizeClasses: sched.Config().SizeClasses})}
 	return &term{sched: sched, exec: exec, ws: ws, admin: admin, pages: pages, hist: hist, number: number}, nil
 }
 
@@ -115,6 +115,11 @@ func (o historyObserver) Finished(f protocol.Finished) {
 func newScheduler(cfg config.Config, log *slog.Logger, results execution.ResultStore, shapes *scheduler.ShapeHistory) *scheduler.Scheduler {
 	sc := schedulerConfig(cfg, log)
 	sc.Shapes = shapes
+	var err error
+	if sc.SizeClasses, err = sizeClasses(cfg.Scheduler.SizeClasses, shapes); err != nil {
+		// Config.Validate makes the same checks: a bad config never gets here.
+		log.Error("size classes are off", "err", err)
+	}
 	return scheduler.New(sc, scheduler.RealClock{}, results)
 }
 

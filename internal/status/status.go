@@ -58,6 +58,9 @@ type Options struct {
 	// Shapes is the scheduler's duration history (shapes.go); nil: none
 	// is kept here.
 	Shapes *scheduler.ShapeHistory
+	// SizeClasses are the scheduler's size classes (nil: off): the
+	// shapes page says which class each shape runs on.
+	SizeClasses *scheduler.SizeClasses
 }
 
 // Handler serves the status pages.

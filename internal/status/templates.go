@@ -188,9 +188,10 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 
 {{define "shapes"}}{{template "head" .}}
 {{if .On}}<p>What the scheduler expects of each action shape (scheduler.durations), per worker class (the worker's cohort; - for none): decayed means over its runs. {{.Kept}} shapes kept; the {{len .Rows}} most recently run classes shown.</p>
-<table id="shapes"><tr><th>Shape</th><th>Class</th><th>Runs</th><th>Wall</th><th>CPU</th><th>Peak memory</th><th>Last exit</th><th>Last run (UTC)</th></tr>
-{{range .Rows}}<tr><td>{{.Label}}</td><td>{{.Class}}</td><td class="n">{{printf "%.1f" .Runs}}</td><td class="n">{{.Wall}}</td><td class="n">{{.CPU}}</td><td class="n">{{.Memory}}</td><td class="n">{{.ExitCode}}</td><td>{{when .At}}</td></tr>
-{{else}}<tr><td colspan="8" class="muted">nothing learned yet</td></tr>{{end}}</table>
+<table id="shapes"><tr><th>Shape</th><th>Class</th><th>Runs</th><th>Wall</th><th>CPU</th><th>Peak memory</th><th>Last exit</th><th>Last run (UTC)</th>{{if .Classes}}<th>Runs on</th>{{end}}</tr>
+{{range .Rows}}<tr><td>{{.Label}}</td><td>{{.Class}}</td><td class="n">{{printf "%.1f" .Runs}}</td><td class="n">{{.Wall}}</td><td class="n">{{.CPU}}</td><td class="n">{{.Memory}}</td><td class="n">{{.ExitCode}}</td><td>{{when .At}}</td>{{if $.Classes}}<td>{{.RunsOn}}</td>{{end}}</tr>
+{{else}}<tr><td colspan="8" class="muted">nothing learned yet</td></tr>{{end}}</table>{{if .Classes}}
+<p>With size classes, a class of the history is size:NAME; a shape runs on the smallest class within scheduler.size_classes.max_slowdown of the largest's time (the largest until it ran there), above any class its last run failed on.</p>{{end}}
 {{else}}<p class="muted">No duration history is kept (scheduler.durations.max_shapes is 0).</p>{{end}}
 {{template "foot" .}}{{end}}
 
