@@ -542,6 +542,12 @@ type SubmitRequest struct {
 	// the operation finishes (what the submitter knew that the scheduler
 	// does not keep). It is not stored.
 	Note any
+	// CriticalPath is the submitter's estimate of the work that waits for
+	// this action: the expected duration of its longest chain of
+	// dependents (protocol.CriticalPathHeader; 0: none told). It only
+	// orders the invocation's tasks when they run longest first
+	// (criticalpath.go).
+	CriticalPath time.Duration
 
 	// shape and longest are set by Submit (longest.go).
 	shape   *taskShape
