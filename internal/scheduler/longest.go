@@ -59,7 +59,7 @@ func (s *Scheduler) shapeForSubmit(req *SubmitRequest) (*taskShape, bool) {
 		return nil, false
 	}
 	md := DecodeMetadata(req.Metadata)
-	k := deriveShape(req.Instance, props.Without(s.cfg.IgnoredProperties), req.CommandBytes, md.GetActionMnemonic())
+	k := s.shapeKeys.derive(req.Instance, props.Without(s.cfg.IgnoredProperties), req.CommandBytes, req.Action.GetCommandDigest(), md.GetActionMnemonic())
 	exp, weight := s.cfg.Shapes.Expected(k.ID, s.clock.Now())
 	longest := s.cfg.LongestFirst == LongestFirstAll ||
 		s.cfg.LongestFirst == LongestFirstGantry && md.GetToolDetails().GetToolName() == gantryToolName

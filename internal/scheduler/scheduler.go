@@ -388,6 +388,8 @@ type Scheduler struct {
 	// shapeOf are the shapes of unfinished tasks (longest.go), when
 	// Config.Shapes keeps a history.
 	shapeOf map[*Task]*taskShape
+	// shapeKeys are the shape keys derived lately (shapecache.go).
+	shapeKeys shapeKeyCache
 }
 
 type seenWorker struct {
