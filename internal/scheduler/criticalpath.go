@@ -37,3 +37,21 @@ func criticalRank(ts *taskShape) uint32 {
 	ms := ts.expected.Milliseconds() + tail
 	return uint32(min(max(ms, 1), unseenRank-1))
 }
+
+// joinTailLocked raises the critical path of t, queued or running, when
+// a submission of the same action (ts, its shape) says more work waits
+// for it: the action's rank follows the longest chain that waits.
+func (s *Scheduler) joinTailLocked(t *Task, ts *taskShape) {
+	cur := s.shapeOf[t]
+	if cur == nil || ts == nil || ts.tail <= cur.tail {
+		return
+	}
+	cur.tail = ts.tail
+	if t.rank == 0 {
+		return
+	}
+	t.rank = criticalRank(cur)
+	if t.state == stateQueued {
+		s.queue.fix(t)
+	}
+}

@@ -78,3 +78,31 @@ func TestCriticalRankIsBounded(t *testing.T) {
 		t.Errorf("a negative critical path ranks %d, want 1", r)
 	}
 }
+
+// A second submission of a queued action that says more work waits for
+// it raises its rank; one that says less leaves it.
+func TestJoiningRaisesTheCriticalPath(t *testing.T) {
+	s, _ := longestFirstTest(t, LongestFirstGantry)
+	register(s, "w")
+	sub := func(name string, n int, tail time.Duration) string {
+		return submit(t, s, name, func(r *SubmitRequest) {
+			r.CommandBytes, r.Invocation, r.Metadata, r.CriticalPath = sleepCmd(n), []string{"build"}, toolMetadata("gantry", ""), tail
+		})
+	}
+	leaf := sub("s30", 30, 0)
+	short := sub("s1", 1, 0)
+	sub("s1", 1, 10*time.Second) // joins: 11s, still below 30s
+	sub("s1", 1, time.Minute)    // joins: 61s
+	sub("s1", 1, time.Second)    // joins, says less: stays 61s
+	var order []string
+	for range 2 {
+		a := pollNow(t, s, "w", 1)
+		if a == nil {
+			t.Fatalf("nothing to lease after %v", order)
+		}
+		order = append(order, a.Task.ops[0].Name)
+	}
+	if fmt.Sprint(order) != fmt.Sprint([]string{short, leaf}) {
+		t.Errorf("order %v, want the joined short action %s before the leaf %s", order, short, leaf)
+	}
+}

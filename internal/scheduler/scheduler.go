@@ -626,6 +626,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, bool, error) {
 			t.priority = req.Priority
 			s.queue.fix(t)
 		}
+		s.joinTailLocked(t, req.shape)
 		s.joinInvocationLocked(t, req.Invocation, now)
 	} else {
 		s.nextSeq++
