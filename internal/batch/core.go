@@ -63,6 +63,8 @@ type core struct {
 	failures   []Failure
 	totals     Stats
 	counts     struct{ done, failed, skipped, cancelled, hits, local int }
+	// paths estimate the work waiting for each task (criticalpath.go).
+	paths *criticalPaths
 }
 
 func newCore(jobs []*Job, steps Steps, limits Limits, keepGoing bool, notify func(Event, Snapshot)) (*core, error) {
@@ -85,6 +87,7 @@ func newCore(jobs []*Job, steps Steps, limits Limits, keepGoing bool, notify fun
 			byName[d].dependants = append(byName[d].dependants, t)
 		}
 	}
+	c.paths = newCriticalPaths(c.tasks)
 	// Jobs enter in file order, which keeps the order the user wrote (or
 	// the build system generated) among the jobs ready at once.
 	for _, t := range c.tasks {
@@ -147,6 +150,9 @@ func (c *core) dispatch() []start {
 				c.tok.waiting[r]--
 			}
 			t.state = running
+			if q == Execute {
+				t.CriticalPath = c.paths.of(t)
+			}
 			c.running[q]++
 			starts = append(starts, start{t, q})
 			n++
@@ -214,6 +220,7 @@ func (c *core) finish(s start, res Result, now time.Time) {
 
 func (c *core) succeed(t *task) {
 	t.state = succeeded
+	c.paths.observe(t, t.stats.Ran)
 	t.cacheHit = t.cacheHit || t.stats.CacheHit
 	c.counts.done++
 	if t.cacheHit {

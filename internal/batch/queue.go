@@ -3,6 +3,7 @@ package batch
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Queue names one stage of the chain a job flows through.
@@ -96,6 +97,10 @@ type Stats struct {
 	// CacheHit marks a result served from the ActionCache (a Cache step
 	// returning SkipToDownload counts as a hit without setting it).
 	CacheHit bool
+	// Ran is how long the job's command ran (as the remote worker
+	// reported it, or the local run), 0 when not known: it estimates the
+	// duration of the jobs still to run (criticalpath.go).
+	Ran time.Duration
 }
 
 func (s *Stats) add(o Stats) {
@@ -104,6 +109,7 @@ func (s *Stats) add(o Stats) {
 	s.BlobsUp += o.BlobsUp
 	s.BlobsDown += o.BlobsDown
 	s.CacheHit = s.CacheHit || o.CacheHit
+	s.Ran += o.Ran
 }
 
 // Step does one queue's work for one job. Do is called with the job's Task;
@@ -154,4 +160,8 @@ type Task struct {
 	// remote action here and later steps use it. The scheduler never
 	// reads it.
 	Data any
+	// CriticalPath is the scheduler's estimate of the work waiting for
+	// this job, the longest chain of its dependents (criticalpath.go),
+	// set before its Execute step: that step tells the server.
+	CriticalPath time.Duration
 }

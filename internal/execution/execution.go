@@ -239,6 +239,7 @@ func (s *Service) submission(ctx context.Context, req *repb.ExecuteRequest, ad d
 		return scheduler.SubmitRequest{}, nil, err
 	}
 	sub.Name, sub.Accepted = name, accepted
+	sub.CriticalPath = s.criticalPath(ctx)
 	var md *repb.RequestMetadata
 	sub.Invocation, md = s.callKeys(ctx, req.InstanceName, sub.Platform)
 	sub.Metadata = scheduler.EncodeMetadata(md) // the note and the operation share it

@@ -229,7 +229,8 @@ func (b *Batch) execute(ctx context.Context, t *batch.Task) batch.Result {
 		mnemonic = "Compile"
 	}
 	started, stopLive := b.followLive(ctx, t.Job.Name, op.Started)
-	res, info, err := b.cfg.Client.Execute(b.cfg.Invocation.ActionContext(ctx, mnemonic, t.Job.Name), st.action, started)
+	actx := remote.WithCriticalPath(b.cfg.Invocation.ActionContext(ctx, mnemonic, t.Job.Name), t.CriticalPath)
+	res, info, err := b.cfg.Client.Execute(actx, st.action, started)
 	stopLive()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -251,7 +252,7 @@ func (b *Batch) execute(ctx context.Context, t *batch.Task) batch.Result {
 	if !st.lookedUp {
 		b.recordHit(info.Cached)
 	}
-	return batch.Result{Stats: batch.Stats{CacheHit: info.Cached}}
+	return batch.Result{Stats: batch.Stats{CacheHit: info.Cached, Ran: ranFor(res)}}
 }
 
 func (b *Batch) download(ctx context.Context, t *batch.Task) batch.Result {
@@ -294,10 +295,11 @@ func (b *Batch) download(ctx context.Context, t *batch.Task) batch.Result {
 
 // local runs the job's command here, under a process token.
 func (b *Batch) local(ctx context.Context, t *batch.Task) batch.Result {
+	began := time.Now()
 	out, code, err := b.cfg.Local.Run(ctx, t.Job.Args, t.Job.Dir, t.Job.Env)
 	// A local command may write anywhere.
 	b.cfg.Compile.Scanner.ForgetAll()
-	r := batch.Result{Output: out}
+	r := batch.Result{Output: out, Stats: batch.Stats{Ran: time.Since(began)}}
 	switch {
 	case err != nil:
 		r.Err = err
@@ -316,4 +318,15 @@ func (b *Batch) forgetOutputs(j *batch.Job) {
 	for _, o := range j.OutputDirs {
 		b.cfg.Compile.Scanner.ForgetTree(absIn(j.Dir, o))
 	}
+}
+
+// ranFor is how long the worker says the action of res ran (0 when it
+// does not say): a cached result's is its original run's.
+func ranFor(res *repb.ActionResult) time.Duration {
+	md := res.GetExecutionMetadata()
+	start, end := md.GetExecutionStartTimestamp(), md.GetExecutionCompletedTimestamp()
+	if !start.IsValid() || !end.IsValid() {
+		return 0
+	}
+	return max(end.AsTime().Sub(start.AsTime()), 0)
 }

@@ -3,6 +3,7 @@ package protocol
 import (
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -25,6 +26,26 @@ func FuzzCleanBuildName(f *testing.F) {
 		}
 		if again := CleanBuildName(got); again != got {
 			t.Fatalf("CleanBuildName is not stable: %q, then %q", got, again)
+		}
+	})
+}
+
+// FuzzParseCriticalPath feeds arbitrary header values: a value either
+// fails or gives a duration within bounds that formats back to itself.
+func FuzzParseCriticalPath(f *testing.F) {
+	for _, s := range []string{"0", "1500", "007", "-1", "1e3", " 5", "999999999999999", "9999999999999999", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := ParseCriticalPath(s)
+		if err != nil {
+			return
+		}
+		if d < 0 || d > MaxCriticalPath || d%time.Millisecond != 0 {
+			t.Fatalf("ParseCriticalPath(%q) = %v: out of bounds", s, d)
+		}
+		if again, err := ParseCriticalPath(FormatCriticalPath(d)); err != nil || again != d {
+			t.Fatalf("%v formats as %q, which reads back as %v, %v", d, FormatCriticalPath(d), again, err)
 		}
 	})
 }

@@ -364,6 +364,8 @@ type taskRecord struct {
 	Cacheable bool                `json:"cacheable"`
 	Queue     string              `json:"queue"`
 	QueuedAt  time.Time           `json:"queued_at"`
+	// Shape (from version 2 on) is the task's shape (shaperestore.go).
+	Shape *taskShapeRecord `json:"-"`
 }
 
 type taskStateRecord struct {
@@ -437,7 +439,8 @@ func (s *Scheduler) snapTaskLocked(t *Task) taskSnap {
 	if !t.stored {
 		t.stored = true
 		first := &taskRecord{ID: t.ID, Instance: t.Instance, Function: int32(t.ActionDigest.Function), Hash: t.ActionDigest.Hash, Size: t.ActionDigest.Size,
-			Platform: t.Platform, Action: t.ActionBytes, Command: t.CommandBytes, Cacheable: t.Cacheable, Queue: t.Queue, QueuedAt: t.queuedAt}
+			Platform: t.Platform, Action: t.ActionBytes, Command: t.CommandBytes, Cacheable: t.Cacheable, Queue: t.Queue, QueuedAt: t.queuedAt,
+			Shape: s.shapeRecordLocked(t)}
 		// Encoded here, under the lock, so that the task keeps its action
 		// and command in the record being stored, not in a second copy of
 		// its own, until the store has it (actionstore.go).

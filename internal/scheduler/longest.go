@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"math"
 	"time"
 
 	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
@@ -47,6 +46,8 @@ type taskShape struct {
 	// sizeClass is the position plus one of the size class the scheduler
 	// placed the task on (0: none; sizeclassplace.go).
 	sizeClass int
+	// tail is the submitter's SubmitRequest.CriticalPath.
+	tail time.Duration
 }
 
 // shapeForSubmit derives req's shape and looks up its history, outside
@@ -61,16 +62,16 @@ func (s *Scheduler) shapeForSubmit(req *SubmitRequest) (*taskShape, bool) {
 		return nil, false
 	}
 	md := DecodeMetadata(req.Metadata)
-	k := deriveShape(req.Instance, props.Without(s.cfg.IgnoredProperties), req.CommandBytes, md.GetActionMnemonic())
+	k := s.shapeKeys.derive(req.Instance, props.Without(s.cfg.IgnoredProperties), req.CommandBytes, req.Action.GetCommandDigest(), md.GetActionMnemonic())
 	exp, weight := s.cfg.Shapes.Expected(k.ID, s.clock.Now())
 	longest := s.cfg.LongestFirst == LongestFirstAll ||
 		s.cfg.LongestFirst == LongestFirstGantry && md.GetToolDetails().GetToolName() == gantryToolName
-	return &taskShape{key: k, expected: exp, known: weight > 0, weight: weight, client: req.Action.GetTimeout().AsDuration()}, longest
+	return &taskShape{key: k, expected: exp, known: weight > 0, weight: weight, client: req.Action.GetTimeout().AsDuration(), tail: clampTail(req.CriticalPath)}, longest
 }
 
 // noteShapeLocked keeps a new task's shape and, when its invocation runs
-// longest first, ranks it by its expected time: unseen shapes rank
-// first (they may be long, and their first run teaches their time).
+// longest first, ranks it by its expected time and the work waiting for
+// it (criticalRank).
 func (s *Scheduler) noteShapeLocked(t *Task, ts *taskShape, longest bool) {
 	if ts == nil {
 		return
@@ -80,24 +81,8 @@ func (s *Scheduler) noteShapeLocked(t *Task, ts *taskShape, longest bool) {
 	}
 	s.shapeOf[t] = ts
 	if longest {
-		t.rank = shapeRank(ts)
+		t.rank = criticalRank(ts)
 	}
-}
-
-// shapeRank is the longest-first rank of a shape: its expected time in
-// milliseconds (at least 1), math.MaxUint32 for one never seen.
-func shapeRank(ts *taskShape) uint32 {
-	if !ts.known {
-		return math.MaxUint32
-	}
-	ms := ts.expected.Milliseconds()
-	switch {
-	case ms < 1:
-		return 1
-	case ms >= math.MaxUint32:
-		return math.MaxUint32 - 1
-	}
-	return uint32(ms)
 }
 
 // learnLocked records what t's completed lease l took in the history.

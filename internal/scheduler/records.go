@@ -19,7 +19,9 @@ import (
 //
 //	task:   id, instance, function, hash, size, properties (count, then
 //	        name and value of each), action, command, cacheable (0/1),
-//	        queue, queued_at
+//	        queue, queued_at, and from version 2 on shape (0/1) and,
+//	        when 1, its id, label, longest first (0/1), client timeout
+//	        and critical path
 //	tstate: priority, seq, attempts, invocation (count, then each), lease,
 //	        worker,
 //	        and from version 2 on retries (count, then at, worker, kind
@@ -32,7 +34,8 @@ import (
 //	opmeta: the operation's RequestMetadata, protobuf-encoded
 //
 // Operation records are written as version 3 (recordOpV3), task state
-// records as version 2 (recordStateV2); records of the older versions
+// records as version 2 (recordStateV2), task records as version 2
+// (recordTaskV2) when the task has a shape, else 1; records of the older versions
 // still decode, without the fields added since.
 const recordV1 = 1
 
@@ -229,8 +232,13 @@ func (rec *taskRecord) marshalSharing() (b, action, command []byte) {
 	for _, p := range rec.Platform {
 		n += strSize(p.Name) + strSize(p.Value)
 	}
+	version := byte(recordV1)
+	if rec.Shape != nil {
+		n += rec.Shape.size()
+		version = recordTaskV2
+	}
 	w := make(recWriter, 0, n)
-	w = append(w, recordV1)
+	w = append(w, version)
 	w.str(rec.ID)
 	w.str(rec.Instance)
 	w.int(int64(rec.Function))
@@ -248,6 +256,10 @@ func (rec *taskRecord) marshalSharing() (b, action, command []byte) {
 	w.bool(rec.Cacheable)
 	w.str(rec.Queue)
 	w.time(rec.QueuedAt)
+	if rec.Shape != nil {
+		w.bool(true)
+		rec.Shape.write(&w)
+	}
 	if len(rec.Action) > 0 {
 		action = w[aEnd-len(rec.Action) : aEnd : aEnd]
 	}
@@ -259,7 +271,8 @@ func (rec *taskRecord) marshalSharing() (b, action, command []byte) {
 
 func (rec *taskRecord) unmarshal(b []byte) error {
 	r := recReader{b: b}
-	if r.start("task") {
+	isJSON, version := r.startUpTo("task", recordTaskV2)
+	if isJSON {
 		return json.Unmarshal(b, rec)
 	}
 	rec.ID = r.str("id")
@@ -278,6 +291,9 @@ func (rec *taskRecord) unmarshal(b []byte) error {
 	rec.Cacheable = r.bool("cacheable")
 	rec.Queue = r.str("queue")
 	rec.QueuedAt = r.time("queued_at")
+	if version >= recordTaskV2 && r.bool("shape") {
+		rec.Shape = readShapeRecord(&r)
+	}
 	return r.end("task")
 }
 

@@ -163,6 +163,8 @@ func FuzzSchedulerRecords(f *testing.F) {
 		f.Add(js)
 	}
 	f.Add([]byte{recordV1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	task.Shape = &taskShapeRecord{ID: "k", Label: "l", Longest: true, Client: time.Hour, Tail: time.Second}
+	f.Add(task.marshal())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// peekOp agrees with a whole decode wherever that succeeds (a
 		// restart leaves finished records undecoded on its word).

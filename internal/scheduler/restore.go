@@ -132,9 +132,11 @@ func (s *Scheduler) restoreTaskLocked(r *storedTask, now time.Time) (*Task, erro
 		// Queued, or held back until the workers reported their leases,
 		// by holdRestoredLocked.
 		t.state, t.stage = stateQueued, repb.ExecutionStage_QUEUED
+		s.restoreShapeLocked(t, r.Shape, now)
 		return t, nil
 	}
 	s.restoreLeaseLocked(t, r.Lease, r.Worker, now)
+	s.restoreShapeLocked(t, r.Shape, now)
 	return t, nil
 }
 
@@ -406,6 +408,7 @@ func (s *Scheduler) dropUnwaitedLocked(byID map[string]*Task) (dropped []*Task) 
 		t.state = stateDone
 		s.forgetInflightLocked(t)
 		s.releaseInvocationLocked(t)
+		s.forgetShapeLocked(t)
 		dropped = append(dropped, t)
 	}
 	return dropped

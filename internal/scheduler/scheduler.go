@@ -395,6 +395,8 @@ type Scheduler struct {
 	// classWorkers counts the registered workers per size class
 	// (sizeclassplace.go).
 	classWorkers []int
+	// shapeKeys are the shape keys derived lately (shapecache.go).
+	shapeKeys shapeKeyCache
 }
 
 type seenWorker struct {
@@ -549,6 +551,12 @@ type SubmitRequest struct {
 	// the operation finishes (what the submitter knew that the scheduler
 	// does not keep). It is not stored.
 	Note any
+	// CriticalPath is the submitter's estimate of the work that waits for
+	// this action: the expected duration of its longest chain of
+	// dependents (protocol.CriticalPathHeader; 0: none told). It only
+	// orders the invocation's tasks when they run longest first
+	// (criticalpath.go).
+	CriticalPath time.Duration
 
 	// shape and longest are set by Submit (longest.go).
 	shape   *taskShape
@@ -625,6 +633,7 @@ func (s *Scheduler) submit(req SubmitRequest) (string, uint64, bool, error) {
 			t.priority = req.Priority
 			s.queue.fix(t)
 		}
+		s.joinTailLocked(t, req.shape)
 		s.joinInvocationLocked(t, req.Invocation, now)
 	} else {
 		if preq, err = s.placeLocked(req.shape, preq, now); err != nil {
