@@ -93,6 +93,7 @@ type Controls interface {
 type Snapshot interface {
 	Stats() Stats
 	MetricsSnapshot() MetricsSnapshot
+	Autoscaling() Autoscaling
 	Workers() []WorkerStatus
 	Running() []WorkerLeases
 	QueueCounts() []QueuedCount

@@ -98,6 +98,7 @@ func New(sched scheduler.Snapshot, admin *execution.AdminService, cas blobstore.
 	h.mux.HandleFunc("GET /status/output", h.output)
 	h.mux.HandleFunc("GET /status/failures", h.failures)
 	h.mux.HandleFunc("GET /status/shapes", h.shapes)
+	h.mux.HandleFunc("GET /status/autoscaling", h.autoscaling)
 	h.mux.HandleFunc("GET /status/builds", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/status/invocations", http.StatusMovedPermanently)
 	})
