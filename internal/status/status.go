@@ -456,7 +456,9 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusForbidden, err.Error())
 		return
 	}
+	h.expectedFromHistory(&info)
 	page := operationPage{frame: h.frame(r, "Operation "+name, !info.Done), Op: info, Timeline: operationTimeline(info)}
+	page.Took, page.Ratio = tookVsExpected(info)
 	page.Action, page.Command, page.Problems = h.actionAndCommand(r.Context(), info)
 	if info.Response != nil {
 		page.Result = info.Response.Result
@@ -494,6 +496,10 @@ type operationPage struct {
 	Total    time.Duration
 	Input    *inputRoot
 	Live     *liveView
+	// Took is a finished operation's execution time and Ratio that over
+	// its expected time (expected.go).
+	Took  time.Duration
+	Ratio string
 }
 
 // actionAndCommand reads the operation's action and its command from
