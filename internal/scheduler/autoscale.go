@@ -55,6 +55,13 @@ func (s *Scheduler) demandLocked(target time.Duration) []CohortDemand {
 		}
 		return d
 	}
+	// Every cohort, and "", has a row, 0 when idle: an autoscaler that
+	// reads no value (a HorizontalPodAutoscaler's External metric) would
+	// keep the workers it has instead of scaling down.
+	get("")
+	for _, c := range s.ten.cohorts {
+		get(c.Name)
+	}
 	for _, b := range s.queue.buckets {
 		cohort := ""
 		for _, c := range s.ten.cohorts {

@@ -56,3 +56,14 @@ func TestDemandSizesByExecuteCores(t *testing.T) {
 		t.Errorf("demand %+v, want 180s of work and 4 workers (the 2-core action counts twice)", d)
 	}
 }
+
+// TestDemandReportsIdleCohorts: every configured cohort, and "", has a
+// row when nothing is queued or running, 0 workers, so that an
+// autoscaler reading the metric scales down to its minimum.
+func TestDemandReportsIdleCohorts(t *testing.T) {
+	s := New(Config{Cohorts: []Cohort{{Name: "big", Labels: []string{"big"}}, {Name: "small", Labels: []string{"small"}}}}, &fakeClock{now: time.Unix(1_700_000_000, 0)}, nil)
+	got := fmt.Sprint(s.Demand(time.Minute))
+	if want := "[{ 0 0 0 0} {big 0 0 0 0} {small 0 0 0 0}]"; got != want {
+		t.Errorf("idle demand %s, want %s", got, want)
+	}
+}
