@@ -148,6 +148,8 @@ type Worker struct {
 	paused      bool
 	terminating bool
 	stopPolling context.CancelFunc
+	// polling: a Poll is in flight, which a drain lets end (drain.go).
+	polling bool
 	// prlimit is the prlimit binary that sets MaxFileSize ("" when off).
 	prlimit string
 }
@@ -311,6 +313,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopPolling()
 	w.mu.Lock()
 	w.stopPolling = stopPolling
+	if w.terminating {
+		// Drained before it started polling (drain.go).
+		stopPolling()
+	}
 	w.mu.Unlock()
 	var hb, leases sync.WaitGroup
 	hb.Add(1)
@@ -324,7 +330,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopHeartbeats()
 	hb.Wait()
 	if ctx.Err() == nil {
-		w.log.Info("worker terminated by the scheduler after draining; exiting")
+		w.log.Info("worker drained (the scheduler's terminate, or a stop signal with worker.stop_grace); exiting")
 	}
 	return err
 }
@@ -418,7 +424,7 @@ func sleep(ctx context.Context, d time.Duration) {
 // Leases run under ctx; polling stops when pollCtx ends.
 func (w *Worker) matchLoop(ctx, pollCtx context.Context, wg *sync.WaitGroup) error {
 	backoff := time.Duration(0)
-	for pollCtx.Err() == nil {
+	for pollCtx.Err() == nil && !w.draining() {
 		if err := w.diskLow.wait(pollCtx); err != nil {
 			break
 		}
@@ -426,10 +432,19 @@ func (w *Worker) matchLoop(ctx, pollCtx context.Context, wg *sync.WaitGroup) err
 			break
 		}
 		w.mu.Lock()
+		if w.terminating {
+			w.mu.Unlock()
+			w.fetch.Release(1)
+			break
+		}
 		free := w.freeCPU
+		w.polling = true
 		w.mu.Unlock()
 		gen := w.regGen.Load()
 		resp, err := w.sched.Poll(pollCtx, &workerpb.PollRequest{WorkerId: w.cfg.ID, FreeCores: int32(max(free, 1)), WaitMs: w.cfg.PollWait.Milliseconds()})
+		w.mu.Lock()
+		w.polling = false
+		w.mu.Unlock()
 		if err != nil || resp.Assignment == nil {
 			w.fetch.Release(1)
 			if err != nil && pollCtx.Err() == nil {
