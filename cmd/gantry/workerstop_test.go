@@ -105,3 +105,42 @@ func TestWorkerDrainsOnSIGTERM(t *testing.T) {
 		t.Errorf("the worker did not say it drains:\n%s", out.String())
 	}
 }
+
+// TestDrainBeforeRegisteringExitsAtOnce: a worker with worker.stop_grace
+// stopped while it cannot reach the scheduler holds no work: it exits at
+// once, not after the grace.
+func TestDrainBeforeRegisteringExitsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "worker.yaml")
+	if err := os.WriteFile(cfgPath, []byte("worker:\n  stop_grace: 1m\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "worker", "--config", cfgPath, "--scheduler", "127.0.0.1:1", "--work-dir", filepath.Join(dir, "work"), "--cores", "1")
+	cmd.Env = append(os.Environ(), "GANTRY_TEST_RUN_AS_GANTRY=1")
+	var out testutil.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer cmd.Process.Kill()
+	for !strings.Contains(out.String(), "worker starting") {
+		select {
+		case err := <-exited:
+			t.Fatalf("the worker exited (%v) before it started:\n%s", err, out.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("exit %v, want status 0:\n%s", err, out.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the worker waited out its stop_grace with nothing to drain:\n%s", out.String())
+	}
+}

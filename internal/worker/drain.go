@@ -1,5 +1,7 @@
 package worker
 
+import "context"
+
 // Drain makes the worker take no more work: Run returns once the running
 // actions are done and reported, as it does for the scheduler's
 // terminate control. gantry worker drains on SIGTERM for
@@ -24,6 +26,33 @@ func (w *Worker) Drain() {
 		// slot or disk space at once.
 		w.stopPolling()
 	}
+	if w.stopRegistering != nil {
+		// Still registering (the scheduler unreachable): nothing runs.
+		w.stopRegistering()
+	}
+}
+
+// registerUnlessDrained is Run's first registration, which a drain ends:
+// a worker stopped before it reached the scheduler holds no work. It
+// returns nil when drained.
+func (w *Worker) registerUnlessDrained(ctx context.Context) error {
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.mu.Lock()
+	if w.terminating {
+		w.mu.Unlock()
+		return nil
+	}
+	w.stopRegistering = cancel
+	w.mu.Unlock()
+	err := w.register(rctx)
+	w.mu.Lock()
+	w.stopRegistering = nil
+	w.mu.Unlock()
+	if err != nil && ctx.Err() == nil && w.draining() {
+		return nil
+	}
+	return err
 }
 
 // draining reports whether the worker was asked to take no more work.

@@ -148,8 +148,10 @@ type Worker struct {
 	paused      bool
 	terminating bool
 	stopPolling context.CancelFunc
-	// polling: a Poll is in flight, which a drain lets end (drain.go).
-	polling bool
+	// polling: a Poll is in flight, which a drain lets end (drain.go);
+	// stopRegistering ends the first registration's retries.
+	polling         bool
+	stopRegistering context.CancelFunc
 	// prlimit is the prlimit binary that sets MaxFileSize ("" when off).
 	prlimit string
 }
@@ -303,7 +305,7 @@ func (w *Worker) setupCaches() (outputs.LargeUploader, error) {
 // Run works until ctx ends. Running actions are cancelled on the way out.
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.close()
-	if err := w.register(ctx); err != nil {
+	if err := w.registerUnlessDrained(ctx); err != nil || w.draining() {
 		return err
 	}
 	// Heartbeats go on until the running actions are done, also after
