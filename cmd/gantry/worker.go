@@ -101,7 +101,7 @@ func runWorkerCommand(cmd *cobra.Command, f workerFlags) error {
 		}
 		defer stopHTTP()
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := workerStopContext(w, wc.StopGrace.D(), log)
 	defer stop()
 	defer ignoreSIGHUP(ctx, log)()
 	log.Info("worker starting", "id", wc.ID, "scheduler", f.scheduler, "work_dir", wc.WorkDir)

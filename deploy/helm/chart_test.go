@@ -18,6 +18,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -93,6 +94,7 @@ type rendered struct {
 	pdbs        map[string]*policyv1.PodDisruptionBudget
 	monitors    []map[string]any
 	scalers     []map[string]any
+	hpas        map[string]*autoscalingv2.HorizontalPodAutoscaler
 }
 
 func render(t *testing.T, values string, set ...string) (*rendered, error) {
@@ -108,7 +110,7 @@ func render(t *testing.T, values string, set ...string) (*rendered, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%v\n%s", err, out)
 	}
-	r := &rendered{deployments: map[string]*appsv1.Deployment{}, daemonSets: map[string]*appsv1.DaemonSet{}, services: map[string]*corev1.Service{}, configMaps: map[string]*corev1.ConfigMap{}, pvcs: map[string]*corev1.PersistentVolumeClaim{}, pdbs: map[string]*policyv1.PodDisruptionBudget{}}
+	r := &rendered{deployments: map[string]*appsv1.Deployment{}, daemonSets: map[string]*appsv1.DaemonSet{}, services: map[string]*corev1.Service{}, configMaps: map[string]*corev1.ConfigMap{}, pvcs: map[string]*corev1.PersistentVolumeClaim{}, pdbs: map[string]*policyv1.PodDisruptionBudget{}, hpas: map[string]*autoscalingv2.HorizontalPodAutoscaler{}}
 	for _, doc := range strings.Split(out, "\n---\n") {
 		var head struct {
 			APIVersion string `json:"apiVersion"`
@@ -167,6 +169,10 @@ func render(t *testing.T, values string, set ...string) (*rendered, error) {
 			var o map[string]any
 			strict(&o)
 			r.scalers = append(r.scalers, o)
+		case "autoscaling/v2 HorizontalPodAutoscaler":
+			o := &autoscalingv2.HorizontalPodAutoscaler{}
+			strict(o)
+			r.hpas[o.Name] = o
 		default:
 			t.Errorf("%s: the chart renders %s, which this test does not check; add it", values, key)
 		}
@@ -431,6 +437,42 @@ func TestHelmValueSets(t *testing.T) {
 			t.Errorf("keda values: the ScaledObject lacks %q:\n%s", want, so)
 		}
 	}
+	if d := r.deployments["ci-gantry-worker"]; d.Spec.Replicas != nil || len(r.hpas) != 0 {
+		t.Errorf("keda values: the worker Deployment sets replicas (%v) the autoscaler owns, or an HPA is rendered too", d.Spec.Replicas)
+	}
+
+	// The HorizontalPodAutoscaler variant: on the External metric
+	// gantry_workers_needed of the cohort, one replica per worker needed.
+	r, err = render(t, "gantry/ci/hpa-values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hpa, d := r.hpas["ci-gantry-worker"], r.deployments["ci-gantry-worker"]
+	if len(r.hpas) != 1 || hpa == nil || d == nil || len(r.scalers) != 0 {
+		t.Fatalf("hpa values: want one HorizontalPodAutoscaler for the worker Deployment and no ScaledObject, got %d and %d", len(r.hpas), len(r.scalers))
+	}
+	if ref := hpa.Spec.ScaleTargetRef; ref.Kind != "Deployment" || ref.Name != d.Name || ref.APIVersion != "apps/v1" {
+		t.Errorf("hpa values: the HPA scales %+v, not the worker Deployment", ref)
+	}
+	if hpa.Spec.MinReplicas == nil || *hpa.Spec.MinReplicas != 2 || hpa.Spec.MaxReplicas != 40 {
+		t.Errorf("hpa values: replicas %v..%d, want 2..40", hpa.Spec.MinReplicas, hpa.Spec.MaxReplicas)
+	}
+	if m := hpa.Spec.Metrics; len(m) != 1 || m[0].External == nil || m[0].External.Metric.Name != "gantry_workers_needed" ||
+		m[0].External.Metric.Selector == nil || m[0].External.Metric.Selector.MatchLabels["cohort"] != "x86" ||
+		m[0].External.Target.Type != autoscalingv2.AverageValueMetricType || m[0].External.Target.AverageValue == nil || m[0].External.Target.AverageValue.String() != "1" {
+		t.Errorf("hpa values: want the External metric gantry_workers_needed{cohort=x86} at an average of 1 per replica: %+v", hpa.Spec.Metrics)
+	}
+	if b := hpa.Spec.Behavior; b == nil || b.ScaleDown == nil || b.ScaleDown.StabilizationWindowSeconds == nil || *b.ScaleDown.StabilizationWindowSeconds != 600 {
+		t.Errorf("hpa values: want a 600s scale-down stabilization window: %+v", b)
+	}
+	if d.Spec.Replicas != nil {
+		t.Errorf("hpa values: the worker Deployment sets replicas %d, which the HPA owns (each upgrade would reset them)", *d.Spec.Replicas)
+	}
+	// A worker scaled down drains within its pod's grace period.
+	worker := checkConfig(t, "hpa values", "worker.yaml", r.configMaps["ci-gantry"].Data["worker.yaml"], config.RoleAll)
+	if g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; g == nil || *g != 900 || worker.Worker.StopGrace.D() != 890*time.Second {
+		t.Errorf("hpa values: grace %v and worker.stop_grace %v, want 900s and 890s (drained before the kubelet kills it)", g, worker.Worker.StopGrace)
+	}
 
 	// Values that cannot give a working farm are refused with a reason.
 	for _, tc := range []struct {
@@ -441,8 +483,12 @@ func TestHelmValueSets(t *testing.T) {
 		{[]string{"storage.backend=s3"}, "needs storage.s3.bucket"},
 		{[]string{"postgres.dsn="}, "postgres.dsn is required"},
 		{[]string{"worker.kind=StatefulSet"}, "use Deployment or DaemonSet"},
-		{[]string{"worker.autoscaling.enabled=true"}, "worker.autoscaling.prometheusAddress is required"},
-		{[]string{"worker.autoscaling.enabled=true", "worker.autoscaling.prometheusAddress=http://p", "worker.kind=DaemonSet"}, "needs worker.kind: Deployment"},
+		{[]string{"worker.autoscaling.kind=keda"}, "worker.autoscaling.prometheusAddress is required"},
+		{[]string{"worker.autoscaling.kind=keda", "worker.autoscaling.prometheusAddress=http://p", "worker.kind=DaemonSet"}, "needs worker.kind: Deployment"},
+		{[]string{"worker.autoscaling.kind=hpa", "worker.kind=DaemonSet"}, "needs worker.kind: Deployment"},
+		{[]string{"worker.autoscaling.kind=hpa", "worker.autoscaling.minReplicas=5", "worker.autoscaling.maxReplicas=2"}, "minReplicas (5) is above maxReplicas (2)"},
+		{[]string{"worker.autoscaling.kind=yes"}, `kind "yes": use none, keda`},
+		{[]string{"worker.autoscaling.enabled=true"}, "worker.autoscaling.enabled was replaced by worker.autoscaling.kind"},
 	} {
 		if _, err := render(t, "", tc.set...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("helm template --set %v: %v; want an error saying %q", tc.set, err, tc.want)

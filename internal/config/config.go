@@ -232,6 +232,10 @@ type WorkerConfig struct {
 	// PersistentWorkers configures remote persistent workers (see
 	// persistentworkers.go).
 	PersistentWorkers PersistentWorkersConfig `yaml:"persistent_workers"`
+	// StopGrace is how long a standalone worker stopped by SIGTERM
+	// drains: it takes no more work and lets its running actions finish
+	// for up to this long before it stops the rest; 0 stops at once.
+	StopGrace Duration `yaml:"stop_grace"`
 }
 
 // Storage configures the CAS and the ActionCache.

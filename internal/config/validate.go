@@ -212,6 +212,9 @@ func validateWorker(w WorkerConfig, bad func(path, format string, args ...any)) 
 	validateDiskLimits(w, bad)
 	validateLinkInputDirectories(w, bad)
 	validatePersistentWorkers(w.PersistentWorkers, bad)
+	if w.StopGrace < 0 {
+		bad("worker.stop_grace", "must not be negative (0: SIGTERM stops the running actions at once; 10m: they get ten minutes to finish)")
+	}
 	if w.Cores < 0 || w.InputFetchSlots < 0 || w.ReportSlots < 0 {
 		bad("worker", "cores, input_fetch_slots and report_slots must not be negative")
 	}

@@ -140,7 +140,7 @@ func (s *Service) scheduledFinished(fo scheduler.FinishedOperation) {
 func (s *Service) finishedOp(st scheduler.OperationState, n *callNote) {
 	md := st.Metadata
 	f := protocol.Finished{Name: st.Name, Instance: st.Instance, ActionDigest: st.ActionDigest, Queue: st.Queue,
-		Invocation: st.Invocation, Accepted: st.Accepted, ResultAt: st.DoneAt, Response: st.Response, Retries: retries(st.Retries)}
+		Invocation: st.Invocation, Accepted: st.Accepted, ResultAt: st.DoneAt, Response: st.Response, Retries: retries(st.Retries), Expected: st.Expected}
 	// md: the metadata stored with the operation, known after a restart too.
 	if n != nil {
 		// The note's own: st may have been taken after the scheduler's

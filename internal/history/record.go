@@ -80,6 +80,10 @@ type Operation struct {
 	// Retries are the times the action was taken from a worker (lost,
 	// pre-empted, suspended), oldest first.
 	Retries []Retry `json:"retries,omitempty"`
+	// Expected is the action's expected wall time from the scheduler's
+	// duration history when it ran (0: none known), to the millisecond:
+	// the status pages set it against the execution's time.
+	Expected time.Duration `json:"expected,omitempty"`
 }
 
 // Retry is one time an operation's action was taken from (or stopped
@@ -193,6 +197,7 @@ func FromFinished(f protocol.Finished, now time.Time) Operation {
 	for _, r := range f.Retries {
 		op.Retries = append(op.Retries, Retry{At: r.At, Worker: r.Worker, Kind: r.Kind, Reason: r.Reason})
 	}
+	op.Expected = f.Expected.Round(time.Millisecond)
 	op.Label = label(op, f.Command)
 	return op
 }

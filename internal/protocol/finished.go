@@ -36,6 +36,10 @@ type Finished struct {
 	// Retries are the times the action was taken from a worker (lost,
 	// pre-empted, suspended), oldest first.
 	Retries []Retry
+	// Expected is the action's expected wall time from the scheduler's
+	// duration history when it ran; 0 when none was known (or a cache
+	// hit).
+	Expected time.Duration
 }
 
 // Retry is one time an operation's action was taken from (or stopped on)

@@ -21,8 +21,11 @@ type CohortDemand struct {
 	// they have run, never below 0).
 	Queued, Running int
 	Work            float64
-	// Workers is ceil(Work / (target x slots per worker)), with the mean
-	// slots of the cohort's registered workers (1 when none is).
+	// Workers is ceil(core-weighted Work / (target x cores per worker)),
+	// with the mean execute cores of the cohort's registered workers (1
+	// when none is): an action asking for n cores counts n times. Cores,
+	// not lease slots: a Gantry worker's slots include its input fetch
+	// and upload stages, three times the actions it executes at once.
 	Workers int
 }
 
@@ -41,6 +44,9 @@ func (s *Scheduler) demandLocked(target time.Duration) []CohortDemand {
 	}
 	now := s.clock.Now()
 	by := map[string]*CohortDemand{}
+	// coreWork is each cohort's Work with every action's seconds counted
+	// once per core it asks for.
+	coreWork := map[string]float64{}
 	get := func(c string) *CohortDemand {
 		d := by[c]
 		if d == nil {
@@ -48,6 +54,13 @@ func (s *Scheduler) demandLocked(target time.Duration) []CohortDemand {
 			by[c] = d
 		}
 		return d
+	}
+	// Every cohort, and "", has a row, 0 when idle: an autoscaler that
+	// reads no value (a HorizontalPodAutoscaler's External metric) would
+	// keep the workers it has instead of scaling down.
+	get("")
+	for _, c := range s.ten.cohorts {
+		get(c.Name)
 	}
 	for _, b := range s.queue.buckets {
 		cohort := ""
@@ -60,18 +73,22 @@ func (s *Scheduler) demandLocked(target time.Duration) []CohortDemand {
 		d := get(cohort)
 		b.each(func(t *Task) {
 			d.Queued++
-			d.Work += s.expectedLocked(t).Seconds()
+			e := s.expectedLocked(t).Seconds()
+			d.Work += e
+			coreWork[cohort] += e * float64(max(t.Req.Cores, 1))
 		})
 	}
 	for _, l := range s.leases {
 		d := get(l.cohort)
 		d.Running++
-		d.Work += max(s.expectedLocked(l.task)-now.Sub(l.started), 0).Seconds()
+		e := max(s.expectedLocked(l.task)-now.Sub(l.started), 0).Seconds()
+		d.Work += e
+		coreWork[l.cohort] += e * float64(max(l.task.Req.Cores, 1))
 	}
-	slots, workers := map[string]int{}, map[string]int{}
+	cores, workers := map[string]int{}, map[string]int{}
 	for _, w := range s.workers {
 		if !w.restored {
-			slots[w.cohort] += max(w.info.Slots, 1)
+			cores[w.cohort] += workerCores(w.info)
 			workers[w.cohort]++
 		}
 	}
@@ -79,13 +96,37 @@ func (s *Scheduler) demandLocked(target time.Duration) []CohortDemand {
 	for c, d := range by {
 		per := 1.0
 		if workers[c] > 0 {
-			per = float64(slots[c]) / float64(workers[c])
+			per = float64(cores[c]) / float64(workers[c])
 		}
-		d.Workers = int(math.Ceil(d.Work / (target.Seconds() * per)))
+		d.Workers = int(math.Ceil(coreWork[c] / (target.Seconds() * per)))
 		out = append(out, *d)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Cohort < out[j].Cohort })
 	return out
+}
+
+// Autoscaling is the autoscaling signal at the configured target drain
+// time (Config.TargetDrain): the numbers gantry_workers_needed exports.
+type Autoscaling struct {
+	Target time.Duration
+	Demand []CohortDemand
+}
+
+// Autoscaling is the signal the metrics export, for callers that read it
+// directly (the status pages' /status/autoscaling).
+func (s *Scheduler) Autoscaling() Autoscaling {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Autoscaling{Target: s.cfg.TargetDrain, Demand: s.demandLocked(s.cfg.TargetDrain)}
+}
+
+// workerCores is how many one-core actions a worker executes at once: its
+// cores, else (a worker that states none) its slots, at least 1.
+func workerCores(w WorkerInfo) int {
+	if w.Platform.Cores > 0 {
+		return w.Platform.Cores
+	}
+	return max(w.Slots, 1)
 }
 
 // DefaultTargetDrain is the default scheduler.autoscaling.target_drain.

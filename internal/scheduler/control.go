@@ -253,9 +253,6 @@ type OperationInfo struct {
 	LeasedAt   time.Time
 	DoneAt     time.Time
 	Invocation []string
-	// Expected is the action's expected wall time from its shape's
-	// duration history while it is queued or running (0: none known).
-	Expected time.Duration
 }
 
 func (s *Scheduler) infoLocked(op *Operation) OperationInfo {
@@ -267,9 +264,6 @@ func (s *Scheduler) infoLocked(op *Operation) OperationInfo {
 	}
 	// The path outlives inv, which a finished task lets go.
 	oi.Invocation = t.invPath
-	if ts := s.shapeOf[t]; ts != nil && ts.known {
-		oi.Expected = ts.expected
-	}
 	return oi
 }
 

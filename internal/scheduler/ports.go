@@ -99,6 +99,7 @@ type Controls interface {
 type Snapshot interface {
 	Stats() Stats
 	MetricsSnapshot() MetricsSnapshot
+	Autoscaling() Autoscaling
 	Workers() []WorkerStatus
 	Running() []WorkerLeases
 	QueueCounts() []QueuedCount

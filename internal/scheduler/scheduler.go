@@ -205,7 +205,8 @@ type Task struct {
 	state     taskState
 	// rank orders the tasks of an invocation that runs longest first
 	// (longest.go): higher first; 0 for every task of one that does not.
-	// It fills the padding after the flags.
+	// It fills the padding after the flags. Once the task is done it
+	// holds its expected time in milliseconds instead (expectedkept.go).
 	rank uint32
 }
 
@@ -313,6 +314,10 @@ type OperationState struct {
 	// TaskID is the task (execution) the operation follows; operations
 	// of identical actions share one.
 	TaskID string
+	// Expected is the action's expected wall time from its shape's
+	// duration history, as it was while it ran (expectedkept.go); 0 when
+	// none was known.
+	Expected time.Duration
 }
 
 // Scheduler is safe for concurrent use. One mutex guards the state; every
@@ -778,7 +783,7 @@ func (s *Scheduler) Watch(name string) (OperationState, <-chan struct{}, error) 
 func (s *Scheduler) stateLocked(op *Operation) OperationState {
 	t := op.task
 	st := OperationState{Name: op.Name, TaskID: t.ID, Instance: t.Instance, ActionDigest: t.ActionDigest, Stage: t.stage, Queue: t.Queue,
-		Accepted: op.accepted, Invocation: op.invocation, Metadata: op.meta, Retries: t.retries}
+		Accepted: op.accepted, Invocation: op.invocation, Metadata: op.meta, Retries: t.retries, Expected: s.expectedOfLocked(t)}
 	if op.done && !s.storedLocked(op) {
 		if st.Stage == repb.ExecutionStage_COMPLETED {
 			st.Stage = repb.ExecutionStage_EXECUTING
@@ -887,6 +892,7 @@ func (s *Scheduler) abandonTaskLocked(t *Task, reason string) {
 	s.forgetInflightLocked(t)
 	s.releaseInvocationLocked(t)
 	s.setTraceParentLocked(t, "")
+	s.keepExpectedLocked(t)
 	s.forgetShapeLocked(t)
 	s.emit(Event{Kind: EventCancelled, Task: t.ID, Reason: reason})
 }
@@ -961,6 +967,7 @@ func (s *Scheduler) completeTaskLocked(t *Task, resp *repb.ExecuteResponse) {
 	// operations need.
 	t.ActionBytes, t.CommandBytes = nil, nil
 	s.setTraceParentLocked(t, "")
+	s.keepExpectedLocked(t)
 	s.forgetShapeLocked(t)
 	s.forgetInflightLocked(t)
 	s.releaseInvocationLocked(t)

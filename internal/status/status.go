@@ -101,6 +101,7 @@ func New(sched scheduler.Snapshot, admin *execution.AdminService, cas blobstore.
 	h.mux.HandleFunc("GET /status/output", h.output)
 	h.mux.HandleFunc("GET /status/failures", h.failures)
 	h.mux.HandleFunc("GET /status/shapes", h.shapes)
+	h.mux.HandleFunc("GET /status/autoscaling", h.autoscaling)
 	h.mux.HandleFunc("GET /status/builds", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/status/invocations", http.StatusMovedPermanently)
 	})
@@ -458,7 +459,9 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusForbidden, err.Error())
 		return
 	}
+	h.expectedFromHistory(&info)
 	page := operationPage{frame: h.frame(r, "Operation "+name, !info.Done), Op: info, Timeline: operationTimeline(info)}
+	page.Took, page.Ratio = tookVsExpected(info)
 	page.Action, page.Command, page.Problems = h.actionAndCommand(r.Context(), info)
 	if info.Response != nil {
 		page.Result = info.Response.Result
@@ -496,6 +499,10 @@ type operationPage struct {
 	Total    time.Duration
 	Input    *inputRoot
 	Live     *liveView
+	// Took is a finished operation's execution time and Ratio that over
+	// its expected time (expected.go).
+	Took  time.Duration
+	Ratio string
 }
 
 // actionAndCommand reads the operation's action and its command from

@@ -225,7 +225,7 @@ pre{background:#fff;border:1px solid #ccc;padding:.4em;overflow:auto;max-height:
 <h2>Timeline</h2>
 <table id="timeline"><tr><th>Stage</th><th>At (UTC)</th><th>Since queued</th></tr>
 {{$q := .Op.QueuedAt}}{{range .Timeline}}<tr><td>{{.What}}</td><td>{{when .At}}</td><td>{{since $q .At}}</td></tr>{{end}}</table>
-{{if .Op.Expected}}<p id="expected">Expected {{.Op.Expected}} (the duration history of its action shape){{if not .Op.LeasedAt.IsZero}}; running since {{when .Op.LeasedAt}}{{end}}.</p>{{end}}
+{{if .Op.Expected}}<p id="expected">Expected {{.Op.Expected}} (the duration history of its action shape){{if .Op.Done}}{{if .Took}}; executed in {{.Took}}, {{.Ratio}}× expected{{end}}{{else if not .Op.LeasedAt.IsZero}}; running since {{when .Op.LeasedAt}}{{end}}.</p>{{end}}
 {{if .Stages}}<table id="stages"><tr><th>Stage</th><th>Duration</th></tr>
 {{range .Stages}}<tr><td>{{.Name}}</td><td class="n">{{.D}}</td></tr>{{end}}
 {{if .Total}}<tr><th>total</th><th class="n">{{.Total}}</th></tr>{{end}}</table>{{end}}

@@ -148,6 +148,10 @@ type Worker struct {
 	paused      bool
 	terminating bool
 	stopPolling context.CancelFunc
+	// polling: a Poll is in flight, which a drain lets end (drain.go);
+	// stopRegistering ends the first registration's retries.
+	polling         bool
+	stopRegistering context.CancelFunc
 	// prlimit is the prlimit binary that sets MaxFileSize ("" when off).
 	prlimit string
 }
@@ -301,7 +305,7 @@ func (w *Worker) setupCaches() (outputs.LargeUploader, error) {
 // Run works until ctx ends. Running actions are cancelled on the way out.
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.close()
-	if err := w.register(ctx); err != nil {
+	if err := w.registerUnlessDrained(ctx); err != nil || w.draining() {
 		return err
 	}
 	// Heartbeats go on until the running actions are done, also after
@@ -311,6 +315,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopPolling()
 	w.mu.Lock()
 	w.stopPolling = stopPolling
+	if w.terminating {
+		// Drained before it started polling (drain.go).
+		stopPolling()
+	}
 	w.mu.Unlock()
 	var hb, leases sync.WaitGroup
 	hb.Add(1)
@@ -324,7 +332,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopHeartbeats()
 	hb.Wait()
 	if ctx.Err() == nil {
-		w.log.Info("worker terminated by the scheduler after draining; exiting")
+		w.log.Info("worker drained (the scheduler's terminate, or a stop signal with worker.stop_grace); exiting")
 	}
 	return err
 }
@@ -418,7 +426,7 @@ func sleep(ctx context.Context, d time.Duration) {
 // Leases run under ctx; polling stops when pollCtx ends.
 func (w *Worker) matchLoop(ctx, pollCtx context.Context, wg *sync.WaitGroup) error {
 	backoff := time.Duration(0)
-	for pollCtx.Err() == nil {
+	for pollCtx.Err() == nil && !w.draining() {
 		if err := w.diskLow.wait(pollCtx); err != nil {
 			break
 		}
@@ -426,10 +434,19 @@ func (w *Worker) matchLoop(ctx, pollCtx context.Context, wg *sync.WaitGroup) err
 			break
 		}
 		w.mu.Lock()
+		if w.terminating {
+			w.mu.Unlock()
+			w.fetch.Release(1)
+			break
+		}
 		free := w.freeCPU
+		w.polling = true
 		w.mu.Unlock()
 		gen := w.regGen.Load()
 		resp, err := w.sched.Poll(pollCtx, &workerpb.PollRequest{WorkerId: w.cfg.ID, FreeCores: int32(max(free, 1)), WaitMs: w.cfg.PollWait.Milliseconds()})
+		w.mu.Lock()
+		w.polling = false
+		w.mu.Unlock()
 		if err != nil || resp.Assignment == nil {
 			w.fetch.Release(1)
 			if err != nil && pollCtx.Err() == nil {
