@@ -26,6 +26,9 @@ type CohortDemand struct {
 	// when none is): an action asking for n cores counts n times. Cores,
 	// not lease slots: a Gantry worker's slots include its input fetch
 	// and upload stages, three times the actions it executes at once.
+	// It is at least the cores the actions with more than half the
+	// target left ask for, over cores per worker: two of those cannot
+	// run one after the other on a core within the target.
 	Workers int
 }
 
@@ -47,6 +50,10 @@ func (s *Scheduler) demandLocked(target time.Duration) []CohortDemand {
 	// coreWork is each cohort's Work with every action's seconds counted
 	// once per core it asks for.
 	coreWork := map[string]float64{}
+	// longCores are each cohort's cores asked for by actions with more
+	// than half the target left.
+	longCores := map[string]int{}
+	half := target.Seconds() / 2
 	get := func(c string) *CohortDemand {
 		d := by[c]
 		if d == nil {
@@ -76,6 +83,9 @@ func (s *Scheduler) demandLocked(target time.Duration) []CohortDemand {
 			e := s.expectedLocked(t).Seconds()
 			d.Work += e
 			coreWork[cohort] += e * float64(max(t.Req.Cores, 1))
+			if e > half {
+				longCores[cohort] += max(t.Req.Cores, 1)
+			}
 		})
 	}
 	for _, l := range s.leases {
@@ -84,6 +94,9 @@ func (s *Scheduler) demandLocked(target time.Duration) []CohortDemand {
 		e := max(s.expectedLocked(l.task)-now.Sub(l.started), 0).Seconds()
 		d.Work += e
 		coreWork[l.cohort] += e * float64(max(l.task.Req.Cores, 1))
+		if e > half {
+			longCores[l.cohort] += max(l.task.Req.Cores, 1)
+		}
 	}
 	cores, workers := map[string]int{}, map[string]int{}
 	for _, w := range s.workers {
@@ -98,7 +111,7 @@ func (s *Scheduler) demandLocked(target time.Duration) []CohortDemand {
 		if workers[c] > 0 {
 			per = float64(cores[c]) / float64(workers[c])
 		}
-		d.Workers = int(math.Ceil(coreWork[c] / (target.Seconds() * per)))
+		d.Workers = int(math.Ceil(max(coreWork[c]/target.Seconds(), float64(longCores[c])) / per))
 		out = append(out, *d)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Cohort < out[j].Cohort })

@@ -67,3 +67,22 @@ func TestDemandReportsIdleCohorts(t *testing.T) {
 		t.Errorf("idle demand %s, want %s", got, want)
 	}
 }
+
+// TestDemandCountsActionsLongerThanHalfTheTarget: five queued "sleep 20"
+// are 100s of work, 4 workers for a 30s target by the work alone; but two
+// of them one after the other take 40s, so each needs a core of its own:
+// 5 workers. Six "sleep 10" pack (up to three to a core): 60s, 2 workers.
+func TestDemandCountsActionsLongerThanHalfTheTarget(t *testing.T) {
+	for _, c := range []struct {
+		sleep, n, workers int
+	}{{20, 5, 5}, {10, 6, 2}} {
+		s, _ := longestFirstTest(t, LongestFirstOff)
+		s.RegisterWorker(WorkerInfo{ID: "w", Platform: platform.Worker{AllowUnmatched: true, Cores: 1}, Slots: 3})
+		for i := range c.n {
+			submitSleep(t, s, fmt.Sprintf("a%d", i), "build", "bazel", c.sleep)
+		}
+		if d := s.Demand(30 * time.Second); len(d) != 1 || d[0].Work != float64(c.sleep*c.n) || d[0].Workers != c.workers {
+			t.Errorf("%d x sleep %d: demand %+v, want %ds of work and %d workers", c.n, c.sleep, d, c.sleep*c.n, c.workers)
+		}
+	}
+}

@@ -52,8 +52,8 @@ func BenchmarkDrainSignal(b *testing.B) {
 		// workers, two actions each.
 		{"long-9s/target-20s", 20 * time.Second, []shape{{9, 6}}},
 		// Longer than half the target: 5 x 12s, a little over 60s of work
-		// as learned (process start), asks for 4 workers, and one of them
-		// runs two actions: 24s, whatever the count short of 5.
+		// (4 workers by the work alone, one of them running two actions:
+		// 24s); each needs a core of its own, and the signal asks for 5.
 		{"long-12s/target-20s", 20 * time.Second, []shape{{12, 5}}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
