@@ -173,11 +173,9 @@ func (h *ShapeHistory) decay(then, now time.Time) float64 {
 	return math.Exp2(-d.Seconds() / h.opts.HalfLife.Seconds())
 }
 
-// Record adds a sample of shape k run on a worker of class at now, and
-// starts writing it to the store (Flush waits for that).
-func (h *ShapeHistory) Record(k shapeKey, class string, s Sample, now time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+// classLocked is the stats of shape k on class, made if new, the shape
+// made the most recently used and run at now.
+func (h *ShapeHistory) classLocked(k shapeKey, class string, now time.Time) *ClassStats {
 	var sh *Shape
 	if e, ok := h.shapes[k.ID]; ok {
 		sh = e.Value.(*Shape)
@@ -195,6 +193,15 @@ func (h *ShapeHistory) Record(k shapeKey, class string, s Sample, now time.Time)
 		c = &ClassStats{}
 		sh.Classes[class] = c
 	}
+	return c
+}
+
+// Record adds a sample of shape k run on a worker of class at now, and
+// starts writing it to the store (Flush waits for that).
+func (h *ShapeHistory) Record(k shapeKey, class string, s Sample, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.classLocked(k, class, now)
 	w := c.Weight * h.decay(c.At, now)
 	mean := func(old, x float64) float64 { return (old*w + x) / (w + 1) }
 	c.Wall = mean(c.Wall, s.Wall.Seconds())

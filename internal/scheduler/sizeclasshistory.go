@@ -27,23 +27,7 @@ func (h *ShapeHistory) classStats(id string, now time.Time) map[string]ClassStat
 func (h *ShapeHistory) RecordFailure(k shapeKey, class string, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var sh *Shape
-	if e, ok := h.shapes[k.ID]; ok {
-		sh = e.Value.(*Shape)
-		h.lru.MoveToFront(e)
-	} else {
-		sh = &Shape{ID: k.ID, Label: k.Label, Classes: map[string]*ClassStats{}}
-		h.shapes[k.ID] = h.lru.PushFront(sh)
-	}
-	sh.Last = now
-	c := sh.Classes[class]
-	if c == nil {
-		if len(sh.Classes) >= maxShapeClasses {
-			dropOldestClass(sh)
-		}
-		c = &ClassStats{}
-		sh.Classes[class] = c
-	}
+	c := h.classLocked(k, class, now)
 	c.FailedAt = now
 	h.dirty[k.ID] = true
 	h.evictLocked()
