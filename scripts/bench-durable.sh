@@ -6,7 +6,8 @@
 # other round. Per run: WARM actions at 64 in flight (the history fills), N measured at 64 in
 # flight, and with C1=1 then 1,500 at one in flight. Printed per run: actions/s, p50 at 64, the
 # server's CPU per action (utime+stime from /proc around the measured run), p50 at one in
-# flight; then medians per variant and the median of each pair's per-round rate ratios.
+# flight, and the CPU per action of the no-op workers' process and of the load client; then medians
+# per variant and the median of each pair's per-round rate ratios. PORT: the first port (18981).
 #
 # Usage: scripts/bench-durable.sh ROUNDS NAME=BINARY:CONFIG...
 #   e.g. printf 'worker:\n  enabled: false\n' > /tmp/durable.yaml
@@ -36,7 +37,7 @@ cleanup() {
 }
 trap cleanup EXIT
 tck=$(getconf CLK_TCK)
-port=18981
+port=${PORT:-18981}
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 run() { # round name binary config
@@ -48,17 +49,22 @@ run() { # round name binary config
   "$bin" bench --server 127.0.0.1:$port --workers-only --noop-workers 8 --noop-slots 1 --duration 600s >"$data/workers.log" 2>&1 &
   workers=$!
   "$bin" bench --server 127.0.0.1:$port --concurrency 64 --actions "${WARM:-11000}" --output-file=false >/dev/null 2>&1
-  local c0 c1 res rate p50 cpa c1p50=""
+  local c0 c1 w0 w1 res rate p50 cpa wpa cla c1p50=""
   c0=$(cpu "$server")
-  res=$("$bin" bench --server 127.0.0.1:$port --concurrency 64 --actions "${N:-8000}" --output-file=false 2>&1 | grep RESULT)
+  w0=$(cpu "$workers")
+  # The load client's own CPU (user+system seconds) from time(1).
+  res=$(/usr/bin/time -f "client_cpu_s=%U+%S" "$bin" bench --server 127.0.0.1:$port --concurrency 64 --actions "${N:-8000}" --output-file=false 2>&1 | grep -E "RESULT|client_cpu_s")
   c1=$(cpu "$server")
+  w1=$(cpu "$workers")
   rate=$(sed -n 's/.*rate=\([0-9.]*\).*/\1/p' <<<"$res")
   p50=$(sed -n 's/.*p50_ms=\([0-9.]*\).*/\1/p' <<<"$res")
   cpa=$(awk -v a="$c0" -v b="$c1" -v t="$tck" -v n="${N:-8000}" 'BEGIN { printf "%.3f", (b - a) * 1000 / t / n }')
+  wpa=$(awk -v a="$w0" -v b="$w1" -v t="$tck" -v n="${N:-8000}" 'BEGIN { printf "%.3f", (b - a) * 1000 / t / n }')
+  cla=$(sed -n 's/.*client_cpu_s=\([0-9.]*\)+\([0-9.]*\).*/\1 \2/p' <<<"$res" | awk -v n="${N:-8000}" '{ printf "%.3f", ($1 + $2) * 1000 / n }')
   if [ "${C1:-0}" = 1 ]; then
     c1p50=$("$bin" bench --server 127.0.0.1:$port --concurrency 1 --actions 1500 --output-file=false 2>&1 | grep RESULT | sed -n 's/.*p50_ms=\([0-9.]*\).*/\1/p')
   fi
-  echo "$r $name rate=$rate p50=$p50 cpu_ms=$cpa c1p50=$c1p50 load=$(cut -d' ' -f1 /proc/loadavg)" | tee -a "$out"
+  echo "$r $name rate=$rate p50=$p50 cpu_ms=$cpa workers_ms=$wpa client_ms=$cla c1p50=$c1p50 load=$(cut -d' ' -f1 /proc/loadavg)" | tee -a "$out"
   kill "$workers" "$server" 2>/dev/null || true
   wait "$workers" 2>/dev/null || true
   wait "$server" 2>/dev/null || true
@@ -76,8 +82,12 @@ d = load(sys.argv[1])
 for name, runs in d.items():
     rates = [float(v['rate']) for v in runs.values()]
     cpus = [float(v['cpu_ms']) for v in runs.values()]
+    wcpus = [float(v['workers_ms']) for v in runs.values()]
+    ccpus = [float(v['client_ms']) for v in runs.values() if v['client_ms']]
     c1 = [float(v['c1p50']) for v in runs.values() if v['c1p50']]
     print(f"{name}: rate median {st.median(rates):.0f} ({min(rates):.0f}-{max(rates):.0f}) actions/s, "
-          f"server CPU {st.median(cpus):.3f} ms an action" + (f", one in flight p50 {st.median(c1):.2f} ms" if c1 else ""))
+          f"server CPU {st.median(cpus):.3f} ms an action (workers {st.median(wcpus):.3f}"
+          + (f", load client {st.median(ccpus):.3f}" if ccpus else "") + ")"
+          + (f", one in flight p50 {st.median(c1):.2f} ms" if c1 else ""))
 print_pair_ratios(d, 'rate', 'rate')
 PY
