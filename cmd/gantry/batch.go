@@ -143,6 +143,10 @@ func runBatch(cmd *cobra.Command, f batchFlags, file string) error {
 	if err != nil {
 		return &exitStatus{code: exitOwnFailure, err: err}
 	}
+	opts, err := remoteOptions(os.Getenv)
+	if err != nil {
+		return &exitStatus{code: exitOwnFailure, err: err}
+	}
 	limits := batch.Limits{Uploads: f.uploads, Executes: f.executes, Downloads: f.downloads, Process: f.process}
 
 	// Ctrl-C cancels ctx: no new dispatch, the running steps cancel their
@@ -161,10 +165,6 @@ func runBatch(cmd *cobra.Command, f batchFlags, file string) error {
 		return &exitStatus{code: exitOwnFailure, err: err}
 	}
 	defer conn.Close()
-	opts, err := remoteOptions(os.Getenv)
-	if err != nil {
-		return &exitStatus{code: exitOwnFailure, err: err}
-	}
 	client, err := remote.New(ctx, conn, f.instance, opts)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -193,7 +193,15 @@ func runBatch(cmd *cobra.Command, f batchFlags, file string) error {
 	control.attach(s)
 	sum := s.Run(ctx)
 	sum.CPU, sum.LocalCPU = cpuTime(syscall.RUSAGE_SELF), cpuTime(syscall.RUSAGE_CHILDREN)
-	if f.json {
+	return reportBatch(cmd, f.json, sum, control.interrupted(), steps.Cancelled())
+}
+
+// reportBatch writes sum (as JSON to stdout with asJSON, else a table to
+// stderr) and returns the exit status: interrupted (the remote operations
+// cancelled said), 1 if a job failed, else none.
+func reportBatch(cmd *cobra.Command, asJSON bool, sum batch.Summary, interrupted bool, cancelled int64) error {
+	stderr := cmd.ErrOrStderr()
+	if asJSON {
 		if err := sum.WriteJSON(cmd.OutOrStdout()); err != nil {
 			return &exitStatus{code: exitOwnFailure, err: err}
 		}
@@ -201,8 +209,8 @@ func runBatch(cmd *cobra.Command, f batchFlags, file string) error {
 		sum.WriteTable(stderr)
 	}
 	switch {
-	case control.interrupted():
-		fmt.Fprintf(stderr, "gantry batch: interrupted; cancelled %d remote operations\n", steps.Cancelled())
+	case interrupted:
+		fmt.Fprintf(stderr, "gantry batch: interrupted; cancelled %d remote operations\n", cancelled)
 		return &exitStatus{code: exitInterrupted}
 	case !sum.OK():
 		return &exitStatus{code: 1}
