@@ -133,6 +133,7 @@ func (s *Scheduler) restoreTaskLocked(r *storedTask, now time.Time) (*Task, erro
 		// by holdRestoredLocked.
 		t.state, t.stage = stateQueued, repb.ExecutionStage_QUEUED
 		s.restoreShapeLocked(t, r.Shape, now)
+		s.replaceRestoredLocked(t, now)
 		return t, nil
 	}
 	s.restoreLeaseLocked(t, r.Lease, r.Worker, now)

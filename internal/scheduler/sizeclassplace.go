@@ -145,6 +145,25 @@ func (s *Scheduler) placeLocked(ts *taskShape, preq platform.Request, now time.T
 	return preq, nil
 }
 
+// replaceRestoredLocked places t, restored queued with its shape, on a
+// size class again, as its submission did: the class is not stored (the
+// record keeps the client's platform), and the history (which keeps the
+// classes a shape failed on) chooses as it would have. With no worker
+// registered yet every class counts; rehomeLocked moves the task if its
+// class has no worker once some have registered.
+func (s *Scheduler) replaceRestoredLocked(t *Task, now time.Time) {
+	ts := s.shapeOf[t]
+	if ts == nil || s.cfg.SizeClasses == nil {
+		return
+	}
+	preq, err := s.placeLocked(ts, t.Req, now)
+	if err != nil {
+		return // a class the client named and this scheduler lacks: as stored
+	}
+	t.Req = preq
+	t.bucketKey = bucketKeyOf(t.Queue, t.Instance, t.Req.Properties)
+}
+
 // moveToClassLocked puts t, not queued now, in the bucket of class idx.
 func (s *Scheduler) moveToClassLocked(t *Task, idx int) {
 	t.Req.Properties = withProperty(t.Req.Properties, SizeClassProperty, s.cfg.SizeClasses.classes[idx].Name)
