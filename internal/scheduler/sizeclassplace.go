@@ -131,6 +131,7 @@ func (s *Scheduler) placeLocked(ts *taskShape, preq platform.Request, now time.T
 	vs := sc.views(s.cfg.Shapes.classStats(ts.key.ID, now))
 	idx, _ := sc.choose(vs, s.classLiveLocked(), true)
 	ts.sizeClass = idx + 1
+	expectOnClass(ts, vs[idx])
 	props := withProperty(preq.Properties, SizeClassProperty, sc.classes[idx].Name)
 	cores, mem := sc.learnedRequest(vs, idx)
 	if cores > 1 && len(props.Values(platform.MinCores)) == 0 && preq.MaxCores == 0 {
@@ -170,6 +171,20 @@ func (s *Scheduler) moveToClassLocked(t *Task, idx int) {
 	t.bucketKey = bucketKeyOf(t.Queue, t.Instance, t.Req.Properties)
 	if ts := s.shapeOf[t]; ts != nil {
 		ts.sizeClass = idx + 1
+		if s.cfg.Shapes != nil {
+			expectOnClass(ts, s.cfg.SizeClasses.views(s.cfg.Shapes.classStats(ts.key.ID, s.clock.Now()))[idx])
+		}
+	}
+}
+
+// expectOnClass makes ts's expected time (its rank, its learned timeout,
+// the autoscaling signal) the time of its class v, when the class has
+// history: the mean over all classes would be too short for a run on a
+// slow class and too long for one on a fast one.
+func expectOnClass(ts *taskShape, v classView) {
+	if v.weight > 0 {
+		ts.expected = time.Duration(v.wall * float64(time.Second))
+		ts.weight, ts.known = v.weight, true
 	}
 }
 

@@ -70,3 +70,33 @@ func TestRestoredTasksKeepTheirSizeClass(t *testing.T) {
 		})
 	}
 }
+
+// An action placed on a class is expected to take that class's time: its
+// learned timeout is a multiple of it, not of the mean over the classes.
+func TestLearnedTimeoutFollowsTheSizeClass(t *testing.T) {
+	h, err := NewShapeHistory(context.Background(), statestore.NewMemory(), ShapeOptions{MaxShapes: 100}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := NewSizeClasses(testClasses, SizeClassOptions{MaxSlowdown: 1.5}, rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	s := New(Config{Shapes: h, SizeClasses: sc, HeartbeatTimeout: time.Hour,
+		LearnedTimeouts: LearnedTimeouts{Multiple: 3, Floor: time.Second, MinSamples: 3}}, clk, nil)
+	registerPlatform(s, "small", platform.Worker{Cores: 4, MemoryBytes: 8 << 30, AllowUnmatched: true})
+	registerPlatform(s, "large", platform.Worker{Cores: 16, MemoryBytes: 64 << 30, AllowUnmatched: true})
+	for range 3 {
+		learn(h, 1, "large", 10*time.Second, 0, clk.Now())
+		learn(h, 1, "small", 14*time.Second, 0, clk.Now())
+	}
+	submitShape(t, s, "a", 1)
+	class, a := classOfNext(t, s)
+	if class != "small" {
+		t.Fatalf("ran on %q, want small (14s is within 1.5x of 10s)", class)
+	}
+	if want := 42 * time.Second; a.Timeout != want {
+		t.Errorf("learned timeout %v, want %v (3 x small's 14s, not 3 x the mean)", a.Timeout, want)
+	}
+}
