@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	repb "github.com/bazelbuild/remote-apis/build/bazel/remote/execution/v2"
 	"google.golang.org/grpc"
 
 	adminpb "github.com/gantry-build/gantry/api/admin/v1"
@@ -39,15 +40,9 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 		defer c.Close()
 		conns[i] = c
 	}
-	caps, err := client.GetCapabilities(ctx, conns[0], scaleTenant(0))
+	caps, err := prepareScaleServer(ctx, plan, conns[0])
 	if err != nil {
-		return nil, fmt.Errorf("cannot use the server at %s: %w; check --server and that the server runs", plan.Server, err)
-	}
-	admin := adminpb.NewAdminClient(conns[0])
-	for _, c := range scaleCohorts {
-		if _, err := admin.PutQuota(ctx, &adminpb.PutQuotaRequest{InstanceName: ScaleProbeTenant, Cohort: c, MinQuota: 1}); err != nil {
-			return nil, fmt.Errorf("setting the probe tenant's min quota on cohort %s: %w; start the server with the configuration of `gantry bench scale --print-config`", c, err)
-		}
+		return nil, err
 	}
 	var kill *scaleKill
 	if plan.KillAfter > 0 {
@@ -91,18 +86,8 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 		return reps, first
 	}
 	defer stopProcs()
-	for i := range plan.WorkerProcs {
-		first, end := i*plan.Workers/plan.WorkerProcs, (i+1)*plan.Workers/plan.WorkerProcs
-		p, err := startWorkerProc(ctx, plan.Binary, plan, run, first, end-first, filepath.Join(tmp, fmt.Sprintf("workers-%d.json", i)))
-		if err != nil {
-			return nil, err
-		}
-		procs = append(procs, p)
-	}
-	for _, p := range procs {
-		if err := <-p.ready; err != nil {
-			return nil, err
-		}
+	if err := startScaleWorkers(ctx, plan, run, tmp, &procs); err != nil {
+		return nil, err
 	}
 	s1, err := readProc(plan.ServerPID)
 	if err != nil {
@@ -133,22 +118,9 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 		return nil, err
 	}
 	fmt.Fprintf(progress, "bench scale: uploaded %d actions in %v; queueing them\n", len(items), time.Since(start).Round(time.Millisecond))
-	openSem := make(chan struct{}, 256)
 	follow := make(chan struct{})
-	var queued, done sync.WaitGroup
-	queued.Add(len(items))
-	done.Add(len(items))
-	for i, it := range items {
-		go func() {
-			defer done.Done()
-			it.execute(ctx, conns[i%len(conns)], openSem, queued.Done, follow)
-		}()
-	}
-	allQueued := make(chan struct{})
-	go func() { queued.Wait(); close(allQueued) }()
-	select {
-	case <-allQueued:
-	case <-ctx.Done():
+	done, ok := queueScaleItems(ctx, conns, items, follow)
+	if !ok {
 		return rep, fmt.Errorf("queueing %d actions did not finish within --timeout %s", len(items), plan.Timeout)
 	}
 	rep.QueueSeconds = time.Since(start).Seconds()
@@ -174,18 +146,9 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 
 	if plan.Hold > 0 {
 		fmt.Fprintf(progress, "bench scale: holding the loaded state for %s (--hold)\n", plan.Hold)
-		before, err := readProc(plan.ServerPID)
-		if err != nil {
+		if rep.HeartbeatCPUPerWorkerSecMs, err = heartbeatCPU(ctx, plan); err != nil {
 			return nil, err
 		}
-		held := time.Now()
-		sleepCtx(ctx, plan.Hold)
-		after, err := readProc(plan.ServerPID)
-		if err != nil {
-			return nil, err
-		}
-		// The workers only heartbeat while held back.
-		rep.HeartbeatCPUPerWorkerSecMs = roundTo(ms(after.CPU-before.CPU)/float64(plan.Workers)/time.Since(held).Seconds(), 5)
 	}
 
 	// The drain.
@@ -202,19 +165,7 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 			cpuErr = saveProfile(ctx, plan.HTTP, "profile?seconds=10", plan.CPUProfile)
 		}()
 	}
-	peak := s2.RSS
-	sampleCtx, stopSampling := context.WithCancel(ctx)
-	defer stopSampling()
-	var sampleWG sync.WaitGroup
-	sampleWG.Add(1)
-	go func() {
-		defer sampleWG.Done()
-		for sleepCtx(sampleCtx, 100*time.Millisecond) {
-			if s, err := readProc(plan.ServerPID); err == nil {
-				peak = max(peak, s.RSS)
-			}
-		}
-	}()
+	peakRSS := sampleRSS(ctx, plan.ServerPID, s2.RSS)
 	handoffsBefore := scrapeHandoffs(ctx, plan.HTTP)
 	t0 := time.Now()
 	for _, p := range procs {
@@ -249,8 +200,7 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 	case <-drained:
 	case <-ctx.Done():
 	}
-	stopSampling()
-	sampleWG.Wait()
+	peak := peakRSS()
 	if kill == nil {
 		rep.summarizeHandoffs(handoffsBefore, scrapeHandoffs(ctx, plan.HTTP))
 	}
@@ -286,6 +236,102 @@ func RunScale(ctx context.Context, plan *ScalePlan, dial Dialer, tmp string, pro
 		return rep, cpuErr
 	}
 	return rep, rep.check()
+}
+
+// startScaleWorkers starts plan's worker processes, held back until told
+// to go, adding each to procs (the caller stops them), and waits until
+// every one has registered its workers.
+func startScaleWorkers(ctx context.Context, plan *ScalePlan, run, tmp string, procs *[]*workerProc) error {
+	for i := range plan.WorkerProcs {
+		first, end := i*plan.Workers/plan.WorkerProcs, (i+1)*plan.Workers/plan.WorkerProcs
+		p, err := startWorkerProc(ctx, plan.Binary, plan, run, first, end-first, filepath.Join(tmp, fmt.Sprintf("workers-%d.json", i)))
+		if err != nil {
+			return err
+		}
+		*procs = append(*procs, p)
+	}
+	for _, p := range *procs {
+		if err := <-p.ready; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// queueScaleItems sends each item's Execute (at most 256 opening at
+// once, over conns in turn; each follows its operation once follow is
+// closed) and waits until all are queued; ok is false when ctx ended
+// first. done is done when every Execute has ended.
+func queueScaleItems(ctx context.Context, conns []*grpc.ClientConn, items []*scaleItem, follow chan struct{}) (done *sync.WaitGroup, ok bool) {
+	openSem := make(chan struct{}, 256)
+	var queued sync.WaitGroup
+	done = &sync.WaitGroup{}
+	queued.Add(len(items))
+	done.Add(len(items))
+	for i, it := range items {
+		go func() {
+			defer done.Done()
+			it.execute(ctx, conns[i%len(conns)], openSem, queued.Done, follow)
+		}()
+	}
+	allQueued := make(chan struct{})
+	go func() { queued.Wait(); close(allQueued) }()
+	select {
+	case <-allQueued:
+		return done, true
+	case <-ctx.Done():
+		return done, false
+	}
+}
+
+// prepareScaleServer checks that the server at conn answers and gives the
+// probe tenant its min quota on every cohort; it returns the server's
+// capabilities.
+func prepareScaleServer(ctx context.Context, plan *ScalePlan, conn *grpc.ClientConn) (*repb.ServerCapabilities, error) {
+	caps, err := client.GetCapabilities(ctx, conn, scaleTenant(0))
+	if err != nil {
+		return nil, fmt.Errorf("cannot use the server at %s: %w; check --server and that the server runs", plan.Server, err)
+	}
+	admin := adminpb.NewAdminClient(conn)
+	for _, c := range scaleCohorts {
+		if _, err := admin.PutQuota(ctx, &adminpb.PutQuotaRequest{InstanceName: ScaleProbeTenant, Cohort: c, MinQuota: 1}); err != nil {
+			return nil, fmt.Errorf("setting the probe tenant's min quota on cohort %s: %w; start the server with the configuration of `gantry bench scale --print-config`", c, err)
+		}
+	}
+	return caps, nil
+}
+
+// sampleRSS samples pid's RSS every 100 ms from now on; peak stops the
+// sampling and returns the largest seen, at least from.
+func sampleRSS(ctx context.Context, pid int, from int64) (peak func() int64) {
+	ctx, stop := context.WithCancel(ctx)
+	done := make(chan int64, 1)
+	go func() {
+		p := from
+		for sleepCtx(ctx, 100*time.Millisecond) {
+			if s, err := readProc(pid); err == nil {
+				p = max(p, s.RSS)
+			}
+		}
+		done <- p
+	}()
+	return sync.OnceValue(func() int64 { stop(); return <-done })
+}
+
+// heartbeatCPU holds the loaded state for plan.Hold, while the workers
+// only heartbeat, and returns the server's CPU per worker and second.
+func heartbeatCPU(ctx context.Context, plan *ScalePlan) (float64, error) {
+	before, err := readProc(plan.ServerPID)
+	if err != nil {
+		return 0, err
+	}
+	held := time.Now()
+	sleepCtx(ctx, plan.Hold)
+	after, err := readProc(plan.ServerPID)
+	if err != nil {
+		return 0, err
+	}
+	return roundTo(ms(after.CPU-before.CPU)/float64(plan.Workers)/time.Since(held).Seconds(), 5), nil
 }
 
 // WriteJSON writes the report to path.
