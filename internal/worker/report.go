@@ -81,7 +81,7 @@ func (r *reporter) Report(ctx context.Context, j *job, root *execroot.Root, ex *
 		return nil, failf(codes.Internal, "uploading stdout/stderr of action %s failed: %v", j.ad, err)
 	}
 	ar.ExitCode = int32(ex.res.ExitCode)
-	noteUsage(j.md, ex.res, root)
+	noteUsage(j.md, ex.res, ex.sandbox.PeakMemory, root)
 	if ex.res.TimedOut {
 		se := failf(codes.DeadlineExceeded, "action %s exceeded its timeout of %s and was killed; stdout and stderr so far are in the result", j.ad, ex.timeout)
 		return &outcome{req: se.request(), result: ar}, nil
@@ -150,10 +150,12 @@ func outputFailure(ad digest.Digest, err error) error {
 // workerpb.ResourceUsage), for the status pages' CPU time per build and
 // operation page. The worker counted the input root as it laid it out:
 // reporting it costs nothing, where the server would have to read the
-// whole tree from the CAS again.
-func noteUsage(md *repb.ExecutedActionMetadata, res runner.Result, root *execroot.Root) {
+// whole tree from the CAS again. Peak memory is the larger of the
+// largest process's peak RSS and cgroupPeak, all the processes' peak
+// together as the action's cgroup counted it (0: none).
+func noteUsage(md *repb.ExecutedActionMetadata, res runner.Result, cgroupPeak int64, root *execroot.Root) {
 	u, err := anypb.New(&workerpb.ResourceUsage{UserCpuMicros: res.UserTime.Microseconds(), SystemCpuMicros: res.SystemTime.Microseconds(),
-		MaxRssBytes: res.MaxRSS, SuspendedMicros: res.SuspendedTime.Microseconds(),
+		MaxRssBytes: max(res.MaxRSS, cgroupPeak), SuspendedMicros: res.SuspendedTime.Microseconds(),
 		InputFiles: int64(root.Files), InputBytes: root.FileBytes})
 	if err == nil {
 		md.AuxiliaryMetadata = append(md.AuxiliaryMetadata, u)

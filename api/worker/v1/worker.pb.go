@@ -1328,7 +1328,10 @@ type ResourceUsage struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	UserCpuMicros   int64                  `protobuf:"varint,1,opt,name=user_cpu_micros,json=userCpuMicros,proto3" json:"user_cpu_micros,omitempty"`
 	SystemCpuMicros int64                  `protobuf:"varint,2,opt,name=system_cpu_micros,json=systemCpuMicros,proto3" json:"system_cpu_micros,omitempty"`
-	// The peak resident set size of the largest of the processes.
+	// The peak resident set size of the largest of the processes or, when
+	// the action ran in a cgroup of its own (the sandbox's cgroup mode), the
+	// cgroup's peak memory (memory.peak: all its processes together), which
+	// ever is larger.
 	MaxRssBytes int64 `protobuf:"varint,3,opt,name=max_rss_bytes,json=maxRssBytes,proto3" json:"max_rss_bytes,omitempty"`
 	// Time the action spent suspended (SIGSTOP by a pre-emption or an
 	// operator), not counted against its timeout.

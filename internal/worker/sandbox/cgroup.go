@@ -97,6 +97,7 @@ func (a *Action) makeCgroup() error {
 func (a *Action) finishCgroup() Outcome {
 	dir := a.Cgroup
 	var out Outcome
+	out.PeakMemory = memoryPeak(filepath.Join(dir, "memory.peak"))
 	if n := oomKills(filepath.Join(dir, "memory.events")); n > 0 {
 		out.OOMKilled = true
 		out.Message = fmt.Sprintf("OUT OF MEMORY: the kernel killed %d process(es) of this action because it reached its memory limit of %d bytes; raise it with the platform property %s (up to worker.sandbox.max_memory_limit) or use less memory", n, a.pol.MemoryLimit, PropMemoryLimit)
@@ -116,6 +117,20 @@ func (a *Action) finishCgroup() Outcome {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return out
+}
+
+// memoryPeak reads a memory.peak file: bytes, 0 when it cannot be read
+// (a kernel before 5.19 has none).
+func memoryPeak(path string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
 }
 
 // killCgroup kills all processes in dir: cgroup.kill where the kernel

@@ -277,6 +277,10 @@ type Outcome struct {
 	// Message explains OOMKilled or Suspected for the action's result
 	// (its stderr and ExecuteResponse.message); "" when neither is set.
 	Message string
+	// PeakMemory is the most memory the action's processes used
+	// together, from its cgroup's memory.peak (cgroup mode on Linux 5.19
+	// and later; 0 otherwise).
+	PeakMemory int64
 }
 
 // Bind is a directory the action sees read-only: Src, on the host

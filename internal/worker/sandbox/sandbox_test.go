@@ -91,7 +91,11 @@ func TestCgroupFilesAndOOMReport(t *testing.T) {
 		t.Error("no cgroup fd to start the process in")
 	}
 	os.WriteFile(filepath.Join(a.Cgroup, "memory.events"), []byte("oom 1\noom_kill 1\n"), 0o644)
+	os.WriteFile(filepath.Join(a.Cgroup, "memory.peak"), []byte("50331648\n"), 0o644)
 	out := a.finishCgroup()
+	if out.PeakMemory != 48<<20 {
+		t.Errorf("peak memory %d, want %d from memory.peak", out.PeakMemory, 48<<20)
+	}
 	if !out.OOMKilled || !strings.Contains(out.Message, "OUT OF MEMORY") || !strings.Contains(out.Message, "67108864") || !strings.Contains(out.Message, PropMemoryLimit) {
 		t.Errorf("outcome %+v: want an OUT OF MEMORY report naming the limit and how to raise it", out)
 	}
