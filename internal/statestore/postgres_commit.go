@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Overlapping commits on PostgreSQL (issue 43). One group commit at a time
@@ -102,9 +103,16 @@ func (p *Postgres) run() {
 	inFlight := make(chan *pgFlight, cap(p.pipe.slots))
 	completed := make(chan struct{})
 	go p.complete(inFlight, completed)
+	last := 0
 	for {
+		// Wait for room first: the groups queued meanwhile then go into
+		// one transaction; after a large group, gather more (gather.go):
+		// each transaction costs PostgreSQL and this process CPU whatever
+		// it holds.
 		p.pipe.slots <- struct{}{}
+		gather(last)
 		reqs := p.q.next()
+		last = len(reqs)
 		if len(reqs) == 0 {
 			<-p.pipe.slots
 			break
@@ -190,18 +198,23 @@ func (p *Postgres) transact(ctx context.Context, f *pgFlight, term int64) error 
 	// not reused, by Release.
 	defer conn.Release()
 	b := &pgx.Batch{}
-	if f.prev != nil {
-		b.Queue(`BEGIN`)
+	if f.prev == nil {
+		// Alone, one round trip: the statements go in one pipeline ending
+		// in one Sync, which PostgreSQL runs as one implicit transaction,
+		// committed at the Sync, or rolled back whole at the first error.
+		if term != 0 {
+			b.Queue(termCheck, term)
+		}
+		queueWrites(b, f.last)
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			return commitErr(err)
+		}
+		return nil
 	}
-	// Alone, one round trip: the statements go in one pipeline ending in
-	// one Sync, which PostgreSQL runs as one implicit transaction,
-	// committed at the Sync, or rolled back whole at the first error.
-	queueWrites(b, f.last, term)
+	b.Queue(`BEGIN`)
+	queueWrites(b, f.last)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return commitErr(err)
-	}
-	if f.prev == nil {
-		return nil
 	}
 	<-f.prev.done
 	if err := f.prev.err; err != nil {
@@ -212,7 +225,28 @@ func (p *Postgres) transact(ctx context.Context, f *pgFlight, term int64) error 
 		}
 		return errEarlierFailed{err}
 	}
-	tag, err := conn.Exec(ctx, `COMMIT`)
+	// The term is checked now, the earlier transaction ended: two
+	// transactions holding the leader row's share lock at once would
+	// make PostgreSQL create a MultiXact for it, each commit (three
+	// times its CPU per action in a trial). The lock, held until the
+	// commit, still orders it before a takeover's new term.
+	b = &pgx.Batch{}
+	if term != 0 {
+		b.Queue(termCheck, term)
+	}
+	b.Queue(`COMMIT`)
+	br := conn.SendBatch(ctx, b)
+	var tag pgconn.CommandTag
+	err = nil
+	if term != 0 {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return commitErr(err)
 	}
@@ -229,9 +263,9 @@ func commitErr(err error) error {
 	return fmt.Errorf("statestore: committing to PostgreSQL: %w", err)
 }
 
-// queueWrites queues the statements that write last: the term check (for
-// a leader), one multi-row delete and one multi-row upsert.
-func queueWrites(b *pgx.Batch, last map[stateKey]Mutation, term int64) {
+// queueWrites queues the statements that write last: one multi-row
+// delete and one multi-row upsert.
+func queueWrites(b *pgx.Batch, last map[stateKey]Mutation) {
 	var upKinds, upKeys, delKinds, delKeys []string
 	var upValues [][]byte
 	for k, m := range last {
@@ -245,9 +279,6 @@ func queueWrites(b *pgx.Batch, last map[stateKey]Mutation, term int64) {
 			v = []byte{}
 		}
 		upValues = append(upValues, v)
-	}
-	if term != 0 {
-		b.Queue(termCheck, term)
 	}
 	if len(delKinds) > 0 {
 		b.Queue(`DELETE FROM gantry_state s USING unnest($1::text[], $2::text[]) AS d(kind, key)

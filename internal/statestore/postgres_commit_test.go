@@ -197,6 +197,10 @@ func TestPostgresOverlap(t *testing.T) {
 		if kills == 0 {
 			t.Fatal("no connection was killed")
 		}
+		// Read back as a restarted process would (the store's own pooled
+		// connections may still include killed ones).
+		s.Close()
+		s = openPostgres(t, dsn)
 		n := 0
 		stored := map[string]bool{}
 		for _, r := range load(t, s, "acked") {
