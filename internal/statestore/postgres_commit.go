@@ -103,16 +103,13 @@ func (p *Postgres) run() {
 	inFlight := make(chan *pgFlight, cap(p.pipe.slots))
 	completed := make(chan struct{})
 	go p.complete(inFlight, completed)
-	last := 0
 	for {
 		// Wait for room first: the groups queued meanwhile then go into
-		// one transaction; after a large group, gather more (gather.go):
-		// each transaction costs PostgreSQL and this process CPU whatever
-		// it holds.
+		// one transaction. (Gathering more after a large group, as the
+		// embedded store does, cost rate here: workers wait for the
+		// commit of their results before their next lease.)
 		p.pipe.slots <- struct{}{}
-		gather(last)
 		reqs := p.q.next()
-		last = len(reqs)
 		if len(reqs) == 0 {
 			<-p.pipe.slots
 			break
