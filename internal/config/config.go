@@ -140,7 +140,7 @@ type StoreConfig struct {
 	StartWait Duration `yaml:"start_wait"`
 	// CommitsInFlight is how many group commits the postgres backend
 	// keeps in flight at once, each on a connection of its own (1 to 16;
-	// 1 commits one group at a time; 0 is the default, 2).
+	// 1, the default, commits one group at a time; 0 means 1).
 	CommitsInFlight int `yaml:"commits_in_flight"`
 }
 
@@ -378,7 +378,7 @@ func defaultScheduler() SchedulerConfig {
 		PreemptionDelay:   Duration(10 * time.Second),
 		Preemption:        "cancel",
 		MaxSuspend:        Duration(10 * time.Minute),
-		Store:             StoreConfig{Backend: "embedded", StartWait: Duration(time.Minute), CommitsInFlight: 2},
+		Store:             StoreConfig{Backend: "embedded", StartWait: Duration(time.Minute), CommitsInFlight: 1},
 		LiveOutput:        defaultLiveOutput(),
 		Fairness: FairnessConfig{
 			Keys:            append([]string(nil), invocation.Default...),

@@ -57,7 +57,7 @@ var ErrNotLeader = errors.New("statestore: another process holds the leadership"
 // PostgresOptions tune a Postgres store; the zero value is the default.
 type PostgresOptions struct {
 	// CommitsInFlight is how many group commits may be in flight at once,
-	// each a transaction on a connection of its own (0: 2; 1: one at a
+	// each a transaction on a connection of its own (0: 1, one at a
 	// time; at most MaxCommitsInFlight).
 	CommitsInFlight int
 }

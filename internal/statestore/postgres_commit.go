@@ -34,9 +34,15 @@ import (
 //
 // So two of this store's transactions in flight never write the same row,
 // and never wait for each other's locks.
+//
+// The default is one in flight all the same: against a PostgreSQL on the
+// same 2-core machine, two were slower (docs/PERFORMANCE.md): PostgreSQL
+// flushes its WAL for one commit after another whatever the connections,
+// so overlapping hides only the round trips, while the groups, taken
+// sooner, get smaller and cost more transactions an action.
 
 // defaultCommitsInFlight is CommitsInFlight when not set.
-const defaultCommitsInFlight = 2
+const defaultCommitsInFlight = 1
 
 // pgPipeline is the state the committer and completer share.
 type pgPipeline struct {

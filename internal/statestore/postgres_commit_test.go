@@ -117,6 +117,25 @@ func TestPostgresOverlap(t *testing.T) {
 		wantRecords(t, s, "k", record{"m", "2"}, record{"old", "2"}, record{"x", "1"})
 	})
 
+	// Statements are planned with their arguments: a generic plan made
+	// while the table was small scanned all of it in each delete.
+	t.Run("CustomPlans", func(t *testing.T) {
+		dsn := pgtest.CreateDatabase(t, server)
+		for _, c := range []struct{ dsn, want string }{
+			{dsn, "force_custom_plan"},
+			{dsn + "&plan_cache_mode=auto", "auto"}, // the address's own choice stands
+		} {
+			s := openPostgres(t, c.dsn)
+			var mode string
+			if err := s.pool.QueryRow(ctx, `SHOW plan_cache_mode`).Scan(&mode); err != nil {
+				t.Fatal(err)
+			}
+			if mode != c.want {
+				t.Errorf("plan_cache_mode %q, want %q", mode, c.want)
+			}
+		}
+	})
+
 	t.Run("KillConnections", func(t *testing.T) {
 		dsn := pgtest.CreateDatabase(t, server)
 		s := openPostgresWith(t, dsn, PostgresOptions{CommitsInFlight: 3})
