@@ -105,6 +105,13 @@ func (f *pgFlight) shares(g *pgFlight) bool {
 // and hands it to the completer, until the queue is closed and every group
 // has been answered.
 func (p *Postgres) run() {
+	if cap(p.pipe.slots) == 1 {
+		// One at a time: on this goroutine, without the hand-offs to a
+		// sender and a completer (a lone commit waited for two more
+		// goroutine wake-ups, which a loaded machine makes slow).
+		p.q.run(p.commitAlone)
+		return
+	}
 	defer close(p.q.done)
 	inFlight := make(chan *pgFlight, cap(p.pipe.slots))
 	completed := make(chan struct{})
@@ -180,6 +187,16 @@ func (p *Postgres) send(f *pgFlight) {
 		err = p.fencedAt(ctx, term)
 	}
 	f.err = err
+}
+
+// commitAlone commits reqs when no other group is in flight.
+func (p *Postgres) commitAlone(reqs []*request) error {
+	f := &pgFlight{reqs: reqs, last: fold(reqs), done: make(chan struct{})}
+	p.send(f)
+	if f.err == nil {
+		p.commits.Add(1)
+	}
+	return f.err
 }
 
 // errEarlierFailed wraps the error of an earlier group whose failure
