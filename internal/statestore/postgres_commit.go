@@ -247,9 +247,9 @@ func (p *Postgres) transact(ctx context.Context, f *pgFlight, term int64) error 
 	}
 	// The term is checked now, the earlier transaction ended: two
 	// transactions holding the leader row's share lock at once would
-	// make PostgreSQL create a MultiXact for it, each commit (three
-	// times its CPU per action in a trial). The lock, held until the
-	// commit, still orders it before a takeover's new term.
+	// make PostgreSQL create a MultiXact for it at each commit. The
+	// lock, held until the commit, still orders it before a takeover's
+	// new term.
 	b = &pgx.Batch{}
 	if term != 0 {
 		b.Queue(termCheck, term)

@@ -52,6 +52,38 @@ func TestPostgresOverlap(t *testing.T) {
 		wantRecords(t, s, "k", record{"b", "1"}, record{"x", "1"})
 	})
 
+	// As a leader, a later group checks the term only once the earlier
+	// one has ended, in its COMMIT's round trip.
+	t.Run("LaterWaitsForEarlierAsLeader", func(t *testing.T) {
+		dsn := pgtest.CreateDatabase(t, server)
+		s := openPostgresWith(t, dsn, PostgresOptions{CommitsInFlight: 2})
+		if _, _, err := s.Lead(ctx, "a:1"); err != nil {
+			t.Fatalf("Lead: %v", err)
+		}
+		apply(t, s, put("k", "x", "0"))
+		blocker := lockRecord(t, dsn, "k", "x")
+		waitA := enqueue(t, s, put("k", "x", "1"))
+		waitForLockWait(t, dsn)
+		waitB := enqueue(t, s, put("k", "b", "1"))
+		deadline := time.Now().Add(5 * time.Second)
+		for s.pipe.chained.Load() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the later group was not sent while the earlier one was in flight")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if _, err := blocker.Exec(ctx, `COMMIT`); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitA(ctx); err != nil {
+			t.Fatalf("earlier group: %v", err)
+		}
+		if err := waitB(ctx); err != nil {
+			t.Fatalf("later group: %v", err)
+		}
+		wantRecords(t, s, "k", record{"b", "1"}, record{"x", "1"})
+	})
+
 	t.Run("SameKeyInOrder", func(t *testing.T) {
 		dsn := pgtest.CreateDatabase(t, server)
 		s := openPostgresWith(t, dsn, PostgresOptions{CommitsInFlight: 2})
