@@ -14,10 +14,11 @@ import (
 )
 
 // Overlapping commits on PostgreSQL (issue 43). One group commit at a time
-// kept the committer busy 95% of the time at 64 actions in flight, though
-// PostgreSQL's CPU was not the limit: a group waited for the previous
-// one's round trip, statements, WAL flush and wake-ups before its own
-// began. Now up to depth groups are in flight, each a transaction on a
+// kept the committer busy 95% of the time at 64 actions in flight (much of
+// it, it turned out, a delete whose cached plan scanned the table: see
+// plan_cache_mode in postgres.go): a group waited for the previous one's
+// round trip, statements, WAL flush and wake-ups before its own began.
+// With CommitsInFlight up to that many groups are in flight, each a transaction on a
 // connection of its own, with two rules that keep the store's promises:
 //
 //   - Prefix durability. A group sent while an earlier one is in flight
