@@ -141,6 +141,10 @@ type StoreConfig struct {
 	// waits for a database it cannot reach (one restarting along with
 	// it) before it gives up; 0 gives up at the first failure.
 	StartWait Duration `yaml:"start_wait"`
+	// CommitsInFlight is how many group commits the postgres backend
+	// keeps in flight at once, each on a connection of its own (1 to 16;
+	// 1, the default, commits one group at a time; 0 means 1).
+	CommitsInFlight int `yaml:"commits_in_flight"`
 }
 
 // LabelConfig is a named set of platform properties.
@@ -381,7 +385,7 @@ func defaultScheduler() SchedulerConfig {
 		PreemptionDelay:   Duration(10 * time.Second),
 		Preemption:        "cancel",
 		MaxSuspend:        Duration(10 * time.Minute),
-		Store:             StoreConfig{Backend: "embedded", StartWait: Duration(time.Minute)},
+		Store:             StoreConfig{Backend: "embedded", StartWait: Duration(time.Minute), CommitsInFlight: 1},
 		LiveOutput:        defaultLiveOutput(),
 		Fairness: FairnessConfig{
 			Keys:            append([]string(nil), invocation.Default...),

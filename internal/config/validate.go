@@ -151,6 +151,9 @@ func validateSchedulerStore(store StoreConfig, bad func(path, format string, arg
 		if store.StartWait < 0 {
 			bad("scheduler.store.start_wait", "must not be negative (0 gives up at the first failure)")
 		}
+		if store.CommitsInFlight < 0 || store.CommitsInFlight > 16 { // 0: the default
+			bad("scheduler.store.commits_in_flight", "is %d; use 1 to 16 (default 1, one group at a time)", store.CommitsInFlight)
+		}
 	default:
 		bad("scheduler.store.backend", "%q is not a store; use embedded, postgres or memory", store.Backend)
 	}

@@ -24,6 +24,9 @@ func TestSectionValidators(t *testing.T) {
 			c.Scheduler.Cohorts = []CohortConfig{{Name: "x86", Labels: []string{"nowhere"}}}
 		}, "scheduler.cohorts[0].labels[0]"},
 		{"store", func(c *Config, b bad) { validateSchedulerStore(c.Scheduler.Store, b) }, func(c *Config) { c.Scheduler.Store.Backend = "postgres" }, "scheduler.store.dsn"},
+		{"commits in flight", func(c *Config, b bad) { validateSchedulerStore(c.Scheduler.Store, b) }, func(c *Config) {
+			c.Scheduler.Store = StoreConfig{Backend: "postgres", DSN: "postgres://db/gantry", CommitsInFlight: 17}
+		}, "scheduler.store.commits_in_flight"},
 		{"preemption", func(c *Config, b bad) { validatePreemption(c.Scheduler, b) }, func(c *Config) { c.Scheduler.Preemption = "kill" }, "scheduler.preemption"},
 		{"queues", func(c *Config, b bad) { validateQueues(c.Scheduler.Queues, c.Scheduler.IgnoredProperties, b) }, func(c *Config) {
 			c.Scheduler.Queues = []QueueConfig{{Name: "q"}, {Name: "q"}}

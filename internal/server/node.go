@@ -77,7 +77,7 @@ func (b *builder) openClusterStore(what string) (*statestore.Postgres, error) {
 	if err := checkClusterClient(b.cfg); err != nil {
 		return nil, err
 	}
-	store, err := statestore.OpenPostgresWaiting(context.Background(), b.cfg.Scheduler.Store.DSN, b.cfg.Scheduler.Store.StartWait.D(), 30*time.Second, b.log)
+	store, err := statestore.OpenPostgresWaiting(context.Background(), b.cfg.Scheduler.Store.DSN, statestore.PostgresOptions{CommitsInFlight: b.cfg.Scheduler.Store.CommitsInFlight}, b.cfg.Scheduler.Store.StartWait.D(), 30*time.Second, b.log)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s (scheduler.store): %w", what, err)
 	}

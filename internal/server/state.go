@@ -16,7 +16,7 @@ func openStateStore(ctx context.Context, cfg config.Config, log *slog.Logger) (s
 	case "memory":
 		return statestore.NewMemory(), nil
 	case "postgres":
-		p, err := statestore.OpenPostgresWaiting(ctx, cfg.Scheduler.Store.DSN, cfg.Scheduler.Store.StartWait.D(), 30*time.Second, log)
+		p, err := statestore.OpenPostgresWaiting(ctx, cfg.Scheduler.Store.DSN, statestore.PostgresOptions{CommitsInFlight: cfg.Scheduler.Store.CommitsInFlight}, cfg.Scheduler.Store.StartWait.D(), 30*time.Second, log)
 		if err != nil {
 			return nil, err
 		}

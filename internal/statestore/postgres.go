@@ -16,12 +16,14 @@ import (
 // processes: table gantry_state(kind, key, value), and gantry_schema with
 // the schema version. One goroutine group-commits: it takes every batch
 // waiting, writes them in one transaction and wakes their callers with
-// the common result.
+// the common result; up to CommitsInFlight such transactions overlap
+// (postgres_commit.go).
 type Postgres struct {
 	pool *pgxpool.Pool
 	cfg  *pgxpool.Config
 
-	q *commitQueue
+	q    *commitQueue
+	pipe *pgPipeline
 
 	commits atomic.Uint64
 
@@ -52,24 +54,56 @@ var pingInterval = 500 * time.Millisecond
 // leadership.
 var ErrNotLeader = errors.New("statestore: another process holds the leadership")
 
+// PostgresOptions tune a Postgres store; the zero value is the default.
+type PostgresOptions struct {
+	// CommitsInFlight is how many group commits may be in flight at once,
+	// each a transaction on a connection of its own (0: 1, one at a
+	// time; at most MaxCommitsInFlight).
+	CommitsInFlight int
+}
+
+// MaxCommitsInFlight bounds PostgresOptions.CommitsInFlight.
+const MaxCommitsInFlight = 16
+
 // OpenPostgres connects to the database at dsn (a libpq URL or key=value
 // string), creating the tables if they are missing. Its errors never quote
 // dsn's user name and password (redactDSN).
 func OpenPostgres(ctx context.Context, dsn string) (*Postgres, error) {
+	return OpenPostgresWith(ctx, dsn, PostgresOptions{})
+}
+
+// OpenPostgresWith is OpenPostgres with options.
+func OpenPostgresWith(ctx context.Context, dsn string, opts PostgresOptions) (*Postgres, error) {
+	depth := opts.CommitsInFlight
+	if depth == 0 {
+		depth = defaultCommitsInFlight
+	}
+	if depth < 1 || depth > MaxCommitsInFlight {
+		return nil, fmt.Errorf("statestore: %d commits in flight: use 1 to %d", depth, MaxCommitsInFlight)
+	}
 	cfg, err := parseDSN(dsn)
 	if err != nil {
 		return nil, err
+	}
+	// A connection for each commit in flight, and some for reads.
+	cfg.MaxConns = max(cfg.MaxConns, int32(depth)+2)
+	// Plan each statement with its arguments and the table's size at the
+	// time: a prepared statement's generic plan, made while the table was
+	// small, deleted by scanning all of it (3-11 ms a delete at 20,000
+	// records; issue 43). Unless the address sets it otherwise.
+	if _, ok := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("statestore: connecting to PostgreSQL: %w", err)
 	}
-	p := &Postgres{pool: pool, cfg: cfg, q: newCommitQueue()}
+	p := &Postgres{pool: pool, cfg: cfg, q: newCommitQueue(), pipe: newPGPipeline(depth)}
 	if err := p.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
 	}
-	go p.q.run(p.commit)
+	go p.run()
 	return p, nil
 }
 
@@ -129,62 +163,6 @@ func (p *Postgres) Apply(ctx context.Context, batch []Mutation) error {
 // Enqueue implements Pipeliner. The store keeps the values.
 func (p *Postgres) Enqueue(ctx context.Context, batch []Mutation) (wait func(context.Context) error, err error) {
 	return p.q.enqueue(ctx, batch, true)
-}
-
-type stateKey struct{ kind, key string }
-
-// commit writes the batches of reqs in one transaction. Within one
-// transaction only the last change of each record matters, so the batches
-// are folded to one upsert and one delete statement.
-func (p *Postgres) commit(reqs []*request) error {
-	last := map[stateKey]Mutation{}
-	for _, r := range reqs {
-		for _, m := range r.batch {
-			last[stateKey{m.Kind, m.Key}] = m
-		}
-	}
-	var upKinds, upKeys, delKinds, delKeys []string
-	var upValues [][]byte
-	for k, m := range last {
-		if m.Delete {
-			delKinds, delKeys = append(delKinds, k.kind), append(delKeys, k.key)
-		} else {
-			upKinds, upKeys = append(upKinds, k.kind), append(upKeys, k.key)
-			v := m.Value
-			if v == nil {
-				v = []byte{}
-			}
-			upValues = append(upValues, v)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
-	defer cancel()
-	term := p.fence.get()
-	// One round trip: the statements go in one pipeline ending in one
-	// Sync, which PostgreSQL runs as one implicit transaction, committed
-	// at the Sync, or rolled back whole at the first error (a BEGIN, a
-	// term check, the writes and a COMMIT were four round trips).
-	b := &pgx.Batch{}
-	if term != 0 {
-		b.Queue(termCheck, term)
-	}
-	if len(delKinds) > 0 {
-		b.Queue(`DELETE FROM gantry_state s USING unnest($1::text[], $2::text[]) AS d(kind, key)
-			WHERE s.kind = d.kind AND s.key = d.key`, delKinds, delKeys)
-	}
-	if len(upKinds) > 0 {
-		b.Queue(`INSERT INTO gantry_state (kind, key, value)
-			SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[])
-			ON CONFLICT (kind, key) DO UPDATE SET value = EXCLUDED.value`, upKinds, upKeys, upValues)
-	}
-	if err := p.pool.SendBatch(ctx, b).Close(); err != nil {
-		if term != 0 && isTermMismatch(err) {
-			return p.fencedAt(ctx, term)
-		}
-		return fmt.Errorf("statestore: committing to PostgreSQL: %w", err)
-	}
-	p.commits.Add(1)
-	return nil
 }
 
 // Load implements Store: a cursor over the kind's records in key order,

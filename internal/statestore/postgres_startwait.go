@@ -9,17 +9,17 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// OpenPostgresWaiting is OpenPostgres, tried again while the database is
+// OpenPostgresWaiting is OpenPostgresWith, tried again while the database is
 // unreachable (a server restarting along with this process) for up to
 // wait, each failure logged with how long it goes on waiting. Errors that
 // waiting cannot cure (a bad DSN, refused credentials, a missing database,
 // a newer schema) are returned at once. Each try is bounded by tryTimeout.
-func OpenPostgresWaiting(ctx context.Context, dsn string, wait, tryTimeout time.Duration, log *slog.Logger) (*Postgres, error) {
+func OpenPostgresWaiting(ctx context.Context, dsn string, opts PostgresOptions, wait, tryTimeout time.Duration, log *slog.Logger) (*Postgres, error) {
 	deadline := time.Now().Add(wait)
 	pause := 250 * time.Millisecond
 	for {
 		tctx, cancel := context.WithTimeout(ctx, tryTimeout)
-		p, err := OpenPostgres(tctx, dsn)
+		p, err := OpenPostgresWith(tctx, dsn, opts)
 		cancel()
 		if err == nil || !Unreachable(err) || time.Now().Add(pause).After(deadline) {
 			return p, err

@@ -28,7 +28,7 @@ func TestOpenPostgresWaitsForTheDatabase(t *testing.T) {
 	}
 	u.Path = "/no_such_database"
 	start := time.Now()
-	if _, err := OpenPostgresWaiting(ctx, u.String(), time.Minute, 10*time.Second, quiet); err == nil || !strings.Contains(err.Error(), "no_such_database") {
+	if _, err := OpenPostgresWaiting(ctx, u.String(), PostgresOptions{}, time.Minute, 10*time.Second, quiet); err == nil || !strings.Contains(err.Error(), "no_such_database") {
 		t.Fatalf("OpenPostgresWaiting of a missing database: %v, want its error", err)
 	}
 	if waited := time.Since(start); waited > 20*time.Second {
@@ -36,7 +36,7 @@ func TestOpenPostgresWaitsForTheDatabase(t *testing.T) {
 	}
 
 	s.Stop(true)
-	if _, err := OpenPostgresWaiting(ctx, s.DSN, 500*time.Millisecond, 5*time.Second, quiet); err == nil || !Unreachable(err) {
+	if _, err := OpenPostgresWaiting(ctx, s.DSN, PostgresOptions{}, 500*time.Millisecond, 5*time.Second, quiet); err == nil || !Unreachable(err) {
 		t.Fatalf("OpenPostgresWaiting with the server down past the wait: %v, want the connection's error", err)
 	}
 
@@ -46,7 +46,7 @@ func TestOpenPostgresWaitsForTheDatabase(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		p, err := OpenPostgresWaiting(ctx, s.DSN, time.Minute, 5*time.Second, quiet)
+		p, err := OpenPostgresWaiting(ctx, s.DSN, PostgresOptions{}, time.Minute, 5*time.Second, quiet)
 		done <- result{p, err}
 	}()
 	select {
