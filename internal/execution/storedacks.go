@@ -68,6 +68,13 @@ func (a *storedAcks) take(worker string, stored func(uint64) bool) []string {
 	return leases
 }
 
+// waiting reports whether worker has completions waiting to be listed.
+func (a *storedAcks) waiting(worker string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.workers[worker]) > 0
+}
+
 // forget drops worker's list: after it registers anew it sends what it
 // still holds again.
 func (a *storedAcks) forget(worker string) {
