@@ -142,10 +142,10 @@ func (s *gatedSink) recorded() []*workerpb.CompleteRequest {
 func TestCompleterBatchesOutcomesReadyTogether(t *testing.T) {
 	for _, old := range []bool{false, true} {
 		sink := &gatedSink{gate: make(chan struct{}), old: old}
-		c := newCompleter(sink, "w1", nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		c := newCompleter(sink, "w1", nil, 64, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		results := make(chan bool, 5)
 		deliver := func(lease string) {
-			go func() { results <- c.deliver(&workerpb.CompleteRequest{WorkerId: "w1", LeaseId: lease}) }()
+			go func() { ok, _ := c.deliver(&workerpb.CompleteRequest{WorkerId: "w1", LeaseId: lease}); results <- ok }()
 		}
 		deliver("l0")
 		deliver("l1")
