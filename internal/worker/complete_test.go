@@ -200,3 +200,44 @@ func receive(t *testing.T, ch <-chan bool) bool {
 		return false
 	}
 }
+
+// laterSink accepts every outcome to store it later, and never says it
+// stored one.
+type laterSink struct{}
+
+func (laterSink) Complete(_ context.Context, req *workerpb.CompleteRequest, _ ...grpc.CallOption) (*workerpb.CompleteResponse, error) {
+	resp := &workerpb.CompleteResponse{Accepted: req.LeaseId != "", StoredLater: true}
+	for range req.Completions {
+		resp.CompletionsAccepted = append(resp.CompletionsAccepted, true)
+	}
+	return resp, nil
+}
+
+type noLeaseBook struct{}
+
+func (noLeaseBook) completing(*activeLease) {}
+
+// Past the bound of results kept unstored, a finishing lease keeps its
+// slots (new work waits) until a kept result is stored.
+func TestKeptResultsBoundHoldsSlots(t *testing.T) {
+	c := newCompleter(laterSink{}, "w1", noLeaseBook{}, 1, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	finish := func(id string) chan struct{} {
+		released := make(chan struct{})
+		j := &job{lease: &activeLease{id: id}}
+		j.hold(func() { close(released) })
+		go c.Finish(j, &outcome{req: &workerpb.CompleteRequest{}})
+		return released
+	}
+	first := finish("l1")
+	waitUntil(t, "the first lease's slots to be let go of", func() bool { return closed(first) })
+	second := finish("l2")
+	time.Sleep(100 * time.Millisecond)
+	if closed(second) {
+		t.Fatal("a second result was kept past the bound of 1: its slots were let go of")
+	}
+	c.kept.drop([]string{"l1"}) // the scheduler says it stored l1
+	waitUntil(t, "the second lease's slots to be let go of", func() bool { return closed(second) })
+	if got := c.kept.leases(); len(got) != 1 || got[0] != "l2" {
+		t.Errorf("kept %v, want [l2]", got)
+	}
+}
