@@ -16,10 +16,8 @@ import (
 func (s *WorkerService) completeStoredLater(ctx context.Context, req *workerpb.CompleteRequest, reqs []*workerpb.CompleteRequest, name func(int) string, single bool) (*workerpb.CompleteResponse, error) {
 	resp := &workerpb.CompleteResponse{StoredLater: true}
 	if len(reqs) == 0 {
-		if s.acks.waiting(req.WorkerId) {
-			// An empty Complete waits for every change so far.
-			_, stored := s.sched.Complete(ctx, req.WorkerId, nil)
-			stored()
+		if ticket, ok := s.acks.last(req.WorkerId); ok {
+			s.sched.WaitStored(ctx, ticket)
 		}
 		resp.StoredCompletions = s.acks.take(req.WorkerId, s.sched.Stored)
 		return resp, nil
