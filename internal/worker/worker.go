@@ -418,12 +418,15 @@ func (w *Worker) registerLocked(ctx context.Context) error {
 // requeues it, and the next heartbeat cancels it here (only after a
 // scheduler restart, and only a start is wasted).
 func (w *Worker) leaseIDs() []string {
-	ids := w.completer.kept.leases()
 	w.mu.Lock()
+	ids := make([]string, 0, len(w.leases))
 	for id := range w.leases {
 		ids = append(ids, id)
 	}
 	w.mu.Unlock()
+	// Read after the leases: a result is kept before its lease ends, so
+	// one that leaves the leases meanwhile is found here.
+	ids = append(ids, w.completer.kept.leases()...)
 	sort.Strings(ids)
 	return slices.Compact(ids)
 }
