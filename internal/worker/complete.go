@@ -205,7 +205,7 @@ func (c *completer) send(batch []*report) {
 			sleep(ctx, time.Duration(attempt+1)*200*time.Millisecond)
 			continue
 		}
-		c.kept.drop(resp.StoredCompletions)
+		c.kept.stored(resp.StoredCompletions)
 		for _, r := range batch {
 			r.later, r.answered = resp.StoredLater, true
 		}

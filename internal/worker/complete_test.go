@@ -235,9 +235,38 @@ func TestKeptResultsBoundHoldsSlots(t *testing.T) {
 	if closed(second) {
 		t.Fatal("a second result was kept past the bound of 1: its slots were let go of")
 	}
-	c.kept.drop([]string{"l1"}) // the scheduler says it stored l1
+	c.kept.stored([]string{"l1"}) // the scheduler says it stored l1
 	waitUntil(t, "the second lease's slots to be let go of", func() bool { return closed(second) })
 	if got := c.kept.leases(); len(got) != 1 || got[0] != "l2" {
 		t.Errorf("kept %v, want [l2]", got)
+	}
+}
+
+// storedAtOnceSink stores every outcome before it answers, and lists it
+// as stored in the same reply (a scheduler whose state is in memory).
+type storedAtOnceSink struct{}
+
+func (storedAtOnceSink) Complete(_ context.Context, req *workerpb.CompleteRequest, _ ...grpc.CallOption) (*workerpb.CompleteResponse, error) {
+	resp := &workerpb.CompleteResponse{Accepted: req.LeaseId != "", StoredLater: true}
+	if req.LeaseId != "" {
+		resp.StoredCompletions = append(resp.StoredCompletions, req.LeaseId)
+	}
+	for _, c := range req.Completions {
+		resp.CompletionsAccepted = append(resp.CompletionsAccepted, true)
+		resp.StoredCompletions = append(resp.StoredCompletions, c.LeaseId)
+	}
+	return resp, nil
+}
+
+// A result listed as stored in the very reply that accepts it (or a
+// concurrent one) is not kept: it would hold its place for good.
+func TestResultStoredInItsOwnReplyIsNotKept(t *testing.T) {
+	c := newCompleter(storedAtOnceSink{}, "w1", noLeaseBook{}, 1, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for _, id := range []string{"l1", "l2"} {
+		j := &job{lease: &activeLease{id: id}}
+		c.Finish(j, &outcome{req: &workerpb.CompleteRequest{}})
+		if got := c.kept.leases(); len(got) != 0 {
+			t.Fatalf("after %s: kept %v, want none (each was listed as stored)", id, got)
+		}
 	}
 }

@@ -35,7 +35,7 @@ func (c *completer) confirmLoop(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(ctx, confirmWait)
 		resp, err := c.sched.Complete(cctx, &workerpb.CompleteRequest{WorkerId: c.workerID, StoreCompletionsLater: true})
 		cancel()
-		if err == nil && c.kept.drop(resp.StoredCompletions) > 0 {
+		if err == nil && c.kept.stored(resp.StoredCompletions) > 0 {
 			backoff = 0
 			continue
 		}
@@ -75,7 +75,7 @@ func (c *completer) resend(rs []*workerpb.CompleteRequest) {
 		// Refused, or stored before the answer (an earlier release).
 		refused = append(refused, r.req.LeaseId)
 	}
-	c.kept.drop(refused)
+	c.kept.forget(refused, false)
 	if gen != c.kept.generation() {
 		c.registered()
 	}

@@ -28,6 +28,9 @@ type unstored struct {
 
 	mu      sync.Mutex
 	results map[string]*keptResult
+	// early are leases listed as stored before their result was kept
+	// (a reply listing its own results, or a concurrent call's).
+	early map[string]struct{}
 	// gen counts registrations: a result accepted by a call sent before
 	// the last one may have been forgotten by it, and goes again.
 	gen uint64
@@ -42,7 +45,7 @@ type keptResult struct {
 }
 
 func newUnstored(bound int) *unstored {
-	return &unstored{room: semaphore.NewWeighted(int64(max(bound, 1))), wake: make(chan struct{}, 1), results: map[string]*keptResult{}}
+	return &unstored{room: semaphore.NewWeighted(int64(max(bound, 1))), wake: make(chan struct{}, 1), results: map[string]*keptResult{}, early: map[string]struct{}{}}
 }
 
 // reserve waits for room for one more result; false when ctx ended first
@@ -69,8 +72,11 @@ func (u *unstored) generation() uint64 {
 // reports whether a registration came since (it must go again).
 func (u *unstored) keep(req *workerpb.CompleteRequest, reserved bool, gen uint64) (again bool) {
 	u.mu.Lock()
-	if old := u.results[req.LeaseId]; old != nil {
-		// Accepted again after a Register: it keeps its place.
+	_, stored := u.early[req.LeaseId]
+	delete(u.early, req.LeaseId)
+	if stored || u.results[req.LeaseId] != nil {
+		// Stored already, or accepted again after a Register (it keeps
+		// its place).
 		u.mu.Unlock()
 		u.unreserve(reserved)
 		return false
@@ -85,14 +91,32 @@ func (u *unstored) keep(req *workerpb.CompleteRequest, reserved bool, gen uint64
 	return again
 }
 
-// drop forgets the results of leases (stored, or refused when sent
-// again) and frees their places; it returns how many it held.
-func (u *unstored) drop(leases []string) int {
+// maxEarly bounds the leases listed as stored before they were kept; a
+// result is kept right after its call returns, so there are few.
+const maxEarly = 4096
+
+// stored forgets the results of leases the scheduler listed as stored
+// and frees their places; it returns how many it held. A lease not held
+// (yet) is remembered, for keep.
+func (u *unstored) stored(leases []string) int {
+	return u.forget(leases, true)
+}
+
+// forget drops the results of leases (refused when sent again, or
+// stored) and frees their places; it returns how many it held. With
+// early, the leases it does not hold are remembered as stored.
+func (u *unstored) forget(leases []string, early bool) int {
 	n := 0
 	for _, id := range leases {
 		u.mu.Lock()
 		r := u.results[id]
 		delete(u.results, id)
+		if r == nil && early {
+			if len(u.early) >= maxEarly {
+				clear(u.early)
+			}
+			u.early[id] = struct{}{}
+		}
 		u.mu.Unlock()
 		if r != nil {
 			n++
