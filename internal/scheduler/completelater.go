@@ -43,14 +43,15 @@ func (s *Scheduler) Stored(ticket uint64) bool {
 	return j.stored >= ticket
 }
 
-// WaitStored starts a commit and waits until the changes up to ticket
-// are stored, the store failed (Stored then stays false), or ctx ends.
+// WaitStored waits until the changes up to ticket are stored, the store
+// failed (Stored then stays false), or ctx ends. It starts no commit:
+// the call that took the ticket did (StartStoring), and another would
+// only split the next group.
 func (s *Scheduler) WaitStored(ctx context.Context, ticket uint64) {
 	j := s.jr
 	if j == nil || ticket == 0 {
 		return
 	}
-	j.kickFlush()
 	// The journal's cond wakes on its flushes only: wake it when ctx ends.
 	stop := context.AfterFunc(ctx, func() { j.mu.Lock(); j.cond.Broadcast(); j.mu.Unlock() })
 	defer stop()
