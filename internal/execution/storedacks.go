@@ -68,6 +68,18 @@ func (a *storedAcks) take(worker string, stored func(uint64) bool) []string {
 	return leases
 }
 
+// last is the ticket of worker's latest completion waiting to be listed
+// (false: none waits).
+func (a *storedAcks) last(worker string) (uint64, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.workers[worker]
+	if len(p) == 0 {
+		return 0, false
+	}
+	return p[len(p)-1].ticket, true
+}
+
 // forget drops worker's list: after it registers anew it sends what it
 // still holds again.
 func (a *storedAcks) forget(worker string) {

@@ -111,7 +111,7 @@ func (s *WorkerService) Poll(ctx context.Context, req *workerpb.PollRequest) (*w
 		}
 		if req.StoreCompletionsLater {
 			var err error
-			if accepted, err = s.completeLater(ctx, req.WorkerId, req.Completions); err != nil {
+			if accepted, err = s.completeLater(ctx, req.WorkerId, req.Completions, completionName); err != nil {
 				return nil, err
 			}
 			// The new leases ride the commit this starts.
@@ -160,8 +160,8 @@ func (s *WorkerService) Poll(ctx context.Context, req *workerpb.PollRequest) (*w
 
 // completeLater delivers a Poll's completions without waiting for them to
 // be stored, and notes the accepted ones for a later reply to list.
-func (s *WorkerService) completeLater(ctx context.Context, workerID string, reqs []*workerpb.CompleteRequest) ([]bool, error) {
-	cs, err := completions(workerID, reqs, completionName)
+func (s *WorkerService) completeLater(ctx context.Context, workerID string, reqs []*workerpb.CompleteRequest, name func(int) string) ([]bool, error) {
+	cs, err := completions(workerID, reqs, name)
 	if err != nil {
 		return nil, err
 	}
@@ -245,6 +245,9 @@ func (s *WorkerService) Complete(ctx context.Context, req *workerpb.CompleteRequ
 	}
 	if err := flat(req.Completions); err != nil {
 		return nil, err
+	}
+	if req.StoreCompletionsLater {
+		return s.completeStoredLater(ctx, req, reqs, name, single)
 	}
 	accepted, stored, err := s.complete(ctx, req.WorkerId, reqs, name)
 	if err != nil {

@@ -42,3 +42,18 @@ func (s *Scheduler) Stored(ticket uint64) bool {
 	defer j.mu.Unlock()
 	return j.stored >= ticket
 }
+
+// WaitStored waits until the changes up to ticket are stored, the store
+// failed (Stored then stays false), or ctx ends. It starts no commit:
+// the call that took the ticket did (StartStoring), and another would
+// only split the next group.
+func (s *Scheduler) WaitStored(ctx context.Context, ticket uint64) {
+	j := s.jr
+	if j == nil || ticket == 0 {
+		return
+	}
+	// The journal's cond wakes on its flushes only: wake it when ctx ends.
+	stop := context.AfterFunc(ctx, func() { j.mu.Lock(); j.cond.Broadcast(); j.mu.Unlock() })
+	defer stop()
+	_ = s.durable(ctx, ticket)
+}

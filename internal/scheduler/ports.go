@@ -67,6 +67,8 @@ type Leases interface {
 	CompleteLater(ctx context.Context, workerID string, cs []Completion) (accepted []bool, ticket uint64)
 	StartStoring()
 	Stored(ticket uint64) bool
+	// WaitStored waits until Stored(ticket) is settled (or ctx ends).
+	WaitStored(ctx context.Context, ticket uint64)
 	// WorkerControlOf is what operators asked of a worker (drain, pause,
 	// terminate), which the heartbeat passes on.
 	WorkerControlOf(id string) WorkerControl

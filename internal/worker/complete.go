@@ -53,6 +53,9 @@ type leaseBook interface {
 
 // completer is the one completion path of a lease: it reports the
 // outcome to the scheduler and then lets go of everything the lease held.
+// It reports with store_completions_later: the slots are let go of once
+// the scheduler accepted the result, and the result stays in kept until
+// the scheduler says it is stored (unstored.go, confirm.go).
 // Up to maxReportsInFlight reports are on their way at once, each on its
 // own; outcomes that become ready while that many are go together in the
 // next one (one Complete call, one wait for storing them). No outcome
@@ -74,6 +77,10 @@ type completer struct {
 	// single is set once the scheduler showed it knows no batches (an
 	// earlier release): every outcome then goes in a call of its own.
 	single atomic.Bool
+	// kept are the results accepted and not yet stored; ctx (the
+	// worker's run) bounds the wait for room among them.
+	kept *unstored
+	ctx  context.Context
 }
 
 // report is one outcome on its way, and what became of it.
@@ -81,21 +88,26 @@ type report struct {
 	req  *workerpb.CompleteRequest
 	wake chan struct{}
 	// accepted, or lead (send the pending outcomes with this one), is set
-	// before wake is signalled; it is signalled once.
-	accepted, lead bool
+	// before wake is signalled; it is signalled once. later: the
+	// scheduler has yet to store it (store_completions_later);
+	// answered: the scheduler answered at all.
+	accepted, lead, later, answered bool
 }
 
 // maxReportsInFlight is how many reports a worker has on their way at
 // once: two, as many commits as the embedded store has in flight.
 const maxReportsInFlight = 2
 
-func newCompleter(sched resultSink, workerID string, leases leaseBook, log *slog.Logger) *completer {
-	return &completer{sched: sched, workerID: workerID, leases: leases, log: log}
+// newCompleter returns the completion path of workerID's leases, which
+// keeps up to maxKept results accepted and not yet stored.
+func newCompleter(sched resultSink, workerID string, leases leaseBook, maxKept int, log *slog.Logger) *completer {
+	return &completer{sched: sched, workerID: workerID, leases: leases, log: log, kept: newUnstored(maxKept), ctx: context.Background()}
 }
 
 // Finish reports o (nothing when it is nil: cancelled) and releases j's
-// slots, exec root and the rest, in that order: the client hears of the
-// result before the worker tidies up.
+// slots, exec root and the rest, in that order: the scheduler has
+// accepted the result before the worker tidies up (and the client hears
+// of it once it is stored).
 func (c *completer) Finish(j *job, o *outcome) {
 	defer j.releaseAll()
 	if o == nil {
@@ -108,14 +120,31 @@ func (c *completer) Finish(j *job, o *outcome) {
 		req.ActionResult = b
 	}
 	c.leases.completing(j.lease)
-	if !c.deliver(req) {
+	// Past the bound of results kept unstored, the slots stay held
+	// until there is room: new work waits for the commits.
+	reserved := c.kept.reserve(c.ctx)
+	gen := c.kept.generation()
+	accepted, later := c.deliver(req)
+	if !accepted {
+		c.kept.unreserve(reserved)
 		c.log.Info("scheduler ignored the result of a lease it no longer holds", "lease", j.lease.id)
+		return
+	}
+	if !later { // a scheduler of an earlier release: stored already
+		c.kept.unreserve(reserved)
+		return
+	}
+	if c.kept.keep(req, reserved, gen) {
+		// A registration came while it was on its way: the scheduler
+		// may have forgotten it.
+		go c.resend([]*workerpb.CompleteRequest{req})
 	}
 }
 
 // deliver reports req, with whatever else is pending when its report
-// starts, and reports whether the scheduler accepted it.
-func (c *completer) deliver(req *workerpb.CompleteRequest) bool {
+// starts, and reports whether the scheduler accepted it and whether it
+// has yet to store it.
+func (c *completer) deliver(req *workerpb.CompleteRequest) (accepted, later bool) {
 	r := &report{req: req, wake: make(chan struct{}, 1)}
 	c.mu.Lock()
 	if c.inFlight < maxReportsInFlight {
@@ -125,7 +154,7 @@ func (c *completer) deliver(req *workerpb.CompleteRequest) bool {
 		c.mu.Unlock()
 		<-r.wake
 		if !r.lead {
-			return r.accepted // another call carried it
+			return r.accepted, r.later // another call carried it
 		}
 		c.mu.Lock() // the place of a report just done, handed over
 	}
@@ -146,7 +175,7 @@ func (c *completer) deliver(req *workerpb.CompleteRequest) bool {
 	for _, b := range batch[1:] {
 		b.wake <- struct{}{}
 	}
-	return r.accepted
+	return r.accepted, r.later
 }
 
 // send reports batch in one Complete call (one outcome in the request's
@@ -166,6 +195,7 @@ func (c *completer) send(batch []*report) {
 			req.Completions[i] = r.req
 		}
 	}
+	req.StoreCompletionsLater = true
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for attempt := 0; attempt < 5; attempt++ {
@@ -174,6 +204,10 @@ func (c *completer) send(batch []*report) {
 			c.log.Warn("reporting results failed; retrying", "results", len(batch), "err", err)
 			sleep(ctx, time.Duration(attempt+1)*200*time.Millisecond)
 			continue
+		}
+		c.kept.stored(resp.StoredCompletions)
+		for _, r := range batch {
+			r.later, r.answered = resp.StoredLater, true
 		}
 		if len(batch) == 1 {
 			batch[0].accepted = resp.Accepted

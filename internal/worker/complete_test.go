@@ -142,10 +142,10 @@ func (s *gatedSink) recorded() []*workerpb.CompleteRequest {
 func TestCompleterBatchesOutcomesReadyTogether(t *testing.T) {
 	for _, old := range []bool{false, true} {
 		sink := &gatedSink{gate: make(chan struct{}), old: old}
-		c := newCompleter(sink, "w1", nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		c := newCompleter(sink, "w1", nil, 64, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		results := make(chan bool, 5)
 		deliver := func(lease string) {
-			go func() { results <- c.deliver(&workerpb.CompleteRequest{WorkerId: "w1", LeaseId: lease}) }()
+			go func() { ok, _ := c.deliver(&workerpb.CompleteRequest{WorkerId: "w1", LeaseId: lease}); results <- ok }()
 		}
 		deliver("l0")
 		deliver("l1")
@@ -198,5 +198,75 @@ func receive(t *testing.T, ch <-chan bool) bool {
 	case <-time.After(10 * time.Second):
 		t.Fatal("an outcome was never reported")
 		return false
+	}
+}
+
+// laterSink accepts every outcome to store it later, and never says it
+// stored one.
+type laterSink struct{}
+
+func (laterSink) Complete(_ context.Context, req *workerpb.CompleteRequest, _ ...grpc.CallOption) (*workerpb.CompleteResponse, error) {
+	resp := &workerpb.CompleteResponse{Accepted: req.LeaseId != "", StoredLater: true}
+	for range req.Completions {
+		resp.CompletionsAccepted = append(resp.CompletionsAccepted, true)
+	}
+	return resp, nil
+}
+
+type noLeaseBook struct{}
+
+func (noLeaseBook) completing(*activeLease) {}
+
+// Past the bound of results kept unstored, a finishing lease keeps its
+// slots (new work waits) until a kept result is stored.
+func TestKeptResultsBoundHoldsSlots(t *testing.T) {
+	c := newCompleter(laterSink{}, "w1", noLeaseBook{}, 1, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	finish := func(id string) chan struct{} {
+		released := make(chan struct{})
+		j := &job{lease: &activeLease{id: id}}
+		j.hold(func() { close(released) })
+		go c.Finish(j, &outcome{req: &workerpb.CompleteRequest{}})
+		return released
+	}
+	first := finish("l1")
+	waitUntil(t, "the first lease's slots to be let go of", func() bool { return closed(first) })
+	second := finish("l2")
+	time.Sleep(100 * time.Millisecond)
+	if closed(second) {
+		t.Fatal("a second result was kept past the bound of 1: its slots were let go of")
+	}
+	c.kept.stored([]string{"l1"}) // the scheduler says it stored l1
+	waitUntil(t, "the second lease's slots to be let go of", func() bool { return closed(second) })
+	if got := c.kept.leases(); len(got) != 1 || got[0] != "l2" {
+		t.Errorf("kept %v, want [l2]", got)
+	}
+}
+
+// storedAtOnceSink stores every outcome before it answers, and lists it
+// as stored in the same reply (a scheduler whose state is in memory).
+type storedAtOnceSink struct{}
+
+func (storedAtOnceSink) Complete(_ context.Context, req *workerpb.CompleteRequest, _ ...grpc.CallOption) (*workerpb.CompleteResponse, error) {
+	resp := &workerpb.CompleteResponse{Accepted: req.LeaseId != "", StoredLater: true}
+	if req.LeaseId != "" {
+		resp.StoredCompletions = append(resp.StoredCompletions, req.LeaseId)
+	}
+	for _, c := range req.Completions {
+		resp.CompletionsAccepted = append(resp.CompletionsAccepted, true)
+		resp.StoredCompletions = append(resp.StoredCompletions, c.LeaseId)
+	}
+	return resp, nil
+}
+
+// A result listed as stored in the very reply that accepts it (or a
+// concurrent one) is not kept: it would hold its place for good.
+func TestResultStoredInItsOwnReplyIsNotKept(t *testing.T) {
+	c := newCompleter(storedAtOnceSink{}, "w1", noLeaseBook{}, 1, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for _, id := range []string{"l1", "l2"} {
+		j := &job{lease: &activeLease{id: id}}
+		c.Finish(j, &outcome{req: &workerpb.CompleteRequest{}})
+		if got := c.kept.leases(); len(got) != 0 {
+			t.Fatalf("after %s: kept %v, want none (each was listed as stored)", id, got)
+		}
 	}
 }

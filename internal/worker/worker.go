@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -87,6 +88,15 @@ type Config struct {
 	// worker); nil runs them as plain commands.
 	PersistentWorkers *persistent.Config
 }
+
+// maxKeptPerCore bounds the results a worker keeps accepted and not yet
+// stored (unstored.go), per core: enough for many commits' worth of short
+// actions; past it a finishing action keeps its slots until one is stored.
+const maxKeptPerCore = 64
+
+// settleWait bounds how long a worker that stops waits for the scheduler
+// to store the results it keeps.
+const settleWait = 30 * time.Second
 
 // Worker is a running worker.
 type Worker struct {
@@ -255,7 +265,7 @@ func New(conn *grpc.ClientConn, sched workerpb.WorkersClient, cfg Config) (*Work
 	w.executor = newExecutor(w.sup, w.sb, wrap, w.logs, w, w.pool, newLiveOutput(bspb.NewByteStreamClient(conn), w.log))
 	w.reporter = newReporter(cfg.MinFreeDisk, wrap.chroot, largeOut, cfg.ChunkThreshold, w.log)
 	w.diskLow = newDiskGate(cfg.WorkDir, cfg.MinFreeDisk, diskCheckEvery, w.log)
-	w.completer = newCompleter(w.sched, cfg.ID, w, w.log)
+	w.completer = newCompleter(w.sched, cfg.ID, w, maxKeptPerCore*cfg.Cores, w.log)
 	started = true
 	return w, nil
 }
@@ -321,6 +331,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.mu.Unlock()
 	var hb, leases sync.WaitGroup
+	w.completer.start(ctx)
+	hb.Add(1)
+	go func() { defer hb.Done(); w.completer.confirmLoop(hbCtx) }()
 	hb.Add(1)
 	go func() { defer hb.Done(); w.heartbeatLoop(hbCtx) }()
 	hb.Add(1)
@@ -329,6 +342,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer hb.Done(); w.sessionLoop(hbCtx) }()
 	err := w.matchLoop(ctx, pollCtx, &leases)
 	leases.Wait()
+	w.completer.settle(ctx, settleWait)
 	stopHeartbeats()
 	hb.Wait()
 	if ctx.Err() == nil {
@@ -385,6 +399,7 @@ func (w *Worker) registerLocked(ctx context.Context) error {
 			}
 			w.heartbeatEvery.Store(int64(every))
 			w.regGen.Add(1)
+			w.completer.registered()
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -397,19 +412,23 @@ func (w *Worker) registerLocked(ctx context.Context) error {
 	}
 }
 
-// leaseIDs are the leases the worker holds now. A lease a Poll in flight
-// brings in just after is not among them: the scheduler then requeues
-// it, and the next heartbeat cancels it here (only after a scheduler
-// restart, and only a start is wasted).
+// leaseIDs are the leases the worker holds now: running, reporting, or
+// with a result accepted and not yet stored (unstored.go). A lease a Poll
+// in flight brings in just after is not among them: the scheduler then
+// requeues it, and the next heartbeat cancels it here (only after a
+// scheduler restart, and only a start is wasted).
 func (w *Worker) leaseIDs() []string {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	ids := make([]string, 0, len(w.leases))
 	for id := range w.leases {
 		ids = append(ids, id)
 	}
+	w.mu.Unlock()
+	// Read after the leases: a result is kept before its lease ends, so
+	// one that leaves the leases meanwhile is found here.
+	ids = append(ids, w.completer.kept.leases()...)
 	sort.Strings(ids)
-	return ids
+	return slices.Compact(ids)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

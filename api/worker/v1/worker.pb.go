@@ -582,7 +582,8 @@ type PollRequest struct {
 	// once (completions_accepted then says only whether each lease was still
 	// valid) and list each accepted one in a later reply's
 	// stored_completions once it is stored. The worker keeps such a result,
-	// and reports its lease in heartbeats and in Register, until then; after
+	// and reports its lease in Register (not in heartbeats: the scheduler
+	// has finished it), until then; after
 	// a Register it sends the ones not yet listed again. A worker whose
 	// slots free as its actions finish then never waits for a commit before
 	// taking its next action.
@@ -1168,9 +1169,20 @@ type CompleteRequest struct {
 	// any has an action_result that is not a valid ActionResult, or
 	// completions of its own, the call fails with INVALID_ARGUMENT and none
 	// is delivered. Inside PollRequest.completions it must be empty too.
-	Completions   []*CompleteRequest `protobuf:"bytes,9,rep,name=completions,proto3" json:"completions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Completions []*CompleteRequest `protobuf:"bytes,9,rep,name=completions,proto3" json:"completions,omitempty"`
+	// In Complete (not inside completions): answer once the outcomes are
+	// accepted, without waiting for them to be stored (as
+	// PollRequest.store_completions_later): the reply sets stored_later,
+	// and each accepted outcome is listed in a later reply's
+	// stored_completions once it is stored. The worker keeps each such
+	// result until then (it reports its lease in Register, not in
+	// heartbeats) and sends it again after any Register. A Complete with
+	// this flag and no outcome asks only for that news: it waits until the
+	// worker's accepted outcomes so far are stored (at most the call's
+	// deadline) and lists them; with none waiting it answers at once.
+	StoreCompletionsLater bool `protobuf:"varint,10,opt,name=store_completions_later,json=storeCompletionsLater,proto3" json:"store_completions_later,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *CompleteRequest) Reset() {
@@ -1266,6 +1278,13 @@ func (x *CompleteRequest) GetCompletions() []*CompleteRequest {
 	return nil
 }
 
+func (x *CompleteRequest) GetStoreCompletionsLater() bool {
+	if x != nil {
+		return x.StoreCompletionsLater
+	}
+	return false
+}
+
 type CompleteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Whether the request's own outcome (lease_id) was accepted: false when
@@ -1273,8 +1292,16 @@ type CompleteResponse struct {
 	Accepted bool `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
 	// One entry per CompleteRequest.completions, in order, as accepted.
 	CompletionsAccepted []bool `protobuf:"varint,2,rep,packed,name=completions_accepted,json=completionsAccepted,proto3" json:"completions_accepted,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Lease ids of this worker's outcomes sent with store_completions_later
+	// (by Complete or Poll, in this call or an earlier one) that are now
+	// stored, each listed once.
+	StoredCompletions []string `protobuf:"bytes,3,rep,name=stored_completions,json=storedCompletions,proto3" json:"stored_completions,omitempty"`
+	// Set when the scheduler took store_completions_later: this call's
+	// accepted outcomes are not yet stored. Unset in the reply of a
+	// scheduler of an earlier release, which stored them before answering.
+	StoredLater   bool `protobuf:"varint,4,opt,name=stored_later,json=storedLater,proto3" json:"stored_later,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompleteResponse) Reset() {
@@ -1319,6 +1346,20 @@ func (x *CompleteResponse) GetCompletionsAccepted() []bool {
 		return x.CompletionsAccepted
 	}
 	return nil
+}
+
+func (x *CompleteResponse) GetStoredCompletions() []string {
+	if x != nil {
+		return x.StoredCompletions
+	}
+	return nil
+}
+
+func (x *CompleteResponse) GetStoredLater() bool {
+	if x != nil {
+		return x.StoredLater
+	}
+	return false
 }
 
 // ResourceUsage is what an action's processes used, as getrusage reports
@@ -1513,7 +1554,7 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"reregister\x12\x14\n" +
 	"\x05drain\x182 \x01(\bR\x05drain\x12\x14\n" +
 	"\x05pause\x183 \x01(\bR\x05pause\x12\x1c\n" +
-	"\tterminate\x184 \x01(\bR\tterminate\"\xea\x02\n" +
+	"\tterminate\x184 \x01(\bR\tterminate\"\xa2\x03\n" +
 	"\x0fCompleteRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\tR\aleaseId\x12#\n" +
@@ -1524,10 +1565,14 @@ const file_worker_v1_worker_proto_rawDesc = "" +
 	"\rmissing_blobs\x18\x06 \x03(\tR\fmissingBlobs\x12\x18\n" +
 	"\amessage\x18\a \x01(\tR\amessage\x12.\n" +
 	"\x13update_action_cache\x18\b \x01(\bR\x11updateActionCache\x12C\n" +
-	"\vcompletions\x18\t \x03(\v2!.gantry.worker.v1.CompleteRequestR\vcompletions\"a\n" +
+	"\vcompletions\x18\t \x03(\v2!.gantry.worker.v1.CompleteRequestR\vcompletions\x126\n" +
+	"\x17store_completions_later\x18\n" +
+	" \x01(\bR\x15storeCompletionsLater\"\xb3\x01\n" +
 	"\x10CompleteResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x121\n" +
-	"\x14completions_accepted\x18\x02 \x03(\bR\x13completionsAccepted\"\xf4\x01\n" +
+	"\x14completions_accepted\x18\x02 \x03(\bR\x13completionsAccepted\x12-\n" +
+	"\x12stored_completions\x18\x03 \x03(\tR\x11storedCompletions\x12!\n" +
+	"\fstored_later\x18\x04 \x01(\bR\vstoredLater\"\xf4\x01\n" +
 	"\rResourceUsage\x12&\n" +
 	"\x0fuser_cpu_micros\x18\x01 \x01(\x03R\ruserCpuMicros\x12*\n" +
 	"\x11system_cpu_micros\x18\x02 \x01(\x03R\x0fsystemCpuMicros\x12\"\n" +
