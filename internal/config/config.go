@@ -240,6 +240,10 @@ type WorkerConfig struct {
 	// drains: it takes no more work and lets its running actions finish
 	// for up to this long before it stops the rest; 0 stops at once.
 	StopGrace Duration `yaml:"stop_grace"`
+	// StoreResultsLater lets an action's slots go once the scheduler has
+	// accepted its result, before the result is stored; the worker keeps
+	// the result until the scheduler says it is stored.
+	StoreResultsLater bool `yaml:"store_results_later"`
 }
 
 // Storage configures the CAS and the ActionCache.

@@ -117,6 +117,7 @@ func WorkerConfig(wc config.WorkerConfig, log *slog.Logger) worker.Config {
 		MinFreeDisk: int64(wc.MinFreeDisk), MaxFileSize: int64(wc.MaxFileSize),
 		LinkInputDirectories: wc.LinkInputDirectories != config.LinkInputDirectoriesOff,
 		PersistentWorkers:    persistentWorkers(wc.PersistentWorkers, cores),
+		StoreResultsLater:    wc.StoreResultsLater,
 	}
 }
 

@@ -81,6 +81,8 @@ type completer struct {
 	// worker's run) bounds the wait for room among them.
 	kept *unstored
 	ctx  context.Context
+	// later: report with store_completions_later (worker.store_results_later).
+	later bool
 }
 
 // report is one outcome on its way, and what became of it.
@@ -98,10 +100,11 @@ type report struct {
 // once: two, as many commits as the embedded store has in flight.
 const maxReportsInFlight = 2
 
-// newCompleter returns the completion path of workerID's leases, which
-// keeps up to maxKept results accepted and not yet stored.
-func newCompleter(sched resultSink, workerID string, leases leaseBook, maxKept int, log *slog.Logger) *completer {
-	return &completer{sched: sched, workerID: workerID, leases: leases, log: log, kept: newUnstored(maxKept), ctx: context.Background()}
+// newCompleter returns the completion path of workerID's leases; with
+// later, it keeps up to maxKept results accepted and not yet stored (else
+// a lease's slots wait for its result's commit, as before).
+func newCompleter(sched resultSink, workerID string, leases leaseBook, later bool, maxKept int, log *slog.Logger) *completer {
+	return &completer{sched: sched, workerID: workerID, leases: leases, log: log, later: later, kept: newUnstored(maxKept), ctx: context.Background()}
 }
 
 // Finish reports o (nothing when it is nil: cancelled) and releases j's
@@ -120,6 +123,12 @@ func (c *completer) Finish(j *job, o *outcome) {
 		req.ActionResult = b
 	}
 	c.leases.completing(j.lease)
+	if !c.later {
+		if accepted, _ := c.deliver(req); !accepted {
+			c.log.Info("scheduler ignored the result of a lease it no longer holds", "lease", j.lease.id)
+		}
+		return
+	}
 	// Past the bound of results kept unstored, the slots stay held
 	// until there is room: new work waits for the commits.
 	reserved := c.kept.reserve(c.ctx)
@@ -195,7 +204,7 @@ func (c *completer) send(batch []*report) {
 			req.Completions[i] = r.req
 		}
 	}
-	req.StoreCompletionsLater = true
+	req.StoreCompletionsLater = c.later
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for attempt := 0; attempt < 5; attempt++ {

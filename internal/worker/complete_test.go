@@ -142,7 +142,7 @@ func (s *gatedSink) recorded() []*workerpb.CompleteRequest {
 func TestCompleterBatchesOutcomesReadyTogether(t *testing.T) {
 	for _, old := range []bool{false, true} {
 		sink := &gatedSink{gate: make(chan struct{}), old: old}
-		c := newCompleter(sink, "w1", nil, 64, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		c := newCompleter(sink, "w1", nil, false, 64, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		results := make(chan bool, 5)
 		deliver := func(lease string) {
 			go func() { ok, _ := c.deliver(&workerpb.CompleteRequest{WorkerId: "w1", LeaseId: lease}); results <- ok }()
@@ -220,7 +220,7 @@ func (noLeaseBook) completing(*activeLease) {}
 // Past the bound of results kept unstored, a finishing lease keeps its
 // slots (new work waits) until a kept result is stored.
 func TestKeptResultsBoundHoldsSlots(t *testing.T) {
-	c := newCompleter(laterSink{}, "w1", noLeaseBook{}, 1, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := newCompleter(laterSink{}, "w1", noLeaseBook{}, true, 1, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	finish := func(id string) chan struct{} {
 		released := make(chan struct{})
 		j := &job{lease: &activeLease{id: id}}
@@ -261,7 +261,7 @@ func (storedAtOnceSink) Complete(_ context.Context, req *workerpb.CompleteReques
 // A result listed as stored in the very reply that accepts it (or a
 // concurrent one) is not kept: it would hold its place for good.
 func TestResultStoredInItsOwnReplyIsNotKept(t *testing.T) {
-	c := newCompleter(storedAtOnceSink{}, "w1", noLeaseBook{}, 1, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := newCompleter(storedAtOnceSink{}, "w1", noLeaseBook{}, true, 1, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	for _, id := range []string{"l1", "l2"} {
 		j := &job{lease: &activeLease{id: id}}
 		c.Finish(j, &outcome{req: &workerpb.CompleteRequest{}})

@@ -92,7 +92,7 @@ func stageWorker(t *testing.T) (*Worker, *blobstore.Memory, *fakeScheduler) {
 	w.inputs = newInputFetcher(cache, nil, wrapping{}, w.roots)
 	w.executor = newExecutor(sup, nil, newWrapping(w.cfg, false, ""), w.logs, w, nil, nil)
 	w.reporter = newReporter(0, false, nil, 0, log)
-	w.completer = newCompleter(sched, w.cfg.ID, w, maxKeptPerCore*testSlots, log)
+	w.completer = newCompleter(sched, w.cfg.ID, w, false, maxKeptPerCore*testSlots, log)
 	return w, store, sched
 }
 

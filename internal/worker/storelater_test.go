@@ -184,7 +184,7 @@ func startStoreLaterFarm(t *testing.T) *storeLaterFarm {
 	f.conn = conn
 	f.rec = &recordingWorkers{WorkersClient: workerpb.NewWorkersClient(conn)}
 	f.w, err = New(conn, f.rec, Config{
-		ID: "w1", Cores: 1, InputFetchSlots: 1, ReportSlots: 1, WorkDir: t.TempDir(), PollWait: time.Second,
+		ID: "w1", Cores: 1, InputFetchSlots: 1, ReportSlots: 1, WorkDir: t.TempDir(), PollWait: time.Second, StoreResultsLater: true,
 		Properties: []*workerpb.Property{{Name: "OSFamily", Value: "linux"}}, AcceptUnknownProperties: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})

@@ -50,6 +50,10 @@ type Config struct {
 	AcceptUnknownProperties bool
 	WorkDir                 string
 	CacheMaxBytes           int64
+	// StoreResultsLater: an action's slots go free once the scheduler has
+	// accepted its result, before its commit; the result is kept until
+	// the scheduler says it is stored (complete.go, unstored.go).
+	StoreResultsLater bool
 	// ChunkThreshold: input and output files of at least this many bytes
 	// move as content-defined chunks when the server supports it, with
 	// the input chunks kept in WorkDir/chunks (a quarter of
@@ -265,7 +269,7 @@ func New(conn *grpc.ClientConn, sched workerpb.WorkersClient, cfg Config) (*Work
 	w.executor = newExecutor(w.sup, w.sb, wrap, w.logs, w, w.pool, newLiveOutput(bspb.NewByteStreamClient(conn), w.log))
 	w.reporter = newReporter(cfg.MinFreeDisk, wrap.chroot, largeOut, cfg.ChunkThreshold, w.log)
 	w.diskLow = newDiskGate(cfg.WorkDir, cfg.MinFreeDisk, diskCheckEvery, w.log)
-	w.completer = newCompleter(w.sched, cfg.ID, w, maxKeptPerCore*cfg.Cores, w.log)
+	w.completer = newCompleter(w.sched, cfg.ID, w, cfg.StoreResultsLater, maxKeptPerCore*cfg.Cores, w.log)
 	started = true
 	return w, nil
 }
