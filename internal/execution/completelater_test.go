@@ -10,7 +10,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	workerpb "github.com/gantry-build/gantry/api/worker/v1"
-	"github.com/gantry-build/gantry/internal/statestore"
 )
 
 // A Complete with store_completions_later is answered while its result
@@ -18,18 +17,7 @@ import (
 // and an empty Complete with the flag waits for that commit and lists
 // the lease as stored, once.
 func TestCompleteStoresCompletionsLater(t *testing.T) {
-	store := &heldStore{Memory: statestore.NewMemory()}
-	e := newEnvStore(t, nil, nil, nil, store)
-	w := e.worker("w1")
-	_, done := e.submit(1)
-	as := all(w.pollReq(&workerpb.PollRequest{FreeCores: 2, MaxAssignments: 2}))
-	if len(as) != 1 {
-		t.Fatalf("%d assignments, want 1", len(as))
-	}
-	if err := e.sched.Flush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	release := store.hold(t)
+	e, _, as, done, release := leasedWithStoreHeld(t, 1)
 	result, _ := proto.Marshal(&repb.ActionResult{})
 	ctx := context.Background()
 

@@ -2,6 +2,8 @@ package execution
 
 import (
 	"context"
+
+	"cloud.google.com/go/longrunning/autogen/longrunningpb"
 	"slices"
 	"sync"
 	"testing"
@@ -44,22 +46,29 @@ func (h *heldStore) Apply(ctx context.Context, b []statestore.Mutation) error {
 	return h.Memory.Apply(ctx, b)
 }
 
-// A Poll with store_completions_later is answered while its results are
-// still being stored (a plain one waits for them), the client hears of a
-// result only once it is stored, and a later reply lists it as stored.
-func TestPollStoresCompletionsLater(t *testing.T) {
+// leasedWithStoreHeld submits n actions, leases them to worker w1, stores
+// everything so far and then holds the state store until release.
+func leasedWithStoreHeld(t *testing.T, n int) (e *env, w *worker, as []*workerpb.Assignment, done chan *longrunningpb.Operation, release func()) {
+	t.Helper()
 	store := &heldStore{Memory: statestore.NewMemory()}
-	e := newEnvStore(t, nil, nil, nil, store)
-	w := e.worker("w1")
-	_, done := e.submit(2)
-	as := all(w.pollReq(&workerpb.PollRequest{FreeCores: 2, MaxAssignments: 2}))
-	if len(as) != 2 {
-		t.Fatalf("%d assignments, want 2", len(as))
+	e = newEnvStore(t, nil, nil, nil, store)
+	w = e.worker("w1")
+	_, done = e.submit(n)
+	as = all(w.pollReq(&workerpb.PollRequest{FreeCores: 2, MaxAssignments: 2}))
+	if len(as) != n {
+		t.Fatalf("%d assignments, want %d", len(as), n)
 	}
 	if err := e.sched.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	release := store.hold(t)
+	return e, w, as, done, store.hold(t)
+}
+
+// A Poll with store_completions_later is answered while its results are
+// still being stored (a plain one waits for them), the client hears of a
+// result only once it is stored, and a later reply lists it as stored.
+func TestPollStoresCompletionsLater(t *testing.T) {
+	e, w, as, done, release := leasedWithStoreHeld(t, 2)
 	result, _ := proto.Marshal(&repb.ActionResult{})
 	completion := func(a *workerpb.Assignment) []*workerpb.CompleteRequest {
 		return []*workerpb.CompleteRequest{{LeaseId: a.LeaseId, ActionResult: result}}
