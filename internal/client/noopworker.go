@@ -130,24 +130,7 @@ func (w *NoopWorker) Run(ctx context.Context) error {
 			// a new one adopts the leases it restored.
 			pending = append(pending, w.takeUnstored()...)
 		}
-		free := slots
-		if w.unstoredCount() >= noopUnstoredPerSlot*slots {
-			free = 0 // only the news of what is stored
-		}
-		req := &workerpb.PollRequest{WorkerId: w.ID, FreeCores: int32(free), WaitMs: wait.Milliseconds(), Completions: pending, StoreCompletionsLater: true}
-		if free == 0 {
-			req.WaitMs = 1
-		}
-		if slots > 1 {
-			req.MaxAssignments = int32(slots)
-		}
-		resp, err := w.client.Poll(ctx, req)
-		if err == nil && len(resp.CompletionsAccepted) != len(pending) {
-			err = fmt.Errorf("the scheduler answered %d of the %d results sent with the poll; it does not support results in Poll (is it an older Gantry?)", len(resp.CompletionsAccepted), len(pending))
-		}
-		if err == nil && len(resp.MoreAssignments) >= slots {
-			err = fmt.Errorf("the scheduler handed out %d assignments for %d free slots", len(resp.MoreAssignments)+1, slots)
-		}
+		resp, err := w.poll(ctx, slots, wait, pending)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -186,6 +169,29 @@ func (w *NoopWorker) Run(ctx context.Context) error {
 }
 
 func (w *NoopWorker) slots() int { return max(w.Slots, 1) }
+
+// poll delivers pending and asks for up to slots actions, waiting up to
+// wait for one; with too many results not yet stored it asks only for the
+// news of what is stored. It checks the answer's counts.
+func (w *NoopWorker) poll(ctx context.Context, slots int, wait time.Duration, pending []*workerpb.CompleteRequest) (*workerpb.PollResponse, error) {
+	req := &workerpb.PollRequest{WorkerId: w.ID, FreeCores: int32(slots), WaitMs: wait.Milliseconds(), Completions: pending, StoreCompletionsLater: true}
+	if w.unstoredCount() >= noopUnstoredPerSlot*slots {
+		req.FreeCores, req.WaitMs = 0, 1
+	}
+	if slots > 1 {
+		req.MaxAssignments = int32(slots)
+	}
+	resp, err := w.client.Poll(ctx, req)
+	switch {
+	case err != nil:
+		return nil, err
+	case len(resp.CompletionsAccepted) != len(pending):
+		return nil, fmt.Errorf("the scheduler answered %d of the %d results sent with the poll; it does not support results in Poll (is it an older Gantry?)", len(resp.CompletionsAccepted), len(pending))
+	case len(resp.MoreAssignments) >= slots:
+		return nil, fmt.Errorf("the scheduler handed out %d assignments for %d free slots", len(resp.MoreAssignments)+1, slots)
+	}
+	return resp, nil
+}
 
 // register announces the worker, retrying transient errors.
 func (w *NoopWorker) register(ctx context.Context) error {
