@@ -87,12 +87,7 @@ func simulateInvocation(b *testing.B, mode LongestFirstMode, durs []time.Duratio
 	if target > 0 {
 		return 0, s.Demand(target)[0].Workers
 	}
-	type running struct {
-		end    time.Time
-		worker string
-		lease  string
-	}
-	var busy []running
+	var busy []simRun
 	idle := make([]string, workers)
 	for i := range idle {
 		idle[i] = fmt.Sprintf("w%d", i)
@@ -113,21 +108,34 @@ func simulateInvocation(b *testing.B, mode LongestFirstMode, durs []time.Duratio
 			if a == nil {
 				break
 			}
-			busy = append(busy, running{end: clk.Now().Add(durOf[a.Task.ActionDigest.Hash]), worker: idle[0], lease: a.LeaseID})
+			busy = append(busy, simRun{end: clk.Now().Add(durOf[a.Task.ActionDigest.Hash]), worker: idle[0], lease: a.LeaseID})
 			idle = idle[1:]
 		}
 		if len(busy) == 0 {
 			return clk.Now().Sub(start), workers
 		}
-		sort.Slice(busy, func(i, j int) bool { return busy[i].end.Before(busy[j].end) })
-		next := busy[0]
-		busy = busy[1:]
-		clk.Advance(next.end.Sub(clk.Now()))
-		ok, stored := s.Complete(context.Background(), next.worker, []Completion{{LeaseID: next.lease, Response: okResponse()}})
-		stored()
-		if !ok[0] {
-			b.Fatal("a completion was refused")
-		}
-		idle = append(idle, next.worker)
+		var next string
+		next, busy = finishFirst(b, s, clk, busy)
+		idle = append(idle, next)
 	}
+}
+
+// simRun is an action a simulated worker runs until end.
+type simRun struct {
+	end           time.Time
+	worker, lease string
+}
+
+// finishFirst advances clk to the first of busy to end, completes it and
+// returns its worker and the rest.
+func finishFirst(b *testing.B, s *Scheduler, clk *fakeClock, busy []simRun) (string, []simRun) {
+	sort.Slice(busy, func(i, j int) bool { return busy[i].end.Before(busy[j].end) })
+	next := busy[0]
+	clk.Advance(next.end.Sub(clk.Now()))
+	ok, stored := s.Complete(context.Background(), next.worker, []Completion{{LeaseID: next.lease, Response: okResponse()}})
+	stored()
+	if !ok[0] {
+		b.Fatal("a completion was refused")
+	}
+	return next.worker, busy[1:]
 }

@@ -157,11 +157,7 @@ func simulateClassed(b *testing.B, classes bool, mode LongestFirstMode, acts []c
 			b.Fatal(err)
 		}
 	}
-	type running struct {
-		end           time.Time
-		worker, lease string
-	}
-	var busy []running
+	var busy []simRun
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	onSmall := 0
@@ -181,21 +177,14 @@ func simulateClassed(b *testing.B, classes bool, mode LongestFirstMode, acts []c
 				d = durOf[a.Task.ActionDigest.Hash].small
 				onSmall++
 			}
-			busy = append(busy, running{end: clk.Now().Add(d), worker: w, lease: a.LeaseID})
+			busy = append(busy, simRun{end: clk.Now().Add(d), worker: w, lease: a.LeaseID})
 		}
 		idle = still
 		if len(busy) == 0 {
 			return clk.Now().Sub(start), onSmall
 		}
-		sort.Slice(busy, func(i, j int) bool { return busy[i].end.Before(busy[j].end) })
-		next := busy[0]
-		busy = busy[1:]
-		clk.Advance(next.end.Sub(clk.Now()))
-		ok, stored := s.Complete(context.Background(), next.worker, []Completion{{LeaseID: next.lease, Response: okResponse()}})
-		stored()
-		if !ok[0] {
-			b.Fatal("a completion was refused")
-		}
-		idle = append(idle, next.worker)
+		var next string
+		next, busy = finishFirst(b, s, clk, busy)
+		idle = append(idle, next)
 	}
 }
